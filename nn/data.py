@@ -1,0 +1,330 @@
+"""MNIST-format data sets: find (or download and verify) the four IDX files, check them, split them.
+
+The split is CME 213's: the first 54,000 training images train, the last 6,000 validate, and the
+10,000 test images test. One image per row of X; pixels stay 0..255 unless ``scale="unit"``.
+
+    python -m nn.data [--dataset NAME] [--data-dir DIR]    # fetch if needed, print where and sizes
+"""
+import argparse
+import functools
+import gzip
+import hashlib
+import http.client
+import os
+import struct
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from nn.errors import NNError
+
+
+class DataError(NNError):
+    """A missing, corrupt or unverifiable data file, or a bad argument to the loader."""
+
+
+@dataclass(frozen=True)
+class Split:
+    x: np.ndarray  # (N, 784) float, one image per row, C-contiguous
+    y: np.ndarray  # (N,) int64 labels 0..9
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    train: Split
+    val: Split
+    test: Split
+    source: str  # the directory the files came from
+    classes: int = 10
+
+
+# ---------------------------------------------------------------- the data sets and where they live
+
+DATASETS = ("fashion-mnist", "mnist")
+FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",  # each may be gzipped (.gz) or not
+         "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+N_VAL = 6_000  # the last rows of the training files
+SCALES = ("raw", "unit")
+SYSTEM_DIRS = {"fashion-mnist": Path("/usr/share/datasets/fashion-mnist")}  # Debian's package
+MIRRORS = {
+    "fashion-mnist": ("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
+                      "https://github.com/zalandoresearch/fashion-mnist/raw/master/data/fashion/"),
+    "mnist": ("https://ossci-datasets.s3.amazonaws.com/mnist/",
+              "https://storage.googleapis.com/cvdf-datasets/mnist/"),
+}
+# SHA-256 of each .gz file a download may deliver. Fashion-MNIST: the upstream file first, then
+# Debian's repack (the same IDX bytes; its gzip header lacks the file name), so that a mirror of
+# /usr/share/datasets/fashion-mnist verifies too. MNIST: as in tensorflow-datasets' url_checksums.
+SHA256 = {
+    "fashion-mnist": {
+        "train-images-idx3-ubyte.gz": (
+            "3aede38d61863908ad78613f6a32ed271626dd12800ba2636569512369268a84",
+            "b0564c3eedabfbf835052cff8503ea422014ce006caf5b757f851416ee8300c7"),
+        "train-labels-idx1-ubyte.gz": (
+            "a04f17134ac03560a47e3764e11b92fc97de4d1bfaf8ba1a3aa29af54cc90845",
+            "0ae29f65d86684f32d1b9c85147786c547b9c6aebcaf235f0400a0cce308b056"),
+        "t10k-images-idx3-ubyte.gz": (
+            "346e55b948d973a97e58d2351dde16a484bd415d4595297633bb08f03db6a073",
+            "cc1d090a38ace84dfa1aa66e3ada7c336ef481a96936906477e6dd344da56eaa"),
+        "t10k-labels-idx1-ubyte.gz": (
+            "67da17c76eaffca5446c3361aaab5c3cd6d1c2608764d35dfb1850b086bf8dd5",
+            "8d3605d196f4be44669e46906da9733c8131fef761fdbfec72c424d5222f1a05"),
+    },
+    "mnist": {
+        "train-images-idx3-ubyte.gz": (
+            "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",),
+        "train-labels-idx1-ubyte.gz": (
+            "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",),
+        "t10k-images-idx3-ubyte.gz": (
+            "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",),
+        "t10k-labels-idx1-ubyte.gz": (
+            "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6",),
+    },
+}
+TIMEOUT_S = 30  # per HTTP request
+_REFETCH = "delete it and run again to re-download"
+
+
+# ---------------------------------------------------------------- loading
+
+def load_dataset(name="fashion-mnist", data_dir=None, scale="raw", dtype=np.float64,
+                 train_size=None) -> Dataset:
+    """The data set split 54,000 / 6,000 / 10,000; ``train_size`` keeps the first n train rows."""
+    if scale not in SCALES:
+        raise DataError(f"data: scale must be one of {', '.join(SCALES)}, not {scale!r}")
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise DataError(f"data: {dtype!r} is not a NumPy dtype") from None
+    if dtype.kind != "f":
+        raise DataError(f"data: dtype must be a floating type, not {dtype}")
+    directory = locate(name, data_dir)
+    train_images, train_labels = _read_pair(directory, "train")
+    test_images, test_labels = _read_pair(directory, "t10k")
+    n_fit = len(train_labels) - N_VAL
+    if n_fit < 1:
+        raise DataError(f"data: {directory} holds {len(train_labels)} training images; "
+                        f"the split needs more than {N_VAL}")
+    n = n_fit if train_size is None else train_size
+    if not isinstance(n, (int, np.integer)) or not 1 <= n <= n_fit:
+        raise DataError(f"data: train_size must be an integer in 1..{n_fit}, not {train_size!r}")
+
+    def split(images, labels) -> Split:
+        x = images.reshape(len(images), -1).astype(dtype)  # (n, 784) dtype, a fresh C array
+        if scale == "unit":
+            x /= 255
+        return Split(x, labels.astype(np.int64))
+
+    return Dataset(name=name,
+                   train=split(train_images[:n], train_labels[:n]),
+                   val=split(train_images[n_fit:], train_labels[n_fit:]),
+                   test=split(test_images, test_labels),
+                   source=str(directory))
+
+
+def _read_pair(directory: Path, prefix: str) -> tuple[np.ndarray, np.ndarray]:
+    """Images (N, 28, 28) and labels (N,) uint8 of prefix "train" or "t10k", checked together."""
+    images_path = _find(directory, f"{prefix}-images-idx3-ubyte")
+    labels_path = _find(directory, f"{prefix}-labels-idx1-ubyte")
+    images, labels = read_idx(images_path), read_idx(labels_path)
+    if images.shape[1:] != (28, 28):
+        raise DataError(f"data: {images_path} holds {_dims(images.shape)} bytes, "
+                        f"expected N x 28 x 28 images")
+    if labels.ndim != 1:
+        raise DataError(f"data: {labels_path} holds {_dims(labels.shape)} bytes, expected N labels")
+    if len(images) != len(labels):
+        raise DataError(f"data: {images_path} holds {len(images)} images but {labels_path} "
+                        f"{len(labels)} labels")
+    if labels.size and labels.max() >= 10:
+        i = int(np.argmax(labels >= 10))
+        raise DataError(f"data: {labels_path} has label {labels[i]} at row {i}, expected 0..9; "
+                        f"{_REFETCH}")
+    return images, labels
+
+
+def _dims(shape) -> str:
+    return "x".join(map(str, shape))
+
+
+# ---------------------------------------------------------------- the IDX format
+
+def read_idx(path) -> np.ndarray:
+    """The uint8 array of an IDX file, gzipped or raw, validated; read-only, cached per process."""
+    path = Path(path)
+    try:
+        stat = path.stat()
+    except OSError as e:
+        raise DataError(f"data: cannot read {path}: {e.strerror}") from None
+    return _decode(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.cache
+def _decode(path: Path, mtime_ns: int, size: int) -> np.ndarray:
+    """read_idx's work; the file's mtime and size in the cache key make a rewritten file re-read."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise DataError(f"data: cannot read {path}: {e.strerror}") from None
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:
+            raise DataError(f"data: {path} is not a valid gzip file ({e}); {_REFETCH}") from None
+    if len(data) < 4:
+        raise DataError(f"data: {path} is truncated: {len(data)} bytes, no IDX header; {_REFETCH}")
+    if data[:2] != b"\0\0":
+        raise DataError(f"data: {path} is not an IDX file: magic 0x{data[:4].hex()}, expected "
+                        f"0x00000801 (labels) or 0x00000803 (images)")
+    code, ndim = data[2], data[3]
+    if code != 0x08:
+        raise DataError(f"data: {path} holds element type 0x{code:02x}, expected unsigned bytes "
+                        f"(0x08)")
+    if ndim not in (1, 3):
+        raise DataError(f"data: {path} has {ndim} dimensions, expected 1 (labels) or 3 (images)")
+    header = 4 + 4 * ndim
+    if len(data) < header:
+        raise DataError(f"data: {path} is truncated: {len(data)} bytes, shorter than its IDX "
+                        f"header; {_REFETCH}")
+    dims = struct.unpack(f">{ndim}I", data[4:header])
+    want, have = int(np.prod(dims)), len(data) - header
+    if have != want:
+        what = "truncated" if have < want else "too long"
+        raise DataError(f"data: {path} is {what}: header says {_dims(dims)} = {want} bytes, "
+                        f"file has {have}; {_REFETCH}")
+    return np.frombuffer(data, np.uint8, want, header).reshape(dims)  # dims, uint8, read-only
+
+
+# ---------------------------------------------------------------- finding and downloading
+
+def locate(name, data_dir=None) -> Path:
+    """The directory holding the data set's four files: data_dir, else the first complete one
+    of the search path (env vars, Debian's package, the cache), else the cache after a download."""
+    if name not in DATASETS:
+        raise DataError(f"data: unknown data set {name!r}; choose one of {', '.join(DATASETS)}")
+    if data_dir is not None:
+        directory = Path(data_dir).expanduser()
+        missing = [f"{stem}[.gz]" for stem in FILES if _find(directory, stem) is None]
+        if missing:
+            raise DataError(f"data: {directory} lacks {', '.join(missing)}")
+        return directory
+    searched = _search_dirs(name)
+    for directory in searched:
+        if all(_find(directory, stem) for stem in FILES):
+            return directory
+    return _download(name, searched[-1])
+
+
+def _search_dirs(name: str) -> list[Path]:
+    """Where to look, in order; the last one is the download cache."""
+    env = os.environ
+    dirs = [Path(env[var]) / name for var in ("AUTOGEMM_DATA_DIR", "DEVICE_DATA_DIR")
+            if env.get(var)]
+    if name == "mnist" and env.get("MNIST_DIR"):
+        dirs.insert(0, Path(env["MNIST_DIR"]))
+    if name in SYSTEM_DIRS:
+        dirs.append(SYSTEM_DIRS[name])
+    cache = Path(env.get("AUTOGEMM_CACHE") or "~/.cache/autogemm").expanduser()
+    return dirs + [cache / "data" / name]
+
+
+def _find(directory: Path, stem: str) -> Path | None:
+    """stem.gz or stem in directory, whichever exists (gzipped first)."""
+    for path in (directory / f"{stem}.gz", directory / stem):
+        if path.is_file():
+            return path
+    return None
+
+
+def _download(name: str, cache: Path) -> Path:
+    """Fetch the files missing from cache, trying each mirror in turn; return cache."""
+    mirror = os.environ.get("AUTOGEMM_DATA_MIRROR")
+    bases = (mirror,) if mirror else MIRRORS[name]
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DataError(f"data: cannot create the cache {cache}: {e.strerror}") from None
+    for stem in FILES:
+        if _find(cache, stem):
+            continue
+        for base in bases:
+            url = f"{base.rstrip('/')}/{stem}.gz"
+            try:
+                _fetch(url, cache / f"{stem}.gz", SHA256[name][f"{stem}.gz"])
+                break
+            except (OSError, ValueError, http.client.HTTPException) as e:  # URLError is an OSError
+                failure = f"{url}: {_reason(e)}"
+        else:
+            raise DataError(_not_found(name, cache, failure))
+    return cache
+
+
+def _fetch(url: str, dest: Path, expected: tuple[str, ...]) -> None:
+    """Download url to dest through a temp file beside it, renamed into place only if its
+    SHA-256 is expected; nothing is left behind otherwise."""
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    try:
+        digest = hashlib.sha256()
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
+            while chunk := response.read(1 << 20):
+                digest.update(chunk)
+                out.write(chunk)
+        if digest.hexdigest() not in expected:
+            raise DataError(f"data: {url} fails its checksum: sha256 {digest.hexdigest()}, "
+                            f"expected {' or '.join(expected)}; nothing was cached")
+        os.replace(tmp, dest)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def _reason(e: Exception) -> str:
+    if isinstance(e, urllib.error.HTTPError):
+        return f"HTTP {e.code} {e.reason}"
+    if isinstance(e, urllib.error.URLError):
+        return str(e.reason)
+    return str(e) or type(e).__name__
+
+
+def _not_found(name: str, cache: Path, failure: str) -> str:
+    """The one-line message for a data set neither found nor downloadable."""
+    files = ", ".join(f"{stem}.gz" for stem in FILES)
+    env = ("set MNIST_DIR=DIR" if name == "mnist"
+           else "set AUTOGEMM_DATA_DIR=DIR with the files in DIR/fashion-mnist, "
+                "or apt install dataset-fashion-mnist")
+    return (f"data: {name} is not on this machine and the download failed ({failure}); "
+            f"put {files} (gzipped or not) in {cache}, or pass --data-dir DIR, or {env}")
+
+
+# ---------------------------------------------------------------- command line
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        self.exit(2, f"error: {message}\n")  # one line, no usage block
+
+
+def main(argv=None) -> int:
+    parser = _Parser(prog="python -m nn.data", description="Find or download a data set, check "
+                     "it, and print where it is and its split sizes.")
+    parser.add_argument("--dataset", default="fashion-mnist",
+                        help=f"one of {', '.join(DATASETS)} (default: %(default)s)")
+    parser.add_argument("--data-dir", help="directory holding the four IDX files "
+                        "(default: search the usual places, then download)")
+    args = parser.parse_args(argv)
+    try:
+        ds = load_dataset(args.dataset, args.data_dir, dtype=np.float32)
+    except NNError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"{ds.name}: {ds.source} (train {len(ds.train.y)}, val {len(ds.val.y)}, "
+          f"test {len(ds.test.y)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

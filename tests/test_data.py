@@ -1,0 +1,315 @@
+"""nn.data: the real Fashion-MNIST, synthetic IDX files, the search path, and downloads from a
+local HTTP server (127.0.0.1 only)."""
+import functools
+import gzip
+import hashlib
+import http.server
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fake_idx import idx_bytes, write_dataset, write_idx
+from nn import data
+from nn.data import DataError, load_dataset, locate, read_idx
+
+ROOT = Path(__file__).resolve().parents[1]
+DEBIAN = Path("/usr/share/datasets/fashion-mnist")
+ENV_VARS = ("AUTOGEMM_DATA_DIR", "DEVICE_DATA_DIR", "MNIST_DIR", "AUTOGEMM_DATA_MIRROR",
+            "http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch, tmp_path):
+    """No data dirs or proxies from the environment; the download cache under tmp_path."""
+    for var in ENV_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AUTOGEMM_CACHE", str(tmp_path / "cache"))
+
+
+def assert_one_line_error(excinfo, path):
+    message = str(excinfo.value)
+    assert str(path) in message and "\n" not in message, message
+    return message
+
+
+# ---------------------------------------------------------------- the real data set
+
+@pytest.mark.skipif(not DEBIAN.is_dir(), reason="Debian's dataset-fashion-mnist is not installed")
+def test_real_fashion_mnist():
+    ds = load_dataset()
+    assert ds.source == str(DEBIAN) and ds.classes == 10
+    for split, n in ((ds.train, 54_000), (ds.val, 6_000), (ds.test, 10_000)):
+        assert split.x.shape == (n, 784) and split.x.dtype == np.float64
+        assert split.x.flags.c_contiguous and split.x.max() == 255
+        assert split.y.shape == (n,) and split.y.dtype == np.int64
+        assert set(np.unique(split.y)) == set(range(10))
+
+    small = load_dataset(scale="unit", dtype=np.float32, train_size=1_000)
+    assert small.train.x.shape == (1_000, 784) and small.train.x.dtype == np.float32
+    assert 0 <= small.train.x.min() and small.train.x.max() <= 1
+    np.testing.assert_allclose(small.val.x, ds.val.x / 255, rtol=1e-6)
+    np.testing.assert_array_equal(small.train.y, ds.train.y[:1_000])
+
+
+# ---------------------------------------------------------------- IDX files
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_read_idx_round_trip(tmp_path, gz):
+    rng = np.random.default_rng(1)
+    images = rng.integers(0, 256, (7, 28, 28), dtype=np.uint8)  # (7, 28, 28) uint8
+    labels = rng.integers(0, 10, 7, dtype=np.uint8)  # (7,) uint8
+    for name, array in (("images", images), ("labels", labels)):
+        got = read_idx(write_idx(tmp_path / name, array, gz))
+        np.testing.assert_array_equal(got, array)
+        assert got.dtype == np.uint8 and not got.flags.writeable
+
+
+def test_read_idx_caches_and_sees_rewrites(tmp_path):
+    path = write_idx(tmp_path / "labels.gz", np.arange(5, dtype=np.uint8))
+    assert read_idx(path) is read_idx(path)
+    write_idx(path, np.arange(6, dtype=np.uint8))
+    assert len(read_idx(path)) == 6
+
+
+def corrupt_gzip(raw: bytes) -> bytes:
+    packed = bytearray(gzip.compress(raw, mtime=0))
+    packed[len(packed) // 2] ^= 0xFF
+    return bytes(packed)
+
+
+IMAGES = np.zeros((3, 28, 28), np.uint8)
+BAD_FILES = {  # name: (file bytes, words the message must hold)
+    "truncated": (idx_bytes(IMAGES)[:-10],
+                  "truncated: header says 3x28x28 = 2352 bytes, file has 2342"),
+    "too long": (idx_bytes(IMAGES) + b"\0", "too long"),
+    "wrong magic": (b"\x12\x34" + idx_bytes(IMAGES)[2:], "not an IDX file"),
+    "wrong dtype": (idx_bytes(IMAGES, code=0x0D), "element type 0x0d"),
+    "two dims": (idx_bytes(IMAGES[0]), "2 dimensions"),
+    "empty": (b"", "truncated"),
+    "corrupt gzip": (corrupt_gzip(idx_bytes(IMAGES)), "not a valid gzip file"),
+    "cut gzip": (gzip.compress(idx_bytes(IMAGES))[:-20], "not a valid gzip file"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_FILES)
+def test_read_idx_rejects(tmp_path, case):
+    content, words = BAD_FILES[case]
+    path = tmp_path / "train-images-idx3-ubyte.gz"
+    path.write_bytes(content)
+    with pytest.raises(DataError) as excinfo:
+        read_idx(path)
+    assert words in assert_one_line_error(excinfo, path)
+
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_read_idx_gzip_detected_by_content(tmp_path, gz):
+    path = tmp_path / "labels.bin"  # no .gz suffix either way
+    np.testing.assert_array_equal(read_idx(write_idx(path, np.arange(4, dtype=np.uint8), gz)),
+                                  np.arange(4))
+
+
+# ---------------------------------------------------------------- data sets from a directory
+
+@pytest.fixture(scope="module")
+def fake_dir(tmp_path_factory):
+    """A fake data set: 6,100 training rows (100 train + 6,000 val), 50 test rows, gzipped."""
+    return write_dataset(tmp_path_factory.mktemp("fake"), n_train=6_100, n_test=50)
+
+
+def test_load_synthetic_split(fake_dir):
+    images = read_idx(fake_dir / "train-images-idx3-ubyte.gz")
+    ds = load_dataset("mnist", fake_dir, scale="unit", dtype=np.float32, train_size=40)
+    assert (len(ds.train.y), len(ds.val.y), len(ds.test.y)) == (40, 6_000, 50)
+    assert ds.source == str(fake_dir) and ds.name == "mnist"
+    np.testing.assert_array_equal(ds.train.x, images[:40].reshape(40, 784) / np.float32(255))
+    np.testing.assert_array_equal(ds.val.x * 255, images[100:].reshape(6_000, 784))
+    np.testing.assert_array_equal(ds.val.y, np.arange(100, 6_100) % 10)
+    assert ds.train.x.flags.c_contiguous and ds.val.x.flags.c_contiguous
+    assert load_dataset("mnist", fake_dir).train.x.shape == (100, 784)
+
+
+def test_load_raw_files(tmp_path):
+    write_dataset(tmp_path, n_train=6_010, n_test=5, gz=False)
+    ds = load_dataset("fashion-mnist", tmp_path)
+    assert ds.train.x.shape == (10, 784) and ds.train.x.max() > 1
+
+
+@pytest.mark.parametrize("case,words", [
+    ("labels >= 10", "has label 12 at row 3"),
+    ("count mismatch", "holds 50 images but"),
+    ("not 28x28", "expected N x 28 x 28 images"),
+])
+def test_load_rejects_bad_pair(tmp_path, fake_dir, case, words):
+    shutil.copytree(fake_dir, tmp_path, dirs_exist_ok=True)
+    labels = np.zeros(50, np.uint8)  # (50,) uint8
+    if case == "labels >= 10":
+        labels[3] = 12
+        bad = write_idx(tmp_path / "t10k-labels-idx1-ubyte.gz", labels)
+    elif case == "count mismatch":
+        bad = write_idx(tmp_path / "t10k-labels-idx1-ubyte.gz", labels[:49])
+    else:
+        bad = write_idx(tmp_path / "t10k-images-idx3-ubyte.gz", np.zeros((50, 32, 32), np.uint8))
+    with pytest.raises(DataError) as excinfo:
+        load_dataset("mnist", tmp_path)
+    assert words in assert_one_line_error(excinfo, bad)
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(name="nope"), dict(scale="std"), dict(dtype=np.int32), dict(dtype="nonsense"),
+    dict(train_size=0), dict(train_size=101), dict(train_size=2.5),
+])
+def test_load_rejects_arguments(fake_dir, kwargs):
+    with pytest.raises(DataError) as excinfo:
+        load_dataset(**{"name": "mnist", "data_dir": fake_dir, **kwargs})
+    assert "\n" not in str(excinfo.value)
+
+
+# ---------------------------------------------------------------- the search path
+
+def test_locate_order(tmp_path, fake_dir, monkeypatch):
+    system = write_dataset(tmp_path / "system", n_train=1, n_test=1)
+    monkeypatch.setitem(data.SYSTEM_DIRS, "fashion-mnist", system)
+    assert locate("fashion-mnist") == system
+
+    device = write_dataset(tmp_path / "device" / "fashion-mnist", n_train=1, n_test=1)
+    monkeypatch.setenv("DEVICE_DATA_DIR", str(device.parent))
+    assert locate("fashion-mnist") == device
+
+    ours = write_dataset(tmp_path / "ours" / "fashion-mnist", n_train=1, n_test=1, gz=False)
+    monkeypatch.setenv("AUTOGEMM_DATA_DIR", str(ours.parent))
+    assert locate("fashion-mnist") == ours
+    assert locate("fashion-mnist", fake_dir) == fake_dir
+
+    (ours / "t10k-labels-idx1-ubyte").unlink()  # incomplete: skipped
+    assert locate("fashion-mnist") == device
+
+
+def test_locate_mnist_dir_first(tmp_path, fake_dir, monkeypatch):
+    cache = write_dataset(tmp_path / "cache" / "data" / "mnist", n_train=1, n_test=1)
+    assert locate("mnist") == cache
+    monkeypatch.setenv("AUTOGEMM_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("MNIST_DIR", str(fake_dir))
+    assert locate("mnist") == fake_dir
+
+
+def test_locate_data_dir_must_be_complete(tmp_path):
+    write_dataset(tmp_path, n_train=1, n_test=1)
+    (tmp_path / "train-labels-idx1-ubyte.gz").unlink()
+    with pytest.raises(DataError) as excinfo:
+        locate("mnist", tmp_path)
+    assert "lacks train-labels-idx1-ubyte[.gz]" in assert_one_line_error(excinfo, tmp_path)
+
+
+# ---------------------------------------------------------------- downloads (127.0.0.1 only)
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch):
+    """A local HTTP server of a small fake mnist, its SHA256 entry patched to match; yields
+    (served dir, base URL)."""
+    served = write_dataset(tmp_path / "served", n_train=20, n_test=5)
+    monkeypatch.setitem(data.SHA256, "mnist", {
+        p.name: (hashlib.sha256(p.read_bytes()).hexdigest(),) for p in served.iterdir()})
+    handler = functools.partial(QuietHandler, directory=str(served))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield served, f"http://127.0.0.1:{httpd.server_address[1]}/"
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join()
+
+
+@pytest.fixture
+def closed_url():
+    """A URL on 127.0.0.1 that refuses connections."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/"
+
+
+def cache_files(tmp_path):
+    return sorted(p.name for p in (tmp_path / "cache" / "data" / "mnist").iterdir())
+
+
+def test_download_verifies_and_caches(tmp_path, server, monkeypatch):
+    served, url = server
+    monkeypatch.setenv("AUTOGEMM_DATA_MIRROR", url)
+    cache = locate("mnist")
+    assert cache == tmp_path / "cache" / "data" / "mnist"
+    assert cache_files(tmp_path) == sorted(f"{stem}.gz" for stem in data.FILES)
+    for p in served.iterdir():
+        assert (cache / p.name).read_bytes() == p.read_bytes()
+    shutil.rmtree(served)  # the cache is used from now on
+    assert locate("mnist") == cache
+
+
+def test_download_tries_mirrors_in_turn(tmp_path, server, closed_url, monkeypatch):
+    monkeypatch.setitem(data.MIRRORS, "mnist", (closed_url, server[1]))
+    assert locate("mnist") == tmp_path / "cache" / "data" / "mnist"
+    assert len(cache_files(tmp_path)) == 4
+
+
+def test_download_rejects_bad_checksum(tmp_path, server, monkeypatch):
+    served, url = server
+    monkeypatch.setenv("AUTOGEMM_DATA_MIRROR", url)
+    bad = served / "t10k-images-idx3-ubyte.gz"
+    expected = data.SHA256["mnist"][bad.name][0]
+    bad.write_bytes(bad.read_bytes() + b"\0")  # one byte too many
+    with pytest.raises(DataError) as excinfo:
+        locate("mnist")
+    message = assert_one_line_error(excinfo, f"{url}{bad.name}")
+    assert expected in message and hashlib.sha256(bad.read_bytes()).hexdigest() in message
+    assert bad.name not in cache_files(tmp_path)
+    assert not [name for name in cache_files(tmp_path) if name.startswith(".")]  # no temp file
+
+
+def test_download_404(tmp_path, server, monkeypatch):
+    served, url = server
+    monkeypatch.setenv("AUTOGEMM_DATA_MIRROR", url)
+    (served / "train-labels-idx1-ubyte.gz").unlink()
+    with pytest.raises(DataError) as excinfo:
+        locate("mnist")
+    assert "HTTP 404" in assert_one_line_error(excinfo, f"{url}train-labels-idx1-ubyte.gz")
+    assert cache_files(tmp_path) == ["train-images-idx3-ubyte.gz"]
+
+
+def test_mnist_offline_says_where_to_put_files(tmp_path, closed_url, monkeypatch):
+    monkeypatch.setenv("AUTOGEMM_DATA_MIRROR", closed_url)
+    with pytest.raises(DataError) as excinfo:
+        load_dataset("mnist")
+    message = assert_one_line_error(excinfo, tmp_path / "cache" / "data" / "mnist")
+    for stem in data.FILES:
+        assert f"{stem}.gz" in message
+    assert "--data-dir" in message and "MNIST_DIR" in message
+
+
+# ---------------------------------------------------------------- command line
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "nn.data", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_cli_bad_dataset():
+    result = run_cli("--dataset", "nope")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    assert "Traceback" not in result.stderr
+
+
+def test_cli_reports_sizes(fake_dir):
+    result = run_cli("--dataset", "mnist", "--data-dir", str(fake_dir))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"mnist: {fake_dir} (train 100, val 6000, test 50)\n"
