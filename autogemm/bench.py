@@ -1,0 +1,69 @@
+"""Benchmark: autogemm's default and best-known configs against cuBLAS, one process, one timer."""
+from dataclasses import dataclass
+
+import numpy as np
+
+from autogemm.gemm import plan_gemm
+from autogemm.shapes import Shape
+from autogemm.timing import Timing, time_gpu
+from autogemm.verify import compare, reference_gemm
+
+
+@dataclass
+class Row:
+    shape: Shape
+    variant: str          # "default", "tuned", "naive", "cublas"
+    kernel: str
+    timing: Timing | None
+    gflops: float
+    error: str = ""       # why the variant has no time (failed check, ...)
+
+
+def _inputs(shape: Shape, dtype, seed: int = 0):
+    import cupy
+
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((shape.k, shape.m) if shape.trans_a else (shape.m, shape.k)).astype(dtype)
+    b = rng.standard_normal((shape.n, shape.k) if shape.trans_b else (shape.k, shape.n)).astype(dtype)
+    return a, b, cupy.asarray(a), cupy.asarray(b)
+
+
+def cublas_gemm(a, b, out, shape: Shape):
+    import cupy.cublas
+
+    return cupy.cublas.gemm("T" if shape.trans_a else "N", "T" if shape.trans_b else "N", a, b, out=out)
+
+
+def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, reps: int = 50,
+                naive: bool = False) -> list[Row]:
+    """Time each variant on `shape` after checking its output against float64 NumPy."""
+    import cupy
+
+    configs = dict(configs or {})
+    host_a, host_b, a, b = _inputs(shape, dtype)
+    value, magnitude = reference_gemm(host_a, host_b, trans_a=shape.trans_a, trans_b=shape.trans_b)
+    flops = 2 * shape.m * shape.n * shape.k
+    out = cupy.empty((shape.m, shape.n), dtype=dtype)
+    variants = [("default", "gemm", None)]
+    variants += [(name, "gemm", cfg) for name, cfg in configs.items()]
+    if naive:
+        variants.append(("naive", "gemm_naive", None))
+    rows = []
+    for variant, fam, cfg in variants:
+        run = plan_gemm(a, b, out, trans_a=shape.trans_a, trans_b=shape.trans_b, config=cfg,
+                        kernel_family=fam)
+        kernel = run.instance.name
+        out.fill(np.nan)
+        run()
+        verdict = compare(cupy.asnumpy(out), value, magnitude, shape.k, dtype)
+        if not verdict.ok:
+            rows.append(Row(shape, variant, kernel, None, 0.0, verdict.describe()))
+            continue
+        t = time_gpu(run, reps=reps)
+        rows.append(Row(shape, variant, kernel, t, t.gflops(flops)))
+    out.fill(np.nan)
+    cublas_gemm(a, b, out, shape)
+    verdict = compare(cupy.asnumpy(out), value, magnitude, shape.k, dtype)
+    t = time_gpu(lambda: cublas_gemm(a, b, out, shape), reps=reps)
+    rows.append(Row(shape, "cublas", "cublas", t, t.gflops(flops), "" if verdict.ok else verdict.describe()))
+    return rows

@@ -1,0 +1,39 @@
+"""Compiling rendered kernels with cupy.RawModule (NVRTC), cached in-process by source and options."""
+import re
+
+from autogemm.errors import CompileError
+from autogemm.family import Instance
+
+OPTIONS = ("--std=c++17",)
+_cache: dict[tuple, object] = {}
+
+
+def load(instance: Instance, options: tuple[str, ...] = OPTIONS):
+    """The cupy.RawKernel of `instance` on the current device, compiling it on first use."""
+    import cupy
+
+    key = (instance.source_hash, options, cupy.cuda.Device().id)
+    kernel = _cache.get(key)
+    if kernel is None:
+        try:
+            module = cupy.RawModule(code=instance.source, options=options)
+            kernel = module.get_function(instance.name)
+            kernel.compile()  # force NVRTC now, so errors surface here, not at the first launch
+        except cupy.cuda.compiler.CompileException as exc:
+            raise CompileError(f"{instance.name}: NVRTC failed: {describe(exc, instance.source)}") from None
+        if instance.geometry.smem_bytes > 48 * 1024:
+            kernel.max_dynamic_shared_size_bytes = instance.geometry.smem_bytes
+        _cache[key] = kernel
+    return kernel
+
+
+def describe(exc: Exception, source: str) -> str:
+    """The first compiler error with the rendered line it points at, on one line."""
+    log = str(exc)
+    match = re.search(r"\((\d+)\): (error.*)", log)
+    if not match:
+        return log.strip().splitlines()[0] if log.strip() else type(exc).__name__
+    line = int(match.group(1))
+    lines = source.splitlines()
+    text = lines[line - 1].strip() if 0 < line <= len(lines) else "?"
+    return f"line {line}: {match.group(2).strip()} | {text}"

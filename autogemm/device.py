@@ -1,0 +1,53 @@
+"""What autogemm needs to know about a GPU, read from CuPy, with the H100 as the offline default."""
+import functools
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    name: str
+    compute_capability: str        # "9.0"
+    sm_count: int
+    smem_per_block: int            # bytes a block may opt in to
+    regs_per_block: int
+    max_threads_per_block: int
+    l2_bytes: int
+
+    @property
+    def slug(self) -> str:
+        """File-name form of the model: 'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3'."""
+        return re.sub(r"[^a-z0-9]+", "-", self.name.lower()).strip("-")
+
+
+# Used where no GPU is present (constraint checks and compile tests on the CPU).
+H100 = DeviceInfo("NVIDIA H100 80GB HBM3", "9.0", 132, 232448, 65536, 1024, 52428800)
+
+
+def current() -> DeviceInfo:
+    """The current CuPy device."""
+    import cupy
+
+    dev = cupy.cuda.Device()
+    props = cupy.cuda.runtime.getDeviceProperties(dev.id)
+    return DeviceInfo(
+        name=props["name"].decode(),
+        compute_capability=f"{props['major']}.{props['minor']}",
+        sm_count=props["multiProcessorCount"],
+        smem_per_block=props["sharedMemPerBlockOptin"],
+        regs_per_block=props["regsPerBlock"],
+        max_threads_per_block=props["maxThreadsPerBlock"],
+        l2_bytes=props["l2CacheSize"],
+    )
+
+
+@functools.cache
+def _info(device_id: int) -> DeviceInfo:
+    return current()
+
+
+def this_device() -> DeviceInfo:
+    """DeviceInfo of the current CuPy device, read once per device."""
+    import cupy
+
+    return _info(cupy.cuda.Device().id)

@@ -1,0 +1,111 @@
+"""Entry points of the elementwise, softmax + cross-entropy and column-sum families (CuPy arrays)."""
+import numpy as np
+
+from autogemm import compile as compiler
+from autogemm.device import this_device
+from autogemm.errors import BadArguments
+from autogemm.family import prepare
+from kernels import colsum as colsum_family
+from kernels import elementwise as ew_family
+from kernels import softmax_xent as sx_family
+
+
+def _scalar(dtype):
+    return np.float32 if dtype == np.float32 else np.float64
+
+
+def _contiguous(x, what: str):
+    import cupy
+
+    if not isinstance(x, cupy.ndarray) or not x.flags.c_contiguous or x.dtype not in (np.float32, np.float64):
+        raise BadArguments(f"{what} must be a C-contiguous float32 or float64 cupy array")
+    return x
+
+
+def _aligned(*arrays) -> int:
+    for width in (4, 2):
+        if all(x.data.ptr % (width * x.itemsize) == 0 for x in arrays):
+            return width
+    return 1
+
+
+def _run(name, problem, args, config):
+    inst = prepare(name, problem, config, this_device())
+    g = inst.geometry
+    compiler.load(inst)(g.grid, g.block, args, shared_mem=g.smem_bytes)
+
+
+def elementwise(op: str, out, x, y=None, s0=0.0, s1=0.0, config=None):
+    """out = op(x, y) over a (rows, cols) array; see kernels/elementwise.py for the ops."""
+    _contiguous(out, "out")
+    _contiguous(x, "x")
+    if x.shape != out.shape or x.dtype != out.dtype or out.ndim != 2:
+        raise BadArguments(f"{op}: x and out must be 2-D of one shape and dtype, got {x.shape} and {out.shape}")
+    rows, cols = out.shape
+    arrays = [out, x]
+    if op in ew_family.ROW_OPS:
+        if y is None or y.shape != (cols,) or y.dtype != out.dtype:
+            raise BadArguments(f"{op}: needs a bias of shape ({cols},) and dtype {out.dtype}")
+        _contiguous(y, "bias")
+    elif op != "sgd":
+        if y is None or y.shape != out.shape or y.dtype != out.dtype:
+            raise BadArguments(f"{op}: needs the saved activation of shape {out.shape}")
+        arrays.append(_contiguous(y, "activation"))
+    problem = ew_family.Problem(op, rows, cols, str(out.dtype), _aligned(*arrays))
+    s = _scalar(out.dtype)
+    _run("elementwise", problem, (out, x, y if y is not None else np.uint64(0),
+                                  np.int64(rows * cols), np.int32(cols), s(s0), s(s1)), config)
+    return out
+
+
+def bias_activation(z, bias, activation=None, out=None, config=None):
+    """out = act(z + bias[None, :]); activation None, "sigmoid" or "relu"."""
+    import cupy
+
+    out = cupy.empty_like(z) if out is None else out
+    return elementwise("bias" if activation is None else f"bias_{activation}", out, z, bias, config=config)
+
+
+def activation_grad(g, a, activation, out=None, config=None):
+    """out = g * act'(.) expressed through the saved activation output a."""
+    import cupy
+
+    out = cupy.empty_like(g) if out is None else out
+    return elementwise(f"d{activation}", out, g, a, config=config)
+
+
+def sgd_update(w, grad, lr, reg=0.0, config=None):
+    """w -= lr * (grad + reg * w), in place."""
+    return elementwise("sgd", w, grad, None, lr, reg, config=config)
+
+
+def softmax_xent(z, labels, grad, scale, loss_acc, config=None):
+    """grad = (softmax(z) - onehot(labels)) * scale; loss_acc[0] += summed cross-entropy."""
+    _contiguous(z, "z")
+    _contiguous(grad, "grad")
+    rows, cols = z.shape
+    if grad.shape != z.shape or labels.shape != (rows,) or labels.dtype != np.int32:
+        raise BadArguments(f"softmax_xent: z and grad must be ({rows}, {cols}) and labels ({rows},) int32")
+    if loss_acc.dtype != z.dtype or loss_acc.size < 1:
+        raise BadArguments(f"softmax_xent: loss_acc must be a {z.dtype} array of at least one element")
+    problem = sx_family.Problem(rows, cols, str(z.dtype))
+    _run("softmax_xent", problem, (z, labels, grad, loss_acc, np.int32(rows), np.int32(cols),
+                                   _scalar(z.dtype)(scale)), config)
+    return grad
+
+
+def column_sums(g, out=None, alpha=1.0, beta=0.0, config=None):
+    """out[j] = alpha * sum_i g[i, j] + beta * out[j] (beta = 1, alpha = -lr: the bias SGD step)."""
+    import cupy
+
+    if not isinstance(g, cupy.ndarray) or g.ndim != 2 or (g.shape[1] > 1 and g.strides[1] != g.itemsize):
+        raise BadArguments("column_sums: g must be a row-major 2-D cupy array")
+    rows, cols = g.shape
+    out = cupy.zeros(cols, dtype=g.dtype) if out is None else out
+    if out.shape != (cols,) or out.dtype != g.dtype:
+        raise BadArguments(f"column_sums: out must have shape ({cols},) and dtype {g.dtype}")
+    s = _scalar(g.dtype)
+    problem = colsum_family.Problem(rows, cols, str(g.dtype))
+    _run("colsum", problem, (g, out, np.int32(rows), np.int32(cols),
+                             np.int32(g.strides[0] // g.itemsize), s(alpha), s(beta)), config)
+    return out

@@ -1,0 +1,17 @@
+"""Errors autogemm shows to users: each message is one line saying what, where, and what to do."""
+
+
+class AutogemmError(Exception):
+    """Base class; the CLI prints ``error: <message>`` and exits with status 2."""
+
+
+class InvalidConfig(AutogemmError):
+    """A config with unknown keys, out-of-space values, or one that cannot run on this problem."""
+
+
+class CompileError(AutogemmError):
+    """NVRTC rejected a rendered kernel; the message quotes the offending source lines."""
+
+
+class BadArguments(AutogemmError):
+    """Arrays or scalars that do not fit the call (shapes, dtypes, layouts, aliasing)."""

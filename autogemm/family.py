@@ -1,0 +1,172 @@
+"""Kernel families: a template, its declared space, and the checks every value passes before rendering.
+
+A tuned file or a user's `config=` is data: its values must be members of the declared choices,
+of the same type, before anything reaches Jinja, so no string can inject source into a kernel.
+"""
+import functools
+import hashlib
+import importlib
+import itertools
+import random
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from autogemm.device import DeviceInfo
+from autogemm.errors import InvalidConfig
+from autogemm.render import render, template_hash
+from kernels import Geometry
+
+FAMILIES = ("gemm", "gemm_naive", "elementwise", "softmax_xent", "colsum")
+
+
+class Config(Mapping):
+    """An immutable, hashable parameter assignment with attribute access (cfg.bm)."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: Mapping):
+        object.__setattr__(self, "_values", dict(values))
+
+    def __getattr__(self, name):
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __getitem__(self, key):
+        return self._values[key]
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __len__(self):
+        return len(self._values)
+
+    def __hash__(self):
+        return hash(tuple(sorted(self._values.items())))
+
+    def __repr__(self):
+        return "Config(" + ", ".join(f"{k}={v!r}" for k, v in self._values.items()) + ")"
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One rendered kernel: its name is the compiled symbol, the cache key and the log name."""
+
+    family: str
+    name: str
+    source: str
+    geometry: Geometry
+    config: Config
+
+    @property
+    def source_hash(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()
+
+
+class Family:
+    def __init__(self, name: str):
+        self.name = name
+        self.module = importlib.import_module(f"kernels.{name}")
+        self.params: dict[str, tuple] = self.module.PARAMS
+        self.constraints = self.module.CONSTRAINTS
+        self.Problem = self.module.Problem
+
+    @property
+    def template_hash(self) -> str:
+        return template_hash(self.module.TEMPLATE)
+
+    # ---- checking ------------------------------------------------------------------------
+    def config(self, values: Mapping, where: str = "config") -> Config:
+        """`values` as a Config, if every key is a parameter and every value one of its choices."""
+        if not isinstance(values, Mapping):
+            raise InvalidConfig(f"{where}: expected a mapping of {self.name} parameters, got {type(values).__name__}")
+        unknown = sorted(set(values) - set(self.params), key=str)
+        if unknown:
+            raise InvalidConfig(f"{where}: unknown {self.name} parameter(s) {', '.join(map(repr, unknown))}; "
+                                f"known: {', '.join(self.params)}")
+        missing = [k for k in self.params if k not in values]
+        if missing:
+            raise InvalidConfig(f"{where}: missing {self.name} parameter(s) {', '.join(missing)}")
+        for key, choices in self.params.items():
+            value = values[key]
+            # type() equality, not isinstance: True is not 1, 4.0 is not 4, "4" is not 4.
+            if not any(type(value) is type(c) and value == c for c in choices):
+                raise InvalidConfig(f"{where}: {key}={value!r} is not in the {self.name} space "
+                                    f"(choices: {', '.join(map(repr, choices))})")
+        return Config({k: values[k] for k in self.params})
+
+    def violations(self, cfg: Config, problem, device: DeviceInfo) -> list[str]:
+        """Messages of the constraints `cfg` breaks on this problem and device (empty: it can run)."""
+        return [message for message, ok in self.constraints if not ok(cfg, problem, device)]
+
+    def validate(self, values: Mapping, problem, device: DeviceInfo, where: str = "config") -> Config:
+        cfg = self.config(values, where)
+        broken = self.violations(cfg, problem, device)
+        if broken:
+            raise InvalidConfig(f"{where}: {self.instance_name(cfg, problem)} cannot run: {broken[0]}")
+        return cfg
+
+    # ---- choosing ------------------------------------------------------------------------
+    def default(self, problem, device: DeviceInfo) -> Config:
+        """The first valid config of the family's untuned candidates."""
+        for values in self.module.default_candidates(problem, device):
+            cfg = self.config(values, "default")
+            if not self.violations(cfg, problem, device):
+                return cfg
+        raise InvalidConfig(f"{self.name}: no default config fits {problem} on {device.name}")
+
+    def all_configs(self) -> Iterator[Config]:
+        """Every point of the space, valid or not (filter with `violations`)."""
+        for values in itertools.product(*self.params.values()):
+            yield Config(dict(zip(self.params, values)))
+
+    def sample(self, problem, device: DeviceInfo, count: int, seed: int = 0) -> list[Config]:
+        """Up to `count` distinct valid configs drawn at random (rejection sampling)."""
+        rng = random.Random(seed)
+        found: dict[Config, None] = {}
+        for _ in range(count * 200):
+            cfg = Config({k: rng.choice(v) for k, v in self.params.items()})
+            if cfg not in found and not self.violations(cfg, problem, device):
+                found[cfg] = None
+                if len(found) == count:
+                    break
+        return list(found)
+
+    # ---- rendering -----------------------------------------------------------------------
+    def instance_name(self, cfg: Config, problem) -> str:
+        return self.module.instance_name(cfg, problem)
+
+    def instance(self, cfg: Config, problem) -> Instance:
+        """Render `cfg` (already checked) for `problem`."""
+        name = self.instance_name(cfg, problem)
+        args = self.module.template_args(cfg, problem)
+        source = render(self.module.TEMPLATE, name=name, **args)
+        return Instance(self.name, name, source, self.module.geometry(cfg, problem), cfg)
+
+    def flops(self, problem) -> int:
+        return self.module.flops(problem)
+
+
+@functools.cache
+def family(name: str) -> Family:
+    if name not in FAMILIES:
+        raise InvalidConfig(f"unknown kernel family {name!r}; known: {', '.join(FAMILIES)}")
+    return Family(name)
+
+
+_instances: dict[tuple, Instance] = {}
+
+
+def prepare(family_name: str, problem, config: Mapping | None, device: DeviceInfo) -> Instance:
+    """The rendered kernel for `problem`: `config` checked against the space, else the default.
+
+    Cached per (family, problem, config), so the hot path of a repeated call is one dict lookup.
+    """
+    key = (family_name, problem, Config(config) if config is not None else None, device)
+    inst = _instances.get(key)
+    if inst is None:
+        fam = family(family_name)
+        cfg = fam.validate(config, problem, device) if config is not None else fam.default(problem, device)
+        inst = _instances[key] = fam.instance(cfg, problem)
+    return inst

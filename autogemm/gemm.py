@@ -1,0 +1,153 @@
+"""`autogemm.gemm`: D = epi(alpha * op(A) @ op(B) + beta * C) with a generated kernel.
+
+Arrays are CuPy, row-major, any leading dimension (unit stride along rows). The config is the one
+given, else the best known for this shape on this GPU, else the family's sound default.
+"""
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from autogemm import compile as compiler
+from autogemm.device import this_device
+from autogemm.errors import BadArguments
+from autogemm.family import Instance, prepare
+from kernels.gemm import EPILOGUES, Problem
+
+_scratch: dict[tuple, object] = {}
+
+
+def leading_dim(x, what: str) -> int:
+    """Leading dimension (elements) of a row-major 2-D array; BadArguments for other layouts."""
+    if x.ndim != 2:
+        raise BadArguments(f"gemm: {what} must be 2-D, got shape {x.shape}")
+    item = x.itemsize
+    if x.shape[1] > 1 and x.strides[1] != item:
+        raise BadArguments(f"gemm: {what} must have unit stride along rows (row-major); "
+                           f"got strides {x.strides}: pass cupy.ascontiguousarray({what})")
+    ld = x.strides[0] // item if x.shape[0] > 1 else x.shape[1]
+    if x.strides[0] % item or ld < x.shape[1]:
+        raise BadArguments(f"gemm: {what} has strides {x.strides} that are not a row-major layout")
+    return max(ld, 1)
+
+
+def vector_width(x, ld: int) -> int:
+    """Widest vector (1, 2, 4 elements, at most 16 bytes) that x's pointer and rows allow."""
+    for width in (4, 2):
+        if width * x.itemsize <= 16 and x.data.ptr % (width * x.itemsize) == 0 and ld % width == 0:
+            return width
+    return 1
+
+
+def _span(x) -> tuple[int, int]:
+    return x.data.ptr, x.data.ptr + ((x.shape[0] - 1) * x.strides[0] + x.shape[1] * x.itemsize)
+
+
+def _overlaps(x, y) -> bool:
+    (a0, a1), (b0, b1) = _span(x), _span(y)
+    return a0 < b1 and b0 < a1
+
+
+def _scratch_buffer(kind: str, dtype, size: int):
+    """Per-device, per-stream scratch that only grows; counters start (and stay) at zero."""
+    import cupy
+
+    key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, kind, np.dtype(dtype).str)
+    buf = _scratch.get(key)
+    if buf is None or buf.size < size:
+        buf = cupy.zeros(max(size, 1), dtype=dtype)
+        _scratch[key] = buf
+    return buf
+
+
+def gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,
+         epilogue=None, bias=None, aux=None, config: Mapping | None = None, kernel_family="gemm"):
+    """out = epi(alpha * op(a) @ op(b) + beta * c); returns `out` (allocated when None).
+
+    op(x) is x.T when trans_x. With beta != 0 and no `c`, `out` is C (in place, BLAS style).
+    epilogue: None, "bias", "bias_sigmoid", "bias_relu" (need `bias`, shape (N,)), or
+    "dsigmoid", "drelu" (need `aux`, shape (M, N): the saved activation output).
+    """
+    call = plan_gemm(a, b, out, alpha, beta, trans_a, trans_b, c, epilogue, bias, aux, config, kernel_family)
+    call()
+    return call.out
+
+
+@dataclass
+class GemmCall:
+    """A checked GEMM with its kernel and arguments bound: calling it only launches."""
+
+    instance: Instance
+    out: object
+    args: tuple
+
+    def __call__(self):
+        g = self.instance.geometry
+        compiler.load(self.instance)(g.grid, g.block, self.args, shared_mem=g.smem_bytes)
+
+
+def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,
+              epilogue=None, bias=None, aux=None, config: Mapping | None = None,
+              kernel_family="gemm") -> GemmCall:
+    """Check the arguments of `gemm`, choose and render its kernel, bind the launch arguments."""
+    import cupy
+
+    for name, x in (("a", a), ("b", b)):
+        if not isinstance(x, cupy.ndarray):
+            raise BadArguments(f"gemm: {name} must be a cupy.ndarray, got {type(x).__name__}")
+    if a.dtype != b.dtype or a.dtype not in (np.float32, np.float64):
+        raise BadArguments(f"gemm: a and b must both be float32 or both float64, got {a.dtype} and {b.dtype}")
+    if epilogue not in EPILOGUES:
+        raise BadArguments(f"gemm: epilogue {epilogue!r} is not one of {', '.join(map(str, EPILOGUES[1:]))}")
+    lda, ldb = leading_dim(a, "a"), leading_dim(b, "b")
+    m, k = (a.shape[1], a.shape[0]) if trans_a else a.shape
+    k2, n = (b.shape[1], b.shape[0]) if trans_b else b.shape
+    if k != k2:
+        raise BadArguments(f"gemm: op(a) is {m}x{k} but op(b) is {k2}x{n}: inner sizes differ")
+    if out is None:
+        out = cupy.empty((m, n), dtype=a.dtype)
+    use_c = beta != 0
+    if use_c and c is None:
+        c = out
+    operands = {"out": out, "c": c if use_c else None, "aux": aux}
+    for name, x in operands.items():
+        if x is None:
+            continue
+        if not isinstance(x, cupy.ndarray) or x.shape != (m, n) or x.dtype != a.dtype:
+            raise BadArguments(f"gemm: {name} must be a {a.dtype} cupy array of shape ({m}, {n}), "
+                               f"got {getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
+    for x, name in ((a, "a"), (b, "b")):
+        if _overlaps(out, x):
+            raise BadArguments(f"gemm: out overlaps {name}; only c may be the same array as out")
+    if use_c and c is not out and _overlaps(out, c):
+        raise BadArguments("gemm: out partially overlaps c; pass the same array or disjoint ones")
+    needs_bias = epilogue in ("bias", "bias_sigmoid", "bias_relu")
+    if needs_bias and (bias is None or bias.shape != (n,) or bias.dtype != a.dtype
+                       or (n > 1 and bias.strides[0] != bias.itemsize)):
+        raise BadArguments(f"gemm: epilogue {epilogue} needs a contiguous {a.dtype} bias of shape ({n},)")
+    if epilogue in ("dsigmoid", "drelu") and aux is None:
+        raise BadArguments(f"gemm: epilogue {epilogue} needs aux, the saved activation of shape ({m}, {n})")
+
+    ldd = leading_dim(out, "out")
+    ldc = leading_dim(c, "c") if use_c else ldd
+    ldaux = leading_dim(aux, "aux") if aux is not None else ldd
+    vec_out = min(vector_width(x, leading_dim(x, name)) for name, x in operands.items() if x is not None)
+    problem = Problem(m, n, k, str(a.dtype), bool(trans_a), bool(trans_b), epilogue, use_c,
+                      vector_width(a, lda), vector_width(b, ldb), vec_out)
+    instance = prepare(kernel_family, problem, config, this_device())
+    args = launch_args(instance, a, b, c if use_c else out, out, bias, aux,
+                       (m, n, k, lda, ldb, ldc, ldd, ldaux), alpha, beta)
+    return GemmCall(instance, out, args)
+
+
+def launch_args(instance: Instance, a, b, c, d, bias, aux, sizes, alpha, beta) -> tuple:
+    """The kernel arguments of a GEMM-family instance, scratch for split-K included."""
+    g = instance.geometry
+    scalar = np.float32 if d.dtype == np.float32 else np.float64
+    workspace = _scratch_buffer("workspace", d.dtype, g.workspace_elems) if g.workspace_elems else None
+    counters = _scratch_buffer("counters", np.int32, g.counters) if g.counters else None
+    null = np.uint64(0)
+    return (a, b, c, d,
+            bias if bias is not None else null, aux if aux is not None else null,
+            workspace if workspace is not None else null, counters if counters is not None else null,
+            *(np.int32(s) for s in sizes), scalar(alpha), scalar(beta))

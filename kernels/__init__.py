@@ -1,0 +1,34 @@
+"""CUDA kernel templates, one family per ``<family>.cu.j2``, its parameter space beside it in ``<family>.py``.
+
+A family module declares, as plain data and predicates (this layer imports nothing of autogemm):
+
+    TEMPLATE            the template file name
+    PARAMS              {name: (allowed values, ...)}: every value a template may receive
+    CONSTRAINTS         ((message, predicate(cfg, problem, device) -> bool), ...): what can run
+    Problem             the frozen description of one call (shape, dtype, layout, epilogue)
+    default_candidates(problem, device)         sound untuned configs, best first
+    template_args(cfg, problem) -> dict         the values rendered (cfg plus derived ones)
+    instance_name(cfg, problem) -> str          the compiled symbol, cache key and log name
+    geometry(cfg, problem) -> Geometry          grid, block, shared memory, workspace
+    flops(problem) -> int
+
+``cfg`` arrives as a namespace whose values autogemm has already checked against PARAMS.
+"""
+from pathlib import Path
+from typing import NamedTuple
+
+TEMPLATE_DIR = Path(__file__).resolve().parent
+DTYPES = {"float32": "float", "float64": "double"}
+ITEMSIZE = {"float32": 4, "float64": 8}
+
+
+class Geometry(NamedTuple):
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem_bytes: int = 0
+    workspace_elems: int = 0   # scratch of the problem's dtype (split-K partial sums)
+    counters: int = 0          # int32 counters that must start at zero (split-K tiles)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)

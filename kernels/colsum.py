@@ -1,0 +1,54 @@
+"""Column-sum family (colsum.cu.j2): bias gradients, optionally fused with the bias SGD step."""
+from dataclasses import dataclass
+
+from kernels import DTYPES, ITEMSIZE, Geometry, ceil_div
+
+TEMPLATE = "colsum.cu.j2"
+
+PARAMS = {
+    "tx": (8, 16, 32, 64, 128),    # columns per block
+    "ty": (1, 2, 4, 8, 16, 32),    # lanes of rows per block
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    rows: int
+    cols: int
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
+        for size in ("rows", "cols"):
+            if type(getattr(self, size)) is not int or getattr(self, size) < 1:
+                raise ValueError(f"colsum {size} must be an integer >= 1")
+
+
+CONSTRAINTS = (
+    ("threads per block must be a multiple of 32 and fit the device",
+     lambda c, p, d: (c.tx * c.ty) % 32 == 0 and c.tx * c.ty <= d.max_threads_per_block),
+    ("shared memory must fit 48 KB", lambda c, p, d: c.tx * c.ty * ITEMSIZE[p.dtype] <= 48 * 1024),
+)
+
+
+def template_args(c, p: Problem) -> dict:
+    return dict(c, ctype=DTYPES[p.dtype])
+
+
+def instance_name(c, p: Problem) -> str:
+    dt = {"float32": "f32", "float64": "f64"}[p.dtype]
+    return f"colsum_{dt}_tx{c.tx}_ty{c.ty}"
+
+
+def geometry(c, p: Problem) -> Geometry:
+    return Geometry(grid=(ceil_div(p.cols, c.tx), 1, 1), block=(c.tx * c.ty, 1, 1))
+
+
+def flops(p: Problem) -> int:
+    return p.rows * p.cols
+
+
+def default_candidates(p: Problem, d):
+    yield dict(tx=32, ty=8)
+    yield dict(tx=32, ty=1)

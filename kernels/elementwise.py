@@ -1,0 +1,81 @@
+"""Elementwise family (elementwise.cu.j2): bias + activation, activation derivative, SGD + L2 update.
+
+These are the pieces a GEMM epilogue fuses; the cuBLAS baseline and MPI updates launch them alone.
+"""
+from dataclasses import dataclass
+
+from kernels import DTYPES, ITEMSIZE, Geometry, ceil_div
+
+TEMPLATE = "elementwise.cu.j2"
+
+OPS = {
+    "bias": "out = x + bias[col]",
+    "bias_sigmoid": "out = sigmoid(x + bias[col])",
+    "bias_relu": "out = relu(x + bias[col])",
+    "dsigmoid": "out = x * y * (1 - y), y the saved sigmoid output",
+    "drelu": "out = x * (y > 0), y the saved relu output",
+    "sgd": "out -= lr * (x + reg * out): SGD with L2 on weights out and gradient x",
+}
+ROW_OPS = ("bias", "bias_sigmoid", "bias_relu")
+
+PARAMS = {
+    "block": (64, 128, 256, 512, 1024),   # threads per block
+    "ept": (1, 2, 4, 8),                  # vectors per thread (register blocking)
+    "vec": (1, 2, 4),                     # elements per vector
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    op: str
+    rows: int
+    cols: int
+    dtype: str = "float32"
+    aligned: int = 4     # widest vector (elements) that every pointer allows
+
+    def __post_init__(self):
+        if self.op not in OPS:
+            raise ValueError(f"elementwise op {self.op!r} is not one of {', '.join(OPS)}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
+        for size in ("rows", "cols"):
+            if type(getattr(self, size)) is not int or getattr(self, size) < 1:
+                raise ValueError(f"elementwise {size} must be an integer >= 1")
+        if self.aligned not in (1, 2, 4):
+            raise ValueError("aligned must be 1, 2 or 4")
+
+    @property
+    def total(self) -> int:
+        return self.rows * self.cols
+
+
+CONSTRAINTS = (
+    ("vectors must be at most 16 bytes", lambda c, p, d: c.vec * ITEMSIZE[p.dtype] <= 16),
+    ("VEC must suit the alignment of every array", lambda c, p, d: c.vec <= p.aligned),
+    ("threads per block must fit the device", lambda c, p, d: c.block <= d.max_threads_per_block),
+    ("the grid must have at most 2^31 - 1 blocks",
+     lambda c, p, d: ceil_div(p.total, c.block * c.ept * c.vec) < 2**31),
+)
+
+
+def template_args(c, p: Problem) -> dict:
+    return dict(c, ctype=DTYPES[p.dtype], op=p.op, description=OPS[p.op],
+                uses_y=p.op not in ("sgd",), y_is_row=p.op in ROW_OPS)
+
+
+def instance_name(c, p: Problem) -> str:
+    dt = {"float32": "f32", "float64": "f64"}[p.dtype]
+    return f"ew_{p.op}_{dt}_b{c.block}_e{c.ept}_v{c.vec}"
+
+
+def geometry(c, p: Problem) -> Geometry:
+    return Geometry(grid=(ceil_div(p.total, c.block * c.ept * c.vec), 1, 1), block=(c.block, 1, 1))
+
+
+def flops(p: Problem) -> int:
+    return p.total
+
+
+def default_candidates(p: Problem, d):
+    for vec in (4, 2, 1):
+        yield dict(block=256, ept=2, vec=vec)

@@ -1,0 +1,190 @@
+"""The register-blocked GEMM family (gemm.cu.j2): its parameter space, constraints and launch shape.
+
+D = epi(alpha * op(A) @ op(B) + beta * C), row-major, op in {N, T} on each side, any M, N, K >= 1.
+"""
+from dataclasses import dataclass
+
+from kernels import DTYPES, ITEMSIZE, Geometry, ceil_div
+
+TEMPLATE = "gemm.cu.j2"
+
+EPILOGUES = (None, "bias", "bias_sigmoid", "bias_relu", "dsigmoid", "drelu")
+
+PARAMS = {
+    "bm": (16, 32, 64, 128, 256),      # block tile rows (M)
+    "bn": (16, 32, 64, 128, 256),      # block tile columns (N)
+    "bk": (4, 8, 16, 32),              # K step per shared-memory stage
+    "ty": (1, 2, 4, 8, 16, 32),        # thread-block shape: TY x TX threads
+    "tx": (1, 2, 4, 8, 16, 32),
+    "tm": (1, 2, 4, 8),                # register micro-tile TM x TN, repeated over the block tile
+    "tn": (1, 2, 4, 8),
+    "vec": (1, 2, 4),                  # elements per global load
+    "stages": (1, 2),                  # shared-memory buffers (2: prefetch while computing)
+    "split_k": (1, 2, 3, 4, 6, 8, 16), # slices of K reduced by the last block of each tile
+    "pad": (0, 4),                     # shared-memory row padding against bank conflicts (elements)
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One GEMM call as the compiler sees it. vec_* are the widest vectors (elements) that the
+    pointers and leading dimensions allow for A, B, and the outputs (C, D, aux)."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str = "float32"
+    trans_a: bool = False
+    trans_b: bool = False
+    epilogue: str | None = None
+    use_c: bool = False
+    vec_a: int = 4
+    vec_b: int = 4
+    vec_out: int = 4
+
+    def __post_init__(self):
+        for size in ("m", "n", "k"):
+            value = getattr(self, size)
+            if type(value) is not int or value < 1:
+                raise ValueError(f"GEMM size {size}={value!r} must be an integer >= 1")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
+        if self.epilogue not in EPILOGUES:
+            raise ValueError(f"epilogue {self.epilogue!r} is not one of {', '.join(map(str, EPILOGUES[1:]))}")
+        for flag in ("trans_a", "trans_b", "use_c"):
+            if type(getattr(self, flag)) is not bool:
+                raise ValueError(f"{flag} must be a bool")
+        for vec in ("vec_a", "vec_b", "vec_out"):
+            if getattr(self, vec) not in (1, 2, 4):
+                raise ValueError(f"{vec} must be 1, 2 or 4")
+
+    @property
+    def op(self) -> str:
+        return ("t" if self.trans_a else "n") + ("t" if self.trans_b else "n")
+
+    @property
+    def itemsize(self) -> int:
+        return ITEMSIZE[self.dtype]
+
+
+def threads(c) -> int:
+    return c.ty * c.tx
+
+
+def smem_bytes(c, p: Problem) -> int:
+    return c.stages * c.bk * (c.bm + c.bn + 2 * c.pad) * p.itemsize
+
+
+def registers_estimate(c, p: Problem) -> int:
+    """32-bit registers a thread needs: accumulators, fragments, staged loads, ~64 for the rest
+    (addresses, loop state, epilogue); checked against ptxas by tests/test_kernels_compile.py."""
+    words = p.itemsize // 4
+    rm, rn = c.bm // c.ty, c.bn // c.tx
+    staged = ceil_div(c.bm * c.bk // c.vec, threads(c)) + ceil_div(c.bn * c.bk // c.vec, threads(c))
+    return words * (rm * rn + rm + rn + staged * c.vec) + 64
+
+
+def k_slice(c, k: int) -> int:
+    """Elements of K per split-K slice: a whole number of BK tiles."""
+    return ceil_div(k, c.split_k * c.bk) * c.bk
+
+
+CONSTRAINTS = (
+    ("the thread tile TY*TM must divide BM", lambda c, p, d: c.bm % (c.ty * c.tm) == 0),
+    ("the thread tile TX*TN must divide BN", lambda c, p, d: c.bn % (c.tx * c.tn) == 0),
+    ("threads per block must be a multiple of 32 and at most 1024",
+     lambda c, p, d: threads(c) % 32 == 0 and threads(c) <= min(1024, d.max_threads_per_block)),
+    ("vector loads must be at most 16 bytes", lambda c, p, d: c.vec * p.itemsize <= 16),
+    ("VEC must divide BK", lambda c, p, d: c.bk % c.vec == 0),
+    ("shared memory must fit the device's per-block limit",
+     lambda c, p, d: smem_bytes(c, p) <= d.smem_per_block),
+    ("the register estimate must fit without spilling (232 per thread, and the block's file)",
+     lambda c, p, d: registers_estimate(c, p) <= min(232, d.regs_per_block // threads(c))),
+    ("VEC must suit the alignment of A and B (pointers and leading dimensions)",
+     lambda c, p, d: c.vec <= min(p.vec_a, p.vec_b)),
+    ("every split-K slice must hold at least one BK step of K",
+     lambda c, p, d: (c.split_k - 1) * k_slice(c, p.k) < p.k),
+    ("grid rows ceil(M/BM) must be at most 65535", lambda c, p, d: ceil_div(p.m, c.bm) <= 65535),
+)
+
+
+def even(c, p: Problem) -> bool:
+    """Whether the tiles divide the problem exactly (the unguarded fast path)."""
+    return p.m % c.bm == 0 and p.n % c.bn == 0 and p.k % (c.bk * c.split_k) == 0
+
+
+def template_args(c, p: Problem) -> dict:
+    widest = 16 // p.itemsize
+    is_even = even(c, p)
+    return dict(
+        dict(c),
+        ctype=DTYPES[p.dtype],
+        trans_a=p.trans_a,
+        trans_b=p.trans_b,
+        epilogue=p.epilogue,
+        use_c=p.use_c,
+        even=is_even,
+        smem_vec_a=min(c.tm, widest),
+        smem_vec_b=min(c.tn, widest),
+        out_vec=min(c.tn, widest, p.vec_out) if is_even else 1,
+    )
+
+
+def instance_name(c, p: Problem) -> str:
+    dt = {"float32": "f32", "float64": "f64"}[p.dtype]
+    name = (f"gemm_{dt}_{p.op}_bm{c.bm}_bn{c.bn}_bk{c.bk}_ty{c.ty}_tx{c.tx}_tm{c.tm}_tn{c.tn}"
+            f"_v{c.vec}_s{c.stages}_sk{c.split_k}_p{c.pad}")
+    args = template_args(c, p)
+    if p.epilogue:
+        name += f"_{p.epilogue}"
+    if p.use_c:
+        name += "_c"
+    if args["even"]:
+        name += f"_even_o{args['out_vec']}"
+    return name
+
+
+def geometry(c, p: Problem) -> Geometry:
+    grid = (ceil_div(p.n, c.bn), ceil_div(p.m, c.bm), c.split_k)
+    split = c.split_k > 1
+    return Geometry(
+        grid=grid,
+        block=(threads(c), 1, 1),
+        smem_bytes=smem_bytes(c, p),
+        workspace_elems=c.split_k * p.m * p.n if split else 0,
+        counters=grid[0] * grid[1] if split else 0,
+    )
+
+
+def flops(p: Problem) -> int:
+    return 2 * p.m * p.n * p.k
+
+
+# Block shapes for the default, largest first: (bm, bn, ty, tx, tm, tn).
+_DEFAULT_TILES = (
+    (128, 128, 16, 16, 4, 4),
+    (128, 64, 16, 16, 4, 2),
+    (64, 64, 16, 16, 4, 4),
+    (64, 32, 16, 8, 4, 4),
+    (32, 32, 8, 8, 4, 4),
+    (16, 16, 4, 8, 4, 2),
+)
+
+
+def default_candidates(p: Problem, d):
+    """Sound configs without tuning, best guess first (autogemm takes the first valid one):
+    the largest tile that still gives every SM a block, split-K when even that leaves SMs idle
+    and K is long, then smaller and plainer fallbacks."""
+    vec = min(4, 16 // p.itemsize, p.vec_a, p.vec_b)
+    chosen = next((t for t in _DEFAULT_TILES
+                   if ceil_div(p.m, t[0]) * ceil_div(p.n, t[1]) >= d.sm_count), _DEFAULT_TILES[-1])
+    start = _DEFAULT_TILES.index(chosen)
+    for bm, bn, ty, tx, tm, tn in _DEFAULT_TILES[start:]:
+        tiles = ceil_div(p.m, bm) * ceil_div(p.n, bn)
+        split = 1
+        while tiles * split * 2 <= d.sm_count and p.k >= 256 * split * 2 and split < 16:
+            split *= 2
+        bk = 16 if p.itemsize == 4 and bm * bn >= 64 * 64 else 8
+        for s in dict.fromkeys((split, 1)):
+            yield dict(bm=bm, bn=bn, bk=max(bk, vec), ty=ty, tx=tx, tm=tm, tn=tn, vec=vec,
+                       stages=2, split_k=s, pad=4)

@@ -1,0 +1,53 @@
+"""Softmax + cross-entropy + gradient family (softmax_xent.cu.j2): the MLP's output layer in one kernel."""
+from dataclasses import dataclass
+
+from kernels import DTYPES, Geometry, ceil_div
+
+TEMPLATE = "softmax_xent.cu.j2"
+
+PARAMS = {
+    "block": (32, 64, 128, 256, 512),   # threads per block
+    "tpr": (1, 2, 4, 8, 16, 32),        # threads per row (a power of two within a warp)
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    rows: int
+    cols: int
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
+        for size in ("rows", "cols"):
+            if type(getattr(self, size)) is not int or getattr(self, size) < 1:
+                raise ValueError(f"softmax_xent {size} must be an integer >= 1")
+
+
+CONSTRAINTS = (
+    ("threads per row must divide the block", lambda c, p, d: c.block % c.tpr == 0),
+    ("threads per block must fit the device", lambda c, p, d: c.block <= d.max_threads_per_block),
+)
+
+
+def template_args(c, p: Problem) -> dict:
+    return dict(c, ctype=DTYPES[p.dtype])
+
+
+def instance_name(c, p: Problem) -> str:
+    dt = {"float32": "f32", "float64": "f64"}[p.dtype]
+    return f"softmax_xent_{dt}_b{c.block}_t{c.tpr}"
+
+
+def geometry(c, p: Problem) -> Geometry:
+    return Geometry(grid=(ceil_div(p.rows, c.block // c.tpr), 1, 1), block=(c.block, 1, 1))
+
+
+def flops(p: Problem) -> int:
+    return 5 * p.rows * p.cols
+
+
+def default_candidates(p: Problem, d):
+    tpr = 1 if p.cols <= 32 else 32
+    yield dict(block=128, tpr=tpr)

@@ -1,0 +1,82 @@
+"""GPU checks of the elementwise, softmax + cross-entropy and column-sum families against NumPy."""
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [(1, 1), (3, 7), (800, 10), (800, 1000), (37, 1001)]
+
+
+def sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows,cols", SHAPES)
+def test_elementwise_ops(rows, cols, dtype):
+    import cupy
+
+    import autogemm
+
+    rng = np.random.default_rng(rows * cols)
+    x = rng.standard_normal((rows, cols)).astype(dtype)
+    y = rng.uniform(-0.5, 1.0, (rows, cols)).astype(dtype)
+    bias = rng.standard_normal(cols).astype(dtype)
+    want = {
+        "bias": x + bias, "bias_sigmoid": sigmoid(x.astype(np.float64) + bias),
+        "bias_relu": np.maximum(x + bias, 0), "dsigmoid": x * y * (1 - y), "drelu": x * (y > 0),
+    }
+    tol = 1e-6 if dtype == np.float32 else 1e-14
+    for op, expected in want.items():
+        out = cupy.full((rows, cols), np.nan, dtype=dtype)
+        second = bias if op.startswith("bias") else y
+        autogemm.elementwise(op, out, cupy.asarray(x), cupy.asarray(second))
+        np.testing.assert_allclose(cupy.asnumpy(out), expected, rtol=tol, atol=tol, err_msg=op)
+    w = cupy.asarray(y)
+    autogemm.sgd_update(w, cupy.asarray(x), 0.1, 1e-3)
+    np.testing.assert_allclose(cupy.asnumpy(w), y - 0.1 * (x + 1e-3 * y), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows,cols", [(1, 1), (800, 10), (400, 10), (33, 100), (5, 1000)])
+def test_softmax_xent(rows, cols, dtype):
+    import cupy
+
+    import autogemm
+
+    rng = np.random.default_rng(rows + cols)
+    z = (rng.standard_normal((rows, cols)) * 5).astype(dtype)
+    labels = rng.integers(0, cols, rows).astype(np.int32)
+    scale = 1.0 / rows
+    z64 = z.astype(np.float64)
+    p = np.exp(z64 - z64.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    onehot = np.eye(cols)[labels]
+    loss_acc = cupy.zeros(1, dtype=dtype)
+    grad = cupy.full((rows, cols), np.nan, dtype=dtype)
+    for config in (None, dict(block=64, tpr=8), dict(block=256, tpr=32)):
+        loss_acc[...] = 0
+        autogemm.softmax_xent(cupy.asarray(z), cupy.asarray(labels), grad, scale, loss_acc, config=config)
+        tol = 1e-5 if dtype == np.float32 else 1e-13
+        np.testing.assert_allclose(cupy.asnumpy(grad), (p - onehot) * scale, rtol=tol, atol=tol * scale)
+        want_loss = -np.log(p[np.arange(rows), labels]).sum()
+        assert abs(float(loss_acc[0]) - want_loss) <= tol * max(1.0, abs(want_loss))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows,cols", [(1, 1), (800, 10), (800, 1000), (1001, 37)])
+def test_column_sums(rows, cols, dtype):
+    import cupy
+
+    import autogemm
+
+    rng = np.random.default_rng(rows)
+    g = rng.standard_normal((rows, cols)).astype(dtype)
+    b = rng.standard_normal(cols).astype(dtype)
+    tol = 1e-4 if dtype == np.float32 else 1e-12
+    out = cupy.full(cols, np.nan, dtype=dtype)
+    autogemm.column_sums(cupy.asarray(g), out)
+    np.testing.assert_allclose(cupy.asnumpy(out), g.astype(np.float64).sum(0), rtol=tol, atol=tol * np.sqrt(rows))
+    db = cupy.asarray(b)
+    autogemm.column_sums(cupy.asarray(g), db, alpha=-0.01, beta=1.0, config=dict(tx=16, ty=4))
+    np.testing.assert_allclose(cupy.asnumpy(db), b - 0.01 * g.astype(np.float64).sum(0), rtol=tol, atol=tol)
