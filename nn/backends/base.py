@@ -1,0 +1,85 @@
+"""The interface every trainer backend implements: GEMM with fused epilogues and the elementwise pieces.
+
+The MLP (nn/mlp.py) is written against this class alone. Arrays are the backend's own (NumPy arrays
+here, CuPy arrays on a GPU); every operation writes into a caller-owned, preallocated `out`, so a GPU
+backend can capture a whole training step in a CUDA graph and never synchronise inside an epoch.
+"""
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+from nn.errors import NNError
+
+ACTIVATIONS = ("sigmoid", "relu")
+DTYPES = ("float32", "float64")
+# Epilogues of `gemm`: None, "bias", "bias_<act>" (forward), "d<act>" (backward) for each activation.
+EPILOGUES = (None, "bias", *(f"bias_{a}" for a in ACTIVATIONS), *(f"d{a}" for a in ACTIVATIONS))
+
+
+class Backend(ABC):
+    """Array storage and the operations of one training step, in one floating-point dtype."""
+
+    name: str
+    xp = None  # the array module (numpy, cupy): argmax / vdot at epoch boundaries, slicing views
+
+    def __init__(self, dtype):
+        if np.dtype(dtype).name not in DTYPES:
+            raise NNError(f"dtype {np.dtype(dtype).name} is not supported; choose one of {', '.join(DTYPES)}")
+        self.dtype = np.dtype(dtype)
+
+    # ---- storage --------------------------------------------------------------------------
+
+    @abstractmethod
+    def asarray(self, a: np.ndarray):
+        """Copy a host array to the backend; floating arrays become `self.dtype`, integer arrays keep theirs."""
+
+    @abstractmethod
+    def to_numpy(self, a) -> np.ndarray:
+        """The host copy of `a` (may share memory with `a` on a host backend)."""
+
+    @abstractmethod
+    def empty(self, shape):
+        """An uninitialised array of `self.dtype`."""
+
+    @abstractmethod
+    def zeros(self, shape):
+        """A zero-filled array of `self.dtype`."""
+
+    # ---- the step's operations -----------------------------------------------------------
+
+    @abstractmethod
+    def gemm(self, a, b, out, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,
+             epilogue=None, bias=None, aux=None):
+        """out = epi(alpha * op(a) @ op(b) + beta * c); returns `out`.
+
+        op(x) is x.T when trans_x. `c` defaults to `out` (BLAS semantics: beta=1 accumulates into
+        `out`, and c=out with beta != 0 updates in place). Epilogues: None; "bias": + bias row;
+        "bias_sigmoid" / "bias_relu": act(. + bias row); "dsigmoid": . * aux * (1 - aux) with
+        aux = the saved sigmoid output; "drelu": . * (aux > 0). A K = 0 product is zero.
+        """
+
+    @abstractmethod
+    def softmax_xent(self, z, labels, grad_out, scale, loss_acc) -> None:
+        """One fused op on logits z (n, C) and integer labels (n,):
+        P = softmax(z) row-wise; loss_acc[0] += sum_i -log P[i, labels[i]]; grad_out = (P - onehot) * scale."""
+
+    @abstractmethod
+    def column_sums(self, g, out, scale=1.0):
+        """out[j] = scale * sum_i g[i, j] (the bias gradients); returns `out`."""
+
+    @abstractmethod
+    def sgd_update(self, w, grad, lr, reg):
+        """w -= lr * (grad + reg * w), in place; returns `w`."""
+
+    def synchronize(self) -> None:
+        """Wait until queued work has finished (a no-op on a synchronous backend)."""
+
+    # ---- timing (resolved at epoch boundaries, so asynchronous backends need no sync per step) ----
+
+    @abstractmethod
+    def mark(self):
+        """A point in the backend's stream of work (a host clock, or a recorded CUDA event)."""
+
+    @abstractmethod
+    def elapsed_ms(self, start, end) -> float:
+        """Milliseconds between two marks; may wait for `end` to complete."""

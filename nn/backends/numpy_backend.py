@@ -1,0 +1,123 @@
+"""The reference backend: NumPy on the host, in place (`out=`) wherever NumPy allows."""
+import time
+
+import numpy as np
+
+from nn.backends.base import EPILOGUES, Backend
+
+
+class NumpyBackend(Backend):
+    name = "numpy"
+    xp = np
+
+    def __init__(self, dtype):
+        super().__init__(dtype)
+        self._scratch = {}  # (shape, dtype) -> reused work array, so the hot path allocates nothing
+
+    def _work(self, shape, dtype=None):
+        key = (tuple(shape), np.dtype(dtype or self.dtype))
+        if key not in self._scratch:
+            self._scratch[key] = np.empty(key[0], key[1])
+        return self._scratch[key]
+
+    # ---- storage --------------------------------------------------------------------------
+
+    def asarray(self, a):
+        a = np.asarray(a)
+        dtype = self.dtype if np.issubdtype(a.dtype, np.floating) else a.dtype
+        return np.array(a, dtype=dtype, order="C", copy=True)
+
+    def to_numpy(self, a):
+        return np.asarray(a)
+
+    def empty(self, shape):
+        return np.empty(shape, self.dtype)
+
+    def zeros(self, shape):
+        return np.zeros(shape, self.dtype)
+
+    # ---- the step's operations -----------------------------------------------------------
+
+    def gemm(self, a, b, out, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,
+             epilogue=None, bias=None, aux=None):
+        if epilogue not in EPILOGUES:
+            raise ValueError(f"unknown epilogue {epilogue!r}")
+        op_a = a.T if trans_a else a
+        op_b = b.T if trans_b else b
+        c = out if c is None else c
+        if beta == 0:
+            np.matmul(op_a, op_b, out=out)
+            if alpha != 1:
+                out *= alpha
+        else:
+            prod = self._work(out.shape)  # op(a) @ op(b): (M, N); `out` may be `c`, so not written yet
+            np.matmul(op_a, op_b, out=prod)
+            if alpha != 1:
+                prod *= alpha
+            if c is not out:
+                np.copyto(out, c)
+            if beta != 1:
+                out *= beta
+            out += prod
+        self._epilogue(out, epilogue, bias, aux)
+        return out
+
+    def _epilogue(self, out, epilogue, bias, aux):
+        if epilogue is None:
+            return
+        if epilogue.startswith("bias"):
+            out += bias
+            if epilogue == "bias_sigmoid":
+                with np.errstate(over="ignore"):  # exp(-z) = inf for very negative z gives sigmoid 0
+                    np.negative(out, out=out)
+                    np.exp(out, out=out)
+                out += 1
+                np.reciprocal(out, out=out)
+            elif epilogue == "bias_relu":
+                np.maximum(out, 0, out=out)
+        elif epilogue == "dsigmoid":
+            slope = self._work(out.shape)  # aux * (1 - aux): (M, N)
+            np.subtract(1, aux, out=slope)
+            slope *= aux
+            out *= slope
+        elif epilogue == "drelu":
+            mask = self._work(out.shape, np.bool_)  # aux > 0: (M, N) bool
+            np.greater(aux, 0, out=mask)
+            out *= mask
+
+    def softmax_xent(self, z, labels, grad_out, scale, loss_acc):
+        n = z.shape[0]
+        if n == 0:
+            return
+        rows = np.arange(n)
+        zmax = z.max(axis=1, keepdims=True)  # (n, 1)
+        z_true = z[rows, labels] - zmax[:, 0]  # (n,) shifted logit of the true class
+        np.subtract(z, zmax, out=grad_out)
+        np.exp(grad_out, out=grad_out)
+        total = grad_out.sum(axis=1, keepdims=True)  # (n, 1) softmax denominators
+        loss_acc[0] += np.log(total).sum() - z_true.sum()
+        grad_out /= total
+        grad_out[rows, labels] -= 1
+        grad_out *= scale
+
+    def column_sums(self, g, out, scale=1.0):
+        np.sum(g, axis=0, out=out)
+        if scale != 1:
+            out *= scale
+        return out
+
+    def sgd_update(self, w, grad, lr, reg):
+        if reg:
+            w *= 1 - lr * reg
+        step = self._work(w.shape)  # lr * grad
+        np.multiply(grad, lr, out=step)
+        w -= step
+        return w
+
+    # ---- timing ---------------------------------------------------------------------------
+
+    def mark(self):
+        return time.perf_counter()
+
+    def elapsed_ms(self, start, end):
+        return (end - start) * 1e3

@@ -1,0 +1,112 @@
+"""MPI data parallelism: who am I, rank-0 output, row splits, gradient all-reduce, abort on failure.
+
+One process is rank 0 of 1 and never imports mpi4py; under `mpirun` every rank runs the same script
+(gpt-fast's maybe_init_dist). All-reduces go through mpi4py's buffer interface, never pickles.
+"""
+import os
+import sys
+import traceback
+from dataclasses import dataclass
+
+import numpy as np
+
+from nn.errors import NNError
+
+# Set by the launchers: MPICH/Hydra (PMI_*), PMIx, Open MPI.
+_LAUNCHER_ENV = ("PMI_SIZE", "PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE")
+_rank = 0
+
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int = 0
+    size: int = 1
+    comm: object = None  # mpi4py.MPI.Comm when size > 1
+
+    def allreduce_sum(self, backend, buf):
+        """buf (a backend array) <- its sum over ranks, staged through the host when it lives elsewhere."""
+        if self.size == 1:
+            return buf
+        from mpi4py import MPI
+
+        host = np.ascontiguousarray(backend.to_numpy(buf))
+        self.comm.Allreduce(MPI.IN_PLACE, host, op=MPI.SUM)
+        if host is not buf:  # a device (or non-contiguous) buffer: copy the sum back
+            buf[...] = backend.asarray(host)
+        return buf
+
+    def sum(self, values) -> np.ndarray:
+        """Sum of a small host float64 vector over ranks (epoch statistics)."""
+        out = np.array(values, dtype=np.float64)  # (k,) float64
+        if self.size > 1:
+            from mpi4py import MPI
+
+            self.comm.Allreduce(MPI.IN_PLACE, out, op=MPI.SUM)
+        return out
+
+    def barrier(self):
+        if self.size > 1:
+            self.comm.Barrier()
+
+    def fail(self, message, exit_code=2):
+        """Print `error: <message>` (naming the rank under MPI) and end every rank: MPI Abort, never a hang."""
+        prefix = "error: " if self.size == 1 else f"error: rank {self.rank} of {self.size}: "
+        print(prefix + " ".join(str(message).split()), file=sys.stderr, flush=True)
+        if self.size > 1:
+            self.comm.Abort(1)
+        sys.exit(exit_code)
+
+    def crash(self, exc: BaseException):
+        """An unexpected exception: the traceback with the rank, then Abort; re-raised with one rank."""
+        if self.size == 1:
+            raise exc
+        print(f"rank {self.rank} of {self.size} failed:", file=sys.stderr)
+        traceback.print_exception(exc, file=sys.stderr)
+        sys.stderr.flush()
+        self.comm.Abort(1)
+
+
+def maybe_init_dist() -> Dist:
+    """The MPI world when launched by mpirun with mpi4py installed, else rank 0 of 1."""
+    global _rank
+    if not any(k in os.environ for k in _LAUNCHER_ENV):
+        return Dist()
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        size = int(os.environ.get("PMI_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE") or 1)
+        if size > 1:
+            raise NNError("launched by mpirun but mpi4py is not installed; pip install 'autogemm[mpi]'") from None
+        return Dist()
+    comm = MPI.COMM_WORLD
+    _rank = comm.Get_rank()
+    return Dist(_rank, comm.Get_size(), comm if comm.Get_size() > 1 else None)
+
+
+def print0(*args, **kwargs):
+    """print() on rank 0 only."""
+    if _rank == 0:
+        print(*args, **kwargs)
+
+
+def split_sizes(n, parts) -> list[int]:
+    """np.array_split's sizes: n rows in `parts` pieces differing by at most one, larger ones first."""
+    base, extra = divmod(n, parts)
+    return [base + (i < extra) for i in range(parts)]
+
+
+def rank_rows(n, batch, rank, size):
+    """This rank's rows of every global batch of the n rows taken in order.
+
+    Returns (index, spans): `index` (m,) int64 lists the rows in order, and spans[k] = (start, count)
+    locates batch k's share within `index` (count may be 0 when size > batch rows).
+    """
+    index, spans, pos = [], [], 0
+    for start in range(0, n, batch):
+        rows = min(batch, n - start)
+        sizes = split_sizes(rows, size)
+        first = start + sum(sizes[:rank])
+        index.append(np.arange(first, first + sizes[rank], dtype=np.int64))
+        spans.append((pos, sizes[rank]))
+        pos += sizes[rank]
+    return np.concatenate(index) if index else np.zeros(0, np.int64), spans

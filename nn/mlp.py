@@ -1,0 +1,162 @@
+"""The MLP and one SGD step on it, written against the Backend interface alone (DESIGN.md's GEMMs).
+
+Layer l maps n_l -> n_{l+1}: Z_l = A_{l-1} W_l^T + b_l, A_l = act(Z_l) for hidden layers (A_{-1} = X),
+softmax + cross-entropy on the last Z. Only the activations A_l are kept: act'(Z) is a function of A.
+"""
+import math
+
+import numpy as np
+
+from nn.backends import ACTIVATIONS, Backend
+
+INITS = ("cme213", "he")
+
+
+def init_params(sizes, init="cme213", seed=0):
+    """Host float64 (W_l, b_l) per layer, drawn from one seeded Generator (identical on every rank).
+
+    "cme213": W = 0.01 * randn (the CME 213 starter); "he": W = randn * sqrt(2 / fan_in). b = 0.
+    """
+    if init not in INITS:
+        raise ValueError(f"unknown init {init!r}")
+    rng = np.random.default_rng(seed)
+    params = []
+    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+        std = 0.01 if init == "cme213" else math.sqrt(2.0 / n_in)
+        w = rng.standard_normal((n_out, n_in)) * std  # W_l: (n_out, n_in) float64
+        params.append((w, np.zeros(n_out)))  # b_l: (n_out,) float64
+    return params
+
+
+class MLP:
+    """Weights and biases on a backend; `sizes` = [inputs, *hidden, classes]."""
+
+    def __init__(self, backend: Backend, sizes, activation, params):
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}")
+        self.backend, self.sizes, self.activation = backend, tuple(sizes), activation
+        self.W = [backend.asarray(w) for w, _ in params]  # W_l: (n_{l+1}, n_l) dtype
+        self.b = [backend.asarray(b) for _, b in params]  # b_l: (n_{l+1},) dtype
+
+    @property
+    def layers(self) -> int:
+        return len(self.W)
+
+    def params_numpy(self):
+        """Host copies [(W_l, b_l), ...]."""
+        bk = self.backend
+        return [(bk.to_numpy(w).copy(), bk.to_numpy(b).copy()) for w, b in zip(self.W, self.b)]
+
+    def forward(self, x, acts, logits):
+        """Fill acts[l] = A_l (n, n_{l+1}) for hidden layers and logits = Z_last (n, C) from x (n, D)."""
+        a = x
+        for l in range(self.layers - 1):
+            self.backend.gemm(a, self.W[l], acts[l], trans_b=True, epilogue=f"bias_{self.activation}", bias=self.b[l])
+            a = acts[l]
+        self.backend.gemm(a, self.W[-1], logits, trans_b=True, epilogue="bias", bias=self.b[-1])
+        return logits
+
+    def count_correct(self, x, labels, chunk=1000) -> int:
+        """How many rows of x (n, D) the model classifies as `labels` (host (n,) ints); syncs the host."""
+        bk, n = self.backend, x.shape[0]
+        rows = min(chunk, n)
+        acts = [bk.empty((rows, h)) for h in self.sizes[1:-1]]  # A_l: (rows, H_l) dtype
+        logits = bk.empty((rows, self.sizes[-1]))  # Z: (rows, C) dtype
+        correct = 0
+        for start in range(0, n, rows):
+            m = min(rows, n - start)
+            z = self.forward(x[start:start + m], [a[:m] for a in acts], logits[:m])
+            guess = bk.to_numpy(bk.xp.argmax(z, axis=1))  # (m,) int
+            correct += int(np.count_nonzero(guess == labels[start:start + m]))
+        return correct
+
+    def reg_term(self, reg) -> float:
+        """0.5 * reg * sum_l ||W_l||^2 (syncs the host)."""
+        xp = self.backend.xp
+        return 0.5 * reg * sum(float(xp.vdot(w, w)) for w in self.W)
+
+
+class Step:
+    """One rank's SGD step on its share (at most `max_rows` rows) of a global batch of `batch` rows.
+
+    Buffers are allocated once; a step on n rows uses their first n rows. The cross-entropy gradient
+    is scaled by 1/batch, so per-rank weight gradients sum over ranks to the one-process gradient.
+    """
+
+    def __init__(self, model: MLP, max_rows, batch, lr, reg):
+        bk, sizes = model.backend, model.sizes
+        self.model, self.batch, self.lr, self.reg = model, batch, lr, reg
+        self.acts = [bk.empty((max_rows, h)) for h in sizes[1:-1]]  # A_l: (rows, H_l) dtype
+        self.logits = bk.empty((max_rows, sizes[-1]))  # Z: (rows, C) dtype
+        self.deltas = [bk.empty((max_rows, h)) for h in sizes[1:]]  # G_l = dLoss/dZ_l: (rows, n_{l+1}) dtype
+        shapes = [s for w in model.W for s in (w.shape, w.shape[:1])]
+        self.grads = bk.zeros(sum(math.prod(s) for s in shapes))  # flat [dW_0, db_0, dW_1, ...]: one all-reduce
+        views, start = [], 0
+        for s in shapes:
+            views.append(self.grads[start:start + math.prod(s)].reshape(s))
+            start += math.prod(s)
+        self.dW, self.db = views[0::2], views[1::2]  # dW_l: (n_{l+1}, n_l), db_l: (n_{l+1},)
+        self.loss_sum = bk.zeros((1,))  # sum of -log P[i, y_i] over rows seen since reset_loss
+        self._x = None
+
+    def reset_loss(self):
+        self.loss_sum[...] = 0
+
+    def forward(self, x, labels):
+        """Forward pass, softmax + cross-entropy: loss into loss_sum, G_last = (P - Y) / batch."""
+        n = x.shape[0]
+        self._x = x
+        self.model.forward(x, [a[:n] for a in self.acts], self.logits[:n])
+        self.model.backend.softmax_xent(self.logits[:n], labels, self.deltas[-1][:n], 1.0 / self.batch, self.loss_sum)
+
+    def backward(self, weight_grads=True):
+        """G_{l-1} = (G_l W_l) * act'(A_{l-1}) and db_l; dW_l = G_l^T A_{l-1} too when weight_grads.
+
+        dW and db hold the data term only: the update adds reg * W. Weights are not modified.
+        """
+        bk, m = self.model.backend, self.model
+        n = self._x.shape[0]
+        for l in reversed(range(m.layers)):
+            g = self.deltas[l][:n]
+            a_prev = self._x if l == 0 else self.acts[l - 1][:n]
+            bk.column_sums(g, self.db[l])
+            if weight_grads:
+                bk.gemm(g, a_prev, self.dW[l], trans_a=True)
+            if l > 0:
+                bk.gemm(g, m.W[l], self.deltas[l - 1][:n], epilogue=f"d{m.activation}", aux=a_prev)
+
+    def update_fused(self):
+        """One rank: W_l <- (-lr) G_l^T A_{l-1} + (1 - lr reg) W_l as one in-place GEMM; b_l -= lr db_l."""
+        bk, m = self.model.backend, self.model
+        n = self._x.shape[0]
+        for l in range(m.layers):
+            a_prev = self._x if l == 0 else self.acts[l - 1][:n]
+            bk.gemm(self.deltas[l][:n], a_prev, m.W[l], trans_a=True, alpha=-self.lr,
+                    beta=1.0 - self.lr * self.reg, c=m.W[l])
+            bk.sgd_update(m.b[l], self.db[l], self.lr, 0.0)
+
+    def update(self):
+        """W_l -= lr (dW_l + reg W_l); b_l -= lr db_l, from the (all-reduced) gradient buffers."""
+        bk, m = self.model.backend, self.model
+        for l in range(m.layers):
+            bk.sgd_update(m.W[l], self.dW[l], self.lr, self.reg)
+            bk.sgd_update(m.b[l], self.db[l], self.lr, 0.0)
+
+    def train_batch(self, x, labels, allreduce=None, lap=lambda phase: None):
+        """forward, backward, [all-reduce], update; lap(phase) after each phase for timing.
+
+        Without `allreduce` (one rank) the weight gradient is never formed: the update is the fused GEMM.
+        """
+        self.forward(x, labels)
+        lap("forward")
+        if allreduce is None:
+            self.backward(weight_grads=False)
+            lap("backward")
+            self.update_fused()
+        else:
+            self.backward()
+            lap("backward")
+            allreduce(self.grads)
+            lap("comm")
+            self.update()
+        lap("update")

@@ -1,0 +1,339 @@
+"""`python -m nn.train`: train the MLP on one process or under `mpirun -n R`, report each epoch, log JSON.
+
+    python -m nn.train                         # 784-1000-10 sigmoid on Fashion-MNIST, float32, a few minutes
+    python -m nn.train --preset cme213         # CME 213's starter setup (raw pixels, lr 0.001, float64)
+    mpirun -n 4 python -m nn.train --grading-mode 2 --checkpoint ck.npz
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from nn import checkpoint
+from nn.backends import ACTIVATIONS, BACKENDS, DTYPES, cuda_available, get_backend
+from nn.data import DATASETS, load_dataset
+from nn.dist import Dist, maybe_init_dist, print0, rank_rows, split_sizes
+from nn.errors import NNError
+from nn.mlp import INITS, MLP, Step, init_params
+
+# ---------------------------------------------------------------- settings
+
+DEFAULTS = dict(hidden=(1000,), activation="sigmoid", batch=800, epochs=30, lr=1.0, reg=1e-4,
+                dtype="float32", dataset="fashion-mnist", data_dir=None, seed=0, scale="unit",
+                init="cme213", train_size=None, backend="numpy")
+PRESETS = {"cme213": dict(hidden=(1000,), reg=1e-4, lr=0.001, epochs=20, batch=800, scale="raw", dtype="float64")}
+_GRADING = dict(hidden=(100,), batch=800, reg=1e-4, scale="raw", dtype="float64")
+GRADING_MODES = {1: dict(_GRADING, lr=0.001, epochs=40), 2: dict(_GRADING, lr=0.01, epochs=10),
+                 3: dict(_GRADING, lr=0.025, epochs=1)}
+# Settings that do not change the weights a run produces; a checkpoint may be resumed across them.
+_NOT_FINGERPRINTED = ("epochs", "data_dir", "backend")
+
+
+@dataclass(frozen=True)
+class Config:
+    hidden: tuple
+    activation: str
+    batch: int
+    epochs: int
+    lr: float
+    reg: float
+    dtype: str
+    dataset: str
+    data_dir: str | None
+    seed: int
+    scale: str
+    init: str
+    train_size: int | None
+    backend: str
+
+    def fingerprint(self, sizes) -> dict:
+        """What a checkpoint must agree with to be resumed by this run."""
+        fp = {k: v for k, v in asdict(self).items() if k not in _NOT_FINGERPRINTED}
+        return dict(fp, hidden=list(self.hidden), sizes=list(sizes))
+
+
+# ---------------------------------------------------------------- command line
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise NNError(message)  # one line, like every other bad input
+
+
+def _number(kind, lowest, strict):
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a{'n integer' if kind is int else ' number'}") from None
+        if not np.isfinite(value) or value < lowest or (strict and value == lowest):
+            raise argparse.ArgumentTypeError(f"{text} must be {'>' if strict else '>='} {lowest}")
+        return value
+    return parse
+
+
+positive_int, positive_float, nonneg_int, nonneg_float = (
+    _number(int, 0, True), _number(float, 0, True), _number(int, 0, False), _number(float, 0, False))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = DEFAULTS
+    p = _Parser(prog="python -m nn.train", description=__doc__.split("\n")[0].split(": ", 1)[1],
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+                epilog="Explicit flags override --preset and --grading-mode. Under mpirun, rank 0 alone "
+                       "prints and writes; every global batch is split across ranks.")
+    # Every value defaults to None here, so that a preset can tell what the user set explicitly.
+    p.add_argument("--hidden", type=positive_int, nargs="+", metavar="N",
+                   help=f"hidden layer sizes (default: {' '.join(map(str, d['hidden']))})")
+    p.add_argument("--activation", choices=ACTIVATIONS, help=f"hidden activation (default: {d['activation']})")
+    p.add_argument("--batch", type=positive_int, help=f"global batch size (default: {d['batch']})")
+    p.add_argument("--epochs", type=positive_int, help=f"epochs to train in all, counting resumed ones (default: {d['epochs']})")
+    p.add_argument("--lr", type=positive_float, help=f"learning rate (default: {d['lr']})")
+    p.add_argument("--reg", type=nonneg_float, help=f"L2 coefficient, loss + reg/2 sum ||W||^2 (default: {d['reg']})")
+    p.add_argument("--dtype", choices=DTYPES, help=f"floating-point type (default: {d['dtype']})")
+    p.add_argument("--dataset", choices=DATASETS, help=f"data set (default: {d['dataset']})")
+    p.add_argument("--data-dir", help="directory holding the four IDX files (default: search the usual places, then download)")
+    p.add_argument("--seed", type=nonneg_int, help=f"seed of the weight initialisation (default: {d['seed']})")
+    p.add_argument("--scale", choices=("raw", "unit"), help=f"pixels raw 0..255 (CME 213) or unit [0, 1] (default: {d['scale']})")
+    p.add_argument("--init", choices=INITS, help=f"cme213: 0.01 randn; he: randn sqrt(2/fan_in); biases 0 (default: {d['init']})")
+    p.add_argument("--train-size", type=positive_int, help="train on the first N of the 54,000 training images (default: all)")
+    p.add_argument("--backend", choices=tuple(BACKENDS), help=f"array backend (default: {d['backend']})")
+    presets = p.add_mutually_exclusive_group()
+    presets.add_argument("--preset", choices=tuple(PRESETS),
+                         help="cme213: hidden 1000, reg 1e-4, lr 0.001, 20 epochs, batch 800, raw pixels, float64")
+    presets.add_argument("--grading-mode", type=int, choices=tuple(GRADING_MODES),
+                         help="CME 213 grading: hidden 100, batch 800, reg 1e-4, raw, float64; "
+                              "1: lr 0.001, 40 epochs; 2: lr 0.01, 10 epochs; 3: lr 0.025, 1 epoch")
+    p.add_argument("--use-tuned", action="store_true",
+                   help="use the autogemm-tuned GPU kernels; without a CUDA device, fall back to NumPy")
+    p.add_argument("--checkpoint", metavar="PATH",
+                   help="write weights here after every epoch (atomically); an existing file needs --resume")
+    p.add_argument("--resume", action="store_true", help="continue from --checkpoint's last finished epoch")
+    p.add_argument("--log", metavar="PATH",
+                   help="JSON run log, rewritten every epoch (default: runs/train-<UTC time>-<pid>.json)")
+    p.add_argument("--no-log", action="store_true", help="write no run log")
+    p.add_argument("--quiet", action="store_true", help="no progress bar, no per-epoch lines: only the result")
+    return p
+
+
+def resolve(args) -> Config:
+    """Explicit flags, else the preset's or grading mode's values, else DEFAULTS."""
+    preset = PRESETS.get(args.preset) or GRADING_MODES.get(args.grading_mode) or {}
+    values = {}
+    for f in fields(Config):
+        given = getattr(args, f.name)
+        values[f.name] = given if given is not None else preset.get(f.name, DEFAULTS[f.name])
+    values["hidden"] = tuple(values["hidden"])
+    if args.use_tuned:
+        if args.backend not in (None, "cupy"):
+            raise NNError(f"--use-tuned runs the autogemm kernels; it cannot be combined with --backend {args.backend}")
+        values["backend"] = "cupy" if cuda_available() and "cupy" in BACKENDS else "numpy"
+    if args.resume and not args.checkpoint:
+        raise NNError("--resume needs --checkpoint PATH")
+    if args.log and args.no_log:
+        raise NNError("--log and --no-log contradict each other")
+    return Config(**values)
+
+
+# ---------------------------------------------------------------- training
+
+class EpochTimer:
+    """Backend marks after each phase of each step, summed per phase when the epoch is over."""
+
+    PHASES = ("forward", "backward", "comm", "update")
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.marks = [(None, backend.mark())]
+
+    def lap(self, phase):
+        self.marks.append((phase, self.backend.mark()))
+
+    def totals_ms(self) -> dict:
+        ms = dict.fromkeys(self.PHASES, 0.0)
+        for (_, start), (phase, end) in zip(self.marks, self.marks[1:]):
+            ms[phase] += self.backend.elapsed_ms(start, end)
+        return ms
+
+
+class Progress:
+    """A rich progress bar over the batches of each epoch, on rank 0 at a terminal only."""
+
+    def __init__(self, enabled):
+        self.bar = None
+        if enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
+
+            self.bar = Bar(TextColumn("epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
+                           TimeElapsedColumn(), transient=True)
+
+    def __enter__(self):
+        if self.bar:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.bar:
+            self.bar.stop()
+
+    def epoch(self, label, steps):
+        if self.bar:
+            self.task = self.bar.add_task("", total=steps, epoch=label)
+
+    def advance(self):
+        if self.bar:
+            self.bar.advance(self.task)
+
+    def done(self):
+        if self.bar:
+            self.bar.remove_task(self.task)
+
+
+def _accuracy(model, split, dist, backend) -> float:
+    """Fraction of `split` classified right, each rank counting its contiguous share."""
+    sizes = split_sizes(len(split.y), dist.size)
+    lo = sum(sizes[:dist.rank])
+    hi = lo + sizes[dist.rank]
+    correct = model.count_correct(backend.asarray(split.x[lo:hi]), split.y[lo:hi])
+    return float(dist.sum([correct])[0]) / len(split.y)
+
+
+def _setup(cfg, args, dist, backend):
+    """Data set and starting weights (from the checkpoint when resuming)."""
+    ds = load_dataset(name=cfg.dataset, data_dir=cfg.data_dir, scale=cfg.scale, dtype=np.dtype(cfg.dtype),
+                      train_size=cfg.train_size)
+    sizes = (ds.train.x.shape[1], *cfg.hidden, ds.classes)
+    if args.resume:
+        ckpt = checkpoint.load(args.checkpoint)
+        checkpoint.check_compatible(ckpt, cfg.fingerprint(sizes), args.checkpoint)
+    else:
+        if args.checkpoint and Path(args.checkpoint).exists():
+            raise NNError(f"checkpoint {args.checkpoint} exists; pass --resume to continue it, "
+                          "or choose another path (it is never overwritten by a fresh run)")
+        ckpt = checkpoint.Checkpoint(init_params(sizes, cfg.init, cfg.seed), 0, cfg.fingerprint(sizes))
+    return ds, sizes, ckpt
+
+
+def run(cfg: Config, args, dist: Dist) -> dict:
+    """Train as configured; returns the run log (rank 0 also prints it and writes it and checkpoints)."""
+    backend = get_backend(cfg.backend, cfg.dtype)
+    # Rank 0 reads the files first: a bad file fails there alone, and a download happens once.
+    if dist.rank == 0:
+        ds, sizes, ckpt = _setup(cfg, args, dist, backend)
+        dist.barrier()
+    else:
+        dist.barrier()
+        ds, sizes, ckpt = _setup(cfg, args, dist, backend)
+    for path in (args.checkpoint, args.log):
+        if path and dist.rank == 0:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+
+    model = MLP(backend, sizes, cfg.activation, ckpt.params)
+    n_train = len(ds.train.y)
+    index, spans = rank_rows(n_train, cfg.batch, dist.rank, dist.size)
+    x_train = backend.asarray(ds.train.x[index])  # X: (rows of this rank, D) dtype
+    y_train = backend.asarray(ds.train.y[index])  # (rows of this rank,) int64
+    step = Step(model, max(count for _, count in spans), cfg.batch, cfg.lr, cfg.reg)
+    allreduce = None if dist.size == 1 else (lambda buf: dist.allreduce_sum(backend, buf))
+
+    log = {"config": asdict(cfg), "sizes": list(sizes), "resumed_from_epoch": ckpt.epoch if args.resume else None,
+           "data": {"source": ds.source, "train": n_train, "val": len(ds.val.y), "test": len(ds.test.y)},
+           "environment": _environment(backend, dist), "epochs": ckpt.history, "final": None}
+    if not args.quiet:
+        print0(f"{'-'.join(map(str, sizes))} {cfg.activation}, {cfg.dtype}, {backend.name} backend, "
+               f"{dist.size} rank{'s' * (dist.size > 1)}; {cfg.dataset} {n_train}/{len(ds.val.y)}/{len(ds.test.y)} "
+               f"from {ds.source}; batch {cfg.batch} ({len(spans)} steps), lr {cfg.lr:g}, reg {cfg.reg:g}"
+               + (f"; resumed after epoch {ckpt.epoch}" if args.resume else ""), flush=True)
+
+    with Progress(dist.rank == 0 and not args.quiet and sys.stdout.isatty()) as progress:
+        for epoch in range(ckpt.epoch + 1, cfg.epochs + 1):
+            progress.epoch(f"{epoch}/{cfg.epochs}", len(spans))
+            step.reset_loss()
+            timer = EpochTimer(backend)
+            start = time.perf_counter()
+            for first, count in spans:
+                step.train_batch(x_train[first:first + count], y_train[first:first + count], allreduce, timer.lap)
+                progress.advance()
+            backend.synchronize()
+            train_ms = (time.perf_counter() - start) * 1e3
+            progress.done()
+
+            start = time.perf_counter()
+            loss = float(dist.sum(backend.to_numpy(step.loss_sum))[0]) / n_train + model.reg_term(cfg.reg)
+            val = _accuracy(model, ds.val, dist, backend)
+            eval_ms = (time.perf_counter() - start) * 1e3
+            record = {"epoch": epoch, "loss": loss, "val_accuracy": val,
+                      "ms": {**timer.totals_ms(), "train": train_ms, "eval": eval_ms}}
+            ckpt.history.append(record)
+            if not args.quiet:
+                ms = record["ms"]
+                print0(f"epoch {epoch:>3}/{cfg.epochs}  loss {loss:.4f}  val {100 * val:6.2f}%  | fwd {ms['forward']:.0f}"
+                       f"  bwd {ms['backward']:.0f}  upd {ms['update']:.0f}  comm {ms['comm']:.0f} ms"
+                       f"  | epoch {train_ms:.0f} ms (+ eval {eval_ms:.0f})", flush=True)
+            if dist.rank == 0:
+                if args.checkpoint:
+                    ckpt.params, ckpt.epoch = model.params_numpy(), epoch
+                    checkpoint.save(args.checkpoint, ckpt)
+                _write_log(args.log, log)
+
+    test = _accuracy(model, ds.test, dist, backend)
+    val = ckpt.history[-1]["val_accuracy"] if ckpt.history else _accuracy(model, ds.val, dist, backend)
+    log["final"] = {"val_accuracy": val, "test_accuracy": test}
+    print0(f"test accuracy {100 * test:.2f}% ({round(test * len(ds.test.y))}/{len(ds.test.y)})"
+           + (f"; log {args.log}" if args.log else ""), flush=True)
+    if dist.rank == 0:
+        _write_log(args.log, log)
+    return log
+
+
+def _environment(backend, dist) -> dict:
+    return {"python": platform.python_version(), "numpy": np.__version__, "platform": platform.platform(),
+            "backend": backend.name, "ranks": dist.size, "cpus": os.cpu_count()}
+
+
+def _write_log(path, log):
+    if path:
+        try:
+            checkpoint.write_atomic(path, json.dumps(log, indent=1).encode())
+        except OSError as e:
+            raise NNError(f"cannot write the run log {path}: {e.strerror or e}") from None
+
+
+# ---------------------------------------------------------------- entry point
+
+def main(argv=None) -> int:
+    try:
+        dist = maybe_init_dist()
+    except NNError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:  # bad flags fail identically on every rank: rank 0 says so, all exit (no collective is pending)
+        args = build_parser().parse_args(argv)
+        cfg = resolve(args)
+    except NNError as e:
+        print0(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.use_tuned and cfg.backend == "numpy":
+        print0("--use-tuned: no CUDA device (or no GPU backend) here; falling back to the NumPy backend", flush=True)
+    if not args.log and not args.no_log:
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+        args.log = f"runs/train-{stamp}-{os.getpid()}.json"
+    elif args.no_log:
+        args.log = None
+    try:
+        run(cfg, args, dist)
+    except NNError as e:  # DataError included
+        dist.fail(e)
+    except Exception as e:
+        dist.crash(e)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
