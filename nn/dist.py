@@ -48,13 +48,12 @@ class Dist:
         if self.size > 1:
             self.comm.Barrier()
 
-    def fail(self, message, exit_code=2):
-        """Print `error: <message>` (naming the rank under MPI) and end every rank: MPI Abort, never a hang."""
+    def fail(self, message):
+        """Print `error: <message>` on one line; under MPI name the rank and Abort every rank (never a hang)."""
         prefix = "error: " if self.size == 1 else f"error: rank {self.rank} of {self.size}: "
         print(prefix + " ".join(str(message).split()), file=sys.stderr, flush=True)
         if self.size > 1:
             self.comm.Abort(1)
-        sys.exit(exit_code)
 
     def crash(self, exc: BaseException):
         """An unexpected exception: the traceback with the rank, then Abort; re-raised with one rank."""

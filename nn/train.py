@@ -14,6 +14,13 @@ import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+# Under mpirun, each rank's BLAS gets its share of this host's cores, not all of them (4 ranks on 2 cores
+# run 8x slower oversubscribed). This must run before NumPy loads, hence above the imports below.
+_LOCAL_RANKS = int(os.environ.get("MPI_LOCALNRANKS") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or 1)
+if _LOCAL_RANKS > 1:
+    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, str(max(1, (os.cpu_count() or 1) // _LOCAL_RANKS)))
+
 import numpy as np
 
 from nn import checkpoint
@@ -32,8 +39,9 @@ PRESETS = {"cme213": dict(hidden=(1000,), reg=1e-4, lr=0.001, epochs=20, batch=8
 _GRADING = dict(hidden=(100,), batch=800, reg=1e-4, scale="raw", dtype="float64")
 GRADING_MODES = {1: dict(_GRADING, lr=0.001, epochs=40), 2: dict(_GRADING, lr=0.01, epochs=10),
                  3: dict(_GRADING, lr=0.025, epochs=1)}
-# Settings that do not change the weights a run produces; a checkpoint may be resumed across them.
-_NOT_FINGERPRINTED = ("epochs", "data_dir", "backend")
+# Left out of a checkpoint's fingerprint: settings that do not change the weights (a checkpoint may be
+# resumed across them), and hidden, which the fingerprint holds as sizes = [inputs, *hidden, classes].
+_NOT_FINGERPRINTED = ("epochs", "data_dir", "backend", "hidden")
 
 
 @dataclass(frozen=True)
@@ -56,7 +64,7 @@ class Config:
     def fingerprint(self, sizes) -> dict:
         """What a checkpoint must agree with to be resumed by this run."""
         fp = {k: v for k, v in asdict(self).items() if k not in _NOT_FINGERPRINTED}
-        return dict(fp, hidden=list(self.hidden), sizes=list(sizes))
+        return dict(fp, sizes=list(sizes))  # [inputs, *hidden, classes]
 
 
 # ---------------------------------------------------------------- command line
@@ -330,6 +338,7 @@ def main(argv=None) -> int:
         run(cfg, args, dist)
     except NNError as e:  # DataError included
         dist.fail(e)
+        return 2
     except Exception as e:
         dist.crash(e)
     return 0

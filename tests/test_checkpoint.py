@@ -1,0 +1,109 @@
+"""nn.checkpoint and --checkpoint/--resume: resumed runs equal uninterrupted ones; bad files are one-line errors."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from fake_idx import write_dataset
+from nn import checkpoint
+from nn.errors import NNError
+from nn.train import main
+
+
+@pytest.fixture(scope="module")
+def fake_dir(tmp_path_factory):
+    return write_dataset(tmp_path_factory.mktemp("data"), n_train=6_100, n_test=40)  # 100 train rows
+
+
+def train(fake_dir, tmp_path, *args):
+    """nn.train in this process on the fake data set (100 rows, batch 30: the last batch is partial)."""
+    argv = ["--data-dir", str(fake_dir), "--dataset", "mnist", "--hidden", "16", "8", "--batch", "30",
+            "--scale", "unit", "--lr", "0.5", "--quiet", *map(str, args)]
+    return main(argv)
+
+
+def fail(capsys, fake_dir, tmp_path, *args) -> str:
+    """The one line a failing run prints; it must exit with status 2."""
+    assert train(fake_dir, tmp_path, *args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    return err
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_resume_equals_uninterrupted_run(fake_dir, tmp_path, dtype):
+    whole, part = tmp_path / "whole.npz", tmp_path / "part.npz"
+    assert train(fake_dir, tmp_path, "--dtype", dtype, "--epochs", 3, "--checkpoint", whole,
+                 "--log", tmp_path / "whole.json") == 0
+    assert train(fake_dir, tmp_path, "--dtype", dtype, "--epochs", 1, "--checkpoint", part, "--no-log") == 0
+    assert checkpoint.load(part).epoch == 1
+    assert train(fake_dir, tmp_path, "--dtype", dtype, "--epochs", 3, "--checkpoint", part, "--resume",
+                 "--log", tmp_path / "part.json") == 0
+    a, b = checkpoint.load(whole), checkpoint.load(part)
+    assert a.epoch == b.epoch == 3
+    for (wa, ba), (wb, bb) in zip(a.params, b.params, strict=True):
+        assert wa.dtype == np.dtype(dtype) and np.array_equal(wa, wb) and np.array_equal(ba, bb)
+    logs = [json.loads((tmp_path / f"{name}.json").read_text()) for name in ("whole", "part")]
+    assert [e["loss"] for e in logs[0]["epochs"]] == [e["loss"] for e in logs[1]["epochs"]]
+    assert logs[1]["resumed_from_epoch"] == 1 and logs[0]["final"] == logs[1]["final"]
+
+
+def test_fresh_run_never_overwrites_a_checkpoint(capsys, fake_dir, tmp_path):
+    path = tmp_path / "ck.npz"
+    path.write_bytes(b"someone's weights")
+    assert "pass --resume" in fail(capsys, fake_dir, tmp_path, "--epochs", 1, "--checkpoint", path, "--no-log")
+    assert path.read_bytes() == b"someone's weights"
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "no-meta"])
+def test_corrupted_checkpoint_is_one_line_error(capsys, fake_dir, tmp_path, damage):
+    path = tmp_path / "ck.npz"
+    assert train(fake_dir, tmp_path, "--epochs", 1, "--checkpoint", path, "--no-log") == 0
+    data = path.read_bytes()
+    if damage == "garbage":
+        path.write_bytes(os.urandom(len(data)))
+    elif damage == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    else:
+        np.savez(path, W0=np.zeros((16, 784)))
+    err = fail(capsys, fake_dir, tmp_path, "--epochs", 2, "--checkpoint", path, "--resume", "--no-log")
+    assert f"checkpoint {path} is corrupted" in err
+
+
+def test_resume_with_other_settings_is_refused(capsys, fake_dir, tmp_path):
+    path = tmp_path / "ck.npz"
+    assert train(fake_dir, tmp_path, "--epochs", 1, "--checkpoint", path, "--no-log", "--dtype", "float64") == 0
+    err = fail(capsys, fake_dir, tmp_path, "--epochs", 2, "--checkpoint", path, "--resume", "--no-log",
+               "--hidden", "32", "--dtype", "float32")
+    assert "sizes [784, 16, 8, 10] there, [784, 32, 10] here" in err and "dtype 'float64' there, 'float32' here" in err
+
+
+def test_resume_needs_an_existing_checkpoint(capsys, fake_dir, tmp_path):
+    assert "no checkpoint at" in fail(capsys, fake_dir, tmp_path, "--checkpoint", tmp_path / "none.npz", "--resume")
+    assert "--resume needs --checkpoint" in fail(capsys, fake_dir, tmp_path, "--resume")
+
+
+def test_save_load_round_trip(tmp_path):
+    params = [(np.arange(6.0).reshape(2, 3), np.ones(2)), (np.ones((4, 2), np.float32), np.zeros(4, np.float32))]
+    ckpt = checkpoint.Checkpoint(params, 5, {"hidden": [2]}, [{"epoch": 5, "loss": 0.5}])
+    checkpoint.save(tmp_path / "ck.npz", ckpt)
+    back = checkpoint.load(tmp_path / "ck.npz")
+    assert (back.epoch, back.fingerprint, back.history) == (5, ckpt.fingerprint, ckpt.history)
+    assert all(np.array_equal(x, y) and x.dtype == y.dtype for p, q in zip(params, back.params) for x, y in zip(p, q))
+    with pytest.raises(NNError, match="layer 1 has W"):
+        checkpoint.save(tmp_path / "bad.npz", checkpoint.Checkpoint([params[0], (np.ones((4, 3)), np.ones(4))], 1, {}))
+        checkpoint.load(tmp_path / "bad.npz")
+
+
+def test_interrupted_write_keeps_the_old_file(tmp_path, monkeypatch):
+    path = tmp_path / "ck.npz"
+    path.write_bytes(b"old")
+
+    def crash(src, dst):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.write_atomic(path, b"new")
+    assert path.read_bytes() == b"old" and os.listdir(tmp_path) == ["ck.npz"]
