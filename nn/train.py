@@ -25,7 +25,7 @@ import numpy as np
 
 from nn import checkpoint
 from nn.backends import ACTIVATIONS, BACKENDS, DTYPES, cuda_available, get_backend
-from nn.data import DATASETS, load_dataset
+from nn.data import DATASETS, SCALES, load_dataset
 from nn.dist import Dist, maybe_init_dist, print0, rank_rows, split_sizes
 from nn.errors import NNError
 from nn.mlp import INITS, MLP, Step, init_params
@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", choices=DATASETS, help=f"data set (default: {d['dataset']})")
     p.add_argument("--data-dir", help="directory holding the four IDX files (default: search the usual places, then download)")
     p.add_argument("--seed", type=nonneg_int, help=f"seed of the weight initialisation (default: {d['seed']})")
-    p.add_argument("--scale", choices=("raw", "unit"), help=f"pixels raw 0..255 (CME 213) or unit [0, 1] (default: {d['scale']})")
+    p.add_argument("--scale", choices=SCALES, help=f"pixels raw 0..255 (CME 213) or unit [0, 1] (default: {d['scale']})")
     p.add_argument("--init", choices=INITS, help=f"cme213: 0.01 randn; he: randn sqrt(2/fan_in); biases 0 (default: {d['init']})")
     p.add_argument("--train-size", type=positive_int, help="train on the first N of the 54,000 training images (default: all)")
     p.add_argument("--backend", choices=tuple(BACKENDS), help=f"array backend (default: {d['backend']})")
@@ -202,6 +202,13 @@ class Progress:
         if self.bar:
             self.bar.remove_task(self.task)
 
+    def print(self, line):
+        """A line above the bar (not wrapped to the terminal's width), or a plain print0."""
+        if self.bar:
+            self.bar.console.print(line, soft_wrap=True, markup=False, highlight=False)
+        else:
+            print0(line, flush=True)
+
 
 def _accuracy(model, split, dist, backend) -> float:
     """Fraction of `split` classified right, each rank counting its contiguous share."""
@@ -212,7 +219,7 @@ def _accuracy(model, split, dist, backend) -> float:
     return float(dist.sum([correct])[0]) / len(split.y)
 
 
-def _setup(cfg, args, dist, backend):
+def _setup(cfg, args):
     """Data set and starting weights (from the checkpoint when resuming)."""
     ds = load_dataset(name=cfg.dataset, data_dir=cfg.data_dir, scale=cfg.scale, dtype=np.dtype(cfg.dtype),
                       train_size=cfg.train_size)
@@ -233,14 +240,12 @@ def run(cfg: Config, args, dist: Dist) -> dict:
     backend = get_backend(cfg.backend, cfg.dtype)
     # Rank 0 reads the files first: a bad file fails there alone, and a download happens once.
     if dist.rank == 0:
-        ds, sizes, ckpt = _setup(cfg, args, dist, backend)
+        ds, sizes, ckpt = _setup(cfg, args)
+        _make_parent_dirs(args.checkpoint, args.log)
         dist.barrier()
     else:
         dist.barrier()
-        ds, sizes, ckpt = _setup(cfg, args, dist, backend)
-    for path in (args.checkpoint, args.log):
-        if path and dist.rank == 0:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        ds, sizes, ckpt = _setup(cfg, args)
 
     model = MLP(backend, sizes, cfg.activation, ckpt.params)
     n_train = len(ds.train.y)
@@ -249,6 +254,7 @@ def run(cfg: Config, args, dist: Dist) -> dict:
     y_train = backend.asarray(ds.train.y[index])  # (rows of this rank,) int64
     step = Step(model, max(count for _, count in spans), cfg.batch, cfg.lr, cfg.reg)
     allreduce = None if dist.size == 1 else (lambda buf: dist.allreduce_sum(backend, buf))
+    dist.barrier()  # ranks set up one after another; the first epoch's times should not count that
 
     log = {"config": asdict(cfg), "sizes": list(sizes), "resumed_from_epoch": ckpt.epoch if args.resume else None,
            "data": {"source": ds.source, "train": n_train, "val": len(ds.val.y), "test": len(ds.test.y)},
@@ -281,9 +287,9 @@ def run(cfg: Config, args, dist: Dist) -> dict:
             ckpt.history.append(record)
             if not args.quiet:
                 ms = record["ms"]
-                print0(f"epoch {epoch:>3}/{cfg.epochs}  loss {loss:.4f}  val {100 * val:6.2f}%  | fwd {ms['forward']:.0f}"
-                       f"  bwd {ms['backward']:.0f}  upd {ms['update']:.0f}  comm {ms['comm']:.0f} ms"
-                       f"  | epoch {train_ms:.0f} ms (+ eval {eval_ms:.0f})", flush=True)
+                progress.print(f"epoch {epoch:>3}/{cfg.epochs}  loss {loss:.4f}  val {100 * val:6.2f}%  | fwd {ms['forward']:.0f}"
+                               f"  bwd {ms['backward']:.0f}  upd {ms['update']:.0f}  comm {ms['comm']:.0f} ms"
+                               f"  | epoch {train_ms:.0f} ms (+ eval {eval_ms:.0f})")
             if dist.rank == 0:
                 if args.checkpoint:
                     ckpt.params, ckpt.epoch = model.params_numpy(), epoch
@@ -298,6 +304,14 @@ def run(cfg: Config, args, dist: Dist) -> dict:
     if dist.rank == 0:
         _write_log(args.log, log)
     return log
+
+
+def _make_parent_dirs(*paths):
+    for path in filter(None, paths):
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise NNError(f"cannot create the directory of {path}: {e.strerror or e}") from None
 
 
 def _environment(backend, dist) -> dict:
