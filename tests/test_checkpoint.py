@@ -16,16 +16,16 @@ def fake_dir(tmp_path_factory):
     return write_dataset(tmp_path_factory.mktemp("data"), n_train=6_100, n_test=40)  # 100 train rows
 
 
-def train(fake_dir, tmp_path, *args):
+def train(fake_dir, *args):
     """nn.train in this process on the fake data set (100 rows, batch 30: the last batch is partial)."""
     argv = ["--data-dir", str(fake_dir), "--dataset", "mnist", "--hidden", "16", "8", "--batch", "30",
             "--scale", "unit", "--lr", "0.5", "--quiet", *map(str, args)]
     return main(argv)
 
 
-def fail(capsys, fake_dir, tmp_path, *args) -> str:
+def fail(capsys, fake_dir, *args) -> str:
     """The one line a failing run prints; it must exit with status 2."""
-    assert train(fake_dir, tmp_path, *args) == 2
+    assert train(fake_dir, *args) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1, err
     return err
@@ -34,11 +34,11 @@ def fail(capsys, fake_dir, tmp_path, *args) -> str:
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_resume_equals_uninterrupted_run(fake_dir, tmp_path, dtype):
     whole, part = tmp_path / "whole.npz", tmp_path / "part.npz"
-    assert train(fake_dir, tmp_path, "--dtype", dtype, "--epochs", 3, "--checkpoint", whole,
+    assert train(fake_dir, "--dtype", dtype, "--epochs", 3, "--checkpoint", whole,
                  "--log", tmp_path / "whole.json") == 0
-    assert train(fake_dir, tmp_path, "--dtype", dtype, "--epochs", 1, "--checkpoint", part, "--no-log") == 0
+    assert train(fake_dir, "--dtype", dtype, "--epochs", 1, "--checkpoint", part, "--no-log") == 0
     assert checkpoint.load(part).epoch == 1
-    assert train(fake_dir, tmp_path, "--dtype", dtype, "--epochs", 3, "--checkpoint", part, "--resume",
+    assert train(fake_dir, "--dtype", dtype, "--epochs", 3, "--checkpoint", part, "--resume",
                  "--log", tmp_path / "part.json") == 0
     a, b = checkpoint.load(whole), checkpoint.load(part)
     assert a.epoch == b.epoch == 3
@@ -52,14 +52,14 @@ def test_resume_equals_uninterrupted_run(fake_dir, tmp_path, dtype):
 def test_fresh_run_never_overwrites_a_checkpoint(capsys, fake_dir, tmp_path):
     path = tmp_path / "ck.npz"
     path.write_bytes(b"someone's weights")
-    assert "pass --resume" in fail(capsys, fake_dir, tmp_path, "--epochs", 1, "--checkpoint", path, "--no-log")
+    assert "pass --resume" in fail(capsys, fake_dir, "--epochs", 1, "--checkpoint", path, "--no-log")
     assert path.read_bytes() == b"someone's weights"
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "no-meta"])
 def test_corrupted_checkpoint_is_one_line_error(capsys, fake_dir, tmp_path, damage):
     path = tmp_path / "ck.npz"
-    assert train(fake_dir, tmp_path, "--epochs", 1, "--checkpoint", path, "--no-log") == 0
+    assert train(fake_dir, "--epochs", 1, "--checkpoint", path, "--no-log") == 0
     data = path.read_bytes()
     if damage == "garbage":
         path.write_bytes(os.urandom(len(data)))
@@ -67,21 +67,21 @@ def test_corrupted_checkpoint_is_one_line_error(capsys, fake_dir, tmp_path, dama
         path.write_bytes(data[: len(data) // 2])
     else:
         np.savez(path, W0=np.zeros((16, 784)))
-    err = fail(capsys, fake_dir, tmp_path, "--epochs", 2, "--checkpoint", path, "--resume", "--no-log")
+    err = fail(capsys, fake_dir, "--epochs", 2, "--checkpoint", path, "--resume", "--no-log")
     assert f"checkpoint {path} is corrupted" in err
 
 
 def test_resume_with_other_settings_is_refused(capsys, fake_dir, tmp_path):
     path = tmp_path / "ck.npz"
-    assert train(fake_dir, tmp_path, "--epochs", 1, "--checkpoint", path, "--no-log", "--dtype", "float64") == 0
-    err = fail(capsys, fake_dir, tmp_path, "--epochs", 2, "--checkpoint", path, "--resume", "--no-log",
+    assert train(fake_dir, "--epochs", 1, "--checkpoint", path, "--no-log", "--dtype", "float64") == 0
+    err = fail(capsys, fake_dir, "--epochs", 2, "--checkpoint", path, "--resume", "--no-log",
                "--hidden", "32", "--dtype", "float32")
     assert "sizes [784, 16, 8, 10] there, [784, 32, 10] here" in err and "dtype 'float64' there, 'float32' here" in err
 
 
 def test_resume_needs_an_existing_checkpoint(capsys, fake_dir, tmp_path):
-    assert "no checkpoint at" in fail(capsys, fake_dir, tmp_path, "--checkpoint", tmp_path / "none.npz", "--resume")
-    assert "--resume needs --checkpoint" in fail(capsys, fake_dir, tmp_path, "--resume")
+    assert "no checkpoint at" in fail(capsys, fake_dir, "--checkpoint", tmp_path / "none.npz", "--resume")
+    assert "--resume needs --checkpoint" in fail(capsys, fake_dir, "--resume")
 
 
 def test_save_load_round_trip(tmp_path):

@@ -7,7 +7,7 @@ import pytest
 
 from fake_idx import write_dataset
 from nn.dist import maybe_init_dist, rank_rows, split_sizes
-from run_train import MPIRUN, ROOT, env, max_rel_diff, run_train, weights
+from run_train import MPIRUN, env, max_rel_diff, run_train, weights
 
 needs_mpi = pytest.mark.skipif(MPIRUN is None, reason="no mpirun (pip install mpich)")
 
@@ -27,9 +27,9 @@ def test_rank_rows_cover_every_batch_in_order(n, batch, size):
         assert np.array_equal(rows, np.arange(start, min(start + batch, n)))
 
 
-def test_one_process_is_rank_0_of_1_without_mpi4py():
+def test_one_process_is_rank_0_of_1_without_mpi4py(tmp_path):
     code = "import sys, nn.dist as d; w = d.maybe_init_dist(); print(w.rank, w.size, 'mpi4py' in sys.modules)"
-    clean = {k: v for k, v in env(ROOT).items() if not k.startswith(("PMI", "PMIX", "OMPI", "MPI_"))}
+    clean = {k: v for k, v in env(tmp_path).items() if not k.startswith(("PMI", "PMIX", "OMPI", "MPI_"))}
     out = subprocess.run([sys.executable, "-c", code], env=clean, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["0", "1", "False"]
     assert maybe_init_dist().size == 1
