@@ -3,6 +3,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autogemm.errors import AutogemmError
 from autogemm.gemm import plan_gemm
 from autogemm.shapes import Shape
 from autogemm.timing import Timing, time_gpu
@@ -36,7 +37,11 @@ def cublas_gemm(a, b, out, shape: Shape):
 
 def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, reps: int = 50,
                 naive: bool = False) -> list[Row]:
-    """Time each variant on `shape` after checking its output against float64 NumPy."""
+    """Time each variant on `shape` after checking its output against float64 NumPy.
+
+    configs: {variant name: config mapping}, timed beside the default config and cuBLAS.
+    A variant that fails to compile, launch or match gets a Row with the reason and no time.
+    """
     import cupy
 
     configs = dict(configs or {})
@@ -50,11 +55,15 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
         variants.append(("naive", "gemm_naive", None))
     rows = []
     for variant, fam, cfg in variants:
-        run = plan_gemm(a, b, out, trans_a=shape.trans_a, trans_b=shape.trans_b, config=cfg,
-                        kernel_family=fam)
-        kernel = run.instance.name
-        out.fill(np.nan)
-        run()
+        try:
+            run = plan_gemm(a, b, out, trans_a=shape.trans_a, trans_b=shape.trans_b, config=cfg,
+                            kernel_family=fam)
+            kernel = run.instance.name
+            out.fill(np.nan)
+            run()
+        except (AutogemmError, cupy.cuda.driver.CUDADriverError) as exc:
+            rows.append(Row(shape, variant, str(cfg), None, 0.0, str(exc)))
+            continue
         verdict = compare(cupy.asnumpy(out), value, magnitude, shape.k, dtype)
         if not verdict.ok:
             rows.append(Row(shape, variant, kernel, None, 0.0, verdict.describe()))

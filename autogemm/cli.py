@@ -29,8 +29,10 @@ def cmd_bench(args) -> int:
 
     from autogemm.bench import bench_shape
     from autogemm.device import this_device
+    from autogemm.family import family
 
     shapes = parse_shapes(args.shapes, args.batch, args.hidden)
+    configs = {f"config{i}": _config_json(text) for i, text in enumerate(args.config, 1)}
     dtype = np.dtype(args.dtype).type
     dev = this_device()
     table = Table(title=f"autogemm bench on {dev.name} ({dev.sm_count} SMs), {args.dtype}, "
@@ -39,9 +41,21 @@ def cmd_bench(args) -> int:
         table.add_column(col, justify="right" if col in ("µs", "GFLOP/s", "vs cuBLAS") else "left")
     records = []
     for shape in shapes:
-        rows = bench_shape(shape, dtype, reps=args.reps, naive=args.naive)
+        extra = dict(configs)
+        if args.sample:
+            problem = _problem(shape, args.dtype)
+            for i, cfg in enumerate(family("gemm").sample(problem, dev, args.sample, seed=args.seed), 1):
+                extra[f"sample{i}"] = dict(cfg)
+        rows = bench_shape(shape, dtype, configs=extra, reps=args.reps, naive=args.naive)
         cublas = next(r for r in rows if r.variant == "cublas").timing
+        samples = sorted((r for r in rows if r.variant.startswith("sample") and r.timing),
+                         key=lambda r: r.timing.median_us)
+        shown = [r for r in rows if not r.variant.startswith("sample")] + samples[:args.show]
         for r in rows:
+            if r not in shown:
+                records.append(dict(shape=str(shape), variant=r.variant, kernel=r.kernel,
+                                    median_us=r.timing.median_us if r.timing else None, error=r.error))
+        for r in shown:
             us = r.timing.median_us if r.timing else float("nan")
             ratio = us / cublas.median_us if r.timing else float("nan")
             table.add_row(str(shape), shape.role, r.variant, r.kernel,
@@ -59,6 +73,22 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _config_json(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AutogemmError(f"--config: not JSON ({exc.msg}): {text[:60]}") from None
+    if not isinstance(value, dict):
+        raise AutogemmError(f"--config: expected a JSON object of gemm parameters, got {text[:60]}")
+    return value
+
+
+def _problem(shape, dtype: str):
+    from kernels.gemm import Problem
+
+    return Problem.contiguous(shape.m, shape.n, shape.k, dtype, shape.trans_a, shape.trans_b)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="autogemm", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -72,6 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="(float32)")
     bench.add_argument("--reps", type=_positive_int, default=100, help="timed runs per variant (100)")
     bench.add_argument("--naive", action="store_true", help="also time the naive baseline kernel")
+    bench.add_argument("--config", action="append", default=[], metavar="JSON",
+                       help="also time this gemm config, e.g. '{\"bm\": 128, ...}' (repeatable)")
+    bench.add_argument("--sample", type=int, default=0, metavar="N",
+                       help="also time N random valid configs per shape, show the best (0)")
+    bench.add_argument("--show", type=int, default=3, help="sampled configs shown per shape (3)")
+    bench.add_argument("--seed", type=int, default=0, help="seed of --sample (0)")
     bench.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     bench.set_defaults(run=cmd_bench)
     return parser

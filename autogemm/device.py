@@ -3,6 +3,8 @@ import functools
 import re
 from dataclasses import dataclass
 
+from autogemm.errors import AutogemmError
+
 
 @dataclass(frozen=True)
 class DeviceInfo:
@@ -47,7 +49,15 @@ def _info(device_id: int) -> DeviceInfo:
 
 
 def this_device() -> DeviceInfo:
-    """DeviceInfo of the current CuPy device, read once per device."""
-    import cupy
+    """DeviceInfo of the current CuPy device, read once per device; AutogemmError without one."""
+    try:
+        import cupy
 
-    return _info(cupy.cuda.Device().id)
+        return _info(cupy.cuda.Device().id)
+    except ImportError:
+        raise AutogemmError("no CUDA: CuPy is not installed; on a machine with an NVIDIA GPU, "
+                            "pip install 'autogemm[cuda13]' (or [cuda12])") from None
+    except Exception as exc:  # CUDARuntimeError and friends: no driver or no device
+        if type(exc).__module__.startswith("cupy"):
+            raise AutogemmError(f"no CUDA device usable by CuPy: {exc}") from None
+        raise

@@ -86,7 +86,7 @@ def test_split_k_is_deterministic_and_reusable():
 
     import autogemm
 
-    cfg = dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=4, stages=2, split_k=8, pad=4)
+    cfg = dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=2, stages=2, split_k=8, pad=4)
     rng = np.random.default_rng(3)
     a = cupy.asarray(rng.standard_normal((100, 4000)).astype(np.float32))
     b = cupy.asarray(rng.standard_normal((4000, 70)).astype(np.float32))
