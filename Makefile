@@ -1,0 +1,35 @@
+# autogemm: `make train` (virtual environment, install, data, train) and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY      = $(VENV)/bin/python
+FASHION = /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+
+.PHONY: train test test-gpu bench data install clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed  ## virtual environment with autogemm, nn and the test tools
+
+data: install  ## the default data set: Debian's Fashion-MNIST where apt works, else a verified download
+	@if [ ! -f $(FASHION) ] && command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  (apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist) >/dev/null 2>&1 || true; fi
+	$(PY) -m nn.data --dataset fashion-mnist
+
+train: data  ## train the default MLP (784-1000-10) on Fashion-MNIST
+	$(PY) -m nn.train $(ARGS)
+
+test: data  ## the CPU test suite (GPU tests skip without a device)
+	$(PY) -m pytest -q
+
+test-gpu:  ## on a GPU machine: the gpu-marked tests
+	$(PYTHON) -m pytest -q -m gpu
+
+bench:  ## on a GPU machine: the MLP's GEMMs and 4096^3 against cuBLAS
+	$(PYTHON) -m autogemm.cli bench --shapes nn,4096x4096x4096
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache
