@@ -59,8 +59,10 @@ class Dist:
         """An unexpected exception: the traceback with the rank, then Abort; re-raised with one rank."""
         if self.size == 1:
             raise exc
-        print(f"rank {self.rank} of {self.size} failed:", file=sys.stderr)
-        traceback.print_exception(exc, file=sys.stderr)
+        # One write, summary first: Abort can kill the launcher's forwarding of later output.
+        summary = "".join(traceback.format_exception_only(exc)).strip()
+        sys.stderr.write(f"rank {self.rank} of {self.size} failed: {summary}\n"
+                         + "".join(traceback.format_exception(exc)))
         sys.stderr.flush()
         self.comm.Abort(1)
 
