@@ -120,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
                               "1: lr 0.001, 40 epochs; 2: lr 0.01, 10 epochs; 3: lr 0.025, 1 epoch")
     p.add_argument("--use-tuned", action="store_true",
                    help="use the autogemm-tuned GPU kernels; without a CUDA device, fall back to NumPy")
+    p.add_argument("--no-graph", action="store_true",
+                   help="run the cupy backend's steps eagerly instead of replaying each epoch as one CUDA graph "
+                        "(slower; gives the forward/backward/update time split)")
     p.add_argument("--checkpoint", metavar="PATH",
                    help="write weights here after every epoch (atomically); an existing file needs --resume")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint's last finished epoch")
@@ -237,7 +240,7 @@ def _setup(cfg, args):
 
 def run(cfg: Config, args, dist: Dist) -> dict:
     """Train as configured; returns the run log (rank 0 also prints it and writes it and checkpoints)."""
-    backend = get_backend(cfg.backend, cfg.dtype)
+    backend = get_backend(cfg.backend, cfg.dtype, **({"tuned": args.use_tuned} if cfg.backend == "cupy" else {}))
     # Rank 0 reads the files first: a bad file fails there alone, and a download happens once.
     if dist.rank == 0:
         ds, sizes, ckpt = _setup(cfg, args)
@@ -265,15 +268,28 @@ def run(cfg: Config, args, dist: Dist) -> dict:
                f"from {ds.source}; batch {cfg.batch} ({len(spans)} steps), lr {cfg.lr:g}, reg {cfg.reg:g}"
                + (f"; resumed after epoch {ckpt.epoch}" if args.resume else ""), flush=True)
 
+    def train_epoch(lap=lambda phase: None, advance=lambda: None):
+        step.reset_loss()
+        for first, count in spans:
+            step.train_batch(x_train[first:first + count], y_train[first:first + count], allreduce, lap)
+            advance()
+
+    # One rank on a capturing backend: the whole epoch is one CUDA graph, captured once, replayed.
+    graph = None
+    use_graph = getattr(backend, "can_capture", False) and allreduce is None and not args.no_graph
     with Progress(dist.rank == 0 and not args.quiet and sys.stdout.isatty()) as progress:
         for epoch in range(ckpt.epoch + 1, cfg.epochs + 1):
             progress.epoch(f"{epoch}/{cfg.epochs}", len(spans))
-            step.reset_loss()
             timer = EpochTimer(backend)
+            if use_graph and graph is None:
+                start = time.perf_counter()
+                graph = backend.capture(train_epoch)
+                log["graph_capture_ms"] = (time.perf_counter() - start) * 1e3
             start = time.perf_counter()
-            for first, count in spans:
-                step.train_batch(x_train[first:first + count], y_train[first:first + count], allreduce, timer.lap)
-                progress.advance()
+            if graph is not None:
+                graph.launch(backend.stream)
+            else:
+                train_epoch(timer.lap, progress.advance)
             backend.synchronize()
             train_ms = (time.perf_counter() - start) * 1e3
             progress.done()
@@ -282,14 +298,16 @@ def run(cfg: Config, args, dist: Dist) -> dict:
             loss = float(dist.sum(backend.to_numpy(step.loss_sum))[0]) / n_train + model.reg_term(cfg.reg)
             val = _accuracy(model, ds.val, dist, backend)
             eval_ms = (time.perf_counter() - start) * 1e3
+            phases = {} if graph is not None else timer.totals_ms()
             record = {"epoch": epoch, "loss": loss, "val_accuracy": val,
-                      "ms": {**timer.totals_ms(), "train": train_ms, "eval": eval_ms}}
+                      "ms": {**phases, "train": train_ms, "eval": eval_ms}}
             ckpt.history.append(record)
             if not args.quiet:
-                ms = record["ms"]
-                progress.print(f"epoch {epoch:>3}/{cfg.epochs}  loss {loss:.4f}  val {100 * val:6.2f}%  | fwd {ms['forward']:.0f}"
-                               f"  bwd {ms['backward']:.0f}  upd {ms['update']:.0f}  comm {ms['comm']:.0f} ms"
-                               f"  | epoch {train_ms:.0f} ms (+ eval {eval_ms:.0f})")
+                split = ("one CUDA graph" if graph is not None else
+                         f"fwd {phases['forward']:.1f}  bwd {phases['backward']:.1f}  upd {phases['update']:.1f}"
+                         f"  comm {phases['comm']:.1f} ms")
+                progress.print(f"epoch {epoch:>3}/{cfg.epochs}  loss {loss:.4f}  val {100 * val:6.2f}%  | {split}"
+                               f"  | epoch {train_ms:.1f} ms (+ eval {eval_ms:.0f})")
             if dist.rank == 0:
                 if args.checkpoint:
                     ckpt.params, ckpt.epoch = model.params_numpy(), epoch

@@ -1,8 +1,8 @@
 """Trainer backends by name: `get_backend("numpy", "float64")`.
 
-"numpy" is the reference and runs everywhere; the GPU backends ("cupy": autogemm kernels, "cublas":
-the CuPy + cuBLAS baseline) register here as they arrive. Modules are imported on first use, so
-asking for NumPy never imports CuPy.
+"numpy" is the reference and runs everywhere; "cupy" runs autogemm's kernels on a GPU (CUDA-graph
+capturable), "cublas" is the CuPy + cuBLAS baseline. Modules are imported on first use, so asking
+for NumPy never imports CuPy.
 """
 import importlib
 
@@ -14,6 +14,8 @@ __all__ = ["ACTIVATIONS", "BACKENDS", "DTYPES", "EPILOGUES", "Backend", "cuda_av
 # name -> "module:class"
 BACKENDS = {
     "numpy": "nn.backends.numpy_backend:NumpyBackend",
+    "cupy": "nn.backends.cupy_backend:CupyBackend",
+    "cublas": "nn.backends.cupy_backend:CublasBackend",
 }
 
 

@@ -1,0 +1,154 @@
+"""GPU backends on CuPy: "cupy" runs every operation on autogemm's generated kernels (fused GEMM
+epilogues, one-kernel softmax + cross-entropy) and can capture a whole epoch as one CUDA graph;
+"cublas" is the baseline: cuBLAS GEMMs plus separate elementwise kernels, run eagerly (CuPy cannot
+capture cuBLAS calls into a graph).
+
+All work goes to one non-blocking stream of the backend's own (graphs cannot capture the legacy
+default stream). Ranks under MPI take GPUs round-robin by their node-local rank.
+"""
+import os
+
+import numpy as np
+
+import autogemm
+from autogemm.gemm import plan_gemm
+from nn.backends.base import EPILOGUES, Backend
+from nn.errors import NNError
+
+# Node-local rank as the MPI launchers export it: MPICH/Hydra, Open MPI, PMIx, Slurm.
+_LOCAL_RANK_ENV = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "PMIX_LOCAL_RANK", "SLURM_LOCALID")
+
+
+def local_rank() -> int:
+    return next((int(os.environ[k]) for k in _LOCAL_RANK_ENV if k in os.environ), 0)
+
+
+def gpu_for_rank(rank: int, gpus: int) -> int:
+    """Round-robin: several ranks may share a GPU when there are more ranks than GPUs."""
+    return rank % gpus
+
+
+class CupyBackend(Backend):
+    """autogemm kernels on one GPU; `tuned` picks configs from tuned/ (else the family defaults)."""
+
+    name = "cupy"
+    can_capture = True
+
+    def __init__(self, dtype, tuned: bool = True):
+        super().__init__(dtype)
+        try:
+            import cupy
+
+            gpus = cupy.cuda.runtime.getDeviceCount()
+        except Exception as exc:  # ImportError, or CuPy's CUDA errors without a driver or device
+            raise NNError(f"the {self.name} backend needs CuPy and a CUDA device: {exc}") from None
+        self.xp = cupy
+        self.device = cupy.cuda.Device(gpu_for_rank(local_rank(), gpus))
+        self.device.use()
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.stream.use()
+        self.tuned = tuned
+        self._plans = {}
+
+    # ---- storage --------------------------------------------------------------------------
+
+    def asarray(self, a):
+        a = np.asarray(a)
+        dtype = self.dtype if np.issubdtype(a.dtype, np.floating) else np.int32  # labels: int32 for the kernels
+        return self.xp.asarray(np.ascontiguousarray(a, dtype=dtype))
+
+    def to_numpy(self, a):
+        return self.xp.asnumpy(a, stream=self.stream)
+
+    def empty(self, shape):
+        return self.xp.empty(shape, self.dtype)
+
+    def zeros(self, shape):
+        return self.xp.zeros(shape, self.dtype)
+
+    # ---- the step's operations -----------------------------------------------------------
+
+    def gemm(self, a, b, out, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,
+             epilogue=None, bias=None, aux=None):
+        if epilogue not in EPILOGUES:
+            raise ValueError(f"unknown epilogue {epilogue!r}")
+        if a.shape[1 - trans_a] == 0:  # K = 0: no product, out = epi(beta * c) is not needed by the MLP
+            raise ValueError("gemm with K = 0 is not supported on the GPU backends")
+        key = (_layout(a), _layout(b), _layout(out), _layout(c), _layout(bias), _layout(aux),
+               alpha, beta, trans_a, trans_b, epilogue)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = plan_gemm(a, b, out, alpha, beta, trans_a, trans_b, c, epilogue, bias, aux)
+        plan()
+        return out
+
+    def softmax_xent(self, z, labels, grad_out, scale, loss_acc):
+        if z.shape[0]:
+            autogemm.softmax_xent(z, labels, grad_out, scale, loss_acc)
+
+    def column_sums(self, g, out, scale=1.0):
+        return autogemm.column_sums(g, out, alpha=scale)
+
+    def sgd_update(self, w, grad, lr, reg):
+        autogemm.sgd_update(w.reshape(1, -1) if w.ndim == 1 else w,
+                            grad.reshape(1, -1) if grad.ndim == 1 else grad, lr, reg)
+        return w
+
+    def synchronize(self):
+        self.stream.synchronize()
+
+    # ---- CUDA graphs ----------------------------------------------------------------------
+
+    def capture(self, fn):
+        """A CUDA graph of the work `fn()` enqueues (nothing runs now); call `.launch()` to replay it.
+
+        Every array `fn` touches must outlive the graph: it holds raw pointers, not references.
+        """
+        self.stream.begin_capture()
+        try:
+            fn()
+        finally:
+            graph = self.stream.end_capture()
+        graph.upload(self.stream)
+        return graph
+
+    # ---- timing ---------------------------------------------------------------------------
+
+    def mark(self):
+        event = self.xp.cuda.Event()
+        event.record(self.stream)
+        return event
+
+    def elapsed_ms(self, start, end):
+        end.synchronize()
+        return self.xp.cuda.get_elapsed_time(start, end)
+
+
+class CublasBackend(CupyBackend):
+    """The baseline: cuBLAS GEMMs (CuPy), epilogues as separate autogemm elementwise kernels."""
+
+    name = "cublas"
+    can_capture = False
+
+    def gemm(self, a, b, out, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,
+             epilogue=None, bias=None, aux=None):
+        from cupy import cublas
+
+        if epilogue not in EPILOGUES:
+            raise ValueError(f"unknown epilogue {epilogue!r}")
+        if c is not None and c is not out and beta != 0:
+            out[...] = c
+        cublas.gemm("T" if trans_a else "N", "T" if trans_b else "N", a, b, out=out, alpha=alpha, beta=beta)
+        if epilogue in ("bias", "bias_sigmoid", "bias_relu"):
+            autogemm.bias_activation(out, bias, epilogue[5:] or None, out=out)
+        elif epilogue in ("dsigmoid", "drelu"):
+            autogemm.activation_grad(out, aux, epilogue[1:], out=out)
+        return out
+
+    def capture(self, fn):
+        raise NNError("the cublas backend cannot be captured into a CUDA graph (CuPy forbids cuBLAS during capture)")
+
+
+def _layout(x):
+    """What a cached GEMM plan depends on: pointer, shape and strides (None for no array)."""
+    return None if x is None else (x.data.ptr, x.shape, x.strides)

@@ -1,0 +1,100 @@
+"""The GPU backends against the NumPy reference: each operation, then whole training runs."""
+import numpy as np
+import pytest
+
+from nn.backends import get_backend
+from nn.data import locate
+from run_train import max_rel_diff, run_train, weights
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def data_dir():
+    return str(locate("fashion-mnist"))
+
+
+@pytest.mark.parametrize("name", ["cupy", "cublas"])
+def test_operations_match_numpy(name):
+    gpu, ref = get_backend(name, "float64"), get_backend("numpy", "float64")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((37, 29))                           # (B, D)
+    w = rng.standard_normal((23, 29))                           # (H, D)
+    bias = rng.standard_normal(23)                              # (H,)
+    sig = rng.uniform(0.05, 0.95, (37, 23))                     # saved sigmoid output (B, H)
+    g = rng.standard_normal((37, 23))                           # (B, H)
+    cases = [
+        dict(a=x, b=w, trans_b=True, epilogue="bias_sigmoid", bias=bias),
+        dict(a=x, b=w, trans_b=True, epilogue="bias_relu", bias=bias),
+        dict(a=x, b=w, trans_b=True, epilogue="bias", bias=bias),
+        dict(a=g, b=w, epilogue="dsigmoid", aux=sig, out_shape=(37, 29)),
+        dict(a=g, b=x, trans_a=True, alpha=-0.1, beta=0.99, c=w),
+    ]
+    for case in cases:
+        out_shape = case.pop("out_shape", None)
+        results = []
+        for bk in (gpu, ref):
+            args = {k: bk.asarray(v) if isinstance(v, np.ndarray) else v for k, v in case.items()}
+            a, b = args.pop("a"), args.pop("b")
+            shape = out_shape or (a.shape[1] if args.get("trans_a") else a.shape[0],
+                                  b.shape[0] if args.get("trans_b") else b.shape[1])
+            out = args["c"] if "c" in args else bk.empty(shape)
+            results.append(bk.to_numpy(bk.gemm(a, b, out, **args)))
+        np.testing.assert_allclose(*results, rtol=1e-12, atol=1e-12)
+
+    z = rng.standard_normal((37, 10)) * 4
+    labels = rng.integers(0, 10, 37)
+    grads, losses = [], []
+    for bk in (gpu, ref):
+        grad, loss = bk.empty((37, 10)), bk.zeros((1,))
+        bk.softmax_xent(bk.asarray(z), bk.asarray(labels), grad, 1 / 37, loss)
+        grads.append(bk.to_numpy(grad))
+        losses.append(float(bk.to_numpy(loss)[0]))
+    np.testing.assert_allclose(*grads, rtol=1e-12, atol=1e-14)
+    assert losses[0] == pytest.approx(losses[1], rel=1e-12)
+
+    sums = [bk.to_numpy(bk.column_sums(bk.asarray(g), bk.empty(23), 0.5)) for bk in (gpu, ref)]
+    np.testing.assert_allclose(*sums, rtol=1e-12)
+    updated = [bk.to_numpy(bk.sgd_update(bk.asarray(w), bk.asarray(w * 0.3), 0.1, 1e-3)) for bk in (gpu, ref)]
+    np.testing.assert_allclose(*updated, rtol=1e-14)
+
+
+def _train(tmp_path, name, *args, ranks=None):
+    ckpt = tmp_path / f"{name}.npz"
+    out = run_train(tmp_path, *args, "--checkpoint", ckpt, "--no-log", "--quiet", ranks=ranks, timeout=600)
+    assert out.returncode == 0, out.stderr
+    return weights(ckpt), out.stdout
+
+
+@pytest.mark.parametrize("mode", [1, 2, 3])
+def test_grading_modes_match_numpy_float64(mode, tmp_path, data_dir):
+    """CME 213's check: W1, b1, W2, b2 after each grading mode within 1e-7 (max-norm relative)."""
+    common = ("--grading-mode", mode, "--data-dir", data_dir)
+    ref, _ = _train(tmp_path, "numpy", *common, "--backend", "numpy")
+    gpu, _ = _train(tmp_path, "cupy", *common, "--backend", "cupy")
+    assert max_rel_diff(gpu, ref) <= 1e-7
+
+
+def test_graph_replay_equals_eager_steps(tmp_path, data_dir):
+    common = ("--hidden", 64, "--epochs", 2, "--dtype", "float64", "--data-dir", data_dir, "--backend", "cupy")
+    graph, _ = _train(tmp_path, "graph", *common)
+    eager, _ = _train(tmp_path, "eager", *common, "--no-graph")
+    assert max_rel_diff(graph, eager) == 0.0
+
+
+def test_four_ranks_on_one_gpu_match_one_process(tmp_path, data_dir):
+    common = ("--hidden", 64, "--epochs", 2, "--batch", 30, "--train-size", 3000, "--dtype", "float64",
+              "--data-dir", data_dir, "--backend", "cupy")
+    one, _ = _train(tmp_path, "one", *common)
+    four, _ = _train(tmp_path, "four", *common, ranks=4)
+    assert max_rel_diff(four, one) <= 1e-7
+
+
+def test_float32_accuracy_matches_numpy(tmp_path, data_dir):
+    """The default network in float32: test accuracy within 0.5 points of the NumPy run."""
+    common = ("--epochs", 10, "--data-dir", data_dir)
+    accuracies = []
+    for name in ("numpy", "cupy"):
+        _, stdout = _train(tmp_path, name, *common, "--backend", name)
+        accuracies.append(float(stdout.split("test accuracy ")[1].split("%")[0]))
+    assert abs(accuracies[0] - accuracies[1]) <= 0.5, accuracies
