@@ -160,3 +160,33 @@ class Step:
             lap("comm")
             self.update()
         lap("update")
+
+
+class Epoch:
+    """One pass of `step` over a rank's rows, batch by batch (`spans` of (first, count) rows).
+
+    With `graph` (a capturing backend, one rank) the pass is captured once as a CUDA graph on the
+    first call and replayed after: one launch per epoch, no host work between steps.
+    """
+
+    def __init__(self, step: Step, spans, x, labels, allreduce=None, graph=False):
+        self.step, self.spans, self.x, self.labels, self.allreduce = step, spans, x, labels, allreduce
+        backend = step.model.backend
+        self.graphed = graph and allreduce is None and getattr(backend, "can_capture", False)
+        self._graph = None
+
+    def _steps(self, lap=lambda phase: None, advance=lambda: None):
+        self.step.reset_loss()
+        for first, count in self.spans:
+            self.step.train_batch(self.x[first:first + count], self.labels[first:first + count], self.allreduce, lap)
+            advance()
+
+    def run(self, lap=lambda phase: None, advance=lambda: None):
+        """Enqueue one epoch (laps and progress only when eager); the caller synchronises."""
+        if not self.graphed:
+            self._steps(lap, advance)
+            return
+        backend = self.step.model.backend
+        if self._graph is None:
+            self._graph = backend.capture(self._steps)
+        self._graph.launch(backend.stream)

@@ -28,7 +28,7 @@ from nn.backends import ACTIVATIONS, BACKENDS, DTYPES, cuda_available, get_backe
 from nn.data import DATASETS, SCALES, load_dataset
 from nn.dist import Dist, maybe_init_dist, print0, rank_rows, split_sizes
 from nn.errors import NNError
-from nn.mlp import INITS, MLP, Step, init_params
+from nn.mlp import INITS, MLP, Epoch, Step, init_params
 
 # ---------------------------------------------------------------- settings
 
@@ -268,28 +268,13 @@ def run(cfg: Config, args, dist: Dist) -> dict:
                f"from {ds.source}; batch {cfg.batch} ({len(spans)} steps), lr {cfg.lr:g}, reg {cfg.reg:g}"
                + (f"; resumed after epoch {ckpt.epoch}" if args.resume else ""), flush=True)
 
-    def train_epoch(lap=lambda phase: None, advance=lambda: None):
-        step.reset_loss()
-        for first, count in spans:
-            step.train_batch(x_train[first:first + count], y_train[first:first + count], allreduce, lap)
-            advance()
-
-    # One rank on a capturing backend: the whole epoch is one CUDA graph, captured once, replayed.
-    graph = None
-    use_graph = getattr(backend, "can_capture", False) and allreduce is None and not args.no_graph
+    epoch_pass = Epoch(step, spans, x_train, y_train, allreduce, graph=not args.no_graph)
     with Progress(dist.rank == 0 and not args.quiet and sys.stdout.isatty()) as progress:
         for epoch in range(ckpt.epoch + 1, cfg.epochs + 1):
             progress.epoch(f"{epoch}/{cfg.epochs}", len(spans))
             timer = EpochTimer(backend)
-            if use_graph and graph is None:
-                start = time.perf_counter()
-                graph = backend.capture(train_epoch)
-                log["graph_capture_ms"] = (time.perf_counter() - start) * 1e3
             start = time.perf_counter()
-            if graph is not None:
-                graph.launch(backend.stream)
-            else:
-                train_epoch(timer.lap, progress.advance)
+            epoch_pass.run(timer.lap, progress.advance)
             backend.synchronize()
             train_ms = (time.perf_counter() - start) * 1e3
             progress.done()
@@ -298,12 +283,12 @@ def run(cfg: Config, args, dist: Dist) -> dict:
             loss = float(dist.sum(backend.to_numpy(step.loss_sum))[0]) / n_train + model.reg_term(cfg.reg)
             val = _accuracy(model, ds.val, dist, backend)
             eval_ms = (time.perf_counter() - start) * 1e3
-            phases = {} if graph is not None else timer.totals_ms()
+            phases = {} if epoch_pass.graphed else timer.totals_ms()
             record = {"epoch": epoch, "loss": loss, "val_accuracy": val,
                       "ms": {**phases, "train": train_ms, "eval": eval_ms}}
             ckpt.history.append(record)
             if not args.quiet:
-                split = ("one CUDA graph" if graph is not None else
+                split = ("one CUDA graph" if epoch_pass.graphed else
                          f"fwd {phases['forward']:.1f}  bwd {phases['backward']:.1f}  upd {phases['update']:.1f}"
                          f"  comm {phases['comm']:.1f} ms")
                 progress.print(f"epoch {epoch:>3}/{cfg.epochs}  loss {loss:.4f}  val {100 * val:6.2f}%  | {split}"

@@ -21,7 +21,7 @@ def test_operations_match_numpy(name):
     x = rng.standard_normal((37, 29))                           # (B, D)
     w = rng.standard_normal((23, 29))                           # (H, D)
     bias = rng.standard_normal(23)                              # (H,)
-    sig = rng.uniform(0.05, 0.95, (37, 23))                     # saved sigmoid output (B, H)
+    sig = rng.uniform(0.05, 0.95, (37, 29))                     # saved sigmoid output of the layer below (B, D)
     g = rng.standard_normal((37, 23))                           # (B, H)
     cases = [
         dict(a=x, b=w, trans_b=True, epilogue="bias_sigmoid", bias=bias),

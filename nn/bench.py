@@ -1,0 +1,227 @@
+"""Training benchmark: ms per epoch of the same MLP on each backend, and PyTorch when importable.
+
+    python -m nn.bench                      # every network below, every backend that runs here
+    python -m nn.bench --networks cme213 --backends cupy,cublas --json out.json --png out.png
+
+Data: the first N Fashion-MNIST training images (unit-scaled), resident on the GPU. Each backend
+runs one untimed epoch (compiles, captures), then `--epochs` timed ones; the median is reported.
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from nn.backends import cuda_available, get_backend
+from nn.data import load_dataset
+from nn.dist import rank_rows
+from nn.errors import NNError
+from nn.mlp import MLP, Epoch, Step, init_params
+
+
+@dataclass(frozen=True)
+class Network:
+    name: str
+    hidden: int
+    batch: int
+    images: int
+    activation: str = "sigmoid"
+    lr: float = 0.1
+
+
+def networks() -> dict[str, Network]:
+    nets = [Network("cme213", 1000, 800, 54000), Network("grading", 100, 800, 54000)]
+    nets += [Network(f"relu-h{h}-b{b}", h, b, 37800, "relu", 0.05) for h in (32, 64, 128, 256) for b in (32, 64, 128)]
+    nets.append(Network("large", 4096, 8192, 54000))
+    return {n.name: n for n in nets}
+
+
+@dataclass
+class Result:
+    network: str
+    backend: str
+    ms_per_epoch: float
+    epochs: int
+    accuracy: float      # training-set accuracy after the timed epochs (a sanity check, not a score)
+
+
+def time_backend(net: Network, backend_name: str, x: np.ndarray, y: np.ndarray, epochs: int) -> Result:
+    """Median ms per epoch of autogemm's or the baseline's backend (graph-captured where it can be)."""
+    options = {"tuned": backend_name == "cupy-tuned"} if backend_name.startswith("cupy") else {}
+    backend = get_backend(backend_name.split("-")[0], "float32", **options)
+    sizes = (x.shape[1], net.hidden, 10)
+    model = MLP(backend, sizes, net.activation, init_params(sizes, "he" if net.activation == "relu" else "cme213"))
+    index, spans = rank_rows(len(y), net.batch, 0, 1)
+    xd, yd = backend.asarray(x[index]), backend.asarray(y[index])  # X: (N, 784) float32, labels (N,)
+    step = Step(model, net.batch, net.batch, net.lr, 1e-4)
+    epoch = Epoch(step, spans, xd, yd, graph=True)
+    times = []
+    for i in range(epochs + 1):
+        start = time.perf_counter()
+        epoch.run()
+        backend.synchronize()
+        if i:
+            times.append((time.perf_counter() - start) * 1e3)
+    accuracy = model.count_correct(xd, y) / len(y)
+    return Result(net.name, backend_name, statistics.median(times), epochs, accuracy)
+
+
+def time_torch(net: Network, x: np.ndarray, y: np.ndarray, epochs: int, graph: bool) -> Result:
+    """The same network in PyTorch, data on the GPU; with `graph`, each step replays a CUDA graph."""
+    import torch
+
+    dev = torch.device("cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    xd = torch.from_numpy(x).to(dev)                              # X: (N, 784) float32
+    yd = torch.from_numpy(y.astype(np.int64)).to(dev)             # (N,) int64
+    model = torch.nn.Sequential(torch.nn.Linear(x.shape[1], net.hidden),
+                                torch.nn.Sigmoid() if net.activation == "sigmoid" else torch.nn.ReLU(),
+                                torch.nn.Linear(net.hidden, 10)).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=net.lr, weight_decay=1e-4)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    starts = range(0, len(y), net.batch)
+
+    def step(xb, yb):
+        opt.zero_grad(set_to_none=False)
+        loss_fn(model(xb), yb).backward()
+        opt.step()
+
+    graphs = {}
+    if graph:  # one graph per batch size (full, last partial), static inputs copied in each step
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                step(xd[:net.batch], yd[:net.batch])
+        torch.cuda.current_stream().wait_stream(side)
+        for rows in sorted({min(net.batch, len(y) - s) for s in starts}):
+            xs, ys = xd[:rows].clone(), yd[:rows].clone()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                step(xs, ys)
+            graphs[rows] = (g, xs, ys)
+
+    def run_epoch():
+        for s in starts:
+            xb, yb = xd[s:s + net.batch], yd[s:s + net.batch]
+            if graph:
+                g, xs, ys = graphs[len(yb)]
+                xs.copy_(xb)
+                ys.copy_(yb)
+                g.replay()
+            else:
+                step(xb, yb)
+
+    times = []
+    for i in range(epochs + 1):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        run_epoch()
+        torch.cuda.synchronize()
+        if i:
+            times.append((time.perf_counter() - start) * 1e3)
+    with torch.no_grad():
+        accuracy = float((model(xd).argmax(1) == yd).float().mean())
+    return Result(net.name, "torch-graph" if graph else "torch-eager", statistics.median(times), epochs, accuracy)
+
+
+def run(nets: list[Network], backends: list[str], epochs: int, data_dir=None) -> list[Result]:
+    ds = load_dataset("fashion-mnist", data_dir=data_dir, scale="unit", dtype=np.float32)
+    results = []
+    for net in nets:
+        x, y = ds.train.x[:net.images], ds.train.y[:net.images]
+        for name in backends:
+            if name == "numpy" and net.hidden * net.images > 256 * 54000:
+                continue  # minutes per epoch on a CPU: not worth the wait
+            if name.startswith("torch"):
+                result = time_torch(net, x, y, epochs, graph=name == "torch-graph")
+            else:
+                result = time_backend(net, name, x, y, epochs if name != "numpy" else 1)
+            results.append(result)
+            print(f"{net.name:>14}  {name:>12}  {result.ms_per_epoch:9.2f} ms/epoch  "
+                  f"(train accuracy {100 * result.accuracy:.1f}%)", flush=True)
+    return results
+
+
+def available_backends() -> list[str]:
+    names = ["numpy"]
+    if cuda_available():
+        names += ["cublas", "cupy-default", "cupy-tuned"]
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                names += ["torch-eager", "torch-graph"]
+        except ImportError:
+            pass
+    return names
+
+
+def table(results: list[Result]) -> str:
+    backends = list(dict.fromkeys(r.backend for r in results))
+    rows = [["network", *backends]]
+    for net in dict.fromkeys(r.network for r in results):
+        by = {r.backend: r.ms_per_epoch for r in results if r.network == net}
+        rows.append([net, *(f"{by[b]:.2f}" if b in by else "-" for b in backends)])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows)
+
+
+def chart(results: list[Result], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    nets = list(dict.fromkeys(r.network for r in results))
+    backends = [b for b in dict.fromkeys(r.backend for r in results) if b != "numpy"]
+    fig, ax = plt.subplots(figsize=(max(8, len(nets) * 0.9), 4.5))
+    width = 0.8 / max(1, len(backends))
+    for i, b in enumerate(backends):
+        by = {r.network: r.ms_per_epoch for r in results if r.backend == b}
+        ax.bar([j + i * width for j in range(len(nets))], [by.get(n, 0) for n in nets], width, label=b)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(nets))], nets, rotation=45, ha="right")
+    ax.set_ylabel("ms per epoch (lower is better)")
+    ax.set_yscale("log")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> int:
+    known = networks()
+    p = argparse.ArgumentParser(prog="python -m nn.bench", description=__doc__.splitlines()[0])
+    p.add_argument("--networks", default=",".join(known), help=f"comma list of {', '.join(known)} (default: all)")
+    p.add_argument("--backends", help="comma list (default: all that run here: numpy, cublas, cupy-default, "
+                                      "cupy-tuned, torch-eager, torch-graph)")
+    p.add_argument("--epochs", type=int, default=5, help="timed epochs per run, after one warm-up (default: 5)")
+    p.add_argument("--data-dir", help="Fashion-MNIST directory (default: the usual search)")
+    p.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    p.add_argument("--png", metavar="PATH", help="draw a bar chart (needs matplotlib)")
+    args = p.parse_args(argv)
+    try:
+        unknown = [n for n in args.networks.split(",") if n not in known]
+        if unknown:
+            raise NNError(f"--networks: unknown {', '.join(unknown)}; choose from {', '.join(known)}")
+        if args.epochs < 1:
+            raise NNError("--epochs must be >= 1")
+        backends = args.backends.split(",") if args.backends else available_backends()
+        results = run([known[n] for n in args.networks.split(",")], backends, args.epochs, args.data_dir)
+    except NNError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(table(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"command": " ".join(["python -m nn.bench", *(argv or sys.argv[1:])]),
+                       "results": [asdict(r) for r in results]}, f, indent=1)
+    if args.png:
+        chart(results, args.png)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
