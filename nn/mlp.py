@@ -110,7 +110,7 @@ class Step:
         self.model.backend.softmax_xent(self.logits[:n], labels, self.deltas[-1][:n], 1.0 / self.batch, self.loss_sum)
 
     def backward(self, weight_grads=True):
-        """G_{l-1} = (G_l W_l) * act'(A_{l-1}) and db_l; dW_l = G_l^T A_{l-1} too when weight_grads.
+        """G_{l-1} = (G_l W_l) * act'(A_{l-1}); dW_l = G_l^T A_{l-1} and db_l too when weight_grads.
 
         dW and db hold the data term only: the update adds reg * W. Weights are not modified.
         """
@@ -119,21 +119,22 @@ class Step:
         for l in reversed(range(m.layers)):
             g = self.deltas[l][:n]
             a_prev = self._x if l == 0 else self.acts[l - 1][:n]
-            bk.column_sums(g, self.db[l])
             if weight_grads:
+                bk.column_sums(g, self.db[l])
                 bk.gemm(g, a_prev, self.dW[l], trans_a=True)
             if l > 0:
                 bk.gemm(g, m.W[l], self.deltas[l - 1][:n], epilogue=f"d{m.activation}", aux=a_prev)
 
     def update_fused(self):
-        """One rank: W_l <- (-lr) G_l^T A_{l-1} + (1 - lr reg) W_l as one in-place GEMM; b_l -= lr db_l."""
+        """One rank: W_l <- (-lr) G_l^T A_{l-1} + (1 - lr reg) W_l as one in-place GEMM, and
+        b_l <- b_l + (-lr) * column sums of G_l as one pass: no gradient buffer is written."""
         bk, m = self.model.backend, self.model
         n = self._x.shape[0]
         for l in range(m.layers):
             a_prev = self._x if l == 0 else self.acts[l - 1][:n]
             bk.gemm(self.deltas[l][:n], a_prev, m.W[l], trans_a=True, alpha=-self.lr,
                     beta=1.0 - self.lr * self.reg, c=m.W[l])
-            bk.sgd_update(m.b[l], self.db[l], self.lr, 0.0)
+            bk.column_sums(self.deltas[l][:n], m.b[l], -self.lr, accumulate=True)
 
     def update(self):
         """W_l -= lr (dW_l + reg W_l); b_l -= lr db_l, from the (all-reduced) gradient buffers."""

@@ -105,6 +105,9 @@ def test_column_sums_and_sgd_update(dtype):
     g, w, d = rng.standard_normal((6, 4)), rng.standard_normal(4), rng.standard_normal(4)
     assert rel_err(bk.column_sums(bk.asarray(g), bk.empty(4), scale=0.5), 0.5 * g.sum(0)) < TOL[dtype]
     assert np.array_equal(bk.column_sums(bk.empty((0, 4)), bk.empty(4)), np.zeros(4))
+    b_dev = bk.asarray(w)
+    bk.column_sums(bk.asarray(g), b_dev, scale=-0.1, accumulate=True)  # the fused bias step
+    assert rel_err(b_dev, w - 0.1 * g.sum(0)) < TOL[dtype]
     w_dev = bk.asarray(w)
     assert bk.sgd_update(w_dev, bk.asarray(d), 0.1, 0.01) is w_dev
     assert rel_err(w_dev, w - 0.1 * (d + 0.01 * w)) < TOL[dtype]

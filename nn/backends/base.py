@@ -64,8 +64,9 @@ class Backend(ABC):
         P = softmax(z) row-wise; loss_acc[0] += sum_i -log P[i, labels[i]]; grad_out = (P - onehot) * scale."""
 
     @abstractmethod
-    def column_sums(self, g, out, scale=1.0):
-        """out[j] = scale * sum_i g[i, j] (the bias gradients); returns `out`."""
+    def column_sums(self, g, out, scale=1.0, accumulate=False):
+        """out[j] = scale * sum_i g[i, j] (the bias gradients), or out[j] += that with `accumulate`
+        (scale = -lr: the bias SGD step in one pass); returns `out`."""
 
     @abstractmethod
     def sgd_update(self, w, grad, lr, reg):

@@ -86,8 +86,8 @@ class CupyBackend(Backend):
         if z.shape[0]:
             autogemm.softmax_xent(z, labels, grad_out, scale, loss_acc)
 
-    def column_sums(self, g, out, scale=1.0):
-        return autogemm.column_sums(g, out, alpha=scale)
+    def column_sums(self, g, out, scale=1.0, accumulate=False):
+        return autogemm.column_sums(g, out, alpha=scale, beta=1.0 if accumulate else 0.0)
 
     def sgd_update(self, w, grad, lr, reg):
         autogemm.sgd_update(w.reshape(1, -1) if w.ndim == 1 else w,

@@ -100,10 +100,13 @@ class NumpyBackend(Backend):
         grad_out[rows, labels] -= 1
         grad_out *= scale
 
-    def column_sums(self, g, out, scale=1.0):
-        np.sum(g, axis=0, out=out)
+    def column_sums(self, g, out, scale=1.0, accumulate=False):
+        sums = self._work(out.shape) if accumulate else out  # (N,) column sums
+        np.sum(g, axis=0, out=sums)
         if scale != 1:
-            out *= scale
+            sums *= scale
+        if accumulate:
+            out += sums
         return out
 
     def sgd_update(self, w, grad, lr, reg):
