@@ -166,14 +166,16 @@ class Step:
 class Epoch:
     """One pass of `step` over a rank's rows, batch by batch (`spans` of (first, count) rows).
 
-    With `graph` (a capturing backend, one rank) the pass is captured once as a CUDA graph on the
-    first call and replayed after: one launch per epoch, no host work between steps.
+    With `graph` (a capturing backend, and one rank or an all-reduce that a graph can hold, NCCL)
+    the pass is captured once as a CUDA graph on the first call and replayed after: one launch per
+    epoch, no host work between steps.
     """
 
     def __init__(self, step: Step, spans, x, labels, allreduce=None, graph=False):
         self.step, self.spans, self.x, self.labels, self.allreduce = step, spans, x, labels, allreduce
         backend = step.model.backend
-        self.graphed = graph and allreduce is None and getattr(backend, "can_capture", False)
+        graph_safe = allreduce is None or getattr(allreduce, "graph_safe", False)
+        self.graphed = graph and graph_safe and getattr(backend, "can_capture", False)
         self._graph = None
 
     def _steps(self, lap=lambda phase: None, advance=lambda: None):

@@ -26,7 +26,7 @@ import numpy as np
 from nn import checkpoint
 from nn.backends import ACTIVATIONS, BACKENDS, DTYPES, cuda_available, get_backend
 from nn.data import DATASETS, SCALES, load_dataset
-from nn.dist import Dist, maybe_init_dist, print0, rank_rows, split_sizes
+from nn.dist import Dist, NcclAllreduce, maybe_init_dist, nccl_usable, print0, rank_rows, split_sizes
 from nn.errors import NNError
 from nn.mlp import INITS, MLP, Epoch, Step, init_params
 
@@ -120,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
                               "1: lr 0.001, 40 epochs; 2: lr 0.01, 10 epochs; 3: lr 0.025, 1 epoch")
     p.add_argument("--use-tuned", action="store_true",
                    help="use the autogemm-tuned GPU kernels; without a CUDA device, fall back to NumPy")
+    p.add_argument("--allreduce", choices=("auto", "mpi", "nccl"), default="auto",
+                   help="gradient all-reduce under mpirun: mpi (through host memory) or nccl (GPU to GPU, "
+                        "one GPU per rank); auto: nccl where it can run (default: auto)")
     p.add_argument("--no-graph", action="store_true",
                    help="run the cupy backend's steps eagerly instead of replaying each epoch as one CUDA graph "
                         "(slower; gives the forward/backward/update time split)")
@@ -256,7 +259,7 @@ def run(cfg: Config, args, dist: Dist) -> dict:
     x_train = backend.asarray(ds.train.x[index])  # X: (rows of this rank, D) dtype
     y_train = backend.asarray(ds.train.y[index])  # (rows of this rank,) int64
     step = Step(model, max(count for _, count in spans), cfg.batch, cfg.lr, cfg.reg)
-    allreduce = None if dist.size == 1 else (lambda buf: dist.allreduce_sum(backend, buf))
+    allreduce = _allreduce(args.allreduce, dist, backend)
     dist.barrier()  # ranks set up one after another; the first epoch's times should not count that
 
     log = {"config": asdict(cfg), "sizes": list(sizes), "resumed_from_epoch": ckpt.epoch if args.resume else None,
@@ -307,6 +310,19 @@ def run(cfg: Config, args, dist: Dist) -> dict:
     if dist.rank == 0:
         _write_log(args.log, log)
     return log
+
+
+def _allreduce(choice, dist, backend):
+    """None for one rank; else the gradient all-reduce: NCCL on GPUs ("auto" when each rank has
+    its own GPU), or MPI through host memory."""
+    if dist.size == 1:
+        return None
+    on_gpu = backend.name in ("cupy", "cublas")
+    if choice == "nccl" or (choice == "auto" and on_gpu and nccl_usable(dist)):
+        if not on_gpu or not nccl_usable(dist):
+            raise NNError("--allreduce nccl needs a GPU backend, CuPy's NCCL and one GPU per rank")
+        return NcclAllreduce(dist, backend)
+    return lambda buf: dist.allreduce_sum(backend, buf)
 
 
 def _make_parent_dirs(*paths):

@@ -101,3 +101,18 @@ def test_float32_accuracy_matches_numpy(tmp_path, data_dir):
         _, stdout = _train(tmp_path, name, *common, "--backend", name)
         accuracies.append(float(stdout.split("test accuracy ")[1].split("%")[0]))
     assert abs(accuracies[0] - accuracies[1]) <= 0.5, accuracies
+
+
+def test_nccl_and_mpi_allreduce_agree(tmp_path, data_dir):
+    """Two ranks: MPI through the host, and NCCL (one GPU per rank, else skipped), as one process."""
+    import cupy
+
+    common = ("--hidden", 64, "--epochs", 1, "--batch", 30, "--train-size", 3000, "--dtype", "float64",
+              "--data-dir", data_dir, "--backend", "cupy")
+    one, _ = _train(tmp_path, "one", *common)
+    via_mpi, _ = _train(tmp_path, "mpi", *common, "--allreduce", "mpi", ranks=2)
+    assert max_rel_diff(via_mpi, one) <= 1e-7
+    if cupy.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("NCCL needs one GPU per rank")
+    via_nccl, _ = _train(tmp_path, "nccl", *common, "--allreduce", "nccl", ranks=2)
+    assert max_rel_diff(via_nccl, one) <= 1e-7

@@ -72,8 +72,13 @@ class CupyBackend(Backend):
              epilogue=None, bias=None, aux=None):
         if epilogue not in EPILOGUES:
             raise ValueError(f"unknown epilogue {epilogue!r}")
-        if a.shape[1 - trans_a] == 0:  # K = 0: no product, out = epi(beta * c) is not needed by the MLP
-            raise ValueError("gemm with K = 0 is not supported on the GPU backends")
+        if out.size == 0:  # a rank with no rows of this batch
+            return out
+        if a.shape[1 - trans_a] == 0:  # K = 0 (no rows): the weight gradient of an empty share is zero
+            if beta != 0 or epilogue is not None:
+                raise ValueError("gemm with K = 0 is only supported as a zero product on the GPU backends")
+            out.fill(0)
+            return out
         key = (_layout(a), _layout(b), _layout(out), _layout(c), _layout(bias), _layout(aux),
                alpha, beta, trans_a, trans_b, epilogue)
         plan = self._plans.get(key)
@@ -83,10 +88,14 @@ class CupyBackend(Backend):
         return out
 
     def softmax_xent(self, z, labels, grad_out, scale, loss_acc):
-        if z.shape[0]:
+        if z.size:
             autogemm.softmax_xent(z, labels, grad_out, scale, loss_acc)
 
     def column_sums(self, g, out, scale=1.0, accumulate=False):
+        if g.shape[0] == 0:  # no rows: the sums are zero
+            if not accumulate:
+                out.fill(0)
+            return out
         return autogemm.column_sums(g, out, alpha=scale, beta=1.0 if accumulate else 0.0)
 
     def sgd_update(self, w, grad, lr, reg):
