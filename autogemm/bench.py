@@ -36,7 +36,7 @@ def cublas_gemm(a, b, out, shape: Shape):
 
 
 def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, reps: int = 50,
-                naive: bool = False) -> list[Row]:
+                naive: bool = False, flush_l2: bool = True) -> list[Row]:
     """Time each variant on `shape` after checking its output against float64 NumPy.
 
     configs: {variant name: config mapping}, timed beside the default config and cuBLAS.
@@ -68,11 +68,11 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
         if not verdict.ok:
             rows.append(Row(shape, variant, kernel, None, 0.0, verdict.describe()))
             continue
-        t = time_gpu(run, reps=reps)
+        t = time_gpu(run, reps=reps, flush_l2=flush_l2)
         rows.append(Row(shape, variant, kernel, t, t.gflops(flops)))
     out.fill(np.nan)
     cublas_gemm(a, b, out, shape)
     verdict = compare(cupy.asnumpy(out), value, magnitude, shape.k, dtype)
-    t = time_gpu(lambda: cublas_gemm(a, b, out, shape), reps=reps)
+    t = time_gpu(lambda: cublas_gemm(a, b, out, shape), reps=reps, flush_l2=flush_l2)
     rows.append(Row(shape, "cublas", "cublas", t, t.gflops(flops), "" if verdict.ok else verdict.describe()))
     return rows

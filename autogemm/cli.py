@@ -36,7 +36,7 @@ def cmd_bench(args) -> int:
     dtype = np.dtype(args.dtype).type
     dev = this_device()
     table = Table(title=f"autogemm bench on {dev.name} ({dev.sm_count} SMs), {args.dtype}, "
-                        f"median of {args.reps} event-timed runs, L2 flushed")
+                        f"median of {args.reps} event-timed runs, L2 {'flushed' if args.l2 == 'flush' else 'warm'}")
     for col in ("shape", "role", "variant", "kernel", "µs", "GFLOP/s", "vs cuBLAS"):
         table.add_column(col, justify="right" if col in ("µs", "GFLOP/s", "vs cuBLAS") else "left")
     records = []
@@ -46,7 +46,8 @@ def cmd_bench(args) -> int:
             problem = _problem(shape, args.dtype)
             for i, cfg in enumerate(family("gemm").sample(problem, dev, args.sample, seed=args.seed), 1):
                 extra[f"sample{i}"] = dict(cfg)
-        rows = bench_shape(shape, dtype, configs=extra, reps=args.reps, naive=args.naive)
+        rows = bench_shape(shape, dtype, configs=extra, reps=args.reps, naive=args.naive,
+                           flush_l2=args.l2 == "flush")
         cublas = next(r for r in rows if r.variant == "cublas").timing
         samples = sorted((r for r in rows if r.variant.startswith("sample") and r.timing),
                          key=lambda r: r.timing.median_us)
@@ -102,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="(float32)")
     bench.add_argument("--reps", type=_positive_int, default=100, help="timed runs per variant (100)")
     bench.add_argument("--naive", action="store_true", help="also time the naive baseline kernel")
+    bench.add_argument("--l2", choices=("flush", "warm"), default="flush",
+                       help="flush the L2 before each run (a cold first use), or keep it warm as a "
+                            "training step that reuses its inputs does (default: flush)")
     bench.add_argument("--config", action="append", default=[], metavar="JSON",
                        help="also time this gemm config, e.g. '{\"bm\": 128, ...}' (repeatable)")
     bench.add_argument("--sample", type=int, default=0, metavar="N",
