@@ -1,0 +1,219 @@
+"""Kernel spaces and their checks (autogemm.family, kernels/*.py): configs that cannot run are
+rejected, nothing but declared values reaches the source, instances are named from their values."""
+import dataclasses
+import itertools
+import re
+import shutil
+
+import jinja2
+import pytest
+
+import autogemm.render
+from autogemm.device import H100
+from autogemm.errors import InvalidConfig
+from autogemm.family import FAMILIES, family, prepare
+from autogemm.shapes import mlp_shapes
+from kernels import colsum, elementwise, gemm, softmax_xent
+
+GEMM = family("gemm")
+# Valid on every problem below, but for what a test changes.
+BASE = dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=1, stages=2, split_k=1, pad=4)
+SQUARE = gemm.Problem.contiguous(1024, 1024, 1024)
+HOSTILE = ("128; } __global__ void evil() {", "{{ 7*7 }}", "{% raw %}", "4\n#define T int")
+ODD_SHAPES = ((1, 1, 1), (17, 33, 65), (2, 3, 5), (131, 67, 257), (7919, 13, 101), (1, 4096, 3))
+
+
+class SneakyInt(int):
+    """Equal to 4, but renders as source code."""
+
+    def __str__(self):
+        return "4; evil();"
+
+    __format__ = __repr__ = lambda self, *_: str(self)
+
+
+def problems_of(name: str, dtype: str) -> list:
+    """A few valid problems of each family, to render and name instances with."""
+    if name in ("gemm", "gemm_naive"):
+        return [gemm.Problem.contiguous(*s, dtype, *ops) for s, ops in
+                zip(ODD_SHAPES, itertools.cycle(itertools.product((False, True), repeat=2)))]
+    if name == "elementwise":
+        return [elementwise.Problem(op, 800, 1000, dtype) for op in elementwise.OPS]
+    return [family(name).Problem(rows, cols, dtype) for rows, cols in ((800, 10), (1, 1), (33, 1000))]
+
+
+# ---- the constraint checker -----------------------------------------------------------------
+@pytest.mark.parametrize("change, problem, message", [
+    (dict(ty=32, tx=16, tm=4), SQUARE, "TY*TM must divide BM"),
+    (dict(tn=8), SQUARE, "TX*TN must divide BN"),
+    (dict(ty=4, tx=4, tm=4, tn=4, bm=16, bn=16), SQUARE, "multiple of 32"),
+    (dict(bm=256, bn=256, bk=32, ty=32, tx=32, tm=8, tn=8, pad=4),
+     gemm.Problem.contiguous(1024, 1024, 1024, "float64"), "shared memory"),
+    (dict(bm=128, bn=128, ty=8, tx=8), SQUARE, "register estimate"),
+    (dict(vec=4), gemm.Problem.contiguous(1024, 1024, 1024, "float64"), "at most 16 bytes"),
+    (dict(vec=2), gemm.Problem.contiguous(64, 64, 63), "alignment of A and B"),
+    (dict(vec=4), gemm.Problem.contiguous(64, 62, 64), "alignment of A and B"),
+    (dict(split_k=2), gemm.Problem.contiguous(64, 64, 16), "split-K slice"),
+    (dict(split_k=16), gemm.Problem.contiguous(64, 64, 200), "split-K slice"),
+    (dict(bm=16, ty=4, tm=4, tx=32, tn=2), gemm.Problem.contiguous(65535 * 16 + 1, 64, 64), "grid rows"),
+])
+def test_gemm_rejects_configs_that_cannot_run(change, problem, message):
+    assert not GEMM.violations(GEMM.config(BASE), problem, H100)
+    values = {**BASE, **change}
+    assert any(message in broken for broken in GEMM.violations(GEMM.config(values), problem, H100))
+    with pytest.raises(InvalidConfig, match="cannot run"):
+        GEMM.validate(values, problem, H100)
+
+
+def test_gemm_smem_limit_is_the_devices():
+    values = {**BASE, "bm": 128, "bn": 128, "bk": 32, "ty": 16, "tx": 16, "tm": 4, "tn": 4, "pad": 0}
+    needs = gemm.smem_bytes(GEMM.config(values), SQUARE)                 # 2 * 32 * 256 * 4 = 64 KiB
+    assert not GEMM.violations(GEMM.config(values), SQUARE, H100)
+    small = dataclasses.replace(H100, smem_per_block=needs - 1)
+    assert any("shared memory" in v for v in GEMM.violations(GEMM.config(values), SQUARE, small))
+
+
+@pytest.mark.parametrize("name, values, problem, device, message", [
+    ("gemm_naive", dict(by=32, bx=64), SQUARE, H100, "at most 1024"),
+    ("gemm_naive", dict(by=1, bx=16), SQUARE, H100, "multiple of 32"),
+    ("elementwise", dict(block=256, ept=1, vec=4), elementwise.Problem("bias", 8, 8, "float64"), H100,
+     "at most 16 bytes"),
+    ("elementwise", dict(block=256, ept=1, vec=4), elementwise.Problem("sgd", 8, 8, aligned=2), H100,
+     "alignment"),
+    ("elementwise", dict(block=1024, ept=1, vec=1), elementwise.Problem("drelu", 8, 8),
+     dataclasses.replace(H100, max_threads_per_block=512), "fit the device"),
+    ("softmax_xent", dict(block=512, tpr=32), softmax_xent.Problem(8, 10),
+     dataclasses.replace(H100, max_threads_per_block=256), "fit the device"),
+    ("colsum", dict(tx=8, ty=2), colsum.Problem(8, 10), H100, "multiple of 32"),
+])
+def test_small_families_reject_configs_that_cannot_run(name, values, problem, device, message):
+    fam = family(name)
+    assert any(message in v for v in fam.violations(fam.config(values), problem, device))
+    with pytest.raises(InvalidConfig, match="cannot run"):
+        fam.validate(values, problem, device)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_gemm_defaults_are_valid_for_many_shapes(dtype):
+    shapes = [(s.m, s.n, s.k, s.trans_a, s.trans_b) for s in mlp_shapes() + mlp_shapes(128, (512, 256))]
+    shapes += [(*s, ta, tb) for s in ODD_SHAPES for ta, tb in itertools.product((False, True), repeat=2)]
+    for (m, n, k, ta, tb), epilogue in itertools.product(shapes, gemm.EPILOGUES):
+        problem = gemm.Problem.contiguous(m, n, k, dtype, ta, tb, epilogue=epilogue)
+        for name in ("gemm", "gemm_naive"):
+            fam = family(name)
+            cfg = fam.default(problem, H100)
+            assert fam.validate(dict(cfg), problem, H100) == cfg, (name, problem)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_small_family_defaults_are_valid(dtype):
+    for (rows, cols), aligned in itertools.product(((800, 1000), (800, 10), (1, 1), (7919, 13)), (1, 2, 4)):
+        for op in elementwise.OPS:
+            problem = elementwise.Problem(op, rows, cols, dtype, aligned)
+            assert not family("elementwise").violations(family("elementwise").default(problem, H100), problem, H100)
+        for name in ("softmax_xent", "colsum"):
+            problem = family(name).Problem(rows, cols, dtype)
+            assert not family(name).violations(family(name).default(problem, H100), problem, H100)
+
+
+# ---- config(): only declared values, of the declared type ----------------------------------
+@pytest.mark.parametrize("values, message", [
+    ({**BASE, "bq": 4}, "unknown gemm parameter"),
+    ({k: v for k, v in BASE.items() if k != "pad"}, "missing gemm parameter"),
+    ({**BASE, "bm": 48}, "bm=48 is not in the gemm space"),
+    ({**BASE, "split_k": True}, "split_k=True"),
+    ({**BASE, "vec": 4.0}, "vec=4.0"),
+    ({**BASE, "vec": "4"}, "vec='4'"),
+    ({**BASE, "vec": None}, "vec=None"),
+    ({**BASE, "vec": SneakyInt(4)}, "is not in the gemm space"),
+    ([1], "expected a mapping"),
+])
+def test_config_rejects_undeclared_values(values, message):
+    with pytest.raises(InvalidConfig, match=re.escape(message)):
+        GEMM.config(values)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_hostile_values_never_reach_the_source(name):
+    fam = family(name)
+    problem = problems_of(name, "float32")[0]
+    valid = dict(fam.default(problem, H100))
+    for key, hostile in itertools.product(fam.params, HOSTILE):
+        with pytest.raises(InvalidConfig):
+            fam.config({**valid, key: hostile})
+        with pytest.raises(InvalidConfig):
+            prepare(name, problem, {**valid, key: hostile}, H100)
+    with pytest.raises(InvalidConfig, match="unknown"):
+        fam.config({**valid, HOSTILE[0]: 1})
+    source = prepare(name, problem, valid, H100).source
+    assert not any(text in source for text in HOSTILE + ("{{", "{%", "evil"))
+
+
+def test_render_refuses_missing_values():
+    with pytest.raises(jinja2.UndefinedError):
+        autogemm.render.render(gemm.TEMPLATE, name="gemm_incomplete")
+
+
+# ---- problems ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("make", [
+    lambda: gemm.Problem(0, 1, 1),
+    lambda: gemm.Problem(1, -3, 1),
+    lambda: gemm.Problem(1, 1, 2.0),
+    lambda: gemm.Problem(1, 1, True),
+    lambda: gemm.Problem(1, 1, 1, "float16"),
+    lambda: gemm.Problem(1, 1, 1, epilogue="gelu"),
+    lambda: gemm.Problem(1, 1, 1, trans_a=1),
+    lambda: gemm.Problem(1, 1, 1, vec_a=3),
+    lambda: elementwise.Problem("tanh", 1, 1),
+    lambda: elementwise.Problem("bias", 0, 1),
+    lambda: elementwise.Problem("bias", 1, 1, "int32"),
+    lambda: elementwise.Problem("bias", 1, 1, aligned=8),
+    lambda: softmax_xent.Problem(1, 0),
+    lambda: softmax_xent.Problem(1, 1, "bfloat16"),
+    lambda: colsum.Problem(1.5, 1),
+])
+def test_problems_reject_bad_descriptions(make):
+    with pytest.raises(ValueError):
+        make()
+
+
+# ---- instances -------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", FAMILIES)
+def test_instance_names_come_from_values_and_name_the_kernel(name):
+    fam = family(name)
+    sources = {}     # one name, one source: the name is a sound cache key
+    for dtype in ("float32", "float64"):
+        for problem in problems_of(name, dtype):
+            configs = fam.sample(problem, H100, 12, seed=len(sources))
+            assert len({fam.instance_name(cfg, problem) for cfg in configs}) == len(configs) > 1
+            for cfg in configs:
+                inst = fam.instance(cfg, problem)
+                assert re.fullmatch(r"[A-Za-z_]\w*", inst.name)
+                assert sources.setdefault(inst.name, inst.source) == inst.source, inst.name
+                kernels = re.findall(r'extern "C" __global__ void __launch_bounds__\([^)]*\)\s*(\w+)\(', inst.source)
+                assert kernels == [inst.name]
+
+
+def test_gemm_name_spells_every_parameter():
+    cfg = GEMM.config(BASE)
+    name = GEMM.instance_name(cfg, gemm.Problem.contiguous(100, 100, 100, "float64", True, False, epilogue="drelu"))
+    assert name == "gemm_f64_tn_bm64_bn64_bk16_ty16_tx16_tm4_tn4_v1_s2_sk1_p4_drelu"
+    assert GEMM.instance_name(cfg, SQUARE).endswith("_p4_even_o4")
+
+
+def test_template_hash_is_stable_and_follows_the_templates(tmp_path, monkeypatch):
+    original = GEMM.template_hash
+    assert re.fullmatch(r"[0-9a-f]{16}", original)
+    for path in autogemm.render.TEMPLATE_DIR.glob("*.j2"):
+        shutil.copy(path, tmp_path)
+    monkeypatch.setattr(autogemm.render, "TEMPLATE_DIR", tmp_path)
+    digest = autogemm.render.template_hash.__wrapped__
+    assert digest("gemm.cu.j2") == original
+    (tmp_path / "elementwise.cu.j2").write_text("// changed\n")
+    assert digest("gemm.cu.j2") == original
+    (tmp_path / "_gemm_epilogue.cuh.j2").write_text("// changed\n")
+    changed_include = digest("gemm.cu.j2")
+    assert changed_include != original
+    with (tmp_path / "gemm.cu.j2").open("a") as f:
+        f.write("// changed\n")
+    assert digest("gemm.cu.j2") not in (original, changed_include)

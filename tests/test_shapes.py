@@ -1,0 +1,41 @@
+"""autogemm.shapes: the MLP's GEMMs and the `MxNxK[:op]` lists of --shapes."""
+import pytest
+
+from autogemm.errors import AutogemmError
+from autogemm.shapes import Shape, mlp_shapes, parse_shapes
+
+
+def test_nn_is_the_mlp_training_step_in_order():
+    shapes = parse_shapes("nn")
+    assert [(s.m, s.n, s.k, s.op) for s in shapes] == [
+        (800, 1000, 784, "nt"),    # Z1 = A0 W1^T
+        (800, 10, 1000, "nt"),     # Z2 = A1 W2^T
+        (10, 1000, 800, "tn"),     # dW2 = G2^T A1
+        (800, 1000, 10, "nn"),     # dA1 = G2 W2
+        (1000, 784, 800, "tn"),    # dW1 = G1^T A0
+    ]
+    assert [s.role.split(" =")[0] for s in shapes] == ["Z1", "Z2", "dW2", "dA1", "dW1"]
+    assert shapes == mlp_shapes()
+
+
+def test_nn_follows_batch_and_hidden_sizes():
+    shapes = parse_shapes("nn", batch=64, hidden=(512, 256))
+    assert len(shapes) == 3 + 3 + 2        # forward and dW per layer, dA for all but the first
+    assert (shapes[0].m, shapes[0].n, shapes[0].k) == (64, 512, 784)
+    assert (shapes[-1].m, shapes[-1].n, shapes[-1].k) == (512, 784, 64)
+
+
+def test_explicit_shapes():
+    shapes = parse_shapes(" 800x1000x784:nt, 17x33x65 ,1x1x1:tt,17x33x65,")
+    assert shapes == [Shape(800, 1000, 784, "nt"), Shape(17, 33, 65), Shape(1, 1, 1, "tt")]
+    assert str(shapes[0]) == "800x1000x784:nt" and str(shapes[1]) == "17x33x65:nn"
+    assert (shapes[0].trans_a, shapes[0].trans_b) == (False, True)
+    assert (shapes[2].trans_a, shapes[2].trans_b) == (True, True)
+
+
+@pytest.mark.parametrize("text", ["3x4", "0x1x1", "1x1x1:nx", "1x1x1:NT", "axbxc", "1x2x3x4",
+                                  "-1x2x3", "", " , ", "800x1000x784;rm -rf"])
+def test_bad_shapes_are_one_line_errors(text):
+    with pytest.raises(AutogemmError, match="^--shapes: ") as err:
+        parse_shapes(text)
+    assert "\n" not in str(err.value)

@@ -1,0 +1,83 @@
+"""autogemm.verify on the CPU: the float64 reference, its epilogues, and the K- and dtype-scaled check."""
+import numpy as np
+import pytest
+
+from autogemm.verify import compare, reference_gemm
+from kernels.gemm import EPILOGUES
+
+M, N, K = 37, 23, 301
+
+
+def operands(dtype=np.float32, seed=0):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((M, K)).astype(dtype)          # A: (M, K)
+    b = rng.standard_normal((K, N)).astype(dtype)          # B: (K, N)
+    c = rng.standard_normal((M, N)).astype(dtype)          # C: (M, N)
+    bias = rng.standard_normal(N).astype(dtype)            # bias: (N,)
+    return a, b, c, bias
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("trans_a, trans_b", [(False, False), (False, True), (True, False), (True, True)])
+def test_a_result_in_the_dtype_passes(dtype, trans_a, trans_b):
+    a, b, c, _ = operands(dtype)
+    a_in, b_in = (a.T.copy() if trans_a else a), (b.T.copy() if trans_b else b)
+    out = (np.float32(1.5) * (a @ b) + np.float32(-2) * c).astype(dtype)     # computed in dtype
+    verdict = compare(out, *reference_gemm(a_in, b_in, 1.5, -2.0, trans_a, trans_b, c), K, dtype)
+    assert verdict.ok and not verdict.mismatches and verdict.unwritten == 0, verdict.describe()
+    assert verdict.max_rel_error < 1e-5 and verdict.worst_ratio <= 1
+    assert verdict.describe().startswith("ok")
+
+
+def test_the_tolerance_follows_the_dtype():
+    a, b, _, _ = operands(np.float64)
+    value, magnitude = reference_gemm(a, b)
+    out32 = a.astype(np.float32) @ b.astype(np.float32)
+    assert compare(out32, value, magnitude, K, np.float32).ok
+    assert not compare(out32, value, magnitude, K, np.float64).ok
+
+
+def test_a_shifted_result_fails_with_indices():
+    a, b, _, _ = operands()
+    value, magnitude = reference_gemm(a, b)
+    out = np.roll(a @ b, 1, axis=1)                        # every column off by one
+    verdict = compare(out, value, magnitude, K, np.float32, show=3)
+    assert not verdict.ok and verdict.unwritten == 0
+    assert [(i, j) for i, j, _, _ in verdict.mismatches] == [(0, 0), (0, 1), (0, 2)]
+    i, j, got, want = verdict.mismatches[1]
+    assert got == pytest.approx(out[i, j]) and want == value[i, j]
+    assert "[0,1] got" in verdict.describe() and "never written" not in verdict.describe()
+
+
+def test_poison_left_behind_fails_and_is_counted():
+    a, b, _, _ = operands()
+    value, magnitude = reference_gemm(a, b)
+    out = a @ b
+    out[5:7, :] = np.nan                                   # two rows the kernel never wrote
+    verdict = compare(out, value, magnitude, K, np.float32)
+    assert not verdict.ok and verdict.unwritten == 2 * N
+    assert verdict.mismatches[0][:2] == (5, 0)
+    assert f"{2 * N} never written" in verdict.describe()
+
+
+def sigmoid(x):
+    return 0.5 * (1 + np.tanh(x / 2))
+
+
+@pytest.mark.parametrize("epilogue", EPILOGUES)
+def test_each_epilogue_matches_numpy(epilogue):
+    a, b, c, bias = operands(np.float64)
+    z = 0.5 * np.einsum("mk,kn->mn", a, b) + 3 * c
+    aux = {"dsigmoid": sigmoid(c), "drelu": np.maximum(c, 0)}.get(epilogue)
+    want = {
+        None: z,
+        "bias": z + bias,
+        "bias_sigmoid": sigmoid(z + bias),
+        "bias_relu": np.where(z + bias > 0, z + bias, 0),
+        "dsigmoid": z * sigmoid(c) * (1 - sigmoid(c)),
+        "drelu": np.where(c > 0, z, 0),
+    }[epilogue]
+    value, magnitude = reference_gemm(a, b, 0.5, 3.0, c=c, epilogue=epilogue, bias=bias, aux=aux)
+    np.testing.assert_allclose(value, want, rtol=1e-12, atol=1e-12)
+    assert magnitude.shape == (M, N) and (magnitude >= 0).all()
+    assert compare(want.astype(np.float32), value, magnitude, K, np.float32).ok
