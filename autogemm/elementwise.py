@@ -29,6 +29,11 @@ def _aligned(*arrays) -> int:
     return 1
 
 
+def _index(total: int):
+    """The `total` argument in the kernel's index type."""
+    return np.int32(total) if ew_family.index_is_32bit(total) else np.int64(total)
+
+
 def _run(name, problem, args, config):
     inst = prepare(name, problem, config, this_device())
     g = inst.geometry
@@ -54,7 +59,7 @@ def elementwise(op: str, out, x, y=None, s0=0.0, s1=0.0, config=None):
     problem = ew_family.Problem(op, rows, cols, str(out.dtype), _aligned(*arrays))
     s = _scalar(out.dtype)
     _run("elementwise", problem, (out, x, y if y is not None else np.uint64(0),
-                                  np.int64(rows * cols), np.int32(cols), s(s0), s(s1)), config)
+                                  _index(rows * cols), np.int32(cols), s(s0), s(s1)), config)
     return out
 
 

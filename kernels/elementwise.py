@@ -58,8 +58,15 @@ CONSTRAINTS = (
 )
 
 
+def index_is_32bit(total: int) -> bool:
+    """Whether every index (at most one block of the largest config past the end) fits an int32."""
+    largest = max(PARAMS["block"]) * max(PARAMS["ept"]) * max(PARAMS["vec"])
+    return total + largest < 2**31
+
+
 def template_args(c, p: Problem) -> dict:
     return dict(c, ctype=DTYPES[p.dtype], op=p.op, description=OPS[p.op],
+                index_type="int" if index_is_32bit(p.total) else "long long",
                 uses_y=p.op not in ("sgd",), y_is_row=p.op in ROW_OPS)
 
 

@@ -31,22 +31,6 @@ UNEVEN_SHAPES = ((800, 1000, 784), (17, 33, 65), (800, 10, 1000), (1, 1, 1), (13
 FILES = 8   # batch files, compiled two at a time
 # Valid configs of the sample below that spill with nvcc 13.0: known bugs, not yet fixed. The tests
 # fail when this set is out of date either way, so a fix that removes a spill must remove it here.
-KNOWN_SPILLS = {
-    # kernels/gemm.py's register estimate leaves out the address of each staged load (about two
-    # registers apiece), so configs it puts near its 232 limit reach ptxas's 255 and spill.
-    "gemm_f32_nn_bm128_bn16_bk16_ty32_tx1_tm4_tn2_v1_s2_sk3_p4",
-    "gemm_f32_nn_bm64_bn32_bk16_ty8_tx4_tm4_tn8_v2_s1_sk4_p4_bias_sigmoid",
-    "gemm_f32_nn_bm128_bn64_bk32_ty16_tx8_tm1_tn8_v1_s1_sk1_p4_bias_relu_c",
-    "gemm_f32_nn_bm64_bn64_bk4_ty4_tx8_tm4_tn1_v1_s2_sk3_p4_bias_relu_c",
-    "gemm_f32_nt_bm256_bn16_bk32_ty32_tx4_tm4_tn4_v1_s1_sk2_p4_bias_sigmoid",
-    "gemm_f32_tn_bm128_bn64_bk32_ty8_tx16_tm1_tn4_v1_s1_sk4_p4",
-    "gemm_f32_tn_bm128_bn128_bk8_ty16_tx8_tm1_tn1_v2_s2_sk6_p4_bias_sigmoid",
-    "gemm_f32_tn_bm128_bn64_bk32_ty16_tx8_tm4_tn8_v1_s1_sk4_p4_bias_sigmoid",
-    "gemm_f32_tt_bm128_bn64_bk4_ty16_tx4_tm2_tn4_v1_s1_sk8_p0_bias_relu_c_even_o4",
-    "gemm_f32_tt_bm128_bn256_bk8_ty16_tx16_tm8_tn8_v1_s2_sk3_p0_drelu_c",
-    # elementwise.cu.j2's bias ops take a 64-bit % per element: a call to ptxas's division routine.
-    "ew_bias_relu_f32_b512_e4_v2",
-}
 
 
 class Usage(NamedTuple):
@@ -155,13 +139,7 @@ def assert_compiled_without_spills(instances, usage):
     missing = [i.name for i in instances if i.name not in usage]
     assert not missing, f"no ptxas report for {missing[:5]}"
     spilled = {i.name for i in instances if usage[i.name].spill_stores or usage[i.name].spill_loads}
-    known = KNOWN_SPILLS & {i.name for i in instances}
-    assert spilled == known, (f"valid configs that spill: {({n: usage[n] for n in spilled - known})}; "
-                              f"no longer spill (drop from KNOWN_SPILLS): {sorted(known - spilled)}")
-
-
-def test_known_spills_are_in_the_sample():
-    assert KNOWN_SPILLS <= {i.name for i in ALL}
+    assert not spilled, f"valid configs that spill: {({n: usage[n] for n in spilled})}"
 
 
 def test_sample_covers_the_space():
