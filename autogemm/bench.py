@@ -39,18 +39,29 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
                 naive: bool = False, flush_l2: bool = True) -> list[Row]:
     """Time each variant on `shape` after checking its output against float64 NumPy.
 
-    configs: {variant name: config mapping}, timed beside the default config and cuBLAS.
+    configs: {variant name: config mapping}, timed beside the family's default config, the
+    tuned one (autogemm.lookup: "tuned" for this shape, "nearest" for a neighbour's, when the
+    store has one), and cuBLAS.
     A variant that fails to compile, launch or match gets a Row with the reason and no time.
     """
     import cupy
 
-    configs = dict(configs or {})
+    from autogemm import lookup
+    from autogemm.device import this_device
+    from autogemm.family import family
+    from kernels.gemm import Problem
+
+    problem = Problem.contiguous(shape.m, shape.n, shape.k, np.dtype(dtype).name, shape.trans_a, shape.trans_b)
+    choice = lookup.choose("gemm", problem, this_device())
+    known = {"default": dict(family("gemm").default(problem, this_device()))}
+    if choice.source != "default":
+        known["tuned" if choice.source == "exact" else "nearest"] = dict(choice.config)
+    configs = {**known, **(configs or {})}
     host_a, host_b, a, b = _inputs(shape, dtype)
     value, magnitude = reference_gemm(host_a, host_b, trans_a=shape.trans_a, trans_b=shape.trans_b)
     flops = 2 * shape.m * shape.n * shape.k
     out = cupy.empty((shape.m, shape.n), dtype=dtype)
-    variants = [("default", "gemm", None)]
-    variants += [(name, "gemm", cfg) for name, cfg in configs.items()]
+    variants = [(name, "gemm", cfg) for name, cfg in configs.items()]
     if naive:
         variants.append(("naive", "gemm_naive", None))
     rows = []

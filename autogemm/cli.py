@@ -2,11 +2,17 @@
 import argparse
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 
 from autogemm.errors import AutogemmError
-from autogemm.shapes import parse_shapes
+from autogemm.shapes import TUNE_FAMILIES, parse_shapes, parse_targets
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise AutogemmError(message)  # one line `error: ...`, exit 2, like every other bad input
 
 
 def _positive_int(text: str) -> int:
@@ -21,6 +27,31 @@ def _positive_int(text: str) -> int:
 
 def _hidden(text: str) -> tuple[int, ...]:
     return tuple(_positive_int(part) for part in text.split(","))
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a number > 0")
+    return value
+
+
+def _families(text: str) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [n for n in names if n not in TUNE_FAMILIES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: families are {', '.join(TUNE_FAMILIES)} (comma-separated)")
+    return names
+
+
+def _console():
+    """A rich Console; wide when the output is not a terminal, so tables stay unwrapped in logs."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=200)
 
 
 def cmd_bench(args) -> int:
@@ -74,6 +105,97 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_tune(args) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from autogemm import lookup
+    from autogemm.device import software, this_device
+    from autogemm.search import Settings
+    from autogemm.store import Meta, file_for
+    from autogemm.tuning import tune_targets
+
+    targets = parse_targets(args.shapes, args.batch, args.hidden, args.train_size, args.ranks, args.families)
+    out = Path(args.out) if args.out else lookup.store_dir()
+    if out.exists() and not out.is_dir():
+        raise AutogemmError(f"--out {out}: not a folder (tuned files are named after the GPU inside it)")
+    device = this_device()
+    settings = Settings(trials=args.trials, timeout=args.timeout, seed=args.seed)
+    path = file_for(out, device)
+    console = _console()
+    console.print(f"autogemm tune: {len(targets)} shapes on {device.name}, {args.dtype}, up to {args.trials} "
+                  f"trials and {args.timeout:g} s each{', resuming' if args.resume else ''}; results into {path}")
+    outcomes, tasks = [], {}
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console)
+
+    def on_start(target, key):
+        tasks[target] = progress.add_task(f"{target} {args.dtype}", total=args.trials, info="")
+
+    def on_progress(target, p):
+        best = f"best {p.best_us:.1f} µs" if p.best_us is not None else "no result yet"
+        phase = ", re-timing the top candidates" if p.phase == "final" else ""
+        progress.update(tasks[target], completed=p.measured,
+                        info=f"{best}, {p.failed} failed, {p.rejected} rejected{phase}")
+
+    try:
+        with progress:
+            for o in tune_targets(targets, args.dtype, device, out, settings, meta=Meta.here(device, software()),
+                                  command=args.command_line, resume=args.resume,
+                                  on_start=on_start, on_progress=on_progress):
+                outcomes.append(o)
+                task = tasks[o.target]
+                if o.result is None:
+                    progress.update(task, info=f"[red]failed[/red]: {o.error[:80]}")
+                    continue
+                vs = f", cuBLAS {o.cublas_us:.1f} µs" if o.cublas_us else ""
+                how = "from the finished study" if o.result.reused else f"{o.result.seconds:.0f} s"
+                progress.update(task, completed=args.trials,
+                                info=f"{o.result.median_us:.1f} µs{vs} ({o.stored}, {how})")
+    except KeyboardInterrupt:
+        console.print(_summary(outcomes, Table))
+        done = sum(o.result is not None for o in outcomes)
+        print(f"interrupted: {done} of {len(targets)} shapes finished and saved in {path}; "
+              f"run the same command with --resume to go on", file=sys.stderr)
+        return 130
+    console.print(_summary(outcomes, Table))
+    failed = [o for o in outcomes if o.result is None]
+    for o in failed:
+        print(f"error: {o.target}: {o.error}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _summary(outcomes, Table):
+    table = Table(title="autogemm tune: best of each shape (µs: median of the interleaved re-timing)")
+    for col in ("shape", "role", "best µs", "cuBLAS µs", "speed-up", "trials", "failures", "store"):
+        table.add_column(col, justify="left" if col in ("shape", "role", "store") else "right")
+    for o in outcomes:
+        r = o.result
+        if r is None:
+            table.add_row(str(o.target), o.target.role, "", "", "", "", "", f"failed: {o.error[:60]}")
+            continue
+        speedup = f"{o.cublas_us / r.median_us:.2f}x" if o.cublas_us else ""
+        table.add_row(str(o.target), o.target.role, f"{r.median_us:.1f}",
+                      f"{o.cublas_us:.1f}" if o.cublas_us else "", speedup, str(r.trials), str(r.failed), o.stored)
+    return table
+
+
+def cmd_show(args) -> int:
+    from autogemm.lookup import store_dir
+    from autogemm.show import collect, tables, to_json
+
+    shown = collect(Path(args.path) if args.path else store_dir())
+    if args.json:
+        print(json.dumps(to_json(shown), indent=1))
+    else:
+        console = _console()
+        for table in tables(shown):
+            console.print(table)
+    for error in shown.errors:
+        print(f"error: {error}", file=sys.stderr)
+    return 2 if shown.errors else 0
+
+
 def _config_json(text: str) -> dict:
     try:
         value = json.loads(text)
@@ -91,7 +213,7 @@ def _problem(shape, dtype: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="autogemm", description=__doc__)
+    parser = _Parser(prog="autogemm", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     bench = sub.add_parser("bench", help="time default and tuned kernels against cuBLAS")
@@ -114,12 +236,43 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--seed", type=int, default=0, help="seed of --sample (0)")
     bench.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     bench.set_defaults(run=cmd_bench)
+
+    tune = sub.add_parser("tune", help="search each shape's best config with Optuna; store it in tuned/")
+    tune.add_argument("--shapes", default="nn",
+                      help="'nn' (every kernel of the MLP's training step) or MxNxK[:op],... GEMMs (default: nn)")
+    tune.add_argument("--hidden", type=_hidden, default=(1000,), help="hidden sizes for nn, comma-separated (1000)")
+    tune.add_argument("--batch", type=_positive_int, default=800, help="batch size for nn (800)")
+    tune.add_argument("--train-size", type=_positive_int, default=54_000,
+                      help="training images for nn: its remainder modulo --batch is the last batch (54000)")
+    tune.add_argument("--ranks", type=_hidden, default=(1,),
+                      help="MPI ranks for nn, comma-separated: each rank's share of the batches too (1)")
+    tune.add_argument("--families", type=_families, default=TUNE_FAMILIES,
+                      help=f"kernel families to tune, comma-separated (all: {','.join(TUNE_FAMILIES)})")
+    tune.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="(float32)")
+    tune.add_argument("--trials", type=_positive_int, default=40,
+                      help="configs compiled and measured per shape (40)")
+    tune.add_argument("--timeout", type=_positive_float, default=20.0,
+                      help="seconds of search per shape, the final re-timing not counted (20)")
+    tune.add_argument("--out", metavar="DIR",
+                      help="store folder (default: $AUTOGEMM_TUNED, else the repository's tuned/)")
+    tune.add_argument("--resume", action="store_true",
+                      help="continue the studies of an interrupted run (kept in $AUTOGEMM_CACHE/studies)")
+    tune.add_argument("--seed", type=int, default=0, help="seed of the TPE sampler and the operands (0)")
+    tune.set_defaults(run=cmd_tune)
+
+    show = sub.add_parser("show", help="tuned results as a table per GPU (or --json)")
+    show.add_argument("path", nargs="?",
+                      help="a tuned file, or a folder of them (default: $AUTOGEMM_TUNED, else the repository's tuned/)")
+    show.add_argument("--json", action="store_true", help="print JSON for scripts instead of tables")
+    show.set_defaults(run=cmd_show)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
+        args = build_parser().parse_args(argv)
+        args.command_line = " ".join(["autogemm", *argv])
         return args.run(args)
     except AutogemmError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -61,3 +61,17 @@ def this_device() -> DeviceInfo:
         if type(exc).__module__.startswith("cupy"):
             raise AutogemmError(f"no CUDA device usable by CuPy: {exc}") from None
         raise
+
+
+def _cuda_version(number: int) -> str:
+    """CUDA's integer versions as text: 13020 -> '13.2'."""
+    return f"{number // 1000}.{number % 1000 // 10}"
+
+
+def software() -> dict[str, str]:
+    """Versions that a tuned result depends on: the driver, the CUDA runtime, and CuPy."""
+    import cupy
+
+    return dict(driver=_cuda_version(cupy.cuda.runtime.driverGetVersion()),
+                cuda_runtime=_cuda_version(cupy.cuda.runtime.runtimeGetVersion()),
+                cupy=cupy.__version__)

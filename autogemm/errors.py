@@ -15,3 +15,7 @@ class CompileError(AutogemmError):
 
 class BadArguments(AutogemmError):
     """Arrays or scalars that do not fit the call (shapes, dtypes, layouts, aliasing)."""
+
+
+class StoreError(AutogemmError):
+    """A tuned/ file that cannot be read or written: corrupted, hand-edited out of the space, ..."""

@@ -159,7 +159,8 @@ _instances: dict[tuple, Instance] = {}
 
 
 def prepare(family_name: str, problem, config: Mapping | None, device: DeviceInfo) -> Instance:
-    """The rendered kernel for `problem`: `config` checked against the space, else the default.
+    """The rendered kernel for `problem`: `config` checked against the space, else the tuned
+    config for this shape and GPU (autogemm.lookup: exact, nearest, or the default).
 
     Cached per (family, problem, config), so the hot path of a repeated call is one dict lookup.
     """
@@ -167,6 +168,16 @@ def prepare(family_name: str, problem, config: Mapping | None, device: DeviceInf
     inst = _instances.get(key)
     if inst is None:
         fam = family(family_name)
-        cfg = fam.validate(config, problem, device) if config is not None else fam.default(problem, device)
+        if config is not None:
+            cfg = fam.validate(config, problem, device)
+        else:
+            from autogemm import lookup  # here, not at the top: lookup imports this module
+
+            cfg = lookup.choose(family_name, problem, device).config
         inst = _instances[key] = fam.instance(cfg, problem)
     return inst
+
+
+def forget_instances():
+    """Drop the cached kernel choices (autogemm.lookup.reload calls this after a store changed)."""
+    _instances.clear()

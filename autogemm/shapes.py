@@ -1,8 +1,16 @@
-"""GEMM shapes from the command line (`MxNxK[:op]`) and from the MLP's training step (`nn`)."""
+"""Shapes from the command line (`MxNxK[:op]`) and from the MLP's training step (`nn`).
+
+`Shape` is one GEMM (autogemm bench); `Target` is one kernel launch of any family to tune
+(autogemm tune): the training step's GEMMs and its softmax, column-sum and SGD kernels, for the
+full batch, the last partial batch of an epoch, and each rank's share of both.
+"""
 import re
 from dataclasses import dataclass
 
+import numpy as np
+
 from autogemm.errors import AutogemmError
+from autogemm.keys import NO_OP, Key, make_key
 
 OPS = ("nn", "nt", "tn", "tt")
 _SHAPE = re.compile(r"^(\d+)x(\d+)x(\d+)(?::([nt]{2}))?$")
@@ -60,3 +68,79 @@ def parse_shapes(text: str, batch: int = 800, hidden: tuple[int, ...] = (1000,))
     if not shapes:
         raise AutogemmError("--shapes: no shapes given; use 'nn' or MxNxK[:op],...")
     return list(dict.fromkeys(shapes))
+
+
+# ---- tuning targets: every kernel launch of the training step ----------------------------------
+TUNE_FAMILIES = ("gemm", "elementwise", "softmax_xent", "colsum")
+
+
+@dataclass(frozen=True)
+class Target:
+    """One kernel launch to tune: a family, its sizes ((M, N, K) or (rows, cols)) and op."""
+
+    family: str
+    sizes: tuple[int, ...]
+    op: str
+    role: str = ""
+
+    def key(self, dtype: str) -> Key:
+        return make_key(self.family, self.sizes, self.op, dtype)
+
+    def __str__(self) -> str:
+        op = f":{self.op}" if self.op != NO_OP else ""
+        return f"{self.family} {'x'.join(map(str, self.sizes))}{op}"
+
+
+def batch_rows(batch: int, train_size: int, ranks: tuple[int, ...] = (1,)) -> list[int]:
+    """Rows a rank's step sees: each rank's share (np.array_split) of the full batch and of the
+    last, partial batch of an epoch; largest first, zero shares left out."""
+    batches = {min(batch, train_size)}
+    if train_size % batch:
+        batches.add(train_size % batch)
+    rows = {len(part) for b in batches for r in ranks for part in np.array_split(np.empty(b), r)}
+    return sorted((r for r in rows if r > 0), reverse=True)
+
+
+def mlp_targets(batch: int = 800, hidden: tuple[int, ...] = (1000,), train_size: int = 54_000,
+                ranks: tuple[int, ...] = (1,), inputs: int = 784, classes: int = 10) -> list[Target]:
+    """The launches of a training step with autogemm's kernels (epilogues fused into the GEMMs):
+    per row count, the five-per-layer-pair GEMMs, softmax + cross-entropy, and the bias-gradient
+    column sums; once, the SGD updates of the biases and (with more than one rank, where the
+    update cannot fuse into the GEMM) of the weights."""
+    sizes = [inputs, *hidden, classes]
+    targets = []
+    for rows in batch_rows(batch, train_size, ranks):
+        targets += [Target("gemm", (s.m, s.n, s.k), s.op, s.role) for s in mlp_shapes(rows, tuple(hidden), inputs, classes)]
+        last = len(sizes) - 1
+        targets.append(Target("softmax_xent", (rows, classes), NO_OP, f"G{last} = softmax(Z{last}) - Y"))
+        for layer, width in enumerate(sizes[1:], start=1):
+            targets.append(Target("colsum", (rows, width), NO_OP, f"db{layer} = sum of G{layer}"))
+    for layer, (fan_in, fan_out) in enumerate(zip(sizes, sizes[1:]), start=1):
+        targets.append(Target("elementwise", (1, fan_out), "sgd", f"b{layer} -= lr db{layer}"))
+        if max(ranks) > 1:
+            targets.append(Target("elementwise", (fan_out, fan_in), "sgd", f"W{layer} -= lr dW{layer}"))
+    return _unique(targets)
+
+
+def _unique(targets: list[Target]) -> list[Target]:
+    """The first target of each (family, sizes, op), in order."""
+    first = {}
+    for t in targets:
+        first.setdefault((t.family, t.sizes, t.op), t)
+    return list(first.values())
+
+
+def parse_targets(text: str, batch: int = 800, hidden: tuple[int, ...] = (1000,), train_size: int = 54_000,
+                  ranks: tuple[int, ...] = (1,), families: tuple[str, ...] = TUNE_FAMILIES) -> list[Target]:
+    """`nn` for every launch of the MLP's step, or MxNxK[:op],... for GEMMs; kept to `families`."""
+    targets = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        if item == "nn":
+            targets += mlp_targets(batch, hidden, train_size, ranks)
+        else:
+            shape = parse_shapes(item)[0]
+            targets.append(Target("gemm", (shape.m, shape.n, shape.k), shape.op))
+    kept = [t for t in _unique(targets) if t.family in families]
+    if not kept:
+        raise AutogemmError(f"--shapes {text!r} with --families {','.join(families)}: nothing to tune")
+    return kept

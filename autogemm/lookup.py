@@ -1,0 +1,124 @@
+"""Which config a call without `config=` gets: tuned for its shape on this GPU, else the nearest
+tuned shape whose config can run it, else the family's default.
+
+The store folder is $AUTOGEMM_TUNED, else the tuned/ folder beside kernels/. Its file for this GPU
+is read once and read again only when its mtime or size changes; callers (autogemm.family.prepare)
+cache the instance chosen per problem, so a repeated call never comes here. A file that does not
+load raises its StoreError: a corrupted store never yields a silently different kernel.
+"""
+import logging
+import os
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from autogemm import family as families
+from autogemm.device import DeviceInfo
+from autogemm.errors import StoreError
+from autogemm.family import Config
+from autogemm.keys import Key, distance, key_of
+from autogemm.store import Record, Store, file_for, load
+from kernels import TEMPLATE_DIR
+
+ENV = "AUTOGEMM_TUNED"
+log = logging.getLogger("autogemm")
+
+
+def store_dir() -> Path:
+    """$AUTOGEMM_TUNED, else the repository's (package's) tuned/ folder."""
+    env = os.environ.get(ENV)
+    return Path(env).expanduser() if env else TEMPLATE_DIR.parent / "tuned"
+
+
+@dataclass(frozen=True)
+class Choice:
+    config: Config
+    source: str                  # "exact", "nearest" or "default"
+    record: Record | None = None
+    distance: float = 0.0
+
+
+class Index:
+    """A loaded store, arranged for lookup: usable (not stale) records by key and by group."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self.exact: dict[Key, Record] = {}
+        self.groups: dict[tuple, list[Record]] = defaultdict(list)
+        self.stale = [r for r in store.records.values() if r.stale]
+        for record in store.records.values():
+            if not record.stale:
+                self.exact[record.key] = record
+                self.groups[_group(record.key)].append(record)
+
+    def nearest(self, key: Key, usable) -> tuple[Record, float] | None:
+        """The closest record of key's family, op and dtype (ties: smaller shape) that `usable` accepts."""
+        ranked = sorted(((distance(key, r.key), r.key.sizes, r) for r in self.groups.get(_group(key), ())
+                         if r.key != key), key=lambda t: t[:2])
+        return next(((r, d) for d, _, r in ranked if usable(r)), None)
+
+
+def _group(key: Key) -> tuple:
+    return key.family, key.op, key.dtype
+
+
+_indexes: dict[Path, tuple[tuple, Index]] = {}
+_logged: set = set()
+
+
+def index_for(device: DeviceInfo, directory: Path | None = None) -> Index | None:
+    """The store of `device` in `directory` (default store_dir()), or None without a file."""
+    path = file_for(directory if directory is not None else store_dir(), device)
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    stamp = (st.st_mtime_ns, st.st_size)
+    cached = _indexes.get(path)
+    if cached and cached[0] == stamp:
+        return cached[1]
+    store = load(path)
+    if store.meta.gpu != device.name:
+        raise StoreError(f"{path}: holds results for {store.meta.gpu}, not this GPU ({device.name})")
+    index = Index(store)
+    if index.stale:
+        log.warning("autogemm: %s: %d stale record(s) (their template changed since tuning) are not "
+                    "used; re-tune them (autogemm show marks them)", path, len(index.stale))
+    _indexes[path] = (stamp, index)
+    return index
+
+
+def choose(family_name: str, problem, device: DeviceInfo) -> Choice:
+    """The config for `problem`: exact tuned record, else nearest usable one, else the default.
+    Logs the choice once per key (family, shape, op, dtype) on the "autogemm" logger."""
+    fam = families.family(family_name)
+    key = key_of(family_name, problem)
+    index = index_for(device)
+    choice = None
+    if index is not None:
+        fits = lambda r: not fam.violations(r.config, problem, device)  # noqa: E731
+        exact = index.exact.get(key)
+        if exact is not None and fits(exact):
+            choice = Choice(exact.config, "exact", exact)
+        else:
+            found = index.nearest(key, fits)
+            if found:
+                choice = Choice(found[0].config, "nearest", found[0], found[1])
+    if choice is None:
+        choice = Choice(fam.default(problem, device), "default")
+    if key not in _logged:
+        _logged.add(key)
+        name = fam.instance_name(choice.config, problem)
+        how = {"exact": "tuned", "default": "default (no usable tuned record)",
+               "nearest": f"tuned for {choice.record.key.shape if choice.record else ''} "
+                          f"(nearest, distance {choice.distance:.2f})"}[choice.source]
+        log.info("autogemm: %s: %s %s", key, how, name)
+    return choice
+
+
+def reload():
+    """Forget loaded stores and the kernels chosen with them (after a store changed, or
+    $AUTOGEMM_TUNED did): the next call of each shape looks up again."""
+    _indexes.clear()
+    _logged.clear()
+    families.forget_instances()

@@ -1,0 +1,274 @@
+"""Measuring candidate configs on the GPU for the search: compile, verify, time.
+
+    measure = measure_for(key, device)      # operands and the float64 reference, built once
+    measure.prepare(configs)                # compile a batch in parallel (NVRTC releases the GIL)
+    t = measure(config, reps)               # verify once (poisoned output), then time: Measured
+    measure.baseline(reps)                  # cuBLAS on the same operands (GEMMs), else None
+
+Operands are random normal (never zeros, which would hide wrong indexing). A config that fails to
+compile, launch or match raises (CompileError, a CUDA error, Mismatch): the search records the
+reason and goes on.
+"""
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from autogemm import compile as compiler
+from autogemm.device import DeviceInfo
+from autogemm.errors import AutogemmError
+from autogemm.family import Config, family
+from autogemm.family import prepare as prepare_instance
+from autogemm.keys import Key, problem_of
+from autogemm.timing import Timing, time_gpu
+from autogemm.verify import compare, reference_gemm
+
+QUICK_WARMUP = 2
+
+
+class Mismatch(AutogemmError):
+    """A candidate's output does not match the float64 reference."""
+
+
+@dataclass(frozen=True)
+class Measured(Timing):
+    max_rel_error: float | None = None
+
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def _compile_pool() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1), thread_name_prefix="nvrtc")
+    return _pool
+
+
+class KernelMeasure:
+    """What every family shares; subclasses bind operands (`launcher`) and check (`verify`)."""
+
+    def __init__(self, key: Key, device: DeviceInfo, seed: int = 0):
+        self.key, self.device = key, device
+        self.family = family(key.family)
+        self.problem = problem_of(key)
+        self.rng = np.random.default_rng(seed)
+        self.dtype = np.dtype(key.dtype).type
+        self._verified: dict[Config, float] = {}     # config -> max-norm relative error
+        self._broken: dict[Config, Exception] = {}   # compile errors found by prepare
+
+    # ---- the search's interface -------------------------------------------------------------------
+    def prepare(self, configs):
+        """Render each config and compile them all at once on a thread pool."""
+        import cupy
+
+        device_id = cupy.cuda.Device().id
+
+        def build(instance):
+            with cupy.cuda.Device(device_id):
+                compiler.load(instance)
+
+        jobs = {}
+        for cfg in configs:
+            try:
+                instance = prepare_instance(self.key.family, self.problem, cfg, self.device)
+                jobs[cfg] = _compile_pool().submit(build, instance)
+            except AutogemmError as exc:
+                self._broken[cfg] = exc
+        for cfg, job in jobs.items():
+            if job.exception() is not None:
+                self._broken[cfg] = job.exception()
+
+    def __call__(self, cfg: Config, reps: int) -> Measured:
+        if cfg in self._broken:
+            raise self._broken.pop(cfg)
+        run = self.launcher(cfg)
+        if cfg not in self._verified:
+            self._verified[cfg] = self.verify(run)
+        t = time_gpu(run, reps=reps, warmup=QUICK_WARMUP)
+        return Measured(t.median_us, t.p10_us, t.p90_us, t.reps, self._verified[cfg])
+
+    def baseline(self, reps: int) -> Timing | None:
+        return None
+
+    # ---- per family ---------------------------------------------------------------------------------
+    def launcher(self, cfg: Config):
+        raise NotImplementedError
+
+    def verify(self, run) -> float:
+        raise NotImplementedError
+
+    # ---- helpers ------------------------------------------------------------------------------------
+    def normal(self, *shape):
+        return self.rng.standard_normal(shape).astype(self.dtype)
+
+    def check(self, out, value, magnitude, k: int) -> float:
+        """max-norm relative error of `out` (device) against the reference; Mismatch if off."""
+        import cupy
+
+        got = cupy.asnumpy(out).reshape(value.shape)
+        verdict = compare(got, value, magnitude, k, self.dtype)
+        if not verdict.ok:
+            raise Mismatch(verdict.describe())
+        return verdict.max_rel_error
+
+
+class GemmMeasure(KernelMeasure):
+    """D = op(A) op(B) on random A, B; cuBLAS as the baseline on the same arrays."""
+
+    def __init__(self, key: Key, device: DeviceInfo, seed: int = 0):
+        import cupy
+
+        super().__init__(key, device, seed)
+        m, n, k = key.sizes
+        self.trans_a, self.trans_b = key.op[0] == "t", key.op[1] == "t"
+        host_a = self.normal(*((k, m) if self.trans_a else (m, k)))   # A: op(A) is (M, K)
+        host_b = self.normal(*((n, k) if self.trans_b else (k, n)))   # B: op(B) is (K, N)
+        self.value, self.magnitude = reference_gemm(host_a, host_b, trans_a=self.trans_a, trans_b=self.trans_b)
+        self.a, self.b = cupy.asarray(host_a), cupy.asarray(host_b)
+        self.out = cupy.empty((m, n), dtype=self.dtype)               # D: (M, N)
+
+    def launcher(self, cfg: Config):
+        from autogemm.gemm import plan_gemm
+
+        return plan_gemm(self.a, self.b, self.out, trans_a=self.trans_a, trans_b=self.trans_b,
+                         config=cfg, kernel_family=self.key.family)
+
+    def verify(self, run) -> float:
+        self.out.fill(np.nan)
+        run()
+        return self.check(self.out, self.value, self.magnitude, self.key.sizes[2])
+
+    def baseline(self, reps: int) -> Timing:
+        from autogemm.bench import cublas_gemm
+        from autogemm.shapes import Shape
+
+        shape = Shape(*self.key.sizes, self.key.op)
+        run = lambda: cublas_gemm(self.a, self.b, self.out, shape)  # noqa: E731
+        self.verify(run)
+        return time_gpu(run, reps=reps)
+
+
+class ElementwiseMeasure(KernelMeasure):
+    """One op of kernels/elementwise.py over (rows, cols), against NumPy in float64."""
+
+    LR, REG = 0.1, 0.01
+
+    def __init__(self, key: Key, device: DeviceInfo, seed: int = 0):
+        import cupy
+
+        super().__init__(key, device, seed)
+        op, (rows, cols) = key.op, key.sizes
+        x = self.normal(rows, cols)                                    # X: (rows, cols)
+        if op.startswith("bias"):
+            y = self.normal(cols)                                      # bias: (cols,)
+        elif op == "dsigmoid":
+            y = self.rng.uniform(0.01, 0.99, (rows, cols)).astype(self.dtype)   # saved sigmoid output
+        elif op == "drelu":
+            y = np.maximum(self.normal(rows, cols), 0)                 # saved relu output
+        else:
+            y = None
+        self.w0 = self.normal(rows, cols) if op == "sgd" else None    # weights updated in place
+        x64, y64 = x.astype(np.float64), (y.astype(np.float64) if y is not None else None)
+        if op.startswith("bias"):
+            s = x64 + y64
+            value = {"bias": s, "bias_sigmoid": 1 / (1 + np.exp(-s)), "bias_relu": np.maximum(s, 0)}[op]
+            magnitude = np.abs(x64) + np.abs(y64) + np.abs(value)
+        elif op == "sgd":
+            w = self.w0.astype(np.float64)
+            value = w - self.LR * (x64 + self.REG * w)
+            magnitude = np.abs(w) + self.LR * (np.abs(x64) + self.REG * np.abs(w))
+        else:
+            value = x64 * y64 * (1 - y64) if op == "dsigmoid" else x64 * (y64 > 0)
+            magnitude = np.abs(value)
+        self.value, self.magnitude = value, magnitude
+        self.x = cupy.asarray(x)
+        self.y = cupy.asarray(y) if y is not None else None
+        self.out = cupy.empty((rows, cols), dtype=self.dtype)
+
+    def launcher(self, cfg: Config):
+        from autogemm.elementwise import elementwise
+
+        op, out, x, y = self.key.op, self.out, self.x, self.y
+        if op == "sgd":
+            return lambda: elementwise(op, out, x, None, self.LR, self.REG, config=cfg)
+        return lambda: elementwise(op, out, x, y, config=cfg)
+
+    def verify(self, run) -> float:
+        if self.w0 is not None:
+            self.out.set(self.w0)       # sgd updates in place: start from the weights
+        else:
+            self.out.fill(np.nan)
+        run()
+        return self.check(self.out, self.value, self.magnitude, 4)
+
+
+class SoftmaxXentMeasure(KernelMeasure):
+    """grad = (softmax(Z) - onehot(labels)) / rows and the summed loss, against NumPy."""
+
+    def __init__(self, key: Key, device: DeviceInfo, seed: int = 0):
+        import cupy
+
+        super().__init__(key, device, seed)
+        rows, cols = key.sizes
+        z = (self.rng.standard_normal((rows, cols)) * 3).astype(self.dtype)  # Z: (rows, cols)
+        labels = self.rng.integers(0, cols, rows).astype(np.int32)          # (rows,)
+        self.scale = 1.0 / rows
+        z64 = z.astype(np.float64)
+        p = np.exp(z64 - z64.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        onehot = np.eye(cols)[labels]
+        self.value, self.magnitude = (p - onehot) * self.scale, (p + onehot) * self.scale
+        self.loss = -np.log(p[np.arange(rows), labels]).sum()
+        self.z, self.labels = cupy.asarray(z), cupy.asarray(labels)
+        self.grad = cupy.empty((rows, cols), dtype=self.dtype)
+        self.loss_acc = cupy.zeros(1, dtype=self.dtype)
+
+    def launcher(self, cfg: Config):
+        from autogemm.elementwise import softmax_xent
+
+        return lambda: softmax_xent(self.z, self.labels, self.grad, self.scale, self.loss_acc, config=cfg)
+
+    def verify(self, run) -> float:
+        rows, cols = self.key.sizes
+        self.grad.fill(np.nan)
+        self.loss_acc.fill(0)
+        run()
+        error = self.check(self.grad, self.value, self.magnitude, cols)
+        self.check(self.loss_acc, np.array([[self.loss]]), np.array([[abs(self.loss) + rows]]), rows * cols)
+        return error
+
+
+class ColsumMeasure(KernelMeasure):
+    """out = column sums of G (the bias gradient), against NumPy."""
+
+    def __init__(self, key: Key, device: DeviceInfo, seed: int = 0):
+        import cupy
+
+        super().__init__(key, device, seed)
+        rows, cols = key.sizes
+        g = self.normal(rows, cols)                                    # G: (rows, cols)
+        g64 = g.astype(np.float64)
+        self.value, self.magnitude = g64.sum(0)[None, :], np.abs(g64).sum(0)[None, :]
+        self.g = cupy.asarray(g)
+        self.out = cupy.empty(cols, dtype=self.dtype)                  # (cols,)
+
+    def launcher(self, cfg: Config):
+        from autogemm.elementwise import column_sums
+
+        return lambda: column_sums(self.g, self.out, config=cfg)
+
+    def verify(self, run) -> float:
+        self.out.fill(np.nan)
+        run()
+        return self.check(self.out, self.value, self.magnitude, self.key.sizes[0])
+
+
+MEASURES = {"gemm": GemmMeasure, "gemm_naive": GemmMeasure, "elementwise": ElementwiseMeasure,
+            "softmax_xent": SoftmaxXentMeasure, "colsum": ColsumMeasure}
+
+
+def measure_for(key: Key, device: DeviceInfo, seed: int = 0) -> KernelMeasure:
+    """The GPU measure of `key`'s family, its operands and reference built now."""
+    return MEASURES[key.family](key, device, seed)

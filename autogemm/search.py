@@ -1,0 +1,342 @@
+"""The search for one problem's best config: an Optuna study over the family's declared space.
+
+    tune(family, problem, device, measure, settings) -> Result
+
+- Every PARAMS entry is a categorical of TPE (seeded). A proposal that breaks a constraint is
+  told PRUNED with its reason before anything is compiled, and does not count as a trial.
+- Known-good configs go first: the family's default, the store's current record, a few valid
+  random samples; a space small enough to list whole is measured exhaustively instead.
+- Proposals are asked in batches, so `measure.prepare` (if it has one) can compile a batch in
+  parallel; each is then measured quickly. A failure (compile, launch, mismatch: anything
+  `measure` raises) is told FAIL with its reason, and the search goes on.
+- The top candidates are re-timed with more repetitions, interleaved round robin over several
+  rounds; each one's median across rounds picks the winner, so one lucky quick run cannot.
+- With a journal file the study persists: `resume` continues it (trials already measured are not
+  measured again; a finished study is reused as is), and Ctrl-C marks the trials in flight
+  failed ("interrupted") before it propagates.
+
+`measure(config, reps)` returns an object with median_us, p10_us, p90_us (and optionally
+max_rel_error); autogemm.measure has the GPU ones, tests inject their own.
+"""
+import logging
+import math
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState
+
+from autogemm.device import DeviceInfo
+from autogemm.errors import AutogemmError
+from autogemm.family import Config, Family
+
+try:
+    from optuna.storages.journal import JournalFileBackend
+except ImportError:  # optuna < 4
+    from optuna.storages import JournalFileStorage as JournalFileBackend
+
+log = logging.getLogger("autogemm")
+EXHAUSTIVE_LIMIT = 10_000     # spaces of at most this many points are listed whole
+
+
+class SearchError(AutogemmError):
+    """No config of the space could be measured (every candidate failed)."""
+
+
+class TimingLike(Protocol):
+    median_us: float
+    p10_us: float
+    p90_us: float
+
+
+class Measure(Protocol):
+    def __call__(self, config: Config, reps: int) -> TimingLike: ...
+
+
+@dataclass(frozen=True)
+class Settings:
+    trials: int = 40            # configs compiled and measured per shape (rejections, repeats not counted)
+    timeout: float | None = 20  # seconds of search per shape (the final re-timing not counted)
+    seed: int = 0
+    batch: int = 8              # proposals asked at once (compiled in parallel by measure.prepare)
+    quick_reps: int = 20        # timed runs per config during the search
+    top: int = 5                # candidates re-timed at the end
+    rounds: int = 5             # round-robin rounds of the re-timing
+    final_reps: int = 50        # timed runs per candidate per round
+    samples: int = 3            # random valid configs enqueued after the default
+    max_failures_in_a_row: int = 40   # stop the search after this many failures in a row
+    max_idle_asks: int = 400    # stop when this many proposals in a row bring nothing new
+
+
+@dataclass(frozen=True)
+class Progress:
+    measured: int
+    trials: int
+    failed: int
+    rejected: int
+    best_us: float | None
+    phase: str                  # "search" or "final"
+
+
+@dataclass(frozen=True)
+class Result:
+    config: Config
+    median_us: float
+    p10_us: float
+    p90_us: float
+    max_rel_error: float | None
+    trials: int                 # configs measured, failures included (over resumed runs too)
+    failed: int
+    rejected: int               # proposals turned down by the constraints, never compiled
+    finalists: tuple = ()       # ((config, quick median, final median), ...), best first
+    reused: bool = False        # taken from a finished study (resume): nothing was measured
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return dict(config=dict(self.config), median_us=self.median_us, p10_us=self.p10_us,
+                    p90_us=self.p90_us, max_rel_error=self.max_rel_error, trials=self.trials,
+                    failed=self.failed, rejected=self.rejected)
+
+
+@dataclass
+class _Seen:
+    """What the study knows: measured configs, failed ones with reasons, counts."""
+
+    timings: dict = field(default_factory=dict)     # Config -> (median, p10, p90, error)
+    failures: dict = field(default_factory=dict)    # Config -> reason
+    rejected: int = 0
+    interrupted: list = field(default_factory=list)  # configs a killed run was measuring
+
+    @property
+    def measured(self) -> int:
+        return len(self.timings) + len(self.failures)
+
+    def best(self) -> float | None:
+        return min((t[0] for t in self.timings.values()), default=None)
+
+
+def open_study(path: Path | None, name: str, seed: int, resume: bool) -> optuna.Study:
+    """A TPE study, in memory or persisted in a journal file (a fresh one unless `resume`)."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True,
+                                             n_startup_trials=10)
+    storage = None
+    if path is not None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not resume:
+            for stale in (path, path.with_name(path.name + ".lock")):
+                stale.unlink(missing_ok=True)
+        storage = optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+    return optuna.create_study(study_name=name, storage=storage, sampler=sampler,
+                               direction="minimize", load_if_exists=True)
+
+
+def tune(fam: Family, problem, device: DeviceInfo, measure: Measure, settings: Settings = Settings(),
+         *, study_path: Path | None = None, resume: bool = False, known: tuple = (),
+         progress: Callable[[Progress], None] | None = None) -> Result:
+    """Search `fam`'s space for `problem` on `device` and return the re-timed winner."""
+    started = time.monotonic()
+    study = open_study(study_path, f"{fam.name}:{problem}", settings.seed, resume)
+    seen = _recall(study, fam)
+    finished = study.user_attrs.get("result")
+    if finished and finished["goal"] >= settings.trials:     # done before, with as many trials
+        return _reused(finished)
+    report = progress or (lambda p: None)
+    dists = {name: CategoricalDistribution(choices) for name, choices in fam.params.items()}
+    exhaustive = _enqueue(study, fam, problem, device, settings, known, seen)
+
+    # ---- search ------------------------------------------------------------------------------
+    failures_in_a_row = idle = 0
+    report(Progress(seen.measured, settings.trials, len(seen.failures), seen.rejected, seen.best(), "search"))
+    while seen.measured < settings.trials and idle < settings.max_idle_asks:
+        if settings.timeout is not None and time.monotonic() - started > settings.timeout:
+            log.info("autogemm: %s: search stopped at its timeout (%ss)", fam.name, settings.timeout)
+            break
+        if exhaustive is not None and all(c in seen.timings or c in seen.failures for c in exhaustive):
+            break
+        batch, repeats, idle = _ask_batch(study, fam, problem, device, dists, settings, seen, idle)
+        if not batch:
+            continue
+        prepare = getattr(measure, "prepare", None)
+        if prepare is not None:
+            prepare([cfg for _, cfg in batch])
+        told = set()
+        try:
+            for trial, cfg in batch:
+                ok = _measure_trial(study, trial, cfg, measure, settings.quick_reps, seen)
+                told.add(trial.number)
+                failures_in_a_row = 0 if ok else failures_in_a_row + 1
+                report(Progress(seen.measured, settings.trials, len(seen.failures), seen.rejected,
+                                seen.best(), "search"))
+        except BaseException:
+            for trial, _ in batch:
+                if trial.number not in told:
+                    trial.set_user_attr("reason", "interrupted")
+                    study.tell(trial, state=TrialState.FAIL)
+            for trial, _ in repeats:
+                study.tell(trial, state=TrialState.FAIL)
+            raise
+        for trial, cfg in repeats:        # the same config twice in one batch: its one result
+            _tell_known(study, trial, cfg, seen)
+        if failures_in_a_row >= settings.max_failures_in_a_row:
+            log.warning("autogemm: %s: %d failures in a row, search stopped", fam.name, failures_in_a_row)
+            break
+    if not seen.timings:
+        last = next(reversed(seen.failures.values()), "no config could be proposed")
+        raise SearchError(f"{fam.name} {problem}: none of {seen.measured} config(s) ran; last: {last}")
+
+    # ---- re-time the top candidates, interleaved ---------------------------------------------------
+    ranked = sorted(seen.timings.items(), key=lambda kv: kv[1][0])[:settings.top]
+    report(Progress(seen.measured, settings.trials, len(seen.failures), seen.rejected, ranked[0][1][0], "final"))
+    final = retime([cfg for cfg, _ in ranked], measure, settings.rounds, settings.final_reps)
+    if not final:
+        raise SearchError(f"{fam.name} {problem}: every finalist failed when re-timed")
+    order = sorted(final, key=lambda cfg: final[cfg][0])
+    winner = order[0]
+    median, p10, p90, error = final[winner]
+    quick = dict(ranked)
+    result = Result(winner, median, p10, p90, error if error is not None else quick[winner][3],
+                    seen.measured, len(seen.failures), seen.rejected,
+                    tuple((cfg, quick[cfg][0], final[cfg][0]) for cfg in order),
+                    seconds=time.monotonic() - started)
+    study.set_user_attr("result", dict(result.to_json(), goal=settings.trials))
+    return result
+
+
+def retime(configs: list, measure: Measure, rounds: int, reps: int) -> dict:
+    """{config: (median, p10, p90, error)} over `rounds` round-robin passes (each round starts one
+    config later, so drift spreads evenly); a config that fails is dropped."""
+    runs: dict = {cfg: [] for cfg in configs}
+    for r in range(rounds):
+        alive = [cfg for cfg in configs if cfg in runs]
+        for i in range(len(alive)):
+            cfg = alive[(i + r) % len(alive)]
+            try:
+                runs[cfg].append(measure(cfg, reps))
+            except Exception as exc:  # noqa: BLE001 - a failing finalist is dropped, not fatal
+                log.warning("autogemm: finalist %s failed when re-timed: %s", dict(cfg), _reason(exc))
+                del runs[cfg]
+    return {cfg: (statistics.median(t.median_us for t in ts), statistics.median(t.p10_us for t in ts),
+                  statistics.median(t.p90_us for t in ts), getattr(ts[0], "max_rel_error", None))
+            for cfg, ts in runs.items() if ts}
+
+
+# ---- pieces of the search ---------------------------------------------------------------------
+def _recall(study: optuna.Study, fam: Family) -> _Seen:
+    """What a resumed study measured already; trials left running by a killed run are failed."""
+    seen = _Seen()
+    for t in study.get_trials(deepcopy=False):
+        if t.state == TrialState.RUNNING:
+            optuna.Trial(study, t._trial_id).set_user_attr("reason", "interrupted")
+            study.tell(t.number, state=TrialState.FAIL)
+            t = study.get_trials(deepcopy=False)[t.number]
+        if not t.params or set(t.params) != set(fam.params) or t.user_attrs.get("repeat"):
+            continue
+        cfg = Config({k: t.params[k] for k in fam.params})
+        if t.state == TrialState.COMPLETE:
+            a = t.user_attrs
+            seen.timings[cfg] = (t.value, a.get("p10_us", t.value), a.get("p90_us", t.value), a.get("max_rel_error"))
+        elif t.state == TrialState.FAIL and t.user_attrs.get("reason") == "interrupted":
+            seen.interrupted.append(cfg)
+        elif t.state == TrialState.FAIL and t.user_attrs.get("reason") is not None:
+            seen.failures[cfg] = t.user_attrs["reason"]
+        elif t.state == TrialState.PRUNED:
+            seen.rejected += 1
+    return seen
+
+
+def _reused(finished: dict) -> Result:
+    return Result(Config(finished["config"]), finished["median_us"], finished["p10_us"], finished["p90_us"],
+                  finished["max_rel_error"], finished["trials"], finished["failed"], finished["rejected"],
+                  reused=True)
+
+
+def _enqueue(study, fam: Family, problem, device, settings: Settings, known, seen: _Seen) -> list | None:
+    """Queue the known-good configs; for a small space, every valid config (returned)."""
+    exhaustive = None
+    if math.prod(len(v) for v in fam.params.values()) <= EXHAUSTIVE_LIMIT:
+        valid = [c for c in fam.all_configs() if not fam.violations(c, problem, device)]
+        if len(valid) <= settings.trials:
+            exhaustive = valid
+    first = [fam.default(problem, device)]
+    first += [fam.config(c, "known config") for c in known]
+    first = [c for c in first if not fam.violations(c, problem, device)]
+    queue = first + seen.interrupted + (exhaustive if exhaustive is not None
+                                        else fam.sample(problem, device, settings.samples, seed=settings.seed))
+    waiting = {Config(t.system_attrs.get("fixed_params", {}))
+               for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))}
+    for cfg in dict.fromkeys(queue):
+        if cfg not in seen.timings and cfg not in seen.failures and cfg not in waiting:
+            study.enqueue_trial(dict(cfg))
+    return exhaustive
+
+
+def _ask_batch(study, fam: Family, problem, device, dists, settings: Settings, seen: _Seen, idle: int):
+    """Up to `batch` new configs to measure as [(trial, config)], the repeats within the batch,
+    and the updated count of proposals in a row that brought nothing new."""
+    batch, repeats, chosen = [], [], set()
+    want = min(settings.batch, settings.trials - seen.measured)
+    while len(batch) < want and idle < settings.max_idle_asks:
+        trial = study.ask(dists)
+        cfg = Config({k: trial.params[k] for k in fam.params})
+        broken = fam.violations(cfg, problem, device)
+        if broken:
+            trial.set_user_attr("reason", broken[0])
+            study.tell(trial, state=TrialState.PRUNED)
+            seen.rejected += 1
+            idle += 1
+        elif cfg in seen.timings or cfg in seen.failures:
+            _tell_known(study, trial, cfg, seen)
+            idle += 1
+        elif cfg in chosen:
+            repeats.append((trial, cfg))
+            idle += 1
+        else:
+            batch.append((trial, cfg))
+            chosen.add(cfg)
+            idle = 0
+    return batch, repeats, idle
+
+
+def _tell_known(study, trial, cfg: Config, seen: _Seen):
+    """A proposal already measured: the study hears the same result again, nothing is run."""
+    trial.set_user_attr("repeat", True)
+    if cfg in seen.timings:
+        study.tell(trial, seen.timings[cfg][0])
+    else:
+        trial.set_user_attr("reason", seen.failures.get(cfg, "failed"))
+        study.tell(trial, state=TrialState.FAIL)
+
+
+def _measure_trial(study, trial, cfg: Config, measure: Measure, reps: int, seen: _Seen) -> bool:
+    try:
+        t = measure(cfg, reps)
+    except Exception as exc:  # noqa: BLE001 - any failure of a candidate is recorded, never fatal
+        reason = _reason(exc)
+        trial.set_user_attr("reason", reason)
+        study.tell(trial, state=TrialState.FAIL)
+        seen.failures[cfg] = reason
+        log.debug("autogemm: %s failed: %s", dict(cfg), reason)
+        return False
+    error = getattr(t, "max_rel_error", None)
+    trial.set_user_attr("p10_us", t.p10_us)
+    trial.set_user_attr("p90_us", t.p90_us)
+    trial.set_user_attr("max_rel_error", error)
+    study.tell(trial, t.median_us)
+    seen.timings[cfg] = (t.median_us, t.p10_us, t.p90_us, error)
+    return True
+
+
+def _reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    name = type(exc).__name__
+    return (f"{name}: {text}" if text else name)[:300]

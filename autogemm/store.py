@@ -1,0 +1,368 @@
+"""The tuned/ store: one JSON file per GPU model, one record per (family, shape, op, dtype).
+
+    {"meta": {"schema": 1, "gpu": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0",
+              "sm_count": 132, "driver": "13.0", "cuda_runtime": "13.2", "cupy": "14.2.0",
+              "templates": {"gemm": "<template hash>", ...}, "params": {"gemm": ["bm", ...], ...},
+              "updated": "2026-11-22T06:00:00+00:00"},
+     "records": [{"family": "gemm", "shape": "800x1000x784", "op": "nt", "dtype": "float32",
+                  "config": {"bm": 64, ...}, "median_us": 21.3, "p10_us": 21.0, "p90_us": 21.9,
+                  "gflops": 58900.0, "cublas_us": 25.1, "max_rel_error": 3.1e-07, "trials": 40,
+                  "failed": 2, "date": "2026-11-22T06:00:00+00:00", "template_hash": "...",
+                  "command": "autogemm tune --shapes nn"}, ...]}
+
+A file is data, never code: `load` checks every key, type and value (configs through
+Family.config, so no string reaches a template) and names the file and the record in a one-line
+StoreError. `save` merges with the file as it is at write time (a faster record replaces, a
+slower one does not, others stay) and replaces it atomically; it never overwrites a file it
+cannot read. A record whose template hash is not the template's current one is stale: shown,
+never used.
+"""
+import contextlib
+import json
+import math
+import os
+import re
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from autogemm.device import DeviceInfo
+from autogemm.errors import InvalidConfig, StoreError
+from autogemm.family import FAMILIES, Config, family
+from autogemm.keys import Key, brief, parse_key
+
+SCHEMA = 1
+_HASH = re.compile(r"[0-9a-f]{16}")
+_CC = re.compile(r"[0-9]{1,2}\.[0-9]{1,2}")
+_WORD = re.compile(r"[A-Za-z0-9_.-]{1,40}")
+META_FIELDS = ("schema", "gpu", "compute_capability", "sm_count", "driver", "cuda_runtime", "cupy",
+               "templates", "params", "updated")
+RECORD_FIELDS = ("family", "shape", "op", "dtype", "config", "median_us", "p10_us", "p90_us", "gflops",
+                 "cublas_us", "max_rel_error", "trials", "failed", "date", "template_hash", "command")
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+
+
+@dataclass(frozen=True)
+class Meta:
+    """Where and with what the file's results were measured (as of its last write)."""
+
+    gpu: str
+    compute_capability: str
+    sm_count: int
+    driver: str
+    cuda_runtime: str
+    cupy: str
+    templates: dict          # family -> template hash at the last write
+    params: dict             # family -> parameter names at the last write
+    updated: str
+
+    @classmethod
+    def here(cls, device: DeviceInfo, software: dict) -> "Meta":
+        """Metadata for results measured now on `device` with `software` (device.software())."""
+        return cls(device.name, device.compute_capability, device.sm_count, software["driver"],
+                   software["cuda_runtime"], software["cupy"],
+                   {name: family(name).template_hash for name in FAMILIES},
+                   {name: list(family(name).params) for name in FAMILIES}, now())
+
+    def to_json(self) -> dict:
+        return dict(schema=SCHEMA, gpu=self.gpu, compute_capability=self.compute_capability,
+                    sm_count=self.sm_count, driver=self.driver, cuda_runtime=self.cuda_runtime,
+                    cupy=self.cupy, templates=dict(self.templates),
+                    params={k: list(v) for k, v in self.params.items()}, updated=self.updated)
+
+
+@dataclass(frozen=True)
+class Record:
+    """The best config found for one key, with how it was measured."""
+
+    key: Key
+    config: Config
+    median_us: float
+    p10_us: float
+    p90_us: float
+    gflops: float
+    cublas_us: float | None          # GEMMs: cuBLAS in the same run
+    max_rel_error: float | None      # max-norm relative error against the float64 reference
+    trials: int                      # configs compiled and run, failures included
+    failed: int
+    date: str
+    template_hash: str
+    command: str
+
+    @property
+    def stale(self) -> bool:
+        """Measured on a template that has changed since: never used by lookup."""
+        return self.template_hash != family(self.key.family).template_hash
+
+    @property
+    def speedup(self) -> float | None:
+        """cuBLAS time over ours: above 1 is faster than cuBLAS."""
+        return self.cublas_us / self.median_us if self.cublas_us else None
+
+    def to_json(self) -> dict:
+        return dict(family=self.key.family, shape=self.key.shape, op=self.key.op, dtype=self.key.dtype,
+                    config=dict(self.config), median_us=self.median_us, p10_us=self.p10_us,
+                    p90_us=self.p90_us, gflops=self.gflops, cublas_us=self.cublas_us,
+                    max_rel_error=self.max_rel_error, trials=self.trials, failed=self.failed,
+                    date=self.date, template_hash=self.template_hash, command=self.command)
+
+
+@dataclass(frozen=True)
+class Store:
+    path: Path
+    meta: Meta
+    records: dict            # Key -> Record
+
+
+def file_for(directory: Path, device: DeviceInfo) -> Path:
+    """tuned/<gpu slug>.json, e.g. tuned/nvidia-h100-80gb-hbm3.json."""
+    return Path(directory) / f"{device.slug}.json"
+
+
+# ---- reading ---------------------------------------------------------------------------------
+def load(path: Path) -> Store:
+    """The checked contents of a tuned file; StoreError naming the file (and record) otherwise."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise StoreError(f"{path}: not a tuned file (not UTF-8 text)") from None
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        doc = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constants)
+    except json.JSONDecodeError as exc:
+        raise StoreError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except ValueError as exc:
+        raise StoreError(f"{path}: {exc}") from None
+    if not isinstance(doc, dict):
+        raise StoreError(f"{path}: expected a JSON object with 'meta' and 'records', got {type(doc).__name__}")
+    _exact_keys(doc, ("meta", "records"), str(path))
+    meta = _meta(doc["meta"], f"{path}: meta")
+    if not isinstance(doc["records"], list):
+        raise StoreError(f"{path}: 'records' must be a list, got {type(doc['records']).__name__}")
+    records: dict[Key, Record] = {}
+    where_of: dict[Key, int] = {}
+    for i, item in enumerate(doc["records"]):
+        record = _record(item, f"{path}: record {i}")
+        if record.key in records:
+            raise StoreError(f"{path}: record {i} ({record.key}) repeats record {where_of[record.key]}")
+        records[record.key], where_of[record.key] = record, i
+    return Store(path, meta, records)
+
+
+def _unique_keys(pairs):
+    seen = {}
+    for k, v in pairs:
+        if k in seen:
+            raise ValueError(f"key {brief(k)} appears twice in one object")
+        seen[k] = v
+    return seen
+
+
+def _no_constants(name):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _exact_keys(obj: dict, fields: tuple, where: str):
+    unknown = [k for k in obj if k not in fields]
+    if unknown:
+        raise StoreError(f"{where}: unknown key {brief(unknown[0])}; expected {', '.join(fields)}")
+    missing = [k for k in fields if k not in obj]
+    if missing:
+        raise StoreError(f"{where}: missing key {missing[0]!r}")
+
+
+def _string(obj, name, where, pattern=None, limit=200) -> str:
+    value = obj[name]
+    if not isinstance(value, str) or not value or len(value) > limit or (pattern and not pattern.fullmatch(value)):
+        raise StoreError(f"{where}: {name}={brief(value)} is not a valid {name}")
+    return value
+
+
+def _date(obj, name, where) -> str:
+    value = _string(obj, name, where, limit=40)
+    try:
+        datetime.fromisoformat(value)
+    except ValueError:
+        raise StoreError(f"{where}: {name}={brief(value)} is not an ISO 8601 date") from None
+    return value
+
+
+def _count(obj, name, where, least=0) -> int:
+    value = obj[name]
+    if type(value) is not int or value < least:
+        raise StoreError(f"{where}: {name}={brief(value)} must be an integer >= {least}")
+    return value
+
+
+def _number(obj, name, where, positive=True, optional=False) -> float | None:
+    value = obj[name]
+    if value is None and optional:
+        return None
+    if type(value) not in (int, float) or not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise StoreError(f"{where}: {name}={brief(value)} must be a finite number "
+                         f"{'> 0' if positive else '>= 0'}{' or null' if optional else ''}")
+    return float(value)
+
+
+def _meta(obj, where: str) -> Meta:
+    if not isinstance(obj, dict):
+        raise StoreError(f"{where}: expected an object, got {type(obj).__name__}")
+    if "schema" in obj and obj["schema"] != SCHEMA:    # first: another schema may have other keys
+        raise StoreError(f"{where}: schema version {brief(obj['schema'])} is not the one this autogemm "
+                         f"reads ({SCHEMA}); re-tune or upgrade autogemm")
+    _exact_keys(obj, META_FIELDS, where)
+    templates, params = obj["templates"], obj["params"]
+    for name, table in (("templates", templates), ("params", params)):
+        if not isinstance(table, dict) or any(k not in FAMILIES for k in table):
+            raise StoreError(f"{where}: {name} must map kernel families ({', '.join(FAMILIES)}) to values")
+    if not all(isinstance(h, str) and _HASH.fullmatch(h) for h in templates.values()):
+        raise StoreError(f"{where}: templates must map families to 16-digit hex hashes")
+    if not all(isinstance(v, list) and all(isinstance(p, str) and p.isidentifier() for p in v)
+               for v in params.values()):
+        raise StoreError(f"{where}: params must map families to lists of parameter names")
+    return Meta(_string(obj, "gpu", where), _string(obj, "compute_capability", where, _CC),
+                _count(obj, "sm_count", where, 1), _string(obj, "driver", where, limit=40),
+                _string(obj, "cuda_runtime", where, limit=40), _string(obj, "cupy", where, limit=40),
+                dict(templates), {k: list(v) for k, v in params.items()}, _date(obj, "updated", where))
+
+
+def _record(obj, where: str) -> Record:
+    if not isinstance(obj, dict):
+        raise StoreError(f"{where}: expected an object, got {type(obj).__name__}")
+    fields = ("family", "shape", "op", "dtype")
+    if all(isinstance(obj.get(f), str) for f in fields):    # name the record as early as we can
+        words = [v if _WORD.fullmatch(v) else brief(v, 24) for v in (obj[f] for f in fields)]
+        where = f"{where} ({words[0]} {words[1]}:{words[2]} {words[3]})"
+    _exact_keys(obj, RECORD_FIELDS, where)
+    try:
+        key = parse_key(*(obj[f] for f in fields))
+    except ValueError as exc:
+        raise StoreError(f"{where}: {exc}") from None
+    try:
+        config = family(key.family).config(obj["config"], f"{where}: config")
+    except InvalidConfig as exc:
+        raise StoreError(str(exc)) from None
+    return Record(
+        key, config,
+        median_us=_number(obj, "median_us", where), p10_us=_number(obj, "p10_us", where),
+        p90_us=_number(obj, "p90_us", where), gflops=_number(obj, "gflops", where, positive=False),
+        cublas_us=_number(obj, "cublas_us", where, optional=True),
+        max_rel_error=_number(obj, "max_rel_error", where, positive=False, optional=True),
+        trials=_count(obj, "trials", where), failed=_count(obj, "failed", where),
+        date=_date(obj, "date", where), template_hash=_string(obj, "template_hash", where, _HASH),
+        command=_string(obj, "command", where, limit=2000),
+    )
+
+
+# ---- writing ---------------------------------------------------------------------------------
+def merge(current: dict, new: Iterable[Record]) -> tuple[dict, list[tuple[Record, str]]]:
+    """(merged records, [(record, "added" | "replaced" | "kept")]): a new record replaces a slower
+    or stale one of its key; a slower new record is not stored (kept: the old one stays)."""
+    merged = dict(current)
+    outcomes = []
+    for record in new:
+        old = merged.get(record.key)
+        if old is None:
+            outcome = "added"
+        elif (old.stale and not record.stale) or record.median_us < old.median_us:
+            outcome = "replaced"
+        else:
+            outcomes.append((record, "kept"))
+            continue
+        merged[record.key] = record
+        outcomes.append((record, outcome))
+    return merged, outcomes
+
+
+def save(path: Path, records: Iterable[Record], meta: Meta) -> list[tuple[Record, str]]:
+    """Merge `records` into the file at `path` (created if missing), atomically.
+
+    The file is read again under a lock on its folder, so results written meanwhile by another
+    process are kept. A file that does not load (corrupted, hand-edited, another GPU's) is left
+    untouched and StoreError raised.
+    """
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"{path.parent}: cannot create the folder: {exc.strerror or exc}") from None
+    with _folder_lock(path.parent):
+        current: dict = {}
+        if path.exists():
+            old = load(path)
+            if old.meta.gpu != meta.gpu:
+                raise StoreError(f"{path}: holds results for {old.meta.gpu}, not {meta.gpu}; "
+                                 f"choose another --out or file")
+            current = old.records
+        merged, outcomes = merge(current, records)
+        ordered = sorted(merged.values(), key=lambda r: (r.key.family, r.key.op, r.key.dtype, r.key.sizes))
+        doc = {"meta": meta.to_json(), "records": [r.to_json() for r in ordered]}
+        _write_atomic(path, doc)
+    return outcomes
+
+
+def _pieces(doc: dict):
+    """The file's text in pieces: the meta block one field a line, then one record a line
+    (readable, and a re-tuned shape is a one-line diff)."""
+    dumps = lambda v: json.dumps(v, allow_nan=False)  # noqa: E731
+    meta = doc["meta"]
+    yield '{\n "meta": {\n' + ",\n".join(f"  {dumps(k)}: {dumps(v)}" for k, v in meta.items()) + "\n },\n"
+    yield ' "records": [' + ("\n" if doc["records"] else "")
+    for i, record in enumerate(doc["records"]):
+        yield "  " + dumps(record) + ("," if i + 1 < len(doc["records"]) else "") + "\n"
+    yield (" " if doc["records"] else "") + "]\n}\n"
+
+
+def _write_atomic(path: Path, doc: dict):
+    """Write to a temporary file beside `path`, flush it to disk, then rename it over `path`:
+    a reader sees the old file or the new one, never a part; an error leaves no temporary file."""
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for piece in _pieces(doc):
+                f.write(piece)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise StoreError(f"{path}: cannot write: {exc.strerror or exc}") from None
+        raise
+    with contextlib.suppress(OSError):      # make the rename itself durable
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: Path):
+    """An exclusive flock on the folder itself (no lock file left behind); a no-op where
+    flock is unavailable."""
+    try:
+        import fcntl
+
+        fd = os.open(folder, os.O_RDONLY)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

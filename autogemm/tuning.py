@@ -1,0 +1,100 @@
+"""The work of `autogemm tune`: search each target in turn, store each result as soon as it is found.
+
+    for outcome in tune_targets(targets, "float32", device, out_dir, settings, meta=..., command=...):
+        ...     # one Outcome per target, its record already merged into out_dir/<gpu>.json
+
+A Ctrl-C between targets or inside one propagates out of the generator; every target finished
+before it is already in the store, and its study (in the cache folder) lets `resume` go on.
+"""
+import os
+import statistics
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from autogemm.device import DeviceInfo
+from autogemm.family import family
+from autogemm.keys import NO_OP, Key, distance, problem_of
+from autogemm.search import Progress, Result, SearchError, Settings, tune
+from autogemm.shapes import Target
+from autogemm.store import Meta, Record, file_for, load, now, save
+
+
+def cache_dir() -> Path:
+    """$AUTOGEMM_CACHE (the folder the data sets use too), else ~/.cache/autogemm."""
+    return Path(os.environ.get("AUTOGEMM_CACHE") or "~/.cache/autogemm").expanduser()
+
+
+def study_path(device: DeviceInfo, key: Key, root: Path | None = None) -> Path:
+    """<cache>/studies/<gpu slug>/<family>-<shape>-<op>-<dtype>.log: the shape's Optuna journal."""
+    op = "all" if key.op == NO_OP else key.op
+    return (root or cache_dir()) / "studies" / device.slug / f"{key.family}-{key.shape}-{op}-{key.dtype}.log"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    target: Target
+    key: Key
+    result: Result | None = None
+    record: Record | None = None
+    stored: str = ""              # "added", "replaced", "kept" (the store's record was faster)
+    cublas_us: float | None = None
+    error: str = ""               # why the target has no result
+
+
+def tune_targets(targets: list[Target], dtype: str, device: DeviceInfo, out_dir: Path, settings: Settings,
+                 *, meta: Meta, command: str, resume: bool = False, measure_for: Callable | None = None,
+                 studies: Path | None = None,
+                 on_start: Callable[[Target, Key], None] = lambda t, k: None,
+                 on_progress: Callable[[Target, Progress], None] = lambda t, p: None) -> Iterator[Outcome]:
+    """Tune each target; yield its Outcome once its record is saved (merged) in the store."""
+    if measure_for is None:
+        from autogemm.measure import measure_for
+    path = file_for(out_dir, device)
+    existing = load(path).records if path.exists() else {}     # a bad file fails now, not at the end
+    for target in targets:
+        key = target.key(dtype)
+        fam = family(key.family)
+        on_start(target, key)
+        measure = measure_for(key, device, settings.seed)
+        known = _known(existing, key, device)
+        try:
+            result = tune(fam, problem_of(key), device, measure, settings, resume=resume, known=known,
+                          study_path=study_path(device, key, studies),
+                          progress=lambda p, t=target: on_progress(t, p))
+        except SearchError as exc:
+            yield Outcome(target, key, error=str(exc))
+            continue
+        cublas = _baseline(measure, settings)
+        record = Record(key, result.config, round(result.median_us, 3), round(result.p10_us, 3),
+                        round(result.p90_us, 3), round(fam.flops(problem_of(key)) / (result.median_us * 1e3), 1),
+                        round(cublas, 3) if cublas else None, _significant(result.max_rel_error),
+                        result.trials, result.failed, now(), fam.template_hash, command)
+        (_, stored), = save(path, [record], meta)
+        existing[key] = record if stored != "kept" else existing[key]
+        yield Outcome(target, key, result, record, stored, cublas)
+
+
+def _known(existing: dict, key: Key, device: DeviceInfo, nearby: int = 3) -> tuple:
+    """Configs to try first: the store's record of this key, then the winners of the nearest
+    other shapes of the family and dtype (same op first) that can run this problem."""
+    fam, problem = family(key.family), problem_of(key)
+    records = [r for r in existing.values()
+               if r.key.family == key.family and r.key.dtype == key.dtype and not r.stale]
+    exact = [r.config for r in records if r.key == key]
+    others = sorted((r for r in records if r.key != key),
+                    key=lambda r: (r.key.op != key.op, distance(r.key, key), r.key.sizes))
+    fitting = [r.config for r in others if not fam.violations(r.config, problem, device)]
+    return tuple(dict.fromkeys(exact + fitting[:nearby]))
+
+
+def _significant(value: float | None, digits: int = 3) -> float | None:
+    return float(f"{value:.{digits}g}") if value is not None else None
+
+
+def _baseline(measure, settings: Settings) -> float | None:
+    """cuBLAS (where the family has a baseline) timed as the finalists were: median of rounds."""
+    baseline = getattr(measure, "baseline", None)
+    runs = [baseline(settings.final_reps) for _ in range(settings.rounds)] if baseline else []
+    runs = [t for t in runs if t is not None]
+    return statistics.median(t.median_us for t in runs) if runs else None

@@ -1,0 +1,81 @@
+"""Helpers for the store, lookup, search and CLI tests: records, metadata and a fake measure."""
+import json
+import math
+from pathlib import Path
+
+from autogemm.device import H100
+from autogemm.family import Config, family
+from autogemm.keys import make_key
+from autogemm.store import Meta, Record, file_for, save
+from autogemm.timing import Timing
+
+SOFTWARE = {"driver": "13.0", "cuda_runtime": "13.2", "cupy": "14.2.0"}
+GEMM = dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=4, stages=2, split_k=1, pad=4)
+
+
+def meta(device=H100) -> Meta:
+    return Meta.here(device, SOFTWARE)
+
+
+def record(shape=(800, 1000, 784), op="nt", dtype="float32", fam="gemm", config=None, median_us=50.0,
+           template_hash=None, **kw) -> Record:
+    config = Config(config if config is not None else GEMM)
+    fields = dict(p10_us=median_us * 0.98, p90_us=median_us * 1.05, gflops=1000.0, cublas_us=60.0,
+                  max_rel_error=1e-7, trials=40, failed=1, date="2026-11-20T12:00:00+00:00",
+                  command="autogemm tune --shapes nn")
+    fields.update(kw)
+    return Record(make_key(fam, shape, op, dtype), config, median_us=median_us,
+                  template_hash=template_hash or family(fam).template_hash, **fields)
+
+
+def write_store(directory: Path, records, device=H100) -> Path:
+    path = file_for(directory, device)
+    save(path, records, meta(device))
+    return path
+
+
+def edit(path: Path, change) -> None:
+    """Load the file as plain JSON, let `change(doc)` edit it, write it back (a hand edit)."""
+    doc = json.loads(Path(path).read_text())
+    change(doc)
+    Path(path).write_text(json.dumps(doc))
+
+
+class FakeMeasure:
+    """A measure with a time model: `model(cfg) -> µs`, failures for `fails(cfg)` (raised),
+    optional extra behaviour per call (`script(cfg, call_number) -> µs or None`)."""
+
+    def __init__(self, model=None, fails=lambda cfg: False, script=None, noise=0.0, seed=0):
+        import random
+
+        self.model = model or gemm_model
+        self.fails = fails
+        self.script = script
+        self.noise = noise
+        self.rng = random.Random(seed)
+        self.calls: list[tuple[Config, int]] = []
+        self.prepared: list[list[Config]] = []
+
+    def prepare(self, configs):
+        self.prepared.append(list(configs))
+
+    def __call__(self, cfg, reps):
+        self.calls.append((cfg, reps))
+        if self.fails(cfg):
+            raise RuntimeError(f"compile failed for bk={cfg.get('bk')}")
+        t = self.script(cfg, len(self.calls)) if self.script else None
+        if t is None:
+            t = self.model(cfg) * (1 + self.noise * self.rng.uniform(-1, 1))
+        return Timing(t, t * 0.98, t * 1.03, reps)
+
+    def measured(self) -> list[Config]:
+        return [cfg for cfg, _ in self.calls]
+
+
+def gemm_model(cfg) -> float:
+    """A smooth fake cost over the GEMM space: favours 64x64 tiles, register tiles 4x4, split 2
+    (other families: a cost that favours their middle values)."""
+    if "bm" not in cfg:
+        return 5 + sum(abs(math.log2(v)) % 3 for v in cfg.values())
+    return (10 + abs(math.log2(cfg.bm / 64)) + abs(math.log2(cfg.bn / 64)) + abs(math.log2(cfg.tm * cfg.tn / 16))
+            + abs(math.log2(cfg.split_k / 2)) + (0 if cfg.stages == 2 else 1) + 0.1 * cfg.pad)

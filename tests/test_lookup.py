@@ -1,0 +1,165 @@
+"""autogemm.lookup: exact record, nearest usable record, default; stale and corrupted files."""
+import logging
+import os
+
+import pytest
+
+from autogemm import lookup
+from autogemm.device import H100
+from autogemm.errors import StoreError
+from autogemm.family import family, prepare
+from autogemm.keys import distance, key_of, make_key, problem_of
+from autogemm.store import file_for
+from fake_tuned import GEMM, edit, record, write_store
+from kernels.gemm import Problem
+
+
+@pytest.fixture
+def tuned(tmp_path, monkeypatch):
+    """An empty store folder that lookup uses ($AUTOGEMM_TUNED), and fresh caches."""
+    monkeypatch.setenv(lookup.ENV, str(tmp_path))
+    lookup.reload()
+    yield tmp_path
+    lookup.reload()
+
+
+def gemm_problem(m, n, k, op="nt", **kw):
+    return Problem.contiguous(m, n, k, "float32", op[0] == "t", op[1] == "t", **kw)
+
+
+def test_store_dir_is_the_env_var_else_the_repository_tuned_folder(monkeypatch, tmp_path):
+    monkeypatch.setenv(lookup.ENV, str(tmp_path))
+    assert lookup.store_dir() == tmp_path
+    monkeypatch.delenv(lookup.ENV)
+    assert lookup.store_dir().name == "tuned"
+    assert (lookup.store_dir().parent / "kernels" / "gemm.cu.j2").exists()
+
+
+def test_no_file_gives_the_default(tuned):
+    problem = gemm_problem(800, 1000, 784)
+    choice = lookup.choose("gemm", problem, H100)
+    assert choice.source == "default" and choice.config == family("gemm").default(problem, H100)
+
+
+def test_exact_record(tuned):
+    cfg = dict(GEMM, split_k=3)
+    write_store(tuned, [record(config=cfg), record((400, 1000, 784))])
+    choice = lookup.choose("gemm", gemm_problem(800, 1000, 784), H100)
+    assert choice.source == "exact" and dict(choice.config) == cfg
+
+
+def test_exact_record_serves_every_epilogue_of_its_shape(tuned):
+    cfg = dict(GEMM, split_k=3)
+    write_store(tuned, [record(config=cfg)])
+    choice = lookup.choose("gemm", gemm_problem(800, 1000, 784, epilogue="bias_sigmoid", use_c=True), H100)
+    assert choice.source == "exact" and dict(choice.config) == cfg
+
+
+def test_nearest_shape_of_the_same_family_op_and_dtype(tuned):
+    near, far = dict(GEMM, split_k=2), dict(GEMM, split_k=4)
+    write_store(tuned, [record((400, 1000, 784), config=near), record((100, 1000, 784), config=far),
+                        record((790, 1000, 784), "tn", config=dict(GEMM, split_k=8)),      # other op
+                        record((790, 1000, 784), "nt", "float64", config=dict(GEMM, vec=2))])  # other dtype
+    choice = lookup.choose("gemm", gemm_problem(800, 1000, 784), H100)
+    assert choice.source == "nearest" and dict(choice.config) == near
+    assert choice.record.key.shape == "400x1000x784"
+    assert choice.distance == pytest.approx(distance(make_key("gemm", (800, 1000, 784), "nt", "float32"),
+                                                     choice.record.key))
+
+
+def test_nearest_skips_a_record_whose_config_cannot_run_the_new_shape(tuned):
+    """The nearest record splits K 16 ways: too many slices for K = 64; the next one is used."""
+    split16 = dict(GEMM, split_k=16)
+    fits = dict(GEMM, split_k=2)
+    write_store(tuned, [record((64, 64, 128), config=split16), record((64, 64, 4096), config=fits)])
+    problem = gemm_problem(64, 64, 64)
+    assert family("gemm").violations(family("gemm").config(split16), problem, H100)
+    choice = lookup.choose("gemm", problem, H100)
+    assert choice.source == "nearest" and dict(choice.config) == fits
+
+
+def test_an_exact_record_that_cannot_run_this_call_falls_back(tuned):
+    """Tuned on aligned operands (vec 4); this call's A has odd leading dimension (vec 1)."""
+    write_store(tuned, [record(config=GEMM)])
+    problem = Problem(800, 1000, 784, "float32", False, True, vec_a=1, vec_b=4, vec_out=4)
+    choice = lookup.choose("gemm", problem, H100)
+    assert choice.source == "default" and not family("gemm").violations(choice.config, problem, H100)
+
+
+def test_stale_records_are_never_used(tuned, caplog):
+    write_store(tuned, [record(config=dict(GEMM, split_k=3), template_hash="0" * 16),
+                        record((400, 1000, 784), config=dict(GEMM, split_k=2))])
+    with caplog.at_level(logging.WARNING, logger="autogemm"):
+        choice = lookup.choose("gemm", gemm_problem(800, 1000, 784), H100)
+    assert choice.source == "nearest" and choice.config["split_k"] == 2
+    assert "1 stale record" in caplog.text
+
+
+def test_elementwise_families(tuned):
+    write_store(tuned, [
+        record((800, 10), "-", fam="softmax_xent", config=dict(block=64, tpr=8), cublas_us=None),
+        record((1, 1000), "sgd", fam="elementwise", config=dict(block=64, ept=1, vec=2), cublas_us=None),
+        record((800, 1000), "-", fam="colsum", config=dict(tx=16, ty=32), cublas_us=None)])
+    sx = problem_of(make_key("softmax_xent", (400, 10), "-", "float32"))
+    assert dict(lookup.choose("softmax_xent", sx, H100).config) == dict(block=64, tpr=8)
+    sgd = problem_of(make_key("elementwise", (1, 1000), "sgd", "float32"))
+    assert lookup.choose("elementwise", sgd, H100).source == "exact"
+    bias = problem_of(make_key("elementwise", (1, 1000), "bias", "float32"))
+    assert lookup.choose("elementwise", bias, H100).source == "default"      # another op
+    assert lookup.choose("colsum", problem_of(make_key("colsum", (800, 1000), "-", "float32")), H100).source == "exact"
+
+
+def test_the_choice_is_logged_once_per_shape(tuned, caplog):
+    write_store(tuned, [record()])
+    with caplog.at_level(logging.INFO, logger="autogemm"):
+        for epilogue in (None, "bias", None):
+            lookup.choose("gemm", gemm_problem(800, 1000, 784, epilogue=epilogue), H100)
+        lookup.choose("gemm", gemm_problem(800, 1000, 16), H100)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2
+    assert "gemm 800x1000x784:nt float32: tuned gemm_f32_nt_bm64" in lines[0]
+    assert "800x1000x16:nt float32: tuned for 800x1000x784 (nearest" in lines[1]
+
+
+def test_prepare_uses_the_store_and_caches_the_choice(tuned):
+    write_store(tuned, [record(config=dict(GEMM, split_k=3))])
+    problem = gemm_problem(800, 1000, 784)
+    inst = prepare("gemm", problem, None, H100)
+    assert inst.config["split_k"] == 3 and "_sk3_" in inst.name
+    assert prepare("gemm", problem, None, H100) is inst                  # one dict lookup
+    assert prepare("gemm", problem, dict(GEMM), H100).config["split_k"] == 1   # config= wins
+
+
+def test_a_changed_file_is_read_again_for_new_shapes(tuned):
+    path = write_store(tuned, [record(config=dict(GEMM, split_k=3))])
+    assert lookup.choose("gemm", gemm_problem(800, 1000, 784), H100).config["split_k"] == 3
+    write_store(tuned, [record(config=dict(GEMM, split_k=6), median_us=1.0)])
+    os.utime(path, ns=(1, 1))          # a different mtime, whatever the clock's resolution
+    assert lookup.choose("gemm", gemm_problem(800, 1000, 784), H100).config["split_k"] == 6
+
+
+@pytest.mark.parametrize("change, expected", [
+    (lambda d: d["records"][0]["config"].update(bm="128; } evil"), "record 0 (gemm 800x1000x784:nt float32)"),
+    (lambda d: d["meta"].update(gpu="NVIDIA H200"), "holds results for NVIDIA H200, not this GPU"),
+])
+def test_a_bad_store_raises_from_gemm_planning_not_a_silent_default(tuned, change, expected):
+    path = write_store(tuned, [record()])
+    edit(path, change)
+    with pytest.raises(StoreError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        prepare("gemm", gemm_problem(800, 1000, 784), None, H100)
+    path.write_text("{")
+    lookup.reload()
+    with pytest.raises(StoreError, match="not valid JSON"):
+        lookup.choose("gemm", gemm_problem(800, 1000, 784), H100)
+
+
+def test_keys_of_problems():
+    assert key_of("gemm", gemm_problem(800, 10, 1000, "tn", epilogue="bias")) == ("gemm", "800x10x1000", "tn", "float32")
+    sgd = problem_of(make_key("elementwise", (1, 10), "sgd", "float64"))
+    assert key_of("elementwise", sgd) == ("elementwise", "1x10", "sgd", "float64")
+    assert str(make_key("colsum", (800, 10), "-", "float32")) == "colsum 800x10 float32"
+    assert distance(make_key("gemm", (800, 1000, 784), "nt", "float32"),
+                    make_key("gemm", (400, 1000, 784), "nt", "float32")) == pytest.approx(0.6931, abs=1e-4)
+    with pytest.raises(ValueError, match="gemm needs 3 sizes"):
+        make_key("gemm", (800, 0, 1), "nn", "float32")
+    assert file_for(lookup.store_dir(), H100).suffix == ".json"

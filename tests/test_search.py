@@ -1,0 +1,181 @@
+"""autogemm.search with an injected measure: constraints before compiling, failures, noise, re-timing,
+exhaustive small spaces, and studies that resume."""
+import random
+import time
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from autogemm.device import H100
+from autogemm.family import Config, family
+from autogemm.keys import make_key, problem_of
+from autogemm.search import JournalFileBackend, SearchError, Settings, tune
+from fake_tuned import GEMM, FakeMeasure, gemm_model
+
+GEMM_FAM = family("gemm")
+PROBLEM = problem_of(make_key("gemm", (800, 1000, 784), "nt", "float32"))
+FAST = Settings(trials=24, timeout=None, top=4, rounds=3, final_reps=7, quick_reps=3)
+
+
+def search(measure, settings=FAST, **kw):
+    return tune(GEMM_FAM, PROBLEM, H100, measure, settings, **kw)
+
+
+def stored_study(path):
+    storage = optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+    return optuna.load_study(study_name=f"gemm:{PROBLEM}", storage=storage)
+
+
+def test_constraints_are_checked_before_anything_is_compiled(tmp_path):
+    measure = FakeMeasure()
+    result = search(measure, study_path=tmp_path / "s.log")
+    compiled = [cfg for batch in measure.prepared for cfg in batch]
+    assert len(compiled) == result.trials == FAST.trials
+    assert set(measure.measured()) == set(compiled)
+    assert all(not GEMM_FAM.violations(cfg, PROBLEM, H100) for cfg in compiled)
+    assert all(len(batch) <= FAST.batch for batch in measure.prepared)
+    pruned = [t for t in stored_study(tmp_path / "s.log").trials if t.state == TrialState.PRUNED]
+    assert result.rejected == len(pruned) > 0
+    messages = dict(GEMM_FAM.constraints)
+    for t in pruned:
+        cfg = Config(t.params)
+        assert t.user_attrs["reason"] in messages and cfg not in compiled
+        assert GEMM_FAM.violations(cfg, PROBLEM, H100)[0] == t.user_attrs["reason"]
+
+
+def test_failures_are_recorded_with_reasons_and_the_search_goes_on(tmp_path):
+    fails = lambda cfg: cfg["bk"] == 8            # noqa: E731  (the default has bk 16)
+    measure = FakeMeasure(fails=fails)
+    result = search(measure, settings=Settings(**{**FAST.__dict__, "trials": 40}), study_path=tmp_path / "s.log")
+    assert result.failed > 0 and result.trials == 40 and result.config["bk"] != 8
+    study = stored_study(tmp_path / "s.log")
+    failed = [t for t in study.trials if t.state == TrialState.FAIL]
+    pruned = [t for t in study.trials if t.state == TrialState.PRUNED]
+    assert failed and all(t.user_attrs["reason"] == "RuntimeError: compile failed for bk=8" for t in failed)
+    assert pruned and all(t.user_attrs["reason"] in dict(GEMM_FAM.constraints) for t in pruned)
+    assert study.user_attrs["result"]["config"] == dict(result.config)
+
+
+def test_the_winner_is_retimed_so_one_lucky_quick_run_does_not_pick_it():
+    """`lucky` measures 1 µs once (during the search), then 30 µs; `steady` is 12 µs every time."""
+    lucky = Config(dict(GEMM, split_k=3))
+    steady = Config(dict(GEMM, split_k=2))
+    seen = []
+
+    def script(cfg, call):
+        if cfg == lucky:
+            seen.append(call)
+            return 1.0 if len(seen) == 1 else 30.0
+        return 12.0 if cfg == steady else 50.0
+
+    measure = FakeMeasure(script=script)
+    result = search(measure, known=(lucky, steady))
+    assert result.config == steady and result.median_us == 12.0
+    finalists = {cfg: (quick, final) for cfg, quick, final in result.finalists}
+    assert finalists[lucky] == (1.0, 30.0)                 # best of the quick runs, dethroned
+    assert finalists[steady] == (12.0, 12.0)
+    reps = [r for cfg, r in measure.calls if cfg == steady]
+    assert reps == [FAST.quick_reps] + [FAST.final_reps] * FAST.rounds
+
+
+def test_noise_does_not_pick_a_worse_config():
+    """a: 10 µs, b: 11 µs, each measurement +-10%: the quick runs alone pick b now and then; the
+    interleaved re-timing (median of 9 rounds) picks a every time."""
+    a, b = Config(dict(GEMM, split_k=2)), Config(dict(GEMM, split_k=4))
+
+    def wins(settings, seeds=12):
+        count = 0
+        for seed in range(seeds):
+            rng = random.Random(seed)
+            script = lambda cfg, call: {a: 10.0, b: 11.0}.get(cfg, 40.0) * (1 + rng.uniform(-0.1, 0.1))  # noqa: E731
+            count += search(FakeMeasure(script=script), settings=settings, known=(b, a)).config == a
+        return count
+
+    quick_only = wins(Settings(**{**FAST.__dict__, "trials": 4, "top": 1, "rounds": 1}))
+    retimed = wins(Settings(**{**FAST.__dict__, "trials": 4, "top": 4, "rounds": 9}))
+    assert quick_only < 12 and retimed == 12
+
+
+def test_known_configs_go_first():
+    known = Config(dict(GEMM, split_k=6))
+    measure = FakeMeasure()
+    search(measure, known=(known,))
+    first = measure.measured()[:2]
+    assert first == [GEMM_FAM.default(PROBLEM, H100), known]
+
+
+def test_every_failure_is_a_search_error():
+    with pytest.raises(SearchError, match="none of .* config.* ran; last: RuntimeError: compile failed"):
+        search(FakeMeasure(fails=lambda cfg: True),
+               settings=Settings(**{**FAST.__dict__, "max_failures_in_a_row": 10}))
+
+
+def test_small_spaces_are_measured_exhaustively():
+    fam = family("softmax_xent")
+    problem = problem_of(make_key("softmax_xent", (800, 10), "-", "float32"))
+    model = lambda cfg: 5 + abs(cfg["block"] - 128) / 64 + abs(cfg["tpr"] - 4)    # noqa: E731
+    measure = FakeMeasure(model=model)
+    result = tune(fam, problem, H100, measure, Settings(trials=100, timeout=None, top=3, rounds=2))
+    valid = [c for c in fam.all_configs() if not fam.violations(c, problem, H100)]
+    searched = measure.measured()[:result.trials]
+    assert result.trials == len(valid) == len(set(searched)) and set(searched) == set(valid)
+    assert dict(result.config) == dict(block=128, tpr=4)
+
+
+def test_timeout_stops_the_search():
+    slow = lambda cfg: time.sleep(0.02) or gemm_model(cfg)     # noqa: E731
+    result = search(FakeMeasure(model=slow), settings=Settings(**{**FAST.__dict__, "trials": 500, "timeout": 0.2}))
+    assert result.trials < 100
+
+
+def test_resume_continues_the_study_without_measuring_a_config_twice(tmp_path):
+    path = tmp_path / "study.log"
+    first = FakeMeasure()
+    one = search(first, settings=Settings(**{**FAST.__dict__, "trials": 12}), study_path=path)
+    searched_before = set(first.measured())
+    assert one.trials == 12
+
+    second = FakeMeasure()
+    two = search(second, settings=Settings(**{**FAST.__dict__, "trials": 30}), study_path=path, resume=True)
+    assert two.trials == 30 and not two.reused
+    searched_now = second.measured()[:30 - 12]             # the search phase, before re-timing
+    assert len(set(searched_now)) == 18 and not set(searched_now) & searched_before
+
+    third = FakeMeasure()
+    three = search(third, settings=Settings(**{**FAST.__dict__, "trials": 30}), study_path=path, resume=True)
+    assert three.reused and third.calls == [] and three.config == two.config and three.trials == 30
+
+
+def test_without_resume_an_old_study_is_started_afresh(tmp_path):
+    path = tmp_path / "study.log"
+    search(FakeMeasure(), settings=Settings(**{**FAST.__dict__, "trials": 8}), study_path=path)
+    again = FakeMeasure()
+    result = search(again, settings=Settings(**{**FAST.__dict__, "trials": 8}), study_path=path)
+    assert not result.reused and len(again.calls) >= 8
+
+
+def test_ctrl_c_marks_the_trial_in_flight_and_resume_finishes_the_work(tmp_path):
+    path = tmp_path / "study.log"
+
+    def script(cfg, call):
+        if call == 6:
+            raise KeyboardInterrupt
+        return None
+
+    with pytest.raises(KeyboardInterrupt):
+        search(FakeMeasure(script=script), settings=Settings(**{**FAST.__dict__, "trials": 16}), study_path=path)
+    study = stored_study(path)
+    states = [t.state for t in study.trials]
+    assert TrialState.RUNNING not in states
+    interrupted = [t for t in study.trials if t.user_attrs.get("reason") == "interrupted"]
+    assert len(interrupted) >= 1
+    assert "result" not in study.user_attrs
+    done_before = {Config(t.params) for t in study.trials if t.state == TrialState.COMPLETE}
+
+    resumed = FakeMeasure()
+    result = search(resumed, settings=Settings(**{**FAST.__dict__, "trials": 16}), study_path=path, resume=True)
+    assert result.trials == 16 and result.failed == 0          # "interrupted" is not a failure
+    searched = resumed.measured()[:16 - len(done_before)]
+    assert len(done_before) == 5 and not set(searched) & done_before
+    assert Config(interrupted[0].params) in searched            # measured again, this time fully

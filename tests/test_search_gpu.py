@@ -1,0 +1,72 @@
+"""GPU: short real tuning runs, stored in a temporary tuned/ folder and then used by autogemm.gemm."""
+import numpy as np
+import pytest
+
+from autogemm import cli, lookup
+from autogemm.store import file_for, load
+from autogemm.verify import compare, reference_gemm
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture
+def folders(tmp_path, monkeypatch):
+    monkeypatch.setenv(lookup.ENV, str(tmp_path / "tuned"))
+    monkeypatch.setenv("AUTOGEMM_CACHE", str(tmp_path / "cache"))
+    lookup.reload()
+    yield tmp_path
+    lookup.reload()
+
+
+def test_two_gemm_shapes_are_tuned_stored_and_used(folders, capsys):
+    import cupy
+
+    import autogemm
+    from autogemm.device import this_device
+    from autogemm.gemm import plan_gemm
+
+    status = cli.main(["tune", "--shapes", "800x1000x784:nt,800x10x1000:nt", "--trials", "12", "--timeout", "60"])
+    printed = capsys.readouterr()
+    assert status == 0, printed.err
+    assert "autogemm tune: best of each shape" in printed.out
+    store = load(file_for(folders / "tuned", this_device()))
+    assert store.meta.gpu == this_device().name and store.meta.cupy == cupy.__version__
+    assert {r.key.shape for r in store.records.values()} == {"800x1000x784", "800x10x1000"}
+    for r in store.records.values():
+        assert r.trials == 12 and not r.stale and r.cublas_us > 0 and r.gflops > 0
+        assert r.p10_us <= r.median_us <= r.p90_us and r.max_rel_error < 1e-5
+
+    lookup.reload()
+    rng = np.random.default_rng(0)
+    for (m, n, k) in ((800, 1000, 784), (800, 10, 1000), (790, 1000, 784)):   # the last: nearest shape
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((n, k)).astype(np.float32)
+        da, db = cupy.asarray(a), cupy.asarray(b)
+        tuned = store.records[next(key for key in store.records if key.sizes == (800, n, k))]
+        call = plan_gemm(da, db, trans_b=True)
+        assert call.instance.config == tuned.config
+        out = autogemm.gemm(da, db, trans_b=True)
+        value, magnitude = reference_gemm(a, b, trans_b=True)
+        assert compare(cupy.asnumpy(out), value, magnitude, k, np.float32).ok
+
+    assert cli.main(["show", str(folders / "tuned")]) == 0
+    assert "800x10x1000" in capsys.readouterr().out
+
+
+def test_the_other_families_tune_against_numpy(folders, capsys):
+    """Softmax + cross-entropy, column sums and the SGD step of a small network, measured for real."""
+    status = cli.main(["tune", "--shapes", "nn", "--hidden", "16", "--batch", "64", "--train-size", "96",
+                       "--families", "elementwise,softmax_xent,colsum", "--trials", "6", "--ranks", "1,2"])
+    assert status == 0, capsys.readouterr().err
+    from autogemm.device import this_device
+
+    records = load(file_for(folders / "tuned", this_device())).records.values()
+    assert {r.key.family for r in records} == {"elementwise", "softmax_xent", "colsum"}
+    assert all(r.failed == 0 and r.max_rel_error is not None and r.cublas_us is None for r in records)
+
+
+def test_resume_after_a_finished_run_measures_nothing_new(folders, capsys):
+    args = ["tune", "--shapes", "64x64x64:nn", "--trials", "5"]
+    assert cli.main(args) == 0
+    assert cli.main([*args, "--resume"]) == 0
+    assert "from the finished study" in capsys.readouterr().out

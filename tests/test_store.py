@@ -1,0 +1,180 @@
+"""autogemm.store: round trip, merge, atomic writes, and files that are corrupted or hostile."""
+import json
+import os
+
+import pytest
+
+from autogemm import store
+from autogemm.device import H100
+from autogemm.errors import StoreError
+from autogemm.store import file_for, load, save
+from fake_tuned import GEMM, edit, meta, record, write_store
+
+
+def test_round_trip(tmp_path):
+    records = [record(), record((800, 10, 1000), median_us=14.0),
+               record((800, 10), "-", fam="softmax_xent", config=dict(block=128, tpr=16), cublas_us=None),
+               record((1, 1000), "sgd", fam="elementwise", config=dict(block=64, ept=1, vec=2), cublas_us=None)]
+    path = write_store(tmp_path, records)
+    assert path.name == "nvidia-h100-80gb-hbm3.json"
+    loaded = load(path)
+    assert loaded.meta.gpu == H100.name and loaded.meta.sm_count == 132 and loaded.meta.cupy == "14.2.0"
+    assert loaded.meta.templates["gemm"] == records[0].template_hash
+    assert loaded.records == {r.key: r for r in records}
+    assert all(not r.stale for r in loaded.records.values())
+    assert loaded.records[records[0].key].speedup == pytest.approx(60 / 50)
+
+
+def test_file_is_one_record_a_line(tmp_path):
+    path = write_store(tmp_path, [record(), record((400, 1000, 784))])
+    lines = path.read_text().splitlines()
+    assert sum('"family": "gemm"' in line for line in lines) == 2
+    assert json.loads(path.read_text())["meta"]["schema"] == store.SCHEMA
+
+
+def test_merge_keeps_the_faster_and_every_other_record(tmp_path):
+    path = write_store(tmp_path, [record(median_us=50.0), record((800, 10, 1000), median_us=14.0)])
+    faster = record(median_us=40.0, config=dict(GEMM, split_k=2))
+    slower = record((800, 10, 1000), median_us=20.0, config=dict(GEMM, bm=32))
+    new = record((400, 1000, 784), median_us=30.0)
+    outcomes = save(path, [faster, slower, new], meta())
+    assert [o for _, o in outcomes] == ["replaced", "kept", "added"]
+    loaded = load(path).records
+    assert loaded[faster.key] == faster
+    assert loaded[slower.key].median_us == 14.0 and loaded[slower.key].config == record().config
+    assert loaded[new.key] == new and len(loaded) == 3
+
+
+def test_a_stale_record_is_replaced_even_by_a_slower_one(tmp_path):
+    path = write_store(tmp_path, [record(median_us=10.0, template_hash="0" * 16)])
+    assert load(path).records[record().key].stale
+    (_, outcome), = save(path, [record(median_us=50.0)], meta())
+    assert outcome == "replaced" and not load(path).records[record().key].stale
+
+
+def test_merge_reads_the_file_as_it_is_at_write_time(tmp_path):
+    """Another process wrote meanwhile: its record survives our save."""
+    path = write_store(tmp_path, [record()])
+    other = record((123, 456, 789), median_us=5.0)
+    save(path, [other], meta())                     # "another process"
+    save(path, [record((400, 10, 1000))], meta())
+    assert other.key in load(path).records and len(load(path).records) == 3
+
+
+@pytest.mark.parametrize("where", ["dumps", "replace", "interrupt"])
+def test_an_interrupted_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch, where):
+    path = write_store(tmp_path, [record()])
+    before = path.read_bytes()
+    calls = []
+
+    def broken_dumps(value, **kw):
+        calls.append(value)
+        if len(calls) == 3:                          # mid-file: the meta block is already written
+            raise RuntimeError("disk on fire")
+        return json.dumps(value, **kw)
+
+    def broken_replace(src, dst):
+        raise OSError(28, "No space left on device") if where == "replace" else KeyboardInterrupt()
+
+    if where == "dumps":
+        monkeypatch.setattr(store.json, "dumps", broken_dumps)
+    else:
+        monkeypatch.setattr(store.os, "replace", broken_replace)
+    error = {"dumps": RuntimeError, "replace": StoreError, "interrupt": KeyboardInterrupt}[where]
+    with pytest.raises(error):
+        save(path, [record(median_us=1.0), record((1, 2, 3)), record((4, 5, 6))], meta())
+    assert path.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == [path.name]
+
+
+def test_a_new_file_keeps_usual_permissions(tmp_path):
+    path = write_store(tmp_path, [record()])
+    assert path.stat().st_mode & 0o777 == 0o644
+
+
+def test_save_refuses_another_gpus_file_and_a_corrupted_file(tmp_path):
+    path = write_store(tmp_path, [record()])
+    edit(path, lambda d: d["meta"].update(gpu="NVIDIA H200"))
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match="holds results for NVIDIA H200"):
+        save(path, [record(median_us=1.0)], meta())
+    path.write_text(path.read_text()[:100])            # truncated
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match="not valid JSON"):
+        save(path, [record(median_us=1.0)], meta())
+    assert path.read_bytes() == before
+
+
+def _message(path) -> str:
+    with pytest.raises(StoreError) as info:
+        load(path)
+    message = str(info.value)
+    assert "\n" not in message and str(path) in message
+    return message
+
+
+@pytest.mark.parametrize("change, expected", [
+    (lambda d: d.update(extra=1), "unknown key 'extra'"),
+    (lambda d: d["meta"].update(colour="blue"), "meta: unknown key 'colour'"),
+    (lambda d: d["meta"].update(schema=2), "schema version 2"),
+    (lambda d: d["meta"].pop("cupy"), "meta: missing key 'cupy'"),
+    (lambda d: d["meta"].update(sm_count=True), "sm_count=True"),
+    (lambda d: d["meta"]["templates"].update(evil="0" * 16), "templates must map kernel families"),
+    (lambda d: d.update(records={}), "'records' must be a list"),
+    (lambda d: d["records"][0].update(note="hi"), "record 0 (gemm 800x1000x784:nt float32): unknown key 'note'"),
+    (lambda d: d["records"][0].pop("median_us"), "missing key 'median_us'"),
+    (lambda d: d["records"][0]["config"].update(bm=96), "bm=96 is not in the gemm space"),
+    (lambda d: d["records"][0]["config"].update(bm="128; } evil"), "bm='128; } evil' is not in the gemm space"),
+    (lambda d: d["records"][0]["config"].update(bm="{{ cycler.__init__ }}"), "is not in the gemm space"),
+    (lambda d: d["records"][0]["config"].update(bm=128.0), "bm=128.0 is not in the gemm space"),
+    (lambda d: d["records"][0]["config"].update(__class__=1), "unknown gemm parameter(s) '__class__'"),
+    (lambda d: d["records"][0]["config"].pop("pad"), "missing gemm parameter(s) pad"),
+    (lambda d: d["records"][0].update(config=[1, 2]), "expected a mapping"),
+    (lambda d: d["records"][0].update(family="{{ 7*7 }}"), "family '{{ 7*7 }}' is not one of"),
+    (lambda d: d["records"][0].update(op="nt\"); evil("), "op 'nt\"); evil(' is not one of"),
+    (lambda d: d["records"][0].update(shape="800x0x784"), "shape '800x0x784' is not sizes >= 1"),
+    (lambda d: d["records"][0].update(shape="800x1000"), "gemm needs 3 sizes"),
+    (lambda d: d["records"][0].update(shape=800), "shape must be a string"),
+    (lambda d: d["records"][0].update(dtype="float16"), "dtype 'float16' is not one of"),
+    (lambda d: d["records"][0].update(median_us=-1), "median_us=-1 must be a finite number > 0"),
+    (lambda d: d["records"][0].update(median_us="5"), "median_us='5'"),
+    (lambda d: d["records"][0].update(trials=3.5), "trials=3.5 must be an integer"),
+    (lambda d: d["records"][0].update(date="yesterday"), "date='yesterday' is not an ISO 8601 date"),
+    (lambda d: d["records"][0].update(template_hash="../../etc"), "template_hash='../../etc' is not a valid template_hash"),
+    (lambda d: d["records"].append(dict(d["records"][0])), "record 1 (gemm 800x1000x784:nt float32) repeats record 0"),
+    (lambda d: d["records"].append("gemm"), "record 1: expected an object"),
+])
+def test_bad_files_are_one_line_errors_naming_file_and_record(tmp_path, change, expected):
+    path = write_store(tmp_path, [record()])
+    edit(path, change)
+    assert expected in _message(path)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("", "not valid JSON"),
+    ('{"meta": {', "not valid JSON"),
+    ("[1, 2]", "expected a JSON object"),
+    ('{"meta": {}, "meta": {}}', "key 'meta' appears twice"),
+    ('{"meta": NaN, "records": []}', "NaN is not a number JSON allows"),
+])
+def test_corrupted_json(tmp_path, text, expected):
+    path = tmp_path / "x.json"
+    path.write_text(text)
+    assert expected in _message(path)
+
+
+def test_binary_garbage_and_missing_file(tmp_path):
+    path = tmp_path / "x.json"
+    path.write_bytes(b"\xff\xfe\x00garbage")
+    assert "not UTF-8" in _message(path)
+    assert "cannot read" in _message(tmp_path / "missing.json")
+
+
+def test_stale_is_a_template_hash_that_is_not_the_current_one(tmp_path):
+    path = write_store(tmp_path, [record(template_hash="0123456789abcdef"), record((1, 2, 3))])
+    stale = {r.key.shape: r.stale for r in load(path).records.values()}
+    assert stale == {"800x1000x784": True, "1x2x3": False}
+
+
+def test_file_for_names_the_gpu(tmp_path):
+    assert file_for(tmp_path, H100) == tmp_path / "nvidia-h100-80gb-hbm3.json"

@@ -1,0 +1,163 @@
+"""`autogemm tune` and `autogemm show`: one-line errors (status 2), tables, JSON, and a tuning run
+with the GPU replaced by a fake measure."""
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+
+from autogemm import cli
+from autogemm.device import H100
+from autogemm.store import file_for, load
+from fake_tuned import SOFTWARE, FakeMeasure, edit, record, write_store
+
+
+def autogemm(*args: str, **env) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run([sys.executable, "-m", "autogemm.cli", *args], capture_output=True, text=True,
+                          env={**os.environ, **env})
+
+
+def one_line_error(proc, start: str):
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"error: {start}") and proc.stderr.count("\n") == 1, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="CuPy is installed: tune would run")
+def test_tune_without_a_gpu_is_a_one_line_error(tmp_path):
+    one_line_error(autogemm("tune", "--out", str(tmp_path)), "no CUDA: CuPy is not installed")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--trials", "0"], "argument --trials: 0 must be >= 1"),
+    (["--trials", "many"], "argument --trials: 'many' is not an integer"),
+    (["--timeout", "-5"], "argument --timeout: -5 must be a number > 0"),
+    (["--families", "gemm,fft"], "argument --families: 'gemm,fft': families are"),
+    (["--shapes", "3x4"], "--shapes: '3x4' is not MxNxK[:op]"),
+    (["--shapes", "800x0x784"], "--shapes: '800x0x784' has a zero size"),
+    (["--shapes", "800x10x1000:xx"], "--shapes: '800x10x1000:xx' is not MxNxK[:op]"),
+    (["--shapes", "10x10x10", "--families", "colsum"], "--shapes '10x10x10' with --families colsum: nothing to tune"),
+    (["--ranks", "0"], "argument --ranks: 0 must be >= 1"),
+    (["--hidden", "100,x"], "argument --hidden: 'x' is not an integer"),
+    (["--dtype", "float16"], "argument --dtype: invalid choice"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_tune_argument_errors(args, message):
+    one_line_error(autogemm("tune", *args), message)
+
+
+def test_tune_out_must_be_a_folder(tmp_path):
+    (tmp_path / "f").write_text("x")
+    one_line_error(autogemm("tune", "--out", str(tmp_path / "f")), f"--out {tmp_path / 'f'}: not a folder")
+
+
+# ---- show ---------------------------------------------------------------------------------------
+@pytest.fixture
+def store(tmp_path):
+    return write_store(tmp_path, [
+        record(median_us=50.0, cublas_us=60.0),
+        record((400, 1000, 784), median_us=30.0, template_hash="0" * 16),
+        record((800, 10), "-", fam="softmax_xent", config=dict(block=128, tpr=16), cublas_us=None)])
+
+
+def test_show_a_folder_as_a_table(store):
+    proc = autogemm("show", str(store.parent))
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "NVIDIA H100 80GB HBM3 (132 SMs, compute 9.0; driver 13.0, CUDA 13.2, CuPy 14.2.0)" in out
+    row = next(line for line in out.splitlines() if "800x1000x784" in line)
+    for cell in ("gemm", "nt", "float32", "bm=64 bn=64 bk=16", "split_k=1 pad=4", "50.0", "1000", "1.20x"):
+        assert cell in row, (cell, row)
+    assert "stale" not in row
+    assert "stale" in next(line for line in out.splitlines() if "400x1000x784" in line)
+    assert "block=128 tpr=16" in out
+
+
+def test_show_json(store):
+    proc = autogemm("show", "--json", str(store))
+    assert proc.returncode == 0, proc.stderr
+    (shown,) = json.loads(proc.stdout)
+    assert shown["file"] == str(store) and shown["meta"]["gpu"] == H100.name
+    by_shape = {r["shape"]: r for r in shown["records"]}
+    assert by_shape["800x1000x784"]["speedup"] == pytest.approx(1.2) and not by_shape["800x1000x784"]["stale"]
+    assert by_shape["400x1000x784"]["stale"] and by_shape["800x10"]["speedup"] is None
+    assert by_shape["800x1000x784"]["kernel"].startswith("gemm_f32_nt_bm64_bn64_bk16")
+    assert by_shape["800x1000x784"]["config"]["bm"] == 64
+
+
+def test_show_uses_autogemm_tuned_by_default(store):
+    proc = autogemm("show", "--json", AUTOGEMM_TUNED=str(store.parent))
+    assert proc.returncode == 0 and len(json.loads(proc.stdout)) == 1
+
+
+def test_show_reports_a_bad_file_in_one_line_and_still_shows_the_others(store, tmp_path):
+    bad = tmp_path / "other-gpu.json"
+    bad.write_text(store.read_text())
+    edit(bad, lambda d: d["records"][0]["config"].update(bm="128; } evil"))
+    proc = autogemm("show", str(tmp_path))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"error: {bad}: record 0 (") and proc.stderr.count("\n") == 1
+    assert "800x1000x784" in proc.stdout       # the good file's table
+
+
+@pytest.mark.parametrize("name, message", [("missing", "no such file or folder"), ("empty", "no tuned files")])
+def test_show_nothing_to_show(tmp_path, name, message):
+    (tmp_path / "empty").mkdir()
+    one_line_error(autogemm("show", str(tmp_path / name)), f"{tmp_path / name}: {message}")
+
+
+# ---- tune with a fake GPU -------------------------------------------------------------------------
+@pytest.fixture
+def fake_gpu(monkeypatch, tmp_path):
+    import autogemm.device
+    import autogemm.measure
+
+    monkeypatch.setattr(autogemm.device, "this_device", lambda: H100)
+    monkeypatch.setattr(autogemm.device, "software", lambda: SOFTWARE)
+    monkeypatch.setenv("AUTOGEMM_CACHE", str(tmp_path / "cache"))
+    measures = []
+
+    def measure_for(key, device, seed=0):
+        measures.append(FakeMeasure())
+        return measures[-1]
+
+    monkeypatch.setattr(autogemm.measure, "measure_for", measure_for)
+    return measures
+
+
+def test_tune_stores_results_and_prints_a_summary(fake_gpu, tmp_path, capsys):
+    out = tmp_path / "tuned"
+    status = cli.main(["tune", "--shapes", "nn", "--hidden", "100", "--families", "gemm,softmax_xent",
+                       "--trials", "6", "--out", str(out)])
+    printed = capsys.readouterr()
+    assert status == 0, printed.err
+    records = load(file_for(out, H100)).records
+    assert len(records) == 12 == len(fake_gpu)                # 5 GEMMs + softmax, 2 batch sizes
+    assert "autogemm tune: best of each shape" in printed.out
+    row = next(line for line in printed.out.splitlines() if "gemm 800x100x784:nt" in line and "Z1" in line)
+    assert "added" in row
+    assert all(r.command == "autogemm tune --shapes nn --hidden 100 --families gemm,softmax_xent --trials 6 "
+                            f"--out {out}" for r in records.values())
+
+
+def test_tune_ctrl_c_exits_130_with_what_was_saved(fake_gpu, tmp_path, capsys, monkeypatch):
+    import autogemm.measure
+
+    calls = []
+
+    def measure_for(key, device, seed=0):
+        calls.append(key)
+        if len(calls) == 2:
+            return FakeMeasure(script=lambda cfg, call: (_ for _ in ()).throw(KeyboardInterrupt))
+        return FakeMeasure()
+
+    monkeypatch.setattr(autogemm.measure, "measure_for", measure_for)
+    status = cli.main(["tune", "--shapes", "800x10x1000,800x1000x10", "--trials", "4", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert status == 130
+    assert err.startswith("interrupted: 1 of 2 shapes finished and saved in") and "--resume" in err
+    assert len(load(file_for(tmp_path, H100)).records) == 1
