@@ -59,8 +59,9 @@ class Instance:
     geometry: Geometry
     config: Config
 
-    @property
+    @functools.cached_property
     def source_hash(self) -> str:
+        """Computed once: compile.load asks on every launch (8 µs of SHA-256 for a GEMM source)."""
         return hashlib.sha256(self.source.encode()).hexdigest()
 
 
@@ -115,6 +116,12 @@ class Family:
             if not self.violations(cfg, problem, device):
                 return cfg
         raise InvalidConfig(f"{self.name}: no default config fits {problem} on {device.name}")
+
+    def candidates(self, problem, device: DeviceInfo) -> list[Config]:
+        """Every valid config of the family's untuned candidates, best guess first (the search
+        starts from them)."""
+        found = (self.config(values, "default") for values in self.module.default_candidates(problem, device))
+        return list(dict.fromkeys(cfg for cfg in found if not self.violations(cfg, problem, device)))
 
     def all_configs(self) -> Iterator[Config]:
         """Every point of the space, valid or not (filter with `violations`)."""

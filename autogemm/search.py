@@ -4,11 +4,14 @@
 
 - Every PARAMS entry is a categorical of TPE (seeded). A proposal that breaks a constraint is
   told PRUNED with its reason before anything is compiled, and does not count as a trial.
-- Known-good configs go first: the family's default, the store's current record, a few valid
-  random samples; a space small enough to list whole is measured exhaustively instead.
+- Known-good configs go first: the family's default, the store's current record (and other
+  `known` ones), the family's other untuned candidates, a few valid random samples; a space
+  small enough to list whole is measured exhaustively instead.
 - Proposals are asked in batches, so `measure.prepare` (if it has one) can compile a batch in
   parallel; each is then measured quickly. A failure (compile, launch, mismatch: anything
   `measure` raises) is told FAIL with its reason, and the search goes on.
+- The last `local` fraction of the trials goes to the untried neighbours of the best configs
+  (one parameter one step away) before TPE's proposals: tile spaces are smooth near their best.
 - The top candidates are re-timed with more repetitions, interleaved round robin over several
   rounds; each one's median across rounds picks the winner, so one lucky quick run cannot.
 - With a journal file the study persists: `resume` continues it (trials already measured are not
@@ -20,6 +23,7 @@ max_rel_error); autogemm.measure has the GPU ones, tests inject their own.
 """
 import logging
 import math
+import random
 import statistics
 import time
 import warnings
@@ -72,6 +76,7 @@ class Settings:
     samples: int = 3            # random valid configs enqueued after the default
     max_failures_in_a_row: int = 40   # stop the search after this many failures in a row
     max_idle_asks: int = 400    # stop when this many proposals in a row bring nothing new
+    local: float = 0.3          # last fraction of the trials: neighbours of the best configs first
 
 
 @dataclass(frozen=True)
@@ -163,6 +168,8 @@ def tune(fam: Family, problem, device: DeviceInfo, measure: Measure, settings: S
             break
         if exhaustive is not None and all(c in seen.timings or c in seen.failures for c in exhaustive):
             break
+        if exhaustive is None and seen.measured >= settings.trials * (1 - settings.local):
+            _enqueue_neighbours(study, fam, problem, device, seen, settings.batch)
         batch, repeats, idle = _ask_batch(study, fam, problem, device, dists, settings, seen, idle)
         if not batch:
             continue
@@ -267,8 +274,8 @@ def _enqueue(study, fam: Family, problem, device, settings: Settings, known, see
         valid = [c for c in fam.all_configs() if not fam.violations(c, problem, device)]
         if len(valid) <= settings.trials:
             exhaustive = valid
-    first = [fam.default(problem, device)]
-    first += [fam.config(c, "known config") for c in known]
+    candidates = fam.candidates(problem, device)
+    first = candidates[:1] + [fam.config(c, "known config") for c in known] + candidates[1:]
     first = [c for c in first if not fam.violations(c, problem, device)]
     queue = first + seen.interrupted + (exhaustive if exhaustive is not None
                                         else fam.sample(problem, device, settings.samples, seed=settings.seed))
@@ -278,6 +285,38 @@ def _enqueue(study, fam: Family, problem, device, settings: Settings, known, see
         if cfg not in seen.timings and cfg not in seen.failures and cfg not in waiting:
             study.enqueue_trial(dict(cfg))
     return exhaustive
+
+
+def neighbours(fam: Family, cfg: Config) -> list[Config]:
+    """The configs one step away: one parameter moved to the next smaller or larger choice."""
+    out = []
+    for name, choices in fam.params.items():
+        i = choices.index(cfg[name])
+        for j in (i - 1, i + 1):
+            if 0 <= j < len(choices):
+                out.append(Config({**cfg, name: choices[j]}))
+    return out
+
+
+def _enqueue_neighbours(study, fam: Family, problem, device, seen: _Seen, count: int):
+    """Queue up to `count` untried valid neighbours of the best configs so far (local search:
+    tile spaces are smooth near their optimum, where TPE's samples are sparse)."""
+    waiting = {Config(t.system_attrs.get("fixed_params", {}))
+               for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))}
+    if len(waiting) >= count:
+        return
+    rng = random.Random(len(seen.timings))      # no parameter always first, runs repeatable
+    for best in sorted(seen.timings, key=lambda c: seen.timings[c][0])[:3]:
+        around = neighbours(fam, best)
+        rng.shuffle(around)
+        for cfg in around:
+            if (cfg in seen.timings or cfg in seen.failures or cfg in waiting
+                    or fam.violations(cfg, problem, device)):
+                continue
+            study.enqueue_trial(dict(cfg))
+            waiting.add(cfg)
+            if len(waiting) >= count:
+                return
 
 
 def _ask_batch(study, fam: Family, problem, device, dists, settings: Settings, seen: _Seen, idle: int):

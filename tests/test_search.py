@@ -10,7 +10,7 @@ from optuna.trial import TrialState
 from autogemm.device import H100
 from autogemm.family import Config, family
 from autogemm.keys import make_key, problem_of
-from autogemm.search import JournalFileBackend, SearchError, Settings, tune
+from autogemm.search import JournalFileBackend, SearchError, Settings, neighbours, tune
 from fake_tuned import GEMM, FakeMeasure, gemm_model
 
 GEMM_FAM = family("gemm")
@@ -101,8 +101,9 @@ def test_known_configs_go_first():
     known = Config(dict(GEMM, split_k=6))
     measure = FakeMeasure()
     search(measure, known=(known,))
-    first = measure.measured()[:2]
-    assert first == [GEMM_FAM.default(PROBLEM, H100), known]
+    candidates = GEMM_FAM.candidates(PROBLEM, H100)             # the family's untuned guesses
+    assert candidates[0] == GEMM_FAM.default(PROBLEM, H100) and len(candidates) > 1
+    assert measure.measured()[:len(candidates) + 1] == [candidates[0], known, *candidates[1:]]
 
 
 def test_every_failure_is_a_search_error():
@@ -179,3 +180,22 @@ def test_ctrl_c_marks_the_trial_in_flight_and_resume_finishes_the_work(tmp_path)
     searched = resumed.measured()[:16 - len(done_before)]
     assert len(done_before) == 5 and not set(searched) & done_before
     assert Config(interrupted[0].params) in searched            # measured again, this time fully
+
+
+def test_neighbours_move_one_parameter_one_step():
+    cfg = Config(GEMM)
+    around = neighbours(GEMM_FAM, cfg)
+    assert Config(dict(GEMM, bm=32)) in around and Config(dict(GEMM, bm=128)) in around
+    assert Config(dict(GEMM, pad=0)) in around and Config(dict(GEMM, split_k=2)) in around
+    assert all(sum(c[k] != cfg[k] for k in cfg) == 1 for c in around)
+    assert len(around) == sum(2 if 0 < v.index(cfg[k]) < len(v) - 1 else 1 for k, v in GEMM_FAM.params.items())
+
+
+def test_the_last_trials_search_around_the_best():
+    """Only `start` and its neighbour `better` (split_k one step up) are fast: TPE alone rarely
+    lands on `better`; the local phase tries the neighbours of the best so far."""
+    start = Config(dict(GEMM, split_k=2))
+    better = Config(dict(GEMM, split_k=3))
+    script = lambda cfg, call: {start: 20.0, better: 10.0}.get(cfg, 50.0)  # noqa: E731
+    result = search(FakeMeasure(script=script), settings=Settings(**{**FAST.__dict__, "trials": 40, "local": 0.6}), known=(start,))
+    assert result.config == better
