@@ -82,7 +82,7 @@ def tables(shown: Shown) -> list:
         for r in ordered(store):
             speedup = r.speedup
             table.add_row(r.key.family, r.key.shape, r.key.op, r.key.dtype, compact(r.config),
-                          f"{r.median_us:.1f}", f"{r.gflops:.0f}",
+                          f"{r.median_us:.1f}", f"{r.gflops:.0f}" if r.gflops >= 10 else f"{r.gflops:.2g}",
                           f"{speedup:.2f}x" if speedup is not None else "", age(r.date),
                           "[red]stale[/red]" if r.stale else "")
         out.append(table)
