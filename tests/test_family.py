@@ -66,7 +66,7 @@ def test_gemm_rejects_configs_that_cannot_run(change, problem, message):
 
 
 def test_gemm_smem_limit_is_the_devices():
-    values = {**BASE, "bm": 128, "bn": 128, "bk": 32, "ty": 16, "tx": 16, "tm": 4, "tn": 4, "pad": 0}
+    values = {**BASE, "bm": 128, "bn": 128, "bk": 32, "ty": 16, "tx": 16, "tm": 4, "tn": 4, "pad": 0, "vec": 4}
     needs = gemm.smem_bytes(GEMM.config(values), SQUARE)                 # 2 * 32 * 256 * 4 = 64 KiB
     assert not GEMM.violations(GEMM.config(values), SQUARE, H100)
     small = dataclasses.replace(H100, smem_per_block=needs - 1)
