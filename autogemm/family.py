@@ -165,17 +165,20 @@ def family(name: str) -> Family:
 _instances: dict[tuple, Instance] = {}
 
 
-def prepare(family_name: str, problem, config: Mapping | None, device: DeviceInfo) -> Instance:
-    """The rendered kernel for `problem`: `config` checked against the space, else the tuned
-    config for this shape and GPU (autogemm.lookup: exact, nearest, or the default).
+def prepare(family_name: str, problem, config: Mapping | str | None, device: DeviceInfo) -> Instance:
+    """The rendered kernel for `problem`: `config` checked against the space; "default": the
+    family's untuned default; None: the tuned config for this shape and GPU (autogemm.lookup:
+    exact, nearest, or the default).
 
     Cached per (family, problem, config), so the hot path of a repeated call is one dict lookup.
     """
-    key = (family_name, problem, Config(config) if config is not None else None, device)
+    key = (family_name, problem, config if config is None or config == "default" else Config(config), device)
     inst = _instances.get(key)
     if inst is None:
         fam = family(family_name)
-        if config is not None:
+        if config == "default":
+            cfg = fam.default(problem, device)
+        elif config is not None:
             cfg = fam.validate(config, problem, device)
         else:
             from autogemm import lookup  # here, not at the top: lookup imports this module

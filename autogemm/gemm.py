@@ -61,12 +61,14 @@ def _scratch_buffer(kind: str, dtype, size: int):
 
 
 def gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,
-         epilogue=None, bias=None, aux=None, config: Mapping | None = None, kernel_family="gemm"):
+         epilogue=None, bias=None, aux=None, config: Mapping | str | None = None, kernel_family="gemm"):
     """out = epi(alpha * op(a) @ op(b) + beta * c); returns `out` (allocated when None).
 
     op(x) is x.T when trans_x. With beta != 0 and no `c`, `out` is C (in place, BLAS style).
     epilogue: None, "bias", "bias_sigmoid", "bias_relu" (need `bias`, shape (N,)), or
     "dsigmoid", "drelu" (need `aux`, shape (M, N): the saved activation output).
+    config: None for the tuned config of this shape on this GPU (else the nearest tuned shape's,
+    else the default), "default" for the family's untuned default, or a mapping of parameters.
     """
     call = plan_gemm(a, b, out, alpha, beta, trans_a, trans_b, c, epilogue, bias, aux, config, kernel_family)
     call()
@@ -87,7 +89,7 @@ class GemmCall:
 
 
 def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,
-              epilogue=None, bias=None, aux=None, config: Mapping | None = None,
+              epilogue=None, bias=None, aux=None, config: Mapping | str | None = None,
               kernel_family="gemm") -> GemmCall:
     """Check the arguments of `gemm`, choose and render its kernel, bind the launch arguments."""
     import cupy

@@ -47,7 +47,7 @@ class CupyBackend(Backend):
         self.device.use()
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.stream.use()
-        self.tuned = tuned
+        self.config = None if tuned else "default"  # None: autogemm's tuned lookup
         self._plans = {}
 
     # ---- storage --------------------------------------------------------------------------
@@ -83,24 +83,25 @@ class CupyBackend(Backend):
                alpha, beta, trans_a, trans_b, epilogue)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = plan_gemm(a, b, out, alpha, beta, trans_a, trans_b, c, epilogue, bias, aux)
+            plan = self._plans[key] = plan_gemm(a, b, out, alpha, beta, trans_a, trans_b, c, epilogue, bias, aux,
+                                                config=self.config)
         plan()
         return out
 
     def softmax_xent(self, z, labels, grad_out, scale, loss_acc):
         if z.size:
-            autogemm.softmax_xent(z, labels, grad_out, scale, loss_acc)
+            autogemm.softmax_xent(z, labels, grad_out, scale, loss_acc, config=self.config)
 
     def column_sums(self, g, out, scale=1.0, accumulate=False):
         if g.shape[0] == 0:  # no rows: the sums are zero
             if not accumulate:
                 out.fill(0)
             return out
-        return autogemm.column_sums(g, out, alpha=scale, beta=1.0 if accumulate else 0.0)
+        return autogemm.column_sums(g, out, alpha=scale, beta=1.0 if accumulate else 0.0, config=self.config)
 
     def sgd_update(self, w, grad, lr, reg):
         autogemm.sgd_update(w.reshape(1, -1) if w.ndim == 1 else w,
-                            grad.reshape(1, -1) if grad.ndim == 1 else grad, lr, reg)
+                            grad.reshape(1, -1) if grad.ndim == 1 else grad, lr, reg, config=self.config)
         return w
 
     def synchronize(self):
@@ -149,9 +150,9 @@ class CublasBackend(CupyBackend):
             out[...] = c
         cublas.gemm("T" if trans_a else "N", "T" if trans_b else "N", a, b, out=out, alpha=alpha, beta=beta)
         if epilogue in ("bias", "bias_sigmoid", "bias_relu"):
-            autogemm.bias_activation(out, bias, epilogue[5:] or None, out=out)
+            autogemm.bias_activation(out, bias, epilogue[5:] or None, out=out, config=self.config)
         elif epilogue in ("dsigmoid", "drelu"):
-            autogemm.activation_grad(out, aux, epilogue[1:], out=out)
+            autogemm.activation_grad(out, aux, epilogue[1:], out=out, config=self.config)
         return out
 
     def capture(self, fn):
