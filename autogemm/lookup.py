@@ -1,5 +1,5 @@
 """Which config a call without `config=` gets: tuned for its shape on this GPU, else the nearest
-tuned shape whose config can run it, else the family's default.
+tuned shape (every size within a factor of 4) whose config can run it, else the family's default.
 
 The store folder is $AUTOGEMM_TUNED, else the tuned/ folder beside kernels/. Its file for this GPU
 is read once and read again only when its mtime or size changes; callers (autogemm.family.prepare)
@@ -21,6 +21,9 @@ from autogemm.store import Record, Store, file_for, load
 from kernels import TEMPLATE_DIR
 
 ENV = "AUTOGEMM_TUNED"
+# A tuned config stands in for another shape only if no size differs by more than this factor:
+# H100, 4096^3 on the config tuned for 1000x784x800 ran 2x slower than the default.
+NEAR_RATIO = 4.0
 log = logging.getLogger("autogemm")
 
 
@@ -52,10 +55,15 @@ class Index:
                 self.groups[_group(record.key)].append(record)
 
     def nearest(self, key: Key, usable) -> tuple[Record, float] | None:
-        """The closest record of key's family, op and dtype (ties: smaller shape) that `usable` accepts."""
+        """The closest record of key's family, op and dtype (ties: smaller shape) that `usable` accepts,
+        among those whose every size is within NEAR_RATIO of key's."""
         ranked = sorted(((distance(key, r.key), r.key.sizes, r) for r in self.groups.get(_group(key), ())
-                         if r.key != key), key=lambda t: t[:2])
+                         if r.key != key and _similar(key, r.key)), key=lambda t: t[:2])
         return next(((r, d) for d, _, r in ranked if usable(r)), None)
+
+
+def _similar(a: Key, b: Key) -> bool:
+    return all(max(x, y) <= NEAR_RATIO * min(x, y) for x, y in zip(a.sizes, b.sizes))
 
 
 def _group(key: Key) -> tuple:

@@ -184,8 +184,9 @@ _DEFAULT_TILES = (
 
 def default_candidates(p: Problem, d):
     """Sound configs without tuning, best guess first (autogemm takes the first valid one):
-    the largest tile that still gives every SM a block; split-K while blocks are fewer than
-    four per SM and each slice keeps at least 64 of K; then smaller and plainer fallbacks.
+    the largest tile that still gives every SM a block; when even the smallest tiles leave SMs
+    idle, split-K up to two blocks per SM while each slice keeps at least 64 of K; then smaller
+    and plainer fallbacks.
     (H100, float32: 128x128 with BK 8 and no padding ran 4096^3 at 92% of cuBLAS, BK 16 at 66%;
     16x16 tiles split 8-16 ways beat cuBLAS on 800x10x1000. See tuned/bench/.)"""
     vec = min(4, 16 // p.itemsize, p.vec_a, p.vec_b)
@@ -195,7 +196,7 @@ def default_candidates(p: Problem, d):
     for bm, bn, ty, tx, tm, tn in _DEFAULT_TILES[start:]:
         tiles = ceil_div(p.m, bm) * ceil_div(p.n, bn)
         split = 1
-        while tiles * split < 4 * d.sm_count and p.k // (2 * split) >= 64 and split < 16:
+        while tiles < d.sm_count and tiles * split < 2 * d.sm_count and p.k // (2 * split) >= 64 and split < 16:
             split *= 2
         big = bm * bn >= 128 * 128
         bk = 8 if big or p.itemsize == 8 else 16

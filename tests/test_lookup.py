@@ -71,11 +71,18 @@ def test_nearest_skips_a_record_whose_config_cannot_run_the_new_shape(tuned):
     """The nearest record splits K 16 ways: too many slices for K = 64; the next one is used."""
     split16 = dict(GEMM, split_k=16)
     fits = dict(GEMM, split_k=2)
-    write_store(tuned, [record((64, 64, 128), config=split16), record((64, 64, 4096), config=fits)])
+    write_store(tuned, [record((64, 64, 128), config=split16), record((64, 64, 256), config=fits)])
     problem = gemm_problem(64, 64, 64)
     assert family("gemm").violations(family("gemm").config(split16), problem, H100)
     choice = lookup.choose("gemm", problem, H100)
     assert choice.source == "nearest" and dict(choice.config) == fits
+
+
+def test_nearest_ignores_shapes_more_than_4x_away(tuned):
+    """4096^3 on a config tuned for 1000x784x800 ran 2x slower than the default on the H100."""
+    write_store(tuned, [record((1000, 784, 800), config=dict(GEMM, split_k=2))])
+    assert lookup.choose("gemm", gemm_problem(4096, 4096, 4096), H100).source == "default"
+    assert lookup.choose("gemm", gemm_problem(250, 1000, 784), H100).source == "nearest"
 
 
 def test_an_exact_record_that_cannot_run_this_call_falls_back(tuned):
@@ -114,11 +121,11 @@ def test_the_choice_is_logged_once_per_shape(tuned, caplog):
     with caplog.at_level(logging.INFO, logger="autogemm"):
         for epilogue in (None, "bias", None):
             lookup.choose("gemm", gemm_problem(800, 1000, 784, epilogue=epilogue), H100)
-        lookup.choose("gemm", gemm_problem(800, 1000, 16), H100)
+        lookup.choose("gemm", gemm_problem(800, 1000, 400), H100)
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2
     assert "gemm 800x1000x784:nt float32: tuned gemm_f32_nt_bm64" in lines[0]
-    assert "800x1000x16:nt float32: tuned for 800x1000x784 (nearest" in lines[1]
+    assert "800x1000x400:nt float32: tuned for 800x1000x784 (nearest" in lines[1]
 
 
 def test_prepare_uses_the_store_and_caches_the_choice(tuned):
