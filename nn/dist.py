@@ -86,6 +86,12 @@ class NcclAllreduce:
         self.comm.allReduce(buf.data.ptr, buf.data.ptr, buf.size, self.dtype, self.nccl.NCCL_SUM, self.stream.ptr)
         return buf
 
+    def close(self):
+        """Destroy the communicator on every rank together (call after a barrier): left to the
+        interpreter's exit, ranks hung there on two H200s after training had finished."""
+        self.stream.synchronize()
+        self.comm.destroy()
+
 
 def nccl_usable(dist: Dist) -> bool:
     """NCCL is importable through CuPy and every rank has a GPU of its own (checked on all ranks)."""

@@ -193,3 +193,7 @@ class Epoch:
         if self._graph is None:
             self._graph = backend.capture(self._steps)
         self._graph.launch(backend.stream)
+
+    def release(self):
+        """Drop the captured graph (it is captured again on the next run)."""
+        self._graph = None

@@ -120,9 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
                               "1: lr 0.001, 40 epochs; 2: lr 0.01, 10 epochs; 3: lr 0.025, 1 epoch")
     p.add_argument("--use-tuned", action="store_true",
                    help="use the autogemm-tuned GPU kernels; without a CUDA device, fall back to NumPy")
-    p.add_argument("--allreduce", choices=("auto", "mpi", "nccl"), default="auto",
+    p.add_argument("--allreduce", choices=("mpi", "nccl"), default="mpi",
                    help="gradient all-reduce under mpirun: mpi (through host memory) or nccl (GPU to GPU, "
-                        "one GPU per rank); auto: nccl where it can run (default: auto)")
+                        "one GPU per rank, captured into the epoch's CUDA graph) (default: mpi)")
     p.add_argument("--no-graph", action="store_true",
                    help="run the cupy backend's steps eagerly instead of replaying each epoch as one CUDA graph "
                         "(slower; gives the forward/backward/update time split)")
@@ -309,17 +309,19 @@ def run(cfg: Config, args, dist: Dist) -> dict:
            + (f"; log {args.log}" if args.log else ""), flush=True)
     if dist.rank == 0:
         _write_log(args.log, log)
+    if isinstance(allreduce, NcclAllreduce):
+        epoch_pass.release()   # the graph holds NCCL work: drop it before the communicator
+        dist.barrier()
+        allreduce.close()
     return log
 
 
 def _allreduce(choice, dist, backend):
-    """None for one rank; else the gradient all-reduce: NCCL on GPUs ("auto" when each rank has
-    its own GPU), or MPI through host memory."""
+    """None for one rank; else the gradient all-reduce: NCCL GPU to GPU, or MPI through host memory."""
     if dist.size == 1:
         return None
-    on_gpu = backend.name in ("cupy", "cublas")
-    if choice == "nccl" or (choice == "auto" and on_gpu and nccl_usable(dist)):
-        if not on_gpu or not nccl_usable(dist):
+    if choice == "nccl":
+        if backend.name not in ("cupy", "cublas") or not nccl_usable(dist):
             raise NNError("--allreduce nccl needs a GPU backend, CuPy's NCCL and one GPU per rank")
         return NcclAllreduce(dist, backend)
     return lambda buf: dist.allreduce_sum(backend, buf)

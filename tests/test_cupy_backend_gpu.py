@@ -110,7 +110,7 @@ def test_nccl_and_mpi_allreduce_agree(tmp_path, data_dir):
     common = ("--hidden", 64, "--epochs", 1, "--batch", 30, "--train-size", 3000, "--dtype", "float64",
               "--data-dir", data_dir, "--backend", "cupy")
     one, _ = _train(tmp_path, "one", *common)
-    via_mpi, _ = _train(tmp_path, "mpi", *common, "--allreduce", "mpi", ranks=2)
+    via_mpi, _ = _train(tmp_path, "mpi", *common, ranks=2)
     assert max_rel_diff(via_mpi, one) <= 1e-7
     if cupy.cuda.runtime.getDeviceCount() < 2:
         pytest.skip("NCCL needs one GPU per rank")

@@ -97,3 +97,11 @@ def test_bad_checkpoint_under_mpirun_is_one_error_not_a_hang(tmp_path, fake_dir)
     assert result.returncode != 0
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert errors == [errors[0]] and "ck.npz is corrupted" in errors[0] and "rank 0" in errors[0]
+
+
+@needs_mpi
+def test_nccl_without_a_gpu_backend_is_one_error(tmp_path, fake_dir):
+    result = run_train(tmp_path, "--data-dir", fake_dir, "--dataset", "mnist", "--hidden", "8", "--no-log",
+                       "--allreduce", "nccl", ranks=2, timeout=60)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "--allreduce nccl needs a GPU backend" in result.stderr
