@@ -14,6 +14,7 @@ A family module declares, as plain data and predicates (this layer imports nothi
 
 ``cfg`` arrives as a namespace whose values autogemm has already checked against PARAMS.
 """
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -32,3 +33,19 @@ class Geometry(NamedTuple):
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+@dataclass(frozen=True)
+class RowsProblem:
+    """A kernel over the rows of one (rows, cols) matrix (softmax_xent, colsum)."""
+
+    rows: int
+    cols: int
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
+        for size in ("rows", "cols"):
+            if type(getattr(self, size)) is not int or getattr(self, size) < 1:
+                raise ValueError(f"{size} must be an integer >= 1, got {getattr(self, size)!r}")

@@ -1,7 +1,5 @@
 """Column-sum family (colsum.cu.j2): bias gradients, optionally fused with the bias SGD step."""
-from dataclasses import dataclass
-
-from kernels import DTYPES, ITEMSIZE, Geometry, ceil_div
+from kernels import DTYPES, ITEMSIZE, Geometry, RowsProblem, ceil_div
 
 TEMPLATE = "colsum.cu.j2"
 
@@ -10,20 +8,7 @@ PARAMS = {
     "ty": (1, 2, 4, 8, 16, 32),    # lanes of rows per block
 }
 
-
-@dataclass(frozen=True)
-class Problem:
-    rows: int
-    cols: int
-    dtype: str = "float32"
-
-    def __post_init__(self):
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
-        for size in ("rows", "cols"):
-            if type(getattr(self, size)) is not int or getattr(self, size) < 1:
-                raise ValueError(f"colsum {size} must be an integer >= 1")
-
+Problem = RowsProblem
 
 CONSTRAINTS = (
     ("threads per block must be a multiple of 32 and fit the device",

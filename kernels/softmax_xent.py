@@ -1,7 +1,5 @@
 """Softmax + cross-entropy + gradient family (softmax_xent.cu.j2): the MLP's output layer in one kernel."""
-from dataclasses import dataclass
-
-from kernels import DTYPES, Geometry, ceil_div
+from kernels import DTYPES, Geometry, RowsProblem, ceil_div
 
 TEMPLATE = "softmax_xent.cu.j2"
 
@@ -10,20 +8,7 @@ PARAMS = {
     "tpr": (1, 2, 4, 8, 16, 32),        # threads per row (a power of two within a warp)
 }
 
-
-@dataclass(frozen=True)
-class Problem:
-    rows: int
-    cols: int
-    dtype: str = "float32"
-
-    def __post_init__(self):
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
-        for size in ("rows", "cols"):
-            if type(getattr(self, size)) is not int or getattr(self, size) < 1:
-                raise ValueError(f"softmax_xent {size} must be an integer >= 1")
-
+Problem = RowsProblem
 
 CONSTRAINTS = (
     ("threads per row must divide the block", lambda c, p, d: c.block % c.tpr == 0),
