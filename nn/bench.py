@@ -146,6 +146,9 @@ def run(nets: list[Network], backends: list[str], epochs: int, data_dir=None) ->
     return results
 
 
+BACKEND_NAMES = ("numpy", "cublas", "cupy-default", "cupy-tuned", "torch-eager", "torch-graph")
+
+
 def available_backends() -> list[str]:
     names = ["numpy"]
     if cuda_available():
@@ -209,6 +212,9 @@ def main(argv=None) -> int:
         if args.epochs < 1:
             raise NNError("--epochs must be >= 1")
         backends = args.backends.split(",") if args.backends else available_backends()
+        unknown = [b for b in backends if b not in BACKEND_NAMES]
+        if unknown:
+            raise NNError(f"--backends: unknown {', '.join(unknown)}; choose from {', '.join(BACKEND_NAMES)}")
         results = run([known[n] for n in args.networks.split(",")], backends, args.epochs, args.data_dir)
     except NNError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -1,0 +1,53 @@
+"""nn.bench on the CPU: the NumPy backend's row, the table and JSON, and argument errors."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from nn.bench import BACKEND_NAMES, Result, available_backends, main, networks, table
+from nn.data import SYSTEM_DIRS
+from run_train import ROOT
+
+needs_data = pytest.mark.skipif(not (SYSTEM_DIRS["fashion-mnist"] / "train-images-idx3-ubyte.gz").exists(),
+                                reason="Debian's dataset-fashion-mnist is not installed")
+
+
+def test_the_networks_of_the_issue():
+    nets = networks()
+    assert (nets["cme213"].hidden, nets["cme213"].batch, nets["cme213"].images) == (1000, 800, 54000)
+    assert (nets["large"].hidden, nets["large"].batch) == (4096, 8192)
+    grid = [n for n in nets.values() if n.activation == "relu"]
+    assert sorted((n.hidden, n.batch) for n in grid) == sorted((h, b) for h in (32, 64, 128, 256) for b in (32, 64, 128))
+    assert {n.images for n in grid} == {37800}
+
+
+def test_table_lines_up_backends_per_network():
+    rows = [Result("a", "numpy", 1.5, 1, 0.5), Result("a", "cupy-tuned", 0.25, 3, 0.5), Result("b", "cupy-tuned", 2, 3, 0.5)]
+    lines = table(rows).splitlines()
+    assert lines[0].split() == ["network", "numpy", "cupy-tuned"]
+    assert lines[1].split() == ["a", "1.50", "0.25"] and lines[2].split() == ["b", "-", "2.00"]
+
+
+def test_available_backends_without_a_gpu_is_numpy():
+    assert available_backends()[0] == "numpy" and set(available_backends()) <= set(BACKEND_NAMES)
+
+
+@needs_data
+def test_numpy_run_writes_json(tmp_path):
+    out = tmp_path / "bench.json"
+    assert main(["--networks", "relu-h32-b128", "--backends", "numpy", "--epochs", "1", "--json", str(out)]) == 0
+    (result,) = json.loads(out.read_text())["results"]
+    assert result["backend"] == "numpy" and result["ms_per_epoch"] > 0 and result["accuracy"] > 0.5
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--networks", "nope"], "--networks: unknown nope"),
+    (["--backends", "cupy-fast"], "--backends: unknown cupy-fast"),
+    (["--epochs", "0"], "--epochs must be >= 1"),
+])
+def test_bad_arguments_are_one_line(args, message):
+    result = subprocess.run([sys.executable, "-m", "nn.bench", *args], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and message in line
