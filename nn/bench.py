@@ -174,7 +174,10 @@ def table(results: list[Result]) -> str:
 
 
 def chart(results: list[Result], path: str) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise NNError("--png needs matplotlib: pip install 'autogemm[plot]'") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -216,16 +219,16 @@ def main(argv=None) -> int:
         if unknown:
             raise NNError(f"--backends: unknown {', '.join(unknown)}; choose from {', '.join(BACKEND_NAMES)}")
         results = run([known[n] for n in args.networks.split(",")], backends, args.epochs, args.data_dir)
+        print(table(results))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"command": " ".join(["python -m nn.bench", *(argv or sys.argv[1:])]),
+                           "results": [asdict(r) for r in results]}, f, indent=1)
+        if args.png:
+            chart(results, args.png)
     except NNError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(table(results))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"command": " ".join(["python -m nn.bench", *(argv or sys.argv[1:])]),
-                       "results": [asdict(r) for r in results]}, f, indent=1)
-    if args.png:
-        chart(results, args.png)
     return 0
 
 
