@@ -229,6 +229,9 @@ def main(argv=None) -> int:
     except NNError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        print(f"error: cannot write {e.filename}: {e.strerror}", file=sys.stderr)
+        return 2
     return 0
 
 
