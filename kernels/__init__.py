@@ -21,6 +21,7 @@ from typing import NamedTuple
 TEMPLATE_DIR = Path(__file__).resolve().parent
 DTYPES = {"float32": "float", "float64": "double"}
 ITEMSIZE = {"float32": 4, "float64": 8}
+SHORT = {"float32": "f32", "float64": "f64"}   # dtype in instance names
 
 
 class Geometry(NamedTuple):

@@ -1,5 +1,5 @@
 """Column-sum family (colsum.cu.j2): bias gradients, optionally fused with the bias SGD step."""
-from kernels import DTYPES, ITEMSIZE, Geometry, RowsProblem, ceil_div
+from kernels import DTYPES, ITEMSIZE, SHORT, Geometry, RowsProblem, ceil_div
 
 TEMPLATE = "colsum.cu.j2"
 
@@ -22,7 +22,7 @@ def template_args(c, p: Problem) -> dict:
 
 
 def instance_name(c, p: Problem) -> str:
-    dt = {"float32": "f32", "float64": "f64"}[p.dtype]
+    dt = SHORT[p.dtype]
     return f"colsum_{dt}_tx{c.tx}_ty{c.ty}"
 
 

@@ -4,7 +4,7 @@ These are the pieces a GEMM epilogue fuses; the cuBLAS baseline and MPI updates 
 """
 from dataclasses import dataclass
 
-from kernels import DTYPES, ITEMSIZE, Geometry, ceil_div
+from kernels import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div
 
 TEMPLATE = "elementwise.cu.j2"
 
@@ -71,7 +71,7 @@ def template_args(c, p: Problem) -> dict:
 
 
 def instance_name(c, p: Problem) -> str:
-    dt = {"float32": "f32", "float64": "f64"}[p.dtype]
+    dt = SHORT[p.dtype]
     return f"ew_{p.op}_{dt}_b{c.block}_e{c.ept}_v{c.vec}"
 
 

@@ -4,7 +4,7 @@ D = epi(alpha * op(A) @ op(B) + beta * C), row-major, op in {N, T} on each side,
 """
 from dataclasses import dataclass
 
-from kernels import DTYPES, ITEMSIZE, Geometry, ceil_div
+from kernels import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div
 
 TEMPLATE = "gemm.cu.j2"
 
@@ -142,7 +142,7 @@ def template_args(c, p: Problem) -> dict:
 
 
 def instance_name(c, p: Problem) -> str:
-    dt = {"float32": "f32", "float64": "f64"}[p.dtype]
+    dt = SHORT[p.dtype]
     name = (f"gemm_{dt}_{p.op}_bm{c.bm}_bn{c.bn}_bk{c.bk}_ty{c.ty}_tx{c.tx}_tm{c.tm}_tn{c.tn}"
             f"_v{c.vec}_s{c.stages}_sk{c.split_k}_p{c.pad}")
     args = template_args(c, p)

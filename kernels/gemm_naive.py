@@ -2,7 +2,7 @@
 
 It takes the same arguments and Problem as the tiled family, so either launches the same way.
 """
-from kernels import DTYPES, Geometry, ceil_div
+from kernels import DTYPES, SHORT, Geometry, ceil_div
 from kernels.gemm import EPILOGUES, Problem, flops  # noqa: F401  (same problem, same work)
 
 TEMPLATE = "gemm_naive.cu.j2"
@@ -25,7 +25,7 @@ def template_args(c, p: Problem) -> dict:
 
 
 def instance_name(c, p: Problem) -> str:
-    dt = {"float32": "f32", "float64": "f64"}[p.dtype]
+    dt = SHORT[p.dtype]
     name = f"gemm_naive_{dt}_{p.op}_by{c.by}_bx{c.bx}"
     if p.epilogue:
         name += f"_{p.epilogue}"

@@ -1,5 +1,5 @@
 """Softmax + cross-entropy + gradient family (softmax_xent.cu.j2): the MLP's output layer in one kernel."""
-from kernels import DTYPES, Geometry, RowsProblem, ceil_div
+from kernels import DTYPES, SHORT, Geometry, RowsProblem, ceil_div
 
 TEMPLATE = "softmax_xent.cu.j2"
 
@@ -21,7 +21,7 @@ def template_args(c, p: Problem) -> dict:
 
 
 def instance_name(c, p: Problem) -> str:
-    dt = {"float32": "f32", "float64": "f64"}[p.dtype]
+    dt = SHORT[p.dtype]
     return f"softmax_xent_{dt}_b{c.block}_t{c.tpr}"
 
 
