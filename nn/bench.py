@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from autogemm.errors import AutogemmError
 from nn.backends import cuda_available, get_backend
 from nn.data import load_dataset
 from nn.dist import rank_rows
@@ -226,7 +227,7 @@ def main(argv=None) -> int:
                            "results": [asdict(r) for r in results]}, f, indent=1)
         if args.png:
             chart(results, args.png)
-    except NNError as e:
+    except (NNError, AutogemmError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except OSError as e:

@@ -27,6 +27,7 @@ from nn import checkpoint
 from nn.backends import ACTIVATIONS, BACKENDS, DTYPES, cuda_available, get_backend
 from nn.data import DATASETS, SCALES, load_dataset
 from nn.dist import Dist, NcclAllreduce, maybe_init_dist, nccl_usable, print0, rank_rows, split_sizes
+from autogemm.errors import AutogemmError
 from nn.errors import NNError
 from nn.mlp import INITS, MLP, Epoch, Step, init_params
 
@@ -371,7 +372,7 @@ def main(argv=None) -> int:
         args.log = None
     try:
         run(cfg, args, dist)
-    except NNError as e:  # DataError included
+    except (NNError, AutogemmError) as e:  # DataError included; a corrupted tuned/ file, a bad config
         dist.fail(e)
         return 2
     except Exception as e:

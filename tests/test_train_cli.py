@@ -83,3 +83,17 @@ def test_bad_input_is_one_line_error(tmp_path, args, words):
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
     assert words in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_an_autogemm_error_is_one_line(monkeypatch, capsys):
+    """A corrupted tuned/ file surfaces as autogemm's StoreError: one line, exit 2, as for bad flags."""
+    from autogemm.errors import StoreError
+    from nn import train
+
+    def broken(*args, **kwargs):
+        raise StoreError("tuned/x.json: record 3 (gemm 800x1000x784:nt float32): unknown key 'evil'")
+
+    monkeypatch.setattr(train, "run", broken)
+    assert train.main(["--no-log"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "error: tuned/x.json: record 3 (gemm 800x1000x784:nt float32): unknown key 'evil'"
