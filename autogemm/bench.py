@@ -6,7 +6,7 @@ import numpy as np
 from autogemm.errors import AutogemmError
 from autogemm.gemm import plan_gemm
 from autogemm.shapes import Shape
-from autogemm.timing import Timing, time_gpu
+from autogemm.timing import Timing, time_interleaved
 from autogemm.verify import compare, reference_gemm
 
 
@@ -37,7 +37,8 @@ def cublas_gemm(a, b, out, shape: Shape):
 
 def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, reps: int = 50,
                 naive: bool = False, flush_l2: bool = True) -> list[Row]:
-    """Time each variant on `shape` after checking its output against float64 NumPy.
+    """Time each variant on `shape` after checking its output against float64 NumPy; the checked
+    ones and cuBLAS are timed interleaved (autogemm.timing.time_interleaved).
 
     configs: {variant name: config mapping}, timed beside the family's default config, the
     tuned one (autogemm.lookup: "tuned" for this shape, "nearest" for a neighbour's, when the
@@ -64,26 +65,25 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
     variants = [(name, "gemm", cfg) for name, cfg in configs.items()]
     if naive:
         variants.append(("naive", "gemm_naive", None))
-    rows = []
+    rows, runs = {}, {}
     for variant, fam, cfg in variants:
         try:
             run = plan_gemm(a, b, out, trans_a=shape.trans_a, trans_b=shape.trans_b, config=cfg,
                             kernel_family=fam)
-            kernel = run.instance.name
             out.fill(np.nan)
             run()
         except (AutogemmError, cupy.cuda.driver.CUDADriverError) as exc:
-            rows.append(Row(shape, variant, str(cfg), None, 0.0, str(exc)))
+            rows[variant] = Row(shape, variant, str(cfg), None, 0.0, str(exc))
             continue
         verdict = compare(cupy.asnumpy(out), value, magnitude, shape.k, dtype)
-        if not verdict.ok:
-            rows.append(Row(shape, variant, kernel, None, 0.0, verdict.describe()))
-            continue
-        t = time_gpu(run, reps=reps, flush_l2=flush_l2)
-        rows.append(Row(shape, variant, kernel, t, t.gflops(flops)))
+        rows[variant] = Row(shape, variant, run.instance.name, None, 0.0, "" if verdict.ok else verdict.describe())
+        if verdict.ok:
+            runs[variant] = run
     out.fill(np.nan)
     cublas_gemm(a, b, out, shape)
     verdict = compare(cupy.asnumpy(out), value, magnitude, shape.k, dtype)
-    t = time_gpu(lambda: cublas_gemm(a, b, out, shape), reps=reps, flush_l2=flush_l2)
-    rows.append(Row(shape, "cublas", "cublas", t, t.gflops(flops), "" if verdict.ok else verdict.describe()))
-    return rows
+    rows["cublas"] = Row(shape, "cublas", "cublas", None, 0.0, "" if verdict.ok else verdict.describe())
+    runs["cublas"] = lambda: cublas_gemm(a, b, out, shape)
+    for variant, t in time_interleaved(runs, reps=reps, flush_l2=flush_l2).items():
+        rows[variant].timing, rows[variant].gflops = t, t.gflops(flops)
+    return list(rows.values())

@@ -93,3 +93,21 @@ def time_gpu(fn: Callable[[], object], *, reps: int = 50, warmup: int = 5,
     events[-1][1].synchronize()
     times = sorted(cupy.cuda.get_elapsed_time(s, e) * 1e3 for s, e in events)
     return Timing(statistics.median(times), quantile(times, 0.1), quantile(times, 0.9), reps)
+
+
+def time_interleaved(fns: dict, *, reps: int = 50, rounds: int = 3, timer=None, **options) -> dict:
+    """{name: Timing} of several functions timed in `rounds` round-robin passes (each pass starts
+    one function later) of reps // rounds runs each; each result is the median over the passes,
+    so a disturbance during one function's turn (another process, clock changes) moves one pass,
+    not the comparison. `timer` defaults to time_gpu; `options` go to it."""
+    timer = timer or time_gpu
+    names = list(fns)
+    passes: dict = {name: [] for name in names}
+    per_pass = max(1, reps // rounds)
+    for r in range(rounds):
+        for i in range(len(names)):
+            name = names[(i + r) % len(names)]
+            passes[name].append(timer(fns[name], reps=per_pass, **options))
+    return {name: Timing(statistics.median(t.median_us for t in ts), statistics.median(t.p10_us for t in ts),
+                         statistics.median(t.p90_us for t in ts), sum(t.reps for t in ts))
+            for name, ts in passes.items()}
