@@ -5,9 +5,9 @@ import numpy as np
 
 from autogemm.errors import AutogemmError
 from autogemm.gemm import plan_gemm
+from autogemm.measure import GemmMeasure, cublas_gemm
 from autogemm.shapes import Shape
 from autogemm.timing import Timing, time_interleaved
-from autogemm.verify import compare, reference_gemm
 
 
 @dataclass
@@ -18,21 +18,6 @@ class Row:
     timing: Timing | None
     gflops: float
     error: str = ""       # why the variant has no time (failed check, ...)
-
-
-def _inputs(shape: Shape, dtype, seed: int = 0):
-    import cupy
-
-    rng = np.random.default_rng(seed)
-    a = rng.standard_normal((shape.k, shape.m) if shape.trans_a else (shape.m, shape.k)).astype(dtype)
-    b = rng.standard_normal((shape.n, shape.k) if shape.trans_b else (shape.k, shape.n)).astype(dtype)
-    return a, b, cupy.asarray(a), cupy.asarray(b)
-
-
-def cublas_gemm(a, b, out, shape: Shape):
-    import cupy.cublas
-
-    return cupy.cublas.gemm("T" if shape.trans_a else "N", "T" if shape.trans_b else "N", a, b, out=out)
 
 
 def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, reps: int = 50,
@@ -50,6 +35,7 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
     from autogemm import lookup
     from autogemm.device import this_device
     from autogemm.family import family
+    from autogemm.keys import key_of
     from kernels.gemm import Problem
 
     problem = Problem.contiguous(shape.m, shape.n, shape.k, np.dtype(dtype).name, shape.trans_a, shape.trans_b)
@@ -58,32 +44,31 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
     if choice.source != "default":
         known["tuned" if choice.source == "exact" else "nearest"] = dict(choice.config)
     configs = {**known, **(configs or {})}
-    host_a, host_b, a, b = _inputs(shape, dtype)
-    value, magnitude = reference_gemm(host_a, host_b, trans_a=shape.trans_a, trans_b=shape.trans_b)
+    measure = GemmMeasure(key_of("gemm", problem), this_device())  # operands, reference, check
     flops = 2 * shape.m * shape.n * shape.k
-    out = cupy.empty((shape.m, shape.n), dtype=dtype)
     variants = [(name, "gemm", cfg) for name, cfg in configs.items()]
     if naive:
         variants.append(("naive", "gemm_naive", None))
     rows, runs = {}, {}
     for variant, fam, cfg in variants:
         try:
-            run = plan_gemm(a, b, out, trans_a=shape.trans_a, trans_b=shape.trans_b, config=cfg,
-                            kernel_family=fam)
-            out.fill(np.nan)
-            run()
-        except (AutogemmError, cupy.cuda.driver.CUDADriverError) as exc:
+            run = plan_gemm(measure.a, measure.b, measure.out, trans_a=shape.trans_a, trans_b=shape.trans_b,
+                            config=cfg, kernel_family=fam)
+        except AutogemmError as exc:
             rows[variant] = Row(shape, variant, str(cfg), None, 0.0, str(exc))
             continue
-        verdict = compare(cupy.asnumpy(out), value, magnitude, shape.k, dtype)
-        rows[variant] = Row(shape, variant, run.instance.name, None, 0.0, "" if verdict.ok else verdict.describe())
-        if verdict.ok:
+        rows[variant] = Row(shape, variant, run.instance.name, None, 0.0)
+        try:
+            measure.verify(run)
             runs[variant] = run
-    out.fill(np.nan)
-    cublas_gemm(a, b, out, shape)
-    verdict = compare(cupy.asnumpy(out), value, magnitude, shape.k, dtype)
-    rows["cublas"] = Row(shape, "cublas", "cublas", None, 0.0, "" if verdict.ok else verdict.describe())
-    runs["cublas"] = lambda: cublas_gemm(a, b, out, shape)
+        except (AutogemmError, cupy.cuda.driver.CUDADriverError) as exc:  # Mismatch included
+            rows[variant].error = str(exc)
+    runs["cublas"] = lambda: cublas_gemm(measure.a, measure.b, measure.out, shape)
+    rows["cublas"] = Row(shape, "cublas", "cublas", None, 0.0)
+    try:
+        measure.verify(runs["cublas"])
+    except AutogemmError as exc:
+        rows["cublas"].error = str(exc)
     for variant, t in time_interleaved(runs, reps=reps, flush_l2=flush_l2).items():
         rows[variant].timing, rows[variant].gflops = t, t.gflops(flops)
     return list(rows.values())
