@@ -63,7 +63,7 @@ def ordered(store: Store) -> list[Record]:
 
 def to_json(shown: Shown) -> list[dict]:
     return [dict(file=str(s.path), meta=s.meta.to_json(),
-                 records=[dict(r.to_json(), kernel=kernel_name(r), speedup=r.speedup, stale=r.stale,
+                 records=[dict(r.to_json(), kernel=None if r.stale else kernel_name(r), speedup=r.speedup, stale=r.stale,
                                age=age(r.date)) for r in ordered(s)])
             for s in shown.stores]
 

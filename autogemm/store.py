@@ -15,7 +15,8 @@ Family.config, so no string reaches a template) and names the file and the recor
 StoreError. `save` merges with the file as it is at write time (a faster record replaces, a
 slower one does not, others stay) and replaces it atomically; it never overwrites a file it
 cannot read. A record whose template hash is not the template's current one is stale: shown,
-never used.
+kept, never used; its config is checked only as plain words and numbers, since the space it was
+tuned in may have changed since.
 """
 import contextlib
 import json
@@ -245,10 +246,14 @@ def _record(obj, where: str) -> Record:
         key = parse_key(*(obj[f] for f in fields))
     except ValueError as exc:
         raise StoreError(f"{where}: {exc}") from None
-    try:
-        config = family(key.family).config(obj["config"], f"{where}: config")
-    except InvalidConfig as exc:
-        raise StoreError(str(exc)) from None
+    template_hash = _string(obj, "template_hash", where, _HASH)
+    if template_hash != family(key.family).template_hash:
+        config = _stale_config(obj["config"], f"{where}: config")
+    else:
+        try:
+            config = family(key.family).config(obj["config"], f"{where}: config")
+        except InvalidConfig as exc:
+            raise StoreError(str(exc)) from None
     return Record(
         key, config,
         median_us=_number(obj, "median_us", where), p10_us=_number(obj, "p10_us", where),
@@ -256,9 +261,22 @@ def _record(obj, where: str) -> Record:
         cublas_us=_number(obj, "cublas_us", where, optional=True),
         max_rel_error=_number(obj, "max_rel_error", where, positive=False, optional=True),
         trials=_count(obj, "trials", where), failed=_count(obj, "failed", where),
-        date=_date(obj, "date", where), template_hash=_string(obj, "template_hash", where, _HASH),
+        date=_date(obj, "date", where), template_hash=template_hash,
         command=_string(obj, "command", where, limit=2000),
     )
+
+
+def _stale_config(obj, where: str) -> Config:
+    """A stale record's config, kept to be shown and written back: parameter names and values
+    must be short words or integers (the space may have gained or lost parameters since)."""
+    if not isinstance(obj, dict) or len(obj) > 32:
+        raise StoreError(f"{where}: expected an object of at most 32 parameters")
+    for name, value in obj.items():
+        plain = type(value) is int or (type(value) is str and _WORD.fullmatch(value))
+        if not _WORD.fullmatch(name) or not plain:
+            raise StoreError(f"{where}: {brief(name, 24)}: {brief(value, 24)} is not a plain word "
+                             "or integer")
+    return Config(obj)
 
 
 # ---- writing ---------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ PARAMS = {
     "tm": (1, 2, 4, 8),                # register micro-tile TM x TN, repeated over the block tile
     "tn": (1, 2, 4, 8),
     "vec": (1, 2, 4),                  # elements per global load
-    "stages": (1, 2),                  # shared-memory buffers (2: prefetch while computing)
+    "copy": ("regs", "async"),         # global -> shared: through registers, or by cp.async
+    "stages": (1, 2, 3, 4),            # shared-memory buffers (regs: 1 or 2; async: 2 to 4)
     "split_k": (1, 2, 3, 4, 6, 8, 16), # slices of K reduced by the last block of each tile
     "pad": (0, 4),                     # shared-memory row padding against bank conflicts (elements)
 }
@@ -81,18 +82,34 @@ def threads(c) -> int:
     return c.ty * c.tx
 
 
+def k_major(c, p: Problem) -> tuple[bool, bool]:
+    """Whether op(A), op(B) sit in shared memory as [row][k]: cp.async keeps an operand's global
+    layout, and A (not transposed) and B (transposed) have K contiguous. Through registers, every
+    operand is stored [k][row]."""
+    return c.copy == "async" and not p.trans_a, c.copy == "async" and p.trans_b
+
+
+def k_chunk(c, p: Problem) -> int:
+    """k values per fragment read: a 16-byte vector along k where an operand is K-major, else 1."""
+    return 16 // p.itemsize if any(k_major(c, p)) else 1
+
+
 def smem_bytes(c, p: Problem) -> int:
-    return c.stages * c.bk * (c.bm + c.bn + 2 * c.pad) * p.itemsize
+    a_k, b_k = k_major(c, p)
+    tile_a = c.bm * (c.bk + c.pad) if a_k else c.bk * (c.bm + c.pad)
+    tile_b = c.bn * (c.bk + c.pad) if b_k else c.bk * (c.bn + c.pad)
+    return c.stages * (tile_a + tile_b) * p.itemsize
 
 
 def registers_estimate(c, p: Problem) -> int:
-    """32-bit registers a thread needs: accumulators, fragments, staged loads and their addresses
-    (about two each), ~64 for the rest (loop state, epilogue); checked against ptxas by
-    tests/test_kernels_compile.py."""
+    """32-bit registers a thread needs: accumulators, fragments (k_chunk k values of each),
+    register-staged loads and the addresses of every load (about two each), ~64 for the rest
+    (loop state, epilogue); checked against ptxas by tests/test_kernels_compile.py."""
     words = p.itemsize // 4
     rm, rn = c.bm // c.ty, c.bn // c.tx
-    staged = ceil_div(c.bm * c.bk // c.vec, threads(c)) + ceil_div(c.bn * c.bk // c.vec, threads(c))
-    return words * (rm * rn + rm + rn + staged * c.vec) + 2 * staged + 64
+    loads = ceil_div(c.bm * c.bk // c.vec, threads(c)) + ceil_div(c.bn * c.bk // c.vec, threads(c))
+    staged = loads * c.vec if c.copy == "regs" else 0
+    return words * (rm * rn + k_chunk(c, p) * (rm + rn) + staged) + 2 * loads + 64
 
 
 def k_slice(c, k: int) -> int:
@@ -107,6 +124,8 @@ CONSTRAINTS = (
      lambda c, p, d: threads(c) % 32 == 0 and threads(c) <= min(1024, d.max_threads_per_block)),
     ("vector loads must be at most 16 bytes", lambda c, p, d: c.vec * p.itemsize <= 16),
     ("VEC must divide BK", lambda c, p, d: c.bk % c.vec == 0),
+    ("register-staged copies use 1 or 2 stages, cp.async 2 to 4",
+     lambda c, p, d: c.stages <= 2 if c.copy == "regs" else c.stages >= 2),
     ("shared memory must fit the device's per-block limit",
      lambda c, p, d: smem_bytes(c, p) <= d.smem_per_block),
     ("the register estimate must fit without spilling (224 per thread, and the block's file)",
@@ -127,9 +146,13 @@ def even(c, p: Problem) -> bool:
 def template_args(c, p: Problem) -> dict:
     widest = 16 // p.itemsize
     is_even = even(c, p)
+    a_kmajor, b_kmajor = k_major(c, p)
     return dict(
         dict(c),
         ctype=DTYPES[p.dtype],
+        a_kmajor=a_kmajor,
+        b_kmajor=b_kmajor,
+        kc=k_chunk(c, p),
         trans_a=p.trans_a,
         trans_b=p.trans_b,
         epilogue=p.epilogue,
@@ -144,7 +167,7 @@ def template_args(c, p: Problem) -> dict:
 def instance_name(c, p: Problem) -> str:
     dt = SHORT[p.dtype]
     name = (f"gemm_{dt}_{p.op}_bm{c.bm}_bn{c.bn}_bk{c.bk}_ty{c.ty}_tx{c.tx}_tm{c.tm}_tn{c.tn}"
-            f"_v{c.vec}_s{c.stages}_sk{c.split_k}_p{c.pad}")
+            f"_v{c.vec}_{c.copy}{c.stages}_sk{c.split_k}_p{c.pad}")
     args = template_args(c, p)
     if p.epilogue:
         name += f"_{p.epilogue}"
@@ -202,4 +225,8 @@ def default_candidates(p: Problem, d):
         bk = 8 if big or p.itemsize == 8 else 16
         for s in dict.fromkeys((split, 1)):
             yield dict(bm=bm, bn=bn, bk=max(bk, vec), ty=ty, tx=tx, tm=tm, tn=tn, vec=vec,
-                       stages=2, split_k=s, pad=0 if big else 4)
+                       copy="regs", stages=2, split_k=s, pad=0 if big else 4)
+    # Where the search starts too: the chosen tile with a 3-stage cp.async pipeline.
+    bm, bn, ty, tx, tm, tn = chosen
+    yield dict(bm=bm, bn=bn, bk=16, ty=ty, tx=tx, tm=tm, tn=tn, vec=vec, copy="async", stages=3,
+               split_k=1, pad=4)

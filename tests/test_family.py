@@ -17,7 +17,7 @@ from kernels import colsum, elementwise, gemm, softmax_xent
 
 GEMM = family("gemm")
 # Valid on every problem below, but for what a test changes.
-BASE = dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=1, stages=2, split_k=1, pad=4)
+BASE = dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=1, copy="regs", stages=2, split_k=1, pad=4)
 SQUARE = gemm.Problem.contiguous(1024, 1024, 1024)
 HOSTILE = ("128; } __global__ void evil() {", "{{ 7*7 }}", "{% raw %}", "4\n#define T int")
 ODD_SHAPES = ((1, 1, 1), (17, 33, 65), (2, 3, 5), (131, 67, 257), (7919, 13, 101), (1, 4096, 3))
@@ -56,6 +56,8 @@ def problems_of(name: str, dtype: str) -> list:
     (dict(split_k=2), gemm.Problem.contiguous(64, 64, 16), "split-K slice"),
     (dict(split_k=16), gemm.Problem.contiguous(64, 64, 200), "split-K slice"),
     (dict(bm=16, ty=4, tm=4, tx=32, tn=2), gemm.Problem.contiguous(65535 * 16 + 1, 64, 64), "grid rows"),
+    (dict(stages=3), SQUARE, "1 or 2 stages"),
+    (dict(copy="async", stages=1), SQUARE, "cp.async 2 to 4"),
 ])
 def test_gemm_rejects_configs_that_cannot_run(change, problem, message):
     assert not GEMM.violations(GEMM.config(BASE), problem, H100)
@@ -194,10 +196,27 @@ def test_instance_names_come_from_values_and_name_the_kernel(name):
                 assert kernels == [inst.name]
 
 
+def test_cp_async_keeps_each_operand_in_its_global_layout():
+    """cp.async cannot transpose: an operand whose K is contiguous sits [row][k] in shared memory
+    (K padded) and is read KC k at a time; through registers every operand sits [k][row]."""
+    cfg = GEMM.config({**BASE, "copy": "async", "stages": 3})
+    for ta, tb in ((False, False), (False, True), (True, False), (True, True)):
+        problem = gemm.Problem.contiguous(256, 256, 256, "float32", ta, tb)
+        a_k, b_k = gemm.k_major(cfg, problem)
+        assert (a_k, b_k) == (not ta, tb)
+        tile_a = 64 * (16 + 4) if a_k else 16 * (64 + 4)
+        tile_b = 64 * (16 + 4) if b_k else 16 * (64 + 4)
+        assert gemm.smem_bytes(cfg, problem) == 3 * (tile_a + tile_b) * 4
+        assert gemm.template_args(cfg, problem)["kc"] == (4 if a_k or b_k else 1)
+    regs = GEMM.config(BASE)
+    assert gemm.k_major(regs, gemm.Problem.contiguous(256, 256, 256)) == (False, False)
+    assert gemm.k_chunk(cfg, gemm.Problem.contiguous(256, 256, 256, "float64")) == 2
+
+
 def test_gemm_name_spells_every_parameter():
     cfg = GEMM.config(BASE)
     name = GEMM.instance_name(cfg, gemm.Problem.contiguous(100, 100, 100, "float64", True, False, epilogue="drelu"))
-    assert name == "gemm_f64_tn_bm64_bn64_bk16_ty16_tx16_tm4_tn4_v1_s2_sk1_p4_drelu"
+    assert name == "gemm_f64_tn_bm64_bn64_bk16_ty16_tx16_tm4_tn4_v1_regs2_sk1_p4_drelu"
     assert GEMM.instance_name(cfg, SQUARE).endswith("_p4_even_o4")
 
 

@@ -80,13 +80,36 @@ def test_sampled_configs(dtype):
             run_and_check(rng, m, n, k, ta, tb, dtype, beta=1.0, config=dict(cfg))
 
 
+ASYNC = [dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=4, copy="async", stages=3, split_k=1, pad=4),
+         dict(bm=128, bn=64, bk=8, ty=16, tx=16, tm=4, tn=1, vec=4, copy="async", stages=4, split_k=2, pad=0),
+         dict(bm=32, bn=32, bk=32, ty=8, tx=8, tm=2, tn=2, vec=1, copy="async", stages=2, split_k=3, pad=4)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("ta,tb", OPS)
+@pytest.mark.parametrize("cfg", ASYNC, ids=["s3", "s4-splitk2", "s2-vec1-splitk3"])
+def test_cp_async_pipeline_every_op(cfg, ta, tb, dtype):
+    """cp.async stages with K-major shared tiles: even and ragged shapes, zero-filled edges."""
+    fam = family("gemm")
+    rng = np.random.default_rng(6)
+    ran = 0
+    for m, n, k in [(800, 1000, 784), (1000, 784, 800), (256, 128, 96), (131, 67, 257), (7, 13, 29)]:
+        cfg_here = dict(cfg, vec=min(cfg["vec"], 16 // np.dtype(dtype).itemsize))
+        p = Problem.contiguous(m, n, k, dtype.__name__, ta, tb)
+        if fam.violations(fam.config(cfg_here), p, H100):
+            continue
+        run_and_check(rng, m, n, k, ta, tb, dtype, epilogue="bias_sigmoid", beta=0.5, config=cfg_here)
+        ran += 1
+    assert ran >= 3
+
+
 def test_split_k_is_deterministic_and_reusable():
     """The tile counters reset themselves: repeated launches give bit-identical results."""
     import cupy
 
     import autogemm
 
-    cfg = dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=2, stages=2, split_k=8, pad=4)
+    cfg = dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=2, copy="regs", stages=2, split_k=8, pad=4)
     rng = np.random.default_rng(3)
     a = cupy.asarray(rng.standard_normal((100, 4000)).astype(np.float32))
     b = cupy.asarray(rng.standard_normal((4000, 70)).astype(np.float32))

@@ -144,7 +144,8 @@ def assert_compiled_without_spills(instances, usage):
 
 def test_sample_covers_the_space():
     configs = [i.config for i in GEMM_SAMPLE]
-    for key, wanted in (("vec", {1, 2, 4}), ("stages", {1, 2}), ("pad", {0, 4})):
+    for key, wanted in (("vec", {1, 2, 4}), ("copy", {"regs", "async"}), ("stages", {1, 2, 3, 4}),
+                        ("pad", {0, 4})):
         assert {c[key] for c in configs} == wanted, key
     assert any(c.split_k > 1 for c in configs)
     assert {"_even_" in i.name for i in GEMM_SAMPLE} == {True, False}

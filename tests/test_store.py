@@ -176,5 +176,26 @@ def test_stale_is_a_template_hash_that_is_not_the_current_one(tmp_path):
     assert stale == {"800x1000x784": True, "1x2x3": False}
 
 
+def test_a_stale_record_from_an_older_space_is_kept_and_shown_not_rejected(tmp_path):
+    """The template gained a parameter since tuning: the old record loads as stale, survives a
+    save, and a fresh record replaces it."""
+    old_config = {k: v for k, v in GEMM.items() if k != "copy"}
+    path = write_store(tmp_path, [record(), record((400, 1000, 784))])
+    edit(path, lambda d: d["records"][0].update(config=old_config, template_hash="0123456789abcdef"))
+    old = next(r for r in load(path).records.values() if r.stale)
+    assert dict(old.config) == old_config
+    save(path, [record((1, 2, 3))], meta())
+    assert dict(load(path).records[old.key].config) == old_config
+    save(path, [record(old.key.sizes, median_us=80.0)], meta())
+    assert not load(path).records[old.key].stale
+
+
+@pytest.mark.parametrize("config", [{"bm": "{{ evil }}"}, {"bm": 1.5}, {"b m": 1}, {"bm": [1]}, [1, 2]])
+def test_a_stale_record_still_holds_only_plain_words_and_integers(tmp_path, config):
+    path = write_store(tmp_path, [record()])
+    edit(path, lambda d: d["records"][0].update(config=config, template_hash="0123456789abcdef"))
+    assert "config" in _message(path)
+
+
 def test_file_for_names_the_gpu(tmp_path):
     assert file_for(tmp_path, H100) == tmp_path / "nvidia-h100-80gb-hbm3.json"
