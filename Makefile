@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 FASHION = /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: train test test-gpu bench gpu-check data install clean
+.PHONY: train test test-gpu bench gpu-check scaling data install clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,10 @@ gpu-check:  ## on a GPU machine, one visit: gpu tests, GEMMs vs cuBLAS, epochs v
 	  --json $(OUT)/train-bench.json | tail -4
 	$(PYTHON) -c "import json; [print(f\"{r['shape']:>22} {r['variant']:>8} {r['median_us']:9.1f} us\") \
 	  for r in json.load(open('$(OUT)/gemm-bench.json'))['results'] if r['median_us']]"
+
+scaling:  ## on a 4-GPU machine: both networks on 1, 2, 4 GPUs, MPI and NCCL all-reduce; summaries and logs in $(OUT)/
+	-$(PYTHON) -m nn.scaling --network cme213 --out $(OUT) $(SCALING_ARGS)
+	-$(PYTHON) -m nn.scaling --network large --out $(OUT) $(SCALING_ARGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
