@@ -21,7 +21,9 @@ def load(instance: Instance, options: tuple[str, ...] = OPTIONS):
             kernel.compile()  # force NVRTC now, so errors surface here, not at the first launch
         except cupy.cuda.compiler.CompileException as exc:
             raise CompileError(f"{instance.name}: NVRTC failed: {describe(exc, instance.source)}") from None
-        if instance.geometry.smem_bytes > 48 * 1024:
+        if instance.geometry.smem_bytes > 0:
+            # Opt in to the size: beyond 48 KiB with the kernel's static shared memory (the split-K
+            # flag), a launch without it fails.
             kernel.max_dynamic_shared_size_bytes = instance.geometry.smem_bytes
         _cache[key] = kernel
     return kernel

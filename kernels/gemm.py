@@ -2,6 +2,7 @@
 
 D = epi(alpha * op(A) @ op(B) + beta * C), row-major, op in {N, T} on each side, any M, N, K >= 1.
 """
+import itertools
 from dataclasses import dataclass
 
 from kernels import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div
@@ -78,6 +79,9 @@ class Problem:
         return ITEMSIZE[self.dtype]
 
 
+STATIC_SMEM = 16   # bytes of __shared__ variables in the kernel (the split-K flag, padded)
+
+
 def threads(c) -> int:
     return c.ty * c.tx
 
@@ -127,7 +131,7 @@ CONSTRAINTS = (
     ("register-staged copies use 1 or 2 stages, cp.async 2 to 4",
      lambda c, p, d: c.stages <= 2 if c.copy == "regs" else c.stages >= 2),
     ("shared memory must fit the device's per-block limit",
-     lambda c, p, d: smem_bytes(c, p) <= d.smem_per_block),
+     lambda c, p, d: smem_bytes(c, p) + STATIC_SMEM <= d.smem_per_block),
     ("the register estimate must fit without spilling (224 per thread, and the block's file)",
      lambda c, p, d: registers_estimate(c, p) <= min(224, d.regs_per_block // threads(c))),
     ("VEC must suit the alignment of A and B (pointers and leading dimensions)",
@@ -226,7 +230,11 @@ def default_candidates(p: Problem, d):
         for s in dict.fromkeys((split, 1)):
             yield dict(bm=bm, bn=bn, bk=max(bk, vec), ty=ty, tx=tx, tm=tm, tn=tn, vec=vec,
                        copy="regs", stages=2, split_k=s, pad=0 if big else 4)
-    # Where the search starts too: the chosen tile with a 3-stage cp.async pipeline.
-    bm, bn, ty, tx, tm, tn = chosen
-    yield dict(bm=bm, bn=bn, bk=16, ty=ty, tx=tx, tm=tm, tn=tn, vec=vec, copy="async", stages=3,
-               split_k=1, pad=4)
+    # Where the search starts as well: 3-stage cp.async pipelines on the chosen tile and the next
+    # larger one, and on cuBLAS's mid-size tiles (128x64 and 64x128, 128 threads of 8x8, H100 ncu),
+    # whole or split in two. TN 1 where B is K-major: its fragment reads then hit distinct banks.
+    tiles = _DEFAULT_TILES[max(0, start - 1):start + 1] + ((128, 64, 16, 8, 4, 4), (64, 128, 8, 16, 4, 4))
+    for (bm, bn, ty, tx, tm, tn), bk, split in itertools.product(tiles, (16, 32), (1, 2)):
+        if split == 1 or bm * bn == 128 * 64:
+            yield dict(bm=bm, bn=bn, bk=bk, ty=ty, tx=tx, tm=tm, tn=1 if p.trans_b else tn, vec=vec,
+                       copy="async", stages=3, split_k=split, pad=4)

@@ -165,7 +165,7 @@ def test_ctrl_c_marks_the_trial_in_flight_and_resume_finishes_the_work(tmp_path)
         return None
 
     with pytest.raises(KeyboardInterrupt):
-        search(FakeMeasure(script=script), settings=Settings(**{**FAST.__dict__, "trials": 16}), study_path=path)
+        search(FakeMeasure(script=script), settings=Settings(**{**FAST.__dict__, "trials": 30}), study_path=path)
     study = stored_study(path)
     states = [t.state for t in study.trials]
     assert TrialState.RUNNING not in states
@@ -175,9 +175,9 @@ def test_ctrl_c_marks_the_trial_in_flight_and_resume_finishes_the_work(tmp_path)
     done_before = {Config(t.params) for t in study.trials if t.state == TrialState.COMPLETE}
 
     resumed = FakeMeasure()
-    result = search(resumed, settings=Settings(**{**FAST.__dict__, "trials": 16}), study_path=path, resume=True)
-    assert result.trials == 16 and result.failed == 0          # "interrupted" is not a failure
-    searched = resumed.measured()[:16 - len(done_before)]
+    result = search(resumed, settings=Settings(**{**FAST.__dict__, "trials": 30}), study_path=path, resume=True)
+    assert result.trials == 30 and result.failed == 0          # "interrupted" is not a failure
+    searched = resumed.measured()[:30 - len(done_before)]
     assert len(done_before) == 5 and not set(searched) & done_before
     assert Config(interrupted[0].params) in searched            # measured again, this time fully
 
