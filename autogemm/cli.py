@@ -180,6 +180,58 @@ def _summary(outcomes, Table):
     return table
 
 
+def cmd_sweep(args) -> int:
+    from rich.table import Table
+
+    from autogemm.device import this_device
+    from autogemm.family import family
+    from autogemm.keys import problem_of
+    from autogemm.measure import measure_for
+    from autogemm.search import Settings
+    from autogemm.sweep import sweep
+
+    targets = parse_targets(args.shapes, args.batch, args.hidden, families=("gemm",))
+    fam = family("gemm").restricted(dict(args.fix))
+    device = this_device()
+    settings = Settings(trials=args.trials, timeout=None, seed=args.seed)
+    console = _console()
+    table = Table(title=f"autogemm sweep on {device.name}: every valid config of the space, then the search "
+                        f"({args.trials} trials) on it; µs re-timed together, interleaved")
+    for col in ("shape", "valid", "failed", "sweep best µs", "search µs", "search / best", "sweep s", "search s"):
+        table.add_column(col, justify="left" if col == "shape" else "right")
+    results = []
+    for target in targets:
+        key = target.key(args.dtype)
+        report = sweep(fam, problem_of(key), device, measure_for(key, device, args.seed), settings,
+                       progress=lambda done, total, t=target: console.print(f"{t}: {done}/{total} measured"))
+        best = report.best
+        table.add_row(str(target), str(report.valid), str(len(report.failures)), f"{report.final[best]:.1f}",
+                      f"{report.final[report.search.config]:.1f}", f"{report.ratio:.3f}",
+                      f"{report.seconds_sweep:.0f}", f"{report.seconds_search:.0f}")
+        results.append(dict(shape=str(target), valid=report.valid, failed=len(report.failures),
+                            sweep_best=dict(config=dict(best), median_us=report.final[best]),
+                            search=dict(config=dict(report.search.config), trials=report.search.trials,
+                                        median_us=report.final[report.search.config]),
+                            search_over_best=report.ratio, seconds_sweep=report.seconds_sweep,
+                            seconds_search=report.seconds_search,
+                            quick_us=[[dict(c), t] for c, t in sorted(report.timings.items(), key=lambda kv: kv[1])]))
+    console.print(table)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(gpu=device.name, dtype=args.dtype, command=args.command_line,
+                           space={k: list(v) for k, v in fam.params.items()}, results=results), f, indent=1)
+    return 0
+
+
+def _fix(text: str) -> tuple[str, tuple]:
+    """NAME=V[,V...] of --fix: integers where they parse, words otherwise (checked by the family)."""
+    name, sep, values = text.partition("=")
+    if not sep or not name.strip() or not values.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=VALUE[,VALUE...], e.g. copy=async or bk=16,32")
+    parsed = tuple(int(v) if v.strip().lstrip("-").isdigit() else v.strip() for v in values.split(","))
+    return name.strip(), parsed
+
+
 def cmd_show(args) -> int:
     from autogemm.lookup import store_dir
     from autogemm.show import collect, tables, to_json
@@ -259,6 +311,18 @@ def build_parser() -> argparse.ArgumentParser:
                       help="continue the studies of an interrupted run (kept in $AUTOGEMM_CACHE/studies)")
     tune.add_argument("--seed", type=int, default=0, help="seed of the TPE sampler and the operands (0)")
     tune.set_defaults(run=cmd_tune)
+
+    sweep = sub.add_parser("sweep", help="measure every config of a (restricted) gemm space, and the search on it")
+    sweep.add_argument("--shapes", required=True, help="MxNxK[:op],... (or 'nn'): the GEMMs to sweep")
+    sweep.add_argument("--hidden", type=_hidden, default=(1000,), help="hidden sizes for nn (1000)")
+    sweep.add_argument("--batch", type=_positive_int, default=800, help="batch size for nn (800)")
+    sweep.add_argument("--fix", type=_fix, action="append", default=[], metavar="NAME=V[,V...]",
+                       help="limit a gemm parameter to these choices (repeatable), e.g. --fix copy=async --fix bk=16")
+    sweep.add_argument("--trials", type=_positive_int, default=40, help="the search's trials on the same space (40)")
+    sweep.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="(float32)")
+    sweep.add_argument("--seed", type=int, default=0, help="seed of the search and the operands (0)")
+    sweep.add_argument("--json", metavar="PATH", help="also write every timing as JSON")
+    sweep.set_defaults(run=cmd_sweep)
 
     show = sub.add_parser("show", help="tuned results as a table per GPU (or --json)")
     show.add_argument("path", nargs="?",

@@ -3,6 +3,7 @@
 A tuned file or a user's `config=` is data: its values must be members of the declared choices,
 of the same type, before anything reaches Jinja, so no string can inject source into a kernel.
 """
+import copy
 import functools
 import hashlib
 import importlib
@@ -70,8 +71,25 @@ class Family:
         self.name = name
         self.module = importlib.import_module(f"kernels.{name}")
         self.params: dict[str, tuple] = self.module.PARAMS
+        self.restrictions: dict[str, tuple] = {}    # parameters limited by `restricted`
         self.constraints = self.module.CONSTRAINTS
         self.Problem = self.module.Problem
+
+    def restricted(self, choices: Mapping[str, tuple]) -> "Family":
+        """This family with some parameters limited to a subset of their declared choices (a
+        sweep's space, or a search confined to part of the space)."""
+        for key, values in choices.items():
+            if key not in self.params:
+                raise InvalidConfig(f"{self.name} has no parameter {key!r}; known: {', '.join(self.params)}")
+            for value in values:
+                self.config({**{k: v[0] for k, v in self.params.items()}, key: value}, f"restricting {key}")
+        sub = copy.copy(self)
+        sub.restrictions = {**self.restrictions, **{k: tuple(v) for k, v in choices.items()}}
+        sub.params = {k: sub.restrictions.get(k, v) for k, v in self.params.items()}
+        return sub
+
+    def _in_restrictions(self, values: Mapping) -> bool:
+        return all(values.get(k) in v for k, v in self.restrictions.items())
 
     @property
     def template_hash(self) -> str:
@@ -111,16 +129,15 @@ class Family:
     # ---- choosing ------------------------------------------------------------------------
     def default(self, problem, device: DeviceInfo) -> Config:
         """The first valid config of the family's untuned candidates."""
-        for values in self.module.default_candidates(problem, device):
-            cfg = self.config(values, "default")
-            if not self.violations(cfg, problem, device):
-                return cfg
+        for cfg in self.candidates(problem, device):
+            return cfg
         raise InvalidConfig(f"{self.name}: no default config fits {problem} on {device.name}")
 
     def candidates(self, problem, device: DeviceInfo) -> list[Config]:
         """Every valid config of the family's untuned candidates, best guess first (the search
-        starts from them)."""
-        found = (self.config(values, "default") for values in self.module.default_candidates(problem, device))
+        starts from them); in a restricted family, those inside its space."""
+        found = (self.config(values, "default") for values in self.module.default_candidates(problem, device)
+                 if self._in_restrictions(values))
         return list(dict.fromkeys(cfg for cfg in found if not self.violations(cfg, problem, device)))
 
     def all_configs(self) -> Iterator[Config]:

@@ -427,7 +427,9 @@ def provenance(argv) -> dict:
 def summary(s: Settings, about: dict, runs: list[Run]) -> dict:
     verdict, worst = f64_verdict(runs)
     settings = {k: v for k, v in asdict(s).items() if k != "network"}
-    return {"network": asdict(s.network), **about, "settings": json.loads(json.dumps(settings, default=str)),
+    # nn.bench's lr is not passed on: the runs train with nn.train's defaults (lr 1.0) unless --extra-args says.
+    network = {k: v for k, v in asdict(s.network).items() if k != "lr"}
+    return {"network": network, **about, "settings": json.loads(json.dumps(settings, default=str)),
             "f64_tolerance": F64_TOLERANCE, "f64_check": verdict, "f64_worst_rel_diff": worst,
             "rows": rows(runs), "runs": [dict(asdict(r), ms_per_epoch=r.ms_per_epoch) for r in runs]}
 
