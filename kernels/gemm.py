@@ -198,14 +198,14 @@ def flops(p: Problem) -> int:
     return 2 * p.m * p.n * p.k
 
 
-# Block shapes for the default, largest first: (bm, bn, ty, tx, tm, tn, copy).
+# Block shapes for the default, largest first: (bm, bn, ty, tx, tm, tn, copy, bk, stages).
 _DEFAULT_TILES = (
-    (128, 128, 16, 16, 4, 4, "regs"),
-    (128, 64, 16, 16, 4, 2, "regs"),
-    (64, 64, 8, 16, 4, 2, "async"),
-    (64, 32, 16, 8, 4, 4, "regs"),
-    (32, 32, 8, 8, 4, 4, "regs"),
-    (16, 16, 4, 8, 4, 2, "regs"),
+    (128, 128, 16, 16, 4, 4, "regs", 8, 2),
+    (128, 64, 16, 16, 4, 2, "regs", 16, 2),
+    (64, 64, 8, 16, 4, 2, "async", 16, 3),
+    (64, 32, 16, 8, 4, 4, "async", 32, 3),
+    (32, 32, 8, 8, 4, 4, "async", 32, 3),
+    (16, 16, 4, 8, 4, 2, "async", 32, 4),
 )
 
 
@@ -216,22 +216,23 @@ def default_candidates(p: Problem, d):
     and plainer fallbacks. Then more places for the search to start from.
     (H100, float32: 128x128 with BK 8 and no padding ran 4096^3 at 92% of cuBLAS, BK 16 at 66%;
     64x64 tiles of 128 threads with a 3-stage cp.async pipeline were the best of a sweep of 1005
-    configs on 800x1000x784:nt, two blocks an SM, 1% faster than cuBLAS; 16x16 tiles split 8-16 ways
-    beat cuBLAS on 800x10x1000. See tuned/bench/.)"""
+    configs on 800x1000x784:nt, two blocks an SM, 1% faster than cuBLAS; the tuner chose cp.async
+    with BK 32 on the smaller tiles of every MLP shape; 16x16 tiles split 8-16 ways beat cuBLAS on
+    800x10x1000. See tuned/bench/.)"""
     vec = min(4, 16 // p.itemsize, p.vec_a, p.vec_b)
     chosen = next((t for t in _DEFAULT_TILES
                    if ceil_div(p.m, t[0]) * ceil_div(p.n, t[1]) >= d.sm_count), _DEFAULT_TILES[-1])
     start = _DEFAULT_TILES.index(chosen)
-    for bm, bn, ty, tx, tm, tn, copy in _DEFAULT_TILES[start:]:
+    for bm, bn, ty, tx, tm, tn, copy, bk, stages in _DEFAULT_TILES[start:]:
         tiles = ceil_div(p.m, bm) * ceil_div(p.n, bn)
         split = 1
         while tiles < d.sm_count and tiles * split < 2 * d.sm_count and p.k // (2 * split) >= 64 and split < 16:
             split *= 2
         big = bm * bn >= 128 * 128
-        bk = 8 if big or p.itemsize == 8 else 16
+        bk = 8 if p.itemsize == 8 else bk
         for s in dict.fromkeys((split, 1)):
             yield dict(bm=bm, bn=bn, bk=max(bk, vec), ty=ty, tx=tx, tm=tm, tn=_tn(tn, copy, p), vec=vec,
-                       copy=copy, stages=3 if copy == "async" else 2, split_k=s, pad=0 if big else 4)
+                       copy=copy, stages=stages, split_k=s, pad=0 if big else 4)
     # Where the search starts as well: 3-stage cp.async pipelines on the chosen tile and the next
     # larger one, and on cuBLAS's mid-size tiles (128x64 and 64x128, 128 threads of 8x8, H100 ncu),
     # whole or split in two.
