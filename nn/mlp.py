@@ -127,14 +127,26 @@ class Step:
 
     def update_fused(self):
         """One rank: W_l <- (-lr) G_l^T A_{l-1} + (1 - lr reg) W_l as one in-place GEMM, and
-        b_l <- b_l + (-lr) * column sums of G_l as one pass: no gradient buffer is written."""
+        b_l <- b_l + (-lr) * column sums of G_l as one pass: no gradient buffer is written.
+
+        The first layer's update (the step's biggest GEMM but one) runs on its own; every other
+        update goes on the side branch alongside it. They touch disjoint parameters and only read
+        what the backward pass finished writing."""
         bk, m = self.model.backend, self.model
         n = self._x.shape[0]
-        for l in range(m.layers):
+
+        def update(l):
             a_prev = self._x if l == 0 else self.acts[l - 1][:n]
             bk.gemm(self.deltas[l][:n], a_prev, m.W[l], trans_a=True, alpha=-self.lr,
                     beta=1.0 - self.lr * self.reg, c=m.W[l])
-            bk.column_sums(self.deltas[l][:n], m.b[l], -self.lr, accumulate=True)
+
+        with bk.side_branch():
+            for l in range(1, m.layers):
+                update(l)
+            for l in range(m.layers):
+                bk.column_sums(self.deltas[l][:n], m.b[l], -self.lr, accumulate=True)
+        update(0)
+        bk.join_branch()
 
     def update(self):
         """W_l -= lr (dW_l + reg W_l); b_l -= lr db_l, from the (all-reduced) gradient buffers."""

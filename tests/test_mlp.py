@@ -1,5 +1,6 @@
 """The NumPy backend against plain NumPy expressions, the MLP's gradients against finite differences,
 the fused single-rank update against gradient-then-SGD, and training accuracy on Fashion-MNIST."""
+import contextlib
 import itertools
 import json
 import warnings
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 
 from nn.backends import ACTIVATIONS, EPILOGUES, get_backend
+from nn.backends.numpy_backend import NumpyBackend
 from nn.mlp import MLP, Step, init_params
 
 DTYPES = (np.float32, np.float64)
@@ -178,6 +180,50 @@ def test_fused_update_equals_grad_then_sgd(activation, hidden):
             step.update() if weight_grads else step.update_fused()
     for (wf, bf), (wp, bp) in zip(fused.params_numpy(), plain.params_numpy()):
         assert rel_err(wf, wp) < 1e-15 * 8 and rel_err(bf, bp) == 0
+
+
+class LateBranchBackend(NumpyBackend):
+    """Runs the side branch's work only at join_branch, after the main work enqueued meanwhile:
+    a step whose results depend on when its branch runs (a hazard on a GPU) fails against this."""
+
+    def __init__(self, dtype):
+        super().__init__(dtype)
+        self.inside, self.deferred = False, []
+
+    @contextlib.contextmanager
+    def side_branch(self):
+        self.inside = True
+        yield
+        self.inside = False
+
+    def join_branch(self):
+        for op in self.deferred:
+            op()
+        self.deferred.clear()
+
+    def gemm(self, *args, **kw):
+        if not self.inside:
+            return super().gemm(*args, **kw)
+        self.deferred.append(lambda: NumpyBackend.gemm(self, *args, **kw))
+
+    def column_sums(self, *args, **kw):
+        if not self.inside:
+            return super().column_sums(*args, **kw)
+        self.deferred.append(lambda: NumpyBackend.column_sums(self, *args, **kw))
+
+
+@pytest.mark.parametrize("hidden", [(4,), (4, 3)])
+def test_fused_update_does_not_depend_on_when_its_side_branch_runs(hidden):
+    sizes, params, x, y = tiny_problem(hidden, seed=5, rows=8)
+    results = []
+    for bk in (get_backend("numpy", np.float64), LateBranchBackend(np.float64)):
+        model = MLP(bk, sizes, "sigmoid", params)
+        step = Step(model, 8, 8, lr=0.3, reg=0.05)
+        for _ in range(3):
+            step.train_batch(bk.asarray(x), bk.asarray(y))
+        results.append(model.params_numpy())
+    for (w0, b0), (w1, b1) in zip(*results):
+        assert np.array_equal(w0, w1) and np.array_equal(b0, b1)
 
 
 def test_rank_with_no_rows_contributes_zero_gradient():

@@ -4,6 +4,7 @@ The MLP (nn/mlp.py) is written against this class alone. Arrays are the backend'
 here, CuPy arrays on a GPU); every operation writes into a caller-owned, preallocated `out`, so a GPU
 backend can capture a whole training step in a CUDA graph and never synchronise inside an epoch.
 """
+import contextlib
 from abc import ABC, abstractmethod
 
 import numpy as np
@@ -74,6 +75,18 @@ class Backend(ABC):
 
     def synchronize(self) -> None:
         """Wait until queued work has finished (a no-op on a synchronous backend)."""
+
+    # ---- concurrency inside a step ----------------------------------------------------------
+
+    @contextlib.contextmanager
+    def side_branch(self):
+        """Operations enqueued inside start after everything enqueued before, and may run alongside
+        what is enqueued after, until `join_branch` (a second stream on a GPU, a branch of the
+        captured graph; plain program order here)."""
+        yield
+
+    def join_branch(self) -> None:
+        """Operations enqueued from now on wait for the side branch's."""
 
     # ---- timing (resolved at epoch boundaries, so asynchronous backends need no sync per step) ----
 

@@ -6,6 +6,7 @@ capture cuBLAS calls into a graph).
 All work goes to one non-blocking stream of the backend's own (graphs cannot capture the legacy
 default stream). Ranks under MPI take GPUs round-robin by their node-local rank.
 """
+import contextlib
 import os
 
 import numpy as np
@@ -47,6 +48,9 @@ class CupyBackend(Backend):
         self.device.use()
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.stream.use()
+        self.side = cupy.cuda.Stream(non_blocking=True)       # the side branch of a step
+        self._fork = cupy.cuda.Event(disable_timing=True)
+        self._join = cupy.cuda.Event(disable_timing=True)
         self.config = None if tuned else "default"  # None: autogemm's tuned lookup
         self._plans = {}
 
@@ -106,6 +110,22 @@ class CupyBackend(Backend):
 
     def synchronize(self):
         self.stream.synchronize()
+
+    @contextlib.contextmanager
+    def side_branch(self):
+        self._fork.record(self.stream)
+        self.side.wait_event(self._fork)
+        # use(), not `with self.side`: leaving that context need not make self.stream current again
+        # (it restores what its own stack saw), and work on any other stream escapes the graph.
+        self.side.use()
+        try:
+            yield
+        finally:
+            self.stream.use()
+
+    def join_branch(self):
+        self._join.record(self.side)
+        self.stream.wait_event(self._join)
 
     # ---- CUDA graphs ----------------------------------------------------------------------
 
