@@ -1,6 +1,7 @@
 """The `autogemm` command: thin subcommands that parse arguments and call the library."""
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -111,11 +112,14 @@ def cmd_tune(args) -> int:
 
     from autogemm import lookup
     from autogemm.device import software, this_device
+    from autogemm.family import family
     from autogemm.search import Settings
     from autogemm.store import Meta, file_for
     from autogemm.tuning import tune_targets
 
     targets = parse_targets(args.shapes, args.batch, args.hidden, args.train_size, args.ranks, args.families)
+    gemm_space = dict(args.fix)
+    family("gemm").restricted(gemm_space)      # an unknown name or value fails here, in one line
     out = Path(args.out) if args.out else lookup.store_dir()
     if out.exists() and not out.is_dir():
         raise AutogemmError(f"--out {out}: not a folder (tuned files are named after the GPU inside it)")
@@ -141,7 +145,7 @@ def cmd_tune(args) -> int:
     try:
         with progress:
             for o in tune_targets(targets, args.dtype, device, out, settings, meta=Meta.here(device, software()),
-                                  command=args.command_line, resume=args.resume,
+                                  command=args.command_line, resume=args.resume, gemm_space=gemm_space,
                                   on_start=on_start, on_progress=on_progress):
                 outcomes.append(o)
                 task = tasks[o.target]
@@ -309,6 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="store folder (default: $AUTOGEMM_TUNED, else the repository's tuned/)")
     tune.add_argument("--resume", action="store_true",
                       help="continue the studies of an interrupted run (kept in $AUTOGEMM_CACHE/studies)")
+    tune.add_argument("--fix", type=_fix, action="append", default=[], metavar="NAME=V[,V...]",
+                      help="search only these choices of a gemm parameter (repeatable), e.g. --fix copy=async")
     tune.add_argument("--seed", type=int, default=0, help="seed of the TPE sampler and the operands (0)")
     tune.set_defaults(run=cmd_tune)
 
@@ -341,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
     except AutogemmError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:      # `autogemm show --json | head`: the reader stopped reading
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit
+        return 1
 
 
 if __name__ == "__main__":

@@ -88,7 +88,8 @@ class Family:
         sub.params = {k: sub.restrictions.get(k, v) for k, v in self.params.items()}
         return sub
 
-    def _in_restrictions(self, values: Mapping) -> bool:
+    def within(self, values: Mapping) -> bool:
+        """Whether `values` keeps to the restrictions (every value of an unrestricted family does)."""
         return all(values.get(k) in v for k, v in self.restrictions.items())
 
     @property
@@ -137,7 +138,7 @@ class Family:
         """Every valid config of the family's untuned candidates, best guess first (the search
         starts from them); in a restricted family, those inside its space."""
         found = (self.config(values, "default") for values in self.module.default_candidates(problem, device)
-                 if self._in_restrictions(values))
+                 if self.within(values))
         return list(dict.fromkeys(cfg for cfg in found if not self.violations(cfg, problem, device)))
 
     def all_configs(self) -> Iterator[Config]:

@@ -6,6 +6,7 @@
 A Ctrl-C between targets or inside one propagates out of the generator; every target finished
 before it is already in the store, and its study (in the cache folder) lets `resume` go on.
 """
+import hashlib
 import os
 import statistics
 from collections.abc import Callable, Iterator
@@ -25,10 +26,20 @@ def cache_dir() -> Path:
     return Path(os.environ.get("AUTOGEMM_CACHE") or "~/.cache/autogemm").expanduser()
 
 
-def study_path(device: DeviceInfo, key: Key, root: Path | None = None) -> Path:
-    """<cache>/studies/<gpu slug>/<family>-<shape>-<op>-<dtype>.log: the shape's Optuna journal."""
+def study_path(device: DeviceInfo, key: Key, root: Path | None = None, space: str = "") -> Path:
+    """<cache>/studies/<gpu slug>/<family>-<shape>-<op>-<dtype>[-<space>].log: the shape's Optuna
+    journal (`space` tells a search of a restricted space from one of the whole)."""
     op = "all" if key.op == NO_OP else key.op
-    return (root or cache_dir()) / "studies" / device.slug / f"{key.family}-{key.shape}-{op}-{key.dtype}.log"
+    name = f"{key.family}-{key.shape}-{op}-{key.dtype}" + (f"-{space}" if space else "")
+    return (root or cache_dir()) / "studies" / device.slug / f"{name}.log"
+
+
+def _space_tag(restrictions: dict) -> str:
+    """A short name of a restricted space for its study file ('' for the whole space)."""
+    if not restrictions:
+        return ""
+    text = ";".join(f"{k}={','.join(map(str, v))}" for k, v in sorted(restrictions.items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
 @dataclass(frozen=True)
@@ -44,10 +55,11 @@ class Outcome:
 
 def tune_targets(targets: list[Target], dtype: str, device: DeviceInfo, out_dir: Path, settings: Settings,
                  *, meta: Meta, command: str, resume: bool = False, measure_for: Callable | None = None,
-                 studies: Path | None = None,
+                 studies: Path | None = None, gemm_space: dict | None = None,
                  on_start: Callable[[Target, Key], None] = lambda t, k: None,
                  on_progress: Callable[[Target, Progress], None] = lambda t, p: None) -> Iterator[Outcome]:
-    """Tune each target; yield its Outcome once its record is saved (merged) in the store."""
+    """Tune each target; yield its Outcome once its record is saved (merged) in the store.
+    `gemm_space` limits GEMM parameters to some of their choices ({name: (values, ...)})."""
     if measure_for is None:
         from autogemm.measure import measure_for
     path = file_for(out_dir, device)
@@ -55,12 +67,14 @@ def tune_targets(targets: list[Target], dtype: str, device: DeviceInfo, out_dir:
     for target in targets:
         key = target.key(dtype)
         fam = family(key.family)
+        if gemm_space and key.family == "gemm":
+            fam = fam.restricted(gemm_space)
         on_start(target, key)
         measure = measure_for(key, device, settings.seed)
-        known = _known(existing, key, device)
+        known = _known(existing, key, device, fam)
         try:
             result = tune(fam, problem_of(key), device, measure, settings, resume=resume, known=known,
-                          study_path=study_path(device, key, studies),
+                          study_path=study_path(device, key, studies, _space_tag(fam.restrictions)),
                           progress=lambda p, t=target: on_progress(t, p))
         except SearchError as exc:
             yield Outcome(target, key, error=str(exc))
@@ -75,12 +89,13 @@ def tune_targets(targets: list[Target], dtype: str, device: DeviceInfo, out_dir:
         yield Outcome(target, key, result, record, stored, cublas)
 
 
-def _known(existing: dict, key: Key, device: DeviceInfo, nearby: int = 3) -> tuple:
+def _known(existing: dict, key: Key, device: DeviceInfo, fam, nearby: int = 3) -> tuple:
     """Configs to try first: the store's record of this key, then the winners of the nearest
-    other shapes of the family and dtype (same op first) that can run this problem."""
-    fam, problem = family(key.family), problem_of(key)
-    records = [r for r in existing.values()
-               if r.key.family == key.family and r.key.dtype == key.dtype and not r.stale]
+    other shapes of the family and dtype (same op first) that can run this problem, all within
+    `fam`'s space."""
+    problem = problem_of(key)
+    records = [r for r in existing.values() if r.key.family == key.family and r.key.dtype == key.dtype
+               and not r.stale and fam.within(r.config)]
     exact = [r.config for r in records if r.key == key]
     others = sorted((r for r in records if r.key != key),
                     key=lambda r: (r.key.op != key.op, distance(r.key, key), r.key.sizes))

@@ -37,6 +37,7 @@ def test_tune_without_a_gpu_is_a_one_line_error(tmp_path):
     (["--trials", "many"], "argument --trials: 'many' is not an integer"),
     (["--timeout", "-5"], "argument --timeout: -5 must be a number > 0"),
     (["--families", "gemm,fft"], "argument --families: 'gemm,fft': families are"),
+    (["--fix", "bk=17"], "restricting bk: bk=17 is not in the gemm space"),
     (["--shapes", "3x4"], "--shapes: '3x4' is not MxNxK[:op]"),
     (["--shapes", "800x0x784"], "--shapes: '800x0x784' has a zero size"),
     (["--shapes", "800x10x1000:xx"], "--shapes: '800x10x1000:xx' is not MxNxK[:op]"),
@@ -142,6 +143,17 @@ def test_tune_stores_results_and_prints_a_summary(fake_gpu, tmp_path, capsys):
     assert "added" in row
     assert all(r.command == "autogemm tune --shapes nn --hidden 100 --families gemm,softmax_xent --trials 6 "
                             f"--out {out}" for r in records.values())
+
+
+def test_tune_fix_searches_only_those_choices(fake_gpu, tmp_path, capsys):
+    out = tmp_path / "tuned"
+    status = cli.main(["tune", "--shapes", "800x1000x784:nt", "--fix", "copy=async", "--fix", "bk=16,32",
+                       "--trials", "8", "--out", str(out)])
+    assert status == 0, capsys.readouterr().err
+    measured = [cfg for m in fake_gpu for cfg in m.measured()]
+    assert len(measured) >= 8 and all(c.copy == "async" and c.bk in (16, 32) for c in measured)
+    record, = load(file_for(out, H100)).records.values()
+    assert record.config.copy == "async" and "--fix copy=async" in record.command
 
 
 def test_tune_ctrl_c_exits_130_with_what_was_saved(fake_gpu, tmp_path, capsys, monkeypatch):
