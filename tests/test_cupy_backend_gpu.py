@@ -78,6 +78,18 @@ def test_grading_modes_match_numpy_float64(mode, extra, tmp_path, data_dir):
     assert max_rel_diff(gpu, ref) <= 1e-7
 
 
+def test_a_side_branch_hands_the_stream_back():
+    """Leaving CuPy's `with stream:` makes the NULL stream current, not the one before it (H100,
+    CuPy 14): work enqueued after a branch would escape the captured graph. The branch uses use()."""
+    import cupy
+
+    bk = get_backend("cupy", "float32")
+    with bk.side_branch():
+        assert cupy.cuda.get_current_stream().ptr == bk.side.ptr
+    bk.join_branch()
+    assert cupy.cuda.get_current_stream().ptr == bk.stream.ptr
+
+
 def test_graph_replay_equals_eager_steps(tmp_path, data_dir):
     common = ("--hidden", 64, "--epochs", 2, "--dtype", "float64", "--data-dir", data_dir, "--backend", "cupy")
     graph, _ = _train(tmp_path, "graph", *common)
