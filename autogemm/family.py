@@ -82,7 +82,7 @@ class Family:
             if key not in self.params:
                 raise InvalidConfig(f"{self.name} has no parameter {key!r}; known: {', '.join(self.params)}")
             for value in values:
-                self.config({**{k: v[0] for k, v in self.params.items()}, key: value}, f"restricting {key}")
+                self._check(key, value, f"restricting {key}")
         sub = copy.copy(self)
         sub.restrictions = {**self.restrictions, **{k: tuple(v) for k, v in choices.items()}}
         sub.params = {k: sub.restrictions.get(k, v) for k, v in self.params.items()}
@@ -108,13 +108,17 @@ class Family:
         missing = [k for k in self.params if k not in values]
         if missing:
             raise InvalidConfig(f"{where}: missing {self.name} parameter(s) {', '.join(missing)}")
-        for key, choices in self.params.items():
-            value = values[key]
-            # type() equality, not isinstance: True is not 1, 4.0 is not 4, "4" is not 4.
-            if not any(type(value) is type(c) and value == c for c in choices):
-                raise InvalidConfig(f"{where}: {key}={value!r} is not in the {self.name} space "
-                                    f"(choices: {', '.join(map(repr, choices))})")
+        for key in self.params:
+            self._check(key, values[key], where)
         return Config({k: values[k] for k in self.params})
+
+    def _check(self, key: str, value, where: str):
+        """InvalidConfig unless `value` is one of `key`'s choices."""
+        choices = self.params[key]
+        # type() equality, not isinstance: True is not 1, 4.0 is not 4, "4" is not 4.
+        if not any(type(value) is type(c) and value == c for c in choices):
+            raise InvalidConfig(f"{where}: {key}={value!r} is not in the {self.name} space "
+                                f"(choices: {', '.join(map(repr, choices))})")
 
     def violations(self, cfg: Config, problem, device: DeviceInfo) -> list[str]:
         """Messages of the constraints `cfg` breaks on this problem and device (empty: it can run)."""

@@ -64,11 +64,10 @@ def tune_targets(targets: list[Target], dtype: str, device: DeviceInfo, out_dir:
         from autogemm.measure import measure_for
     path = file_for(out_dir, device)
     existing = load(path).records if path.exists() else {}     # a bad file fails now, not at the end
+    gemm = family("gemm").restricted(gemm_space or {})
     for target in targets:
         key = target.key(dtype)
-        fam = family(key.family)
-        if gemm_space and key.family == "gemm":
-            fam = fam.restricted(gemm_space)
+        fam = gemm if key.family == "gemm" else family(key.family)
         on_start(target, key)
         measure = measure_for(key, device, settings.seed)
         known = _known(existing, key, device, fam)
