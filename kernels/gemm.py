@@ -24,7 +24,14 @@ PARAMS = {
     "stages": (1, 2, 3, 4),            # shared-memory buffers (regs: 1 or 2; async: 2 to 4)
     "split_k": (1, 2, 3, 4, 6, 8, 16), # slices of K reduced by the last block of each tile
     "pad": (0, 4),                     # shared-memory row padding against bank conflicts (elements)
+    "math": ("fma", "3xtf32"),         # FP32/FP64 FMAs, or float32 on tensor cores as three TF32 MMAs
 }
+# math="3xtf32" splits each float32 x into a TF32 part hi = tf32(x) and the TF32 rounding of the
+# rest, lo = tf32(x - hi), and accumulates hi*hi + hi*lo + lo*hi with mma.sync m16n8k8 in float32:
+# each product is exact to about 2^-21 (float32: 2^-24), and the sums are float32 sums.
+# A warp is then an 8 x 4 patch of the TY x TX threads (the mma's lane grid) and owns a
+# (8*RM) x (4*RN) tile of MMA tiles 16 x 8; each thread's accumulators are the MMA fragment's,
+# 1 x 2 micro-tiles (TM = 1, TN = 2) in rows g, g+8 of each MMA tile.
 
 
 @dataclass(frozen=True)
@@ -98,22 +105,35 @@ def k_chunk(c, p: Problem) -> int:
     return 16 // p.itemsize if any(k_major(c, p)) else 1
 
 
+def pads(c, p: Problem) -> tuple[int, int]:
+    """Row padding of op(A)'s and op(B)'s shared tiles. Under 3xtf32 a [k][row] tile gets 2*PAD:
+    an MMA fragment read takes 4 k by 8 rows, which hit distinct banks when a row of k is 8 (mod 32)
+    banks long; along k, BK + 4 does it."""
+    if c.math == "fma":
+        return c.pad, c.pad
+    return tuple(c.pad if kmajor else 2 * c.pad for kmajor in k_major(c, p))
+
+
 def smem_bytes(c, p: Problem) -> int:
-    a_k, b_k = k_major(c, p)
-    tile_a = c.bm * (c.bk + c.pad) if a_k else c.bk * (c.bm + c.pad)
-    tile_b = c.bn * (c.bk + c.pad) if b_k else c.bk * (c.bn + c.pad)
+    (a_k, b_k), (pad_a, pad_b) = k_major(c, p), pads(c, p)
+    tile_a = c.bm * (c.bk + pad_a) if a_k else c.bk * (c.bm + pad_a)
+    tile_b = c.bn * (c.bk + pad_b) if b_k else c.bk * (c.bn + pad_b)
     return c.stages * (tile_a + tile_b) * p.itemsize
 
 
 def registers_estimate(c, p: Problem) -> int:
-    """32-bit registers a thread needs: accumulators, fragments (k_chunk k values of each),
+    """32-bit registers a thread needs: accumulators, fragments (k_chunk k values of each; under
+    3xtf32 the hi and lo parts of one k step of MMA fragments, 4 per A row pair, 2 per B column pair),
     register-staged loads and the addresses of every load (about two each), ~64 for the rest
-    (loop state, epilogue); checked against ptxas by tests/test_kernels_compile.py."""
+    (loop state, epilogue); with split-K about RM*RN more (nvcc 13.0 spilled 64 accumulators split
+    in two at 255 registers). Checked against ptxas by tests/test_kernels_compile.py."""
     words = p.itemsize // 4
     rm, rn = c.bm // c.ty, c.bn // c.tx
     loads = ceil_div(c.bm * c.bk // c.vec, threads(c)) + ceil_div(c.bn * c.bk // c.vec, threads(c))
     staged = loads * c.vec if c.copy == "regs" else 0
-    return words * (rm * rn + k_chunk(c, p) * (rm + rn) + staged) + 2 * loads + 64
+    fragments = k_chunk(c, p) * (rm + rn) if c.math == "fma" else 4 * rm + 2 * rn
+    reduction = rm * rn if c.split_k > 1 else 0
+    return words * (rm * rn + fragments + staged + reduction) + 2 * loads + 64
 
 
 def k_slice(c, k: int) -> int:
@@ -139,6 +159,19 @@ CONSTRAINTS = (
     ("every split-K slice must hold at least one BK step of K",
      lambda c, p, d: (c.split_k - 1) * k_slice(c, p.k) < p.k),
     ("grid rows ceil(M/BM) must be at most 65535", lambda c, p, d: ceil_div(p.m, c.bm) <= 65535),
+    # math="3xtf32": mma.sync m16n8k8 on float32 data in cp.async tiles
+    ("3xtf32 is float32 math on tensor cores of compute capability 8.0 or newer",
+     lambda c, p, d: c.math == "fma" or (p.dtype == "float32" and float(d.compute_capability) >= 8.0)),
+    ("3xtf32 reads its fragments from cp.async tiles (copy=async)",
+     lambda c, p, d: c.math == "fma" or c.copy == "async"),
+    ("3xtf32 needs TM=1, TN=2 (each thread owns the MMA fragment's 1 x 2 micro-tiles)",
+     lambda c, p, d: c.math == "fma" or (c.tm, c.tn) == (1, 2)),
+    ("3xtf32 makes warps of 8 x 4 threads: TY must be a multiple of 8 and TX of 4",
+     lambda c, p, d: c.math == "fma" or (c.ty % 8 == 0 and c.tx % 4 == 0)),
+    ("3xtf32 warp tiles need a whole number of 16-row MMA tiles: BM/TY must be even",
+     lambda c, p, d: c.math == "fma" or (c.bm // c.ty) % 2 == 0),
+    ("3xtf32 steps K by 8 and pads rows by 4 (conflict-free fragment reads): BK % 8 == 0, PAD = 4",
+     lambda c, p, d: c.math == "fma" or (c.bk % 8 == 0 and c.pad == 4)),
 )
 
 
@@ -151,11 +184,14 @@ def template_args(c, p: Problem) -> dict:
     widest = 16 // p.itemsize
     is_even = even(c, p)
     a_kmajor, b_kmajor = k_major(c, p)
+    pad_a, pad_b = pads(c, p)
     return dict(
         dict(c),
         ctype=DTYPES[p.dtype],
         a_kmajor=a_kmajor,
         b_kmajor=b_kmajor,
+        pad_a=pad_a,
+        pad_b=pad_b,
         kc=k_chunk(c, p),
         trans_a=p.trans_a,
         trans_b=p.trans_b,
@@ -171,7 +207,7 @@ def template_args(c, p: Problem) -> dict:
 def instance_name(c, p: Problem) -> str:
     dt = SHORT[p.dtype]
     name = (f"gemm_{dt}_{p.op}_bm{c.bm}_bn{c.bn}_bk{c.bk}_ty{c.ty}_tx{c.tx}_tm{c.tm}_tn{c.tn}"
-            f"_v{c.vec}_{c.copy}{c.stages}_sk{c.split_k}_p{c.pad}")
+            f"_v{c.vec}_{c.copy}{c.stages}_sk{c.split_k}_p{c.pad}_{c.math}")
     args = template_args(c, p)
     if p.epilogue:
         name += f"_{p.epilogue}"
@@ -209,6 +245,10 @@ _DEFAULT_TILES = (
 )
 
 
+# Block tiles of the 3xtf32 seeds: (bm, bn, ty, tx).
+_TC_TILES = ((128, 64, 16, 8), (64, 128, 8, 16), (64, 64, 16, 8))
+
+
 def default_candidates(p: Problem, d):
     """Sound configs without tuning, best guess first (autogemm takes the first valid one):
     the largest tile that still gives every SM a block; when even the smallest tiles leave SMs
@@ -232,7 +272,7 @@ def default_candidates(p: Problem, d):
         bk = 8 if p.itemsize == 8 else bk
         for s in dict.fromkeys((split, 1)):
             yield dict(bm=bm, bn=bn, bk=max(bk, vec), ty=ty, tx=tx, tm=tm, tn=_tn(tn, copy, p), vec=vec,
-                       copy=copy, stages=stages, split_k=s, pad=0 if big else 4)
+                       copy=copy, stages=stages, split_k=s, pad=0 if big else 4, math="fma")
     # Where the search starts as well: 3-stage cp.async pipelines on the chosen tile and the next
     # larger one, and on cuBLAS's mid-size tiles (128x64 and 64x128, 128 threads of 8x8, H100 ncu),
     # whole or split in two.
@@ -241,7 +281,12 @@ def default_candidates(p: Problem, d):
     for (bm, bn, ty, tx, tm, tn), bk, split in itertools.product(tiles, (16, 32), (1, 2)):
         if split == 1 or bm * bn == 128 * 64:
             yield dict(bm=bm, bn=bn, bk=bk, ty=ty, tx=tx, tm=tm, tn=_tn(tn, "async", p), vec=vec,
-                       copy="async", stages=3, split_k=split, pad=4)
+                       copy="async", stages=3, split_k=split, pad=4, math="fma")
+    # 3xTF32 on tensor cores, where the dtype and GPU allow (the constraints drop them elsewhere):
+    # warp tiles of 64x32 and 32x32 on the mid-size block tiles, whole or split in two.
+    for (bm, bn, ty, tx), split in itertools.product(_TC_TILES, (1, 2)):
+        yield dict(bm=bm, bn=bn, bk=32, ty=ty, tx=tx, tm=1, tn=2, vec=vec, copy="async", stages=3,
+                   split_k=split, pad=4, math="3xtf32")
 
 
 def _tn(tn: int, copy: str, p: Problem) -> int:

@@ -10,7 +10,7 @@ from autogemm.store import Meta, Record, file_for, save
 from autogemm.timing import Timing
 
 SOFTWARE = {"driver": "13.0", "cuda_runtime": "13.2", "cupy": "14.2.0"}
-GEMM = dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=4, copy="regs", stages=2, split_k=1, pad=4)
+GEMM = dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=4, copy="regs", stages=2, split_k=1, pad=4, math="fma")
 
 
 def meta(device=H100) -> Meta:

@@ -17,7 +17,7 @@ from kernels import colsum, elementwise, gemm, softmax_xent
 
 GEMM = family("gemm")
 # Valid on every problem below, but for what a test changes.
-BASE = dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=1, copy="regs", stages=2, split_k=1, pad=4)
+BASE = dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=1, copy="regs", stages=2, split_k=1, pad=4, math="fma")
 SQUARE = gemm.Problem.contiguous(1024, 1024, 1024)
 HOSTILE = ("128; } __global__ void evil() {", "{{ 7*7 }}", "{% raw %}", "4\n#define T int")
 ODD_SHAPES = ((1, 1, 1), (17, 33, 65), (2, 3, 5), (131, 67, 257), (7919, 13, 101), (1, 4096, 3))
@@ -65,6 +65,34 @@ def test_gemm_rejects_configs_that_cannot_run(change, problem, message):
     assert any(message in broken for broken in GEMM.violations(GEMM.config(values), problem, H100))
     with pytest.raises(InvalidConfig, match="cannot run"):
         GEMM.validate(values, problem, H100)
+
+
+TF32X3 = dict(BASE, copy="async", stages=3, tm=1, tn=2, math="3xtf32")
+
+
+@pytest.mark.parametrize("change, problem, device, message", [
+    ({}, gemm.Problem.contiguous(1024, 1024, 1024, "float64"), H100, "float32 math on tensor cores"),
+    ({}, SQUARE, dataclasses.replace(H100, compute_capability="7.5"), "compute capability 8.0"),
+    (dict(copy="regs", stages=2), SQUARE, H100, "copy=async"),
+    (dict(tm=2), SQUARE, H100, "TM=1, TN=2"),
+    (dict(tn=4), SQUARE, H100, "TM=1, TN=2"),
+    (dict(ty=4, tx=64 // 2, bn=64), SQUARE, H100, "warps of 8 x 4 threads"),
+    (dict(ty=32, tx=8, bm=32), SQUARE, H100, "BM/TY must be even"),
+    (dict(bk=4), SQUARE, H100, "BK % 8 == 0"),
+    (dict(pad=0), SQUARE, H100, "PAD = 4"),
+])
+def test_3xtf32_rejects_what_tensor_cores_cannot_run(change, problem, device, message):
+    assert not GEMM.violations(GEMM.config(TF32X3), SQUARE, H100)
+    broken = GEMM.violations(GEMM.config({**TF32X3, **change}), problem, device)
+    assert any(message in b for b in broken), broken
+
+
+def test_3xtf32_pads_row_major_tiles_twice():
+    """Fragment reads of a [k][row] tile are conflict-free with rows of BM + 8; of a [row][k] one, BK + 4."""
+    cfg = GEMM.config(TF32X3)
+    assert gemm.pads(cfg, gemm.Problem.contiguous(64, 64, 64, trans_b=True)) == (4, 4)     # nt: both [row][k]
+    assert gemm.pads(cfg, gemm.Problem.contiguous(64, 64, 64, trans_a=True)) == (8, 8)     # tn: both [k][row]
+    assert gemm.pads(GEMM.config(dict(TF32X3, math="fma")), gemm.Problem.contiguous(64, 64, 64, trans_a=True)) == (4, 4)
 
 
 def test_gemm_smem_limit_is_the_devices():
@@ -216,8 +244,8 @@ def test_cp_async_keeps_each_operand_in_its_global_layout():
 def test_gemm_name_spells_every_parameter():
     cfg = GEMM.config(BASE)
     name = GEMM.instance_name(cfg, gemm.Problem.contiguous(100, 100, 100, "float64", True, False, epilogue="drelu"))
-    assert name == "gemm_f64_tn_bm64_bn64_bk16_ty16_tx16_tm4_tn4_v1_regs2_sk1_p4_drelu"
-    assert GEMM.instance_name(cfg, SQUARE).endswith("_p4_even_o4")
+    assert name == "gemm_f64_tn_bm64_bn64_bk16_ty16_tx16_tm4_tn4_v1_regs2_sk1_p4_fma_drelu"
+    assert GEMM.instance_name(cfg, SQUARE).endswith("_p4_fma_even_o4")
 
 
 def test_template_hash_is_stable_and_follows_the_templates(tmp_path, monkeypatch):

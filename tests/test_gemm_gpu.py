@@ -80,9 +80,9 @@ def test_sampled_configs(dtype):
             run_and_check(rng, m, n, k, ta, tb, dtype, beta=1.0, config=dict(cfg))
 
 
-ASYNC = [dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=4, copy="async", stages=3, split_k=1, pad=4),
-         dict(bm=128, bn=64, bk=8, ty=16, tx=16, tm=4, tn=1, vec=4, copy="async", stages=4, split_k=2, pad=0),
-         dict(bm=32, bn=32, bk=32, ty=8, tx=8, tm=2, tn=2, vec=1, copy="async", stages=2, split_k=3, pad=4)]
+ASYNC = [dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=4, copy="async", stages=3, split_k=1, pad=4, math="fma"),
+         dict(bm=128, bn=64, bk=8, ty=16, tx=16, tm=4, tn=1, vec=4, copy="async", stages=4, split_k=2, pad=0, math="fma"),
+         dict(bm=32, bn=32, bk=32, ty=8, tx=8, tm=2, tn=2, vec=1, copy="async", stages=2, split_k=3, pad=4, math="fma")]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -103,13 +103,60 @@ def test_cp_async_pipeline_every_op(cfg, ta, tb, dtype):
     assert ran >= 3
 
 
+TF32X3 = [dict(bm=128, bn=64, bk=32, ty=16, tx=8, tm=1, tn=2, vec=4, copy="async", stages=3, split_k=1, pad=4, math="3xtf32"),
+          dict(bm=64, bn=64, bk=16, ty=16, tx=8, tm=1, tn=2, vec=4, copy="async", stages=4, split_k=2, pad=4, math="3xtf32"),
+          dict(bm=32, bn=64, bk=8, ty=8, tx=16, tm=1, tn=2, vec=1, copy="async", stages=2, split_k=3, pad=4, math="3xtf32")]
+
+
+@pytest.mark.parametrize("ta,tb", OPS)
+@pytest.mark.parametrize("cfg", TF32X3, ids=["128x64", "64x64-splitk2", "32x64-vec1-splitk3"])
+def test_3xtf32_every_op(cfg, ta, tb):
+    """Tensor-core float32 (3xTF32): even and ragged shapes, every op, within float32's error bound."""
+    fam = family("gemm")
+    rng = np.random.default_rng(7)
+    ran = 0
+    for m, n, k in [(800, 1000, 784), (1000, 784, 800), (256, 128, 96), (131, 67, 257), (7, 13, 29)]:
+        p = Problem.contiguous(m, n, k, "float32", ta, tb)
+        if fam.violations(fam.config(cfg), p, H100):
+            continue
+        run_and_check(rng, m, n, k, ta, tb, np.float32, epilogue="bias_sigmoid", beta=0.5, config=cfg)
+        ran += 1
+    assert ran >= 3
+
+
+@pytest.mark.parametrize("epilogue", EPILOGUES[1:])
+def test_3xtf32_epilogues(epilogue):
+    rng = np.random.default_rng(8)
+    for (m, n, k), (ta, tb) in zip([(17, 33, 65), (800, 1000, 784), (64, 128, 32), (800, 10, 1000)], OPS):
+        run_and_check(rng, m, n, k, ta, tb, np.float32, epilogue=epilogue, beta=0.25, config=TF32X3[2])
+
+
+def test_3xtf32_sampled_configs():
+    fam = family("gemm").restricted({"math": ("3xtf32",), "copy": ("async",), "tm": (1,), "tn": (2,), "pad": (4,)})
+    rng = np.random.default_rng(9)
+    for (m, n, k), (ta, tb) in itertools.product([(200, 136, 520), (33, 47, 95)], OPS):
+        p = Problem.contiguous(m, n, k, "float32", ta, tb)
+        for cfg in fam.sample(p, H100, 3, seed=m + k + 2 * ta + tb):
+            run_and_check(rng, m, n, k, ta, tb, np.float32, beta=1.0, config=dict(cfg))
+
+
+def test_3xtf32_is_as_accurate_as_float32_fmas():
+    """On the MLP's largest GEMM, 3xTF32's error against float64 is within 2x of FP32 FMAs' (one TF32
+    product alone would be about 1000x worse)."""
+    rng = np.random.default_rng(10)
+    fma = run_and_check(rng, 800, 1000, 784, False, True, np.float32, config=dict(TF32X3[0], math="fma", tn=1, tm=4))
+    rng = np.random.default_rng(10)
+    tc = run_and_check(rng, 800, 1000, 784, False, True, np.float32, config=TF32X3[0])
+    assert tc.max_rel_error <= 2 * fma.max_rel_error, (tc.max_rel_error, fma.max_rel_error)
+
+
 def test_split_k_is_deterministic_and_reusable():
     """The tile counters reset themselves: repeated launches give bit-identical results."""
     import cupy
 
     import autogemm
 
-    cfg = dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=2, copy="regs", stages=2, split_k=8, pad=4)
+    cfg = dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=2, copy="regs", stages=2, split_k=8, pad=4, math="fma")
     rng = np.random.default_rng(3)
     a = cupy.asarray(rng.standard_normal((100, 4000)).astype(np.float32))
     b = cupy.asarray(rng.standard_normal((4000, 70)).astype(np.float32))

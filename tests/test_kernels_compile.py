@@ -65,6 +65,18 @@ def gemm_sample() -> list:
     return out
 
 
+def tf32x3_sample() -> list:
+    """Random valid 3xtf32 configs (a sixtieth as likely as FMA ones in the whole space) over ops,
+    even and uneven shapes, epilogues and split-K."""
+    fam = family("gemm").restricted({"math": ("3xtf32",), "copy": ("async",), "tm": (1,), "tn": (2,), "pad": (4,)})
+    epilogues = itertools.cycle(gemm.EPILOGUES)
+    out = []
+    for seed, ((ta, tb), shape) in enumerate(itertools.product(OPS, EVEN_SHAPES + UNEVEN_SHAPES[:3])):
+        problem = gemm.Problem.contiguous(*shape, "float32", ta, tb, epilogue=next(epilogues), use_c=seed % 2 == 1)
+        out += [fam.instance(cfg, problem) for cfg in fam.sample(problem, H100, 3, seed=seed)]
+    return out
+
+
 def small_families() -> list:
     """gemm_naive, elementwise (every op), softmax_xent and colsum, both dtypes, sampled configs."""
     out = []
@@ -123,7 +135,7 @@ def compile_all(instances: list, workdir) -> tuple[dict[str, Usage], list[str]]:
 # ---- tests ----------------------------------------------------------------------------------
 GEMM_MATRIX = gemm_matrix("gemm")
 NAIVE_MATRIX = gemm_matrix("gemm_naive")
-GEMM_SAMPLE = gemm_sample()
+GEMM_SAMPLE = gemm_sample() + tf32x3_sample()
 SMALL = small_families()
 ALL = list({i.name: i for i in GEMM_MATRIX + NAIVE_MATRIX + GEMM_SAMPLE + SMALL}.values())
 
@@ -145,7 +157,7 @@ def assert_compiled_without_spills(instances, usage):
 def test_sample_covers_the_space():
     configs = [i.config for i in GEMM_SAMPLE]
     for key, wanted in (("vec", {1, 2, 4}), ("copy", {"regs", "async"}), ("stages", {1, 2, 3, 4}),
-                        ("pad", {0, 4})):
+                        ("pad", {0, 4}), ("math", {"fma", "3xtf32"})):
         assert {c[key] for c in configs} == wanted, key
     assert any(c.split_k > 1 for c in configs)
     assert {"_even_" in i.name for i in GEMM_SAMPLE} == {True, False}
