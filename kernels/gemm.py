@@ -106,12 +106,16 @@ def k_chunk(c, p: Problem) -> int:
 
 
 def pads(c, p: Problem) -> tuple[int, int]:
-    """Row padding of op(A)'s and op(B)'s shared tiles. Under 3xtf32 a [k][row] tile gets 2*PAD:
-    an MMA fragment read takes 4 k by 8 rows, which hit distinct banks when a row of k is 8 (mod 32)
-    banks long; along k, BK + 4 does it."""
+    """Row padding (elements) of op(A)'s and op(B)'s shared tiles. Under 3xtf32, PAD=4 asks for the
+    padding that makes its fragment reads conflict-free (see gemm.cu.j2): rows 16 (mod 32) words long
+    where both operands are K-major (16-byte reads along k), 8 (mod 32) for a [k][row] tile and for
+    A's [row][k] rows read in pairs, and BK + 4 for single reads along k."""
     if c.math == "fma":
         return c.pad, c.pad
-    return tuple(c.pad if kmajor else 2 * c.pad for kmajor in k_major(c, p))
+    a_k, b_k = k_major(c, p)
+    if a_k and b_k:
+        return (16 - c.bk) % 32, (16 - c.bk) % 32
+    return 4 if a_k else 8, 4 if b_k else 8
 
 
 def smem_bytes(c, p: Problem) -> int:
@@ -123,7 +127,7 @@ def smem_bytes(c, p: Problem) -> int:
 
 def registers_estimate(c, p: Problem) -> int:
     """32-bit registers a thread needs: accumulators, fragments (k_chunk k values of each; under
-    3xtf32 the hi and lo parts of one k step of MMA fragments, 4 per A row pair, 2 per B column pair),
+    3xtf32 the raw values of two k steps of MMA fragments and the hi and lo parts of one),
     register-staged loads and the addresses of every load (about two each), ~64 for the rest
     (loop state, epilogue); with split-K about RM*RN more (nvcc 13.0 spilled 64 accumulators split
     in two at 255 registers). Checked against ptxas by tests/test_kernels_compile.py."""
@@ -131,7 +135,7 @@ def registers_estimate(c, p: Problem) -> int:
     rm, rn = c.bm // c.ty, c.bn // c.tx
     loads = ceil_div(c.bm * c.bk // c.vec, threads(c)) + ceil_div(c.bn * c.bk // c.vec, threads(c))
     staged = loads * c.vec if c.copy == "regs" else 0
-    fragments = k_chunk(c, p) * (rm + rn) if c.math == "fma" else 4 * rm + 2 * rn
+    fragments = k_chunk(c, p) * (rm + rn) if c.math == "fma" else 6 * rm + 3 * rn
     reduction = rm * rn if c.split_k > 1 else 0
     return words * (rm * rn + fragments + staged + reduction) + 2 * loads + 64
 
@@ -170,8 +174,8 @@ CONSTRAINTS = (
      lambda c, p, d: c.math == "fma" or (c.ty % 8 == 0 and c.tx % 4 == 0)),
     ("3xtf32 warp tiles need a whole number of 16-row MMA tiles: BM/TY must be even",
      lambda c, p, d: c.math == "fma" or (c.bm // c.ty) % 2 == 0),
-    ("3xtf32 steps K by 8 and pads rows by 4 (conflict-free fragment reads): BK % 8 == 0, PAD = 4",
-     lambda c, p, d: c.math == "fma" or (c.bk % 8 == 0 and c.pad == 4)),
+    ("3xtf32 reads K 16 at a time and pads its tiles itself: BK must be 16 or 32, PAD = 4",
+     lambda c, p, d: c.math == "fma" or (c.bk % 16 == 0 and c.pad == 4)),
 )
 
 

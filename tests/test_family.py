@@ -78,7 +78,7 @@ TF32X3 = dict(BASE, copy="async", stages=3, tm=1, tn=2, math="3xtf32")
     (dict(tn=4), SQUARE, H100, "TM=1, TN=2"),
     (dict(ty=4, tx=64 // 2, bn=64), SQUARE, H100, "warps of 8 x 4 threads"),
     (dict(ty=32, tx=8, bm=32), SQUARE, H100, "BM/TY must be even"),
-    (dict(bk=4), SQUARE, H100, "BK % 8 == 0"),
+    (dict(bk=8), SQUARE, H100, "BK must be 16 or 32"),
     (dict(pad=0), SQUARE, H100, "PAD = 4"),
 ])
 def test_3xtf32_rejects_what_tensor_cores_cannot_run(change, problem, device, message):
@@ -87,12 +87,16 @@ def test_3xtf32_rejects_what_tensor_cores_cannot_run(change, problem, device, me
     assert any(message in b for b in broken), broken
 
 
-def test_3xtf32_pads_row_major_tiles_twice():
-    """Fragment reads of a [k][row] tile are conflict-free with rows of BM + 8; of a [row][k] one, BK + 4."""
-    cfg = GEMM.config(TF32X3)
-    assert gemm.pads(cfg, gemm.Problem.contiguous(64, 64, 64, trans_b=True)) == (4, 4)     # nt: both [row][k]
-    assert gemm.pads(cfg, gemm.Problem.contiguous(64, 64, 64, trans_a=True)) == (8, 8)     # tn: both [k][row]
-    assert gemm.pads(GEMM.config(dict(TF32X3, math="fma")), gemm.Problem.contiguous(64, 64, 64, trans_a=True)) == (4, 4)
+def test_3xtf32_pads_each_tile_for_its_fragment_reads():
+    """Rows of 16 (mod 32) words for 16-byte reads along k (both K-major), 8 (mod 32) for [k][row]
+    tiles and A's row pairs, BK + 4 for single reads along k; FMA tiles keep PAD."""
+    cfg = GEMM.config(TF32X3)                                       # BK 16
+    problem = lambda ta, tb: gemm.Problem.contiguous(64, 64, 64, trans_a=ta, trans_b=tb)  # noqa: E731
+    assert gemm.pads(cfg, problem(False, True)) == (0, 0)                    # nt: 16 + 0
+    assert gemm.pads(GEMM.config(dict(TF32X3, bk=32)), problem(False, True)) == (16, 16)   # 32 + 16
+    assert gemm.pads(cfg, problem(True, False)) == (8, 8)                    # tn: 64 + 8
+    assert gemm.pads(cfg, problem(False, False)) == (4, 8)                   # nn: 16 + 4, 64 + 8
+    assert gemm.pads(GEMM.config(dict(TF32X3, math="fma")), problem(True, False)) == (4, 4)
 
 
 def test_gemm_smem_limit_is_the_devices():

@@ -105,7 +105,7 @@ def test_cp_async_pipeline_every_op(cfg, ta, tb, dtype):
 
 TF32X3 = [dict(bm=128, bn=64, bk=32, ty=16, tx=8, tm=1, tn=2, vec=4, copy="async", stages=3, split_k=1, pad=4, math="3xtf32"),
           dict(bm=64, bn=64, bk=16, ty=16, tx=8, tm=1, tn=2, vec=4, copy="async", stages=4, split_k=2, pad=4, math="3xtf32"),
-          dict(bm=32, bn=64, bk=8, ty=8, tx=16, tm=1, tn=2, vec=1, copy="async", stages=2, split_k=3, pad=4, math="3xtf32")]
+          dict(bm=32, bn=64, bk=16, ty=8, tx=16, tm=1, tn=2, vec=1, copy="async", stages=2, split_k=3, pad=4, math="3xtf32")]
 
 
 @pytest.mark.parametrize("ta,tb", OPS)
