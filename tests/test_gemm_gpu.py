@@ -81,7 +81,7 @@ def test_sampled_configs(dtype):
 
 
 ASYNC = [dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=4, copy="async", stages=3, split_k=1, pad=4, math="fma"),
-         dict(bm=128, bn=64, bk=8, ty=16, tx=16, tm=4, tn=1, vec=4, copy="async", stages=4, split_k=2, pad=0, math="fma"),
+         dict(bm=64, bn=64, bk=8, ty=16, tx=16, tm=4, tn=1, vec=4, copy="async", stages=4, split_k=2, pad=0, math="fma"),
          dict(bm=32, bn=32, bk=32, ty=8, tx=8, tm=2, tn=2, vec=1, copy="async", stages=2, split_k=3, pad=4, math="fma")]
 
 
