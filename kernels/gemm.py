@@ -184,6 +184,13 @@ def even(c, p: Problem) -> bool:
     return p.m % c.bm == 0 and p.n % c.bn == 0 and p.k % (c.bk * c.split_k) == 0
 
 
+def output_vector(c, p: Problem) -> int:
+    """Elements per store of D (and load of C): the widest that a thread's TN adjacent columns, 16
+    bytes, the outputs' alignment and N allow (a vector is then wholly inside or outside N)."""
+    limit = min(c.tn, 16 // p.itemsize, p.vec_out)
+    return next(v for v in (4, 2, 1) if v <= limit and p.n % v == 0)
+
+
 def template_args(c, p: Problem) -> dict:
     widest = 16 // p.itemsize
     is_even = even(c, p)
@@ -204,7 +211,7 @@ def template_args(c, p: Problem) -> dict:
         even=is_even,
         smem_vec_a=min(c.tm, widest),
         smem_vec_b=min(c.tn, widest),
-        out_vec=min(c.tn, widest, p.vec_out) if is_even else 1,
+        out_vec=output_vector(c, p),
     )
 
 
@@ -219,6 +226,8 @@ def instance_name(c, p: Problem) -> str:
         name += "_c"
     if args["even"]:
         name += f"_even_o{args['out_vec']}"
+    elif args["out_vec"] > 1:
+        name += f"_o{args['out_vec']}"
     return name
 
 

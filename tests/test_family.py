@@ -248,8 +248,10 @@ def test_cp_async_keeps_each_operand_in_its_global_layout():
 def test_gemm_name_spells_every_parameter():
     cfg = GEMM.config(BASE)
     name = GEMM.instance_name(cfg, gemm.Problem.contiguous(100, 100, 100, "float64", True, False, epilogue="drelu"))
-    assert name == "gemm_f64_tn_bm64_bn64_bk16_ty16_tx16_tm4_tn4_v1_regs2_sk1_p4_fma_drelu"
+    assert name == "gemm_f64_tn_bm64_bn64_bk16_ty16_tx16_tm4_tn4_v1_regs2_sk1_p4_fma_drelu_o2"
     assert GEMM.instance_name(cfg, SQUARE).endswith("_p4_fma_even_o4")
+    assert GEMM.instance_name(cfg, gemm.Problem.contiguous(100, 98, 100)).endswith("_fma_o2")   # 98 = 2 * 49
+    assert GEMM.instance_name(cfg, gemm.Problem.contiguous(100, 99, 100)).endswith("_fma")
 
 
 def test_template_hash_is_stable_and_follows_the_templates(tmp_path, monkeypatch):
