@@ -23,7 +23,8 @@ PARAMS = {
     "copy": ("regs", "async"),         # global -> shared: through registers, or by cp.async
     "stages": (1, 2, 3, 4),            # shared-memory buffers (regs: 1 or 2; async: 2 to 4)
     "split_k": (1, 2, 3, 4, 6, 8, 16), # slices of K reduced by the last block of each tile
-    "pad": (0, 4),                     # shared-memory row padding against bank conflicts (elements)
+    "pad": (0, 4),                     # shared-memory row padding against bank conflicts (elements;
+                                       # 3xtf32 needs 4 and then pads each tile its own way: pads())
     "math": ("fma", "3xtf32"),         # FP32/FP64 FMAs, or float32 on tensor cores as three TF32 MMAs
 }
 # math="3xtf32" splits each float32 x into a TF32 part hi = tf32(x) and the exact rest lo = x - hi

@@ -99,6 +99,17 @@ def test_3xtf32_pads_each_tile_for_its_fragment_reads():
     assert gemm.pads(GEMM.config(dict(TF32X3, math="fma")), problem(True, False)) == (4, 4)
 
 
+def test_output_vectors_stay_inside_n_and_the_alignment():
+    """Ragged tiles store vectors too: as wide as TN, 16 bytes, the outputs' alignment and N allow."""
+    cfg = GEMM.config(BASE)                                                # TN 4
+    vector = lambda **kw: gemm.output_vector(cfg, gemm.Problem.contiguous(**kw))  # noqa: E731
+    assert vector(m=800, n=1000, k=784) == 4
+    assert vector(m=800, n=1000, k=784, dtype="float64") == 2              # 16 bytes
+    assert vector(m=800, n=98, k=784) == 2 and vector(m=800, n=99, k=784) == 1
+    assert gemm.output_vector(cfg, gemm.Problem(800, 1000, 784, vec_out=1)) == 1   # unaligned D
+    assert gemm.output_vector(GEMM.config(TF32X3), gemm.Problem.contiguous(800, 1000, 784)) == 2  # TN 2
+
+
 def test_gemm_smem_limit_is_the_devices():
     values = {**BASE, "bm": 128, "bn": 128, "bk": 32, "ty": 16, "tx": 16, "tm": 4, "tn": 4, "pad": 0, "vec": 4}
     needs = gemm.smem_bytes(GEMM.config(values), SQUARE)                 # 2 * 32 * 256 * 4 = 64 KiB
