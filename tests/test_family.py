@@ -99,6 +99,21 @@ def test_3xtf32_pads_each_tile_for_its_fragment_reads():
     assert gemm.pads(GEMM.config(dict(TF32X3, math="fma")), problem(True, False)) == (4, 4)
 
 
+@pytest.mark.parametrize("shape, ta, tb, at_least", [
+    ((800, 1000, 784), False, True, 3), ((1000, 784, 800), True, False, 3), ((8192, 4096, 784), False, True, 3),
+    ((800, 1000, 10), False, False, 1),     # rows of 10 floats: 8-byte loads, so more of them; fewer tiles fit
+])
+def test_the_search_starts_from_valid_3xtf32_configs_where_they_can_run(shape, ta, tb, at_least):
+    """TPE rarely draws a valid 3xtf32 config at random (TM, TN, the warp shape and PAD all fixed):
+    the seeds must hold some, on float32 and tensor cores only; the default stays FMA."""
+    def seeds(dtype, device=H100):
+        return GEMM.candidates(gemm.Problem.contiguous(*shape, dtype, ta, tb), device)
+    assert seeds("float32")[0].math == "fma"
+    assert sum(c.math == "3xtf32" for c in seeds("float32")) >= at_least
+    assert not any(c.math == "3xtf32" for c in seeds("float64"))
+    assert not any(c.math == "3xtf32" for c in seeds("float32", dataclasses.replace(H100, compute_capability="7.5")))
+
+
 def test_output_vectors_stay_inside_n_and_the_alignment():
     """Ragged tiles store vectors too: as wide as TN, 16 bytes, the outputs' alignment and N allow."""
     cfg = GEMM.config(BASE)                                                # TN 4
