@@ -1,6 +1,7 @@
 """Rendering kernel templates with Jinja (StrictUndefined: a missing value is an error, not '')."""
 import functools
 import hashlib
+import re
 
 import jinja2
 
@@ -26,9 +27,28 @@ def render(template: str, **values) -> str:
 
 @functools.cache
 def template_hash(template: str) -> str:
-    """SHA-256 (16 hex digits) of a template and the files it includes, to mark stale tuned records."""
+    """SHA-256 (16 hex digits) of the code of a template and the files it includes, to mark stale
+    tuned records: a comment edited or a blank line added leaves the records current."""
     digest = hashlib.sha256()
     for path in sorted(TEMPLATE_DIR.glob("*.j2")):
         if path.name == template or path.name.startswith("_"):
-            digest.update(path.read_bytes())
+            digest.update(code_of(path.read_text()).encode())
     return digest.hexdigest()[:16]
+
+
+def code_of(text: str) -> str:
+    """`text` without Jinja comments, C++ // comments (outside string literals and Jinja tags, where
+    // is a division), trailing blanks and blank lines."""
+    text = re.sub(r"\{#.*?#\}", "", text, flags=re.S)
+    lines = (_without_line_comment(line) for line in text.splitlines())
+    return "\n".join(line for line in lines if line)
+
+
+def _without_line_comment(line: str) -> str:
+    at = line.find("//")
+    while at != -1:
+        head = line[:at]
+        if head.count('"') % 2 == 0 and head.count("{{") == head.count("}}") and head.count("{%") == head.count("%}"):
+            return head.rstrip()
+        at = line.find("//", at + 2)
+    return line.rstrip()

@@ -280,7 +280,7 @@ def test_gemm_name_spells_every_parameter():
     assert GEMM.instance_name(cfg, gemm.Problem.contiguous(100, 99, 100)).endswith("_fma")
 
 
-def test_template_hash_is_stable_and_follows_the_templates(tmp_path, monkeypatch):
+def test_template_hash_follows_the_code_of_the_templates_not_their_comments(tmp_path, monkeypatch):
     original = GEMM.template_hash
     assert re.fullmatch(r"[0-9a-f]{16}", original)
     for path in autogemm.render.TEMPLATE_DIR.glob("*.j2"):
@@ -288,11 +288,22 @@ def test_template_hash_is_stable_and_follows_the_templates(tmp_path, monkeypatch
     monkeypatch.setattr(autogemm.render, "TEMPLATE_DIR", tmp_path)
     digest = autogemm.render.template_hash.__wrapped__
     assert digest("gemm.cu.j2") == original
-    (tmp_path / "elementwise.cu.j2").write_text("// changed\n")
+    gemm_j2, include = tmp_path / "gemm.cu.j2", tmp_path / "_gemm_epilogue.cuh.j2"
+    gemm_j2.write_text("// a comment, edited\n\n{# and a Jinja one #}\n" + gemm_j2.read_text()
+                       .replace("// accumulators per thread: RM x RN", "// RM x RN accumulators a thread")
+                       .replace("constexpr int THREADS = TY * TX;", "constexpr int THREADS = TY * TX;   "))
     assert digest("gemm.cu.j2") == original
-    (tmp_path / "_gemm_epilogue.cuh.j2").write_text("// changed\n")
+    (tmp_path / "elementwise.cu.j2").write_text("int changed;\n")
+    assert digest("gemm.cu.j2") == original
+    include.write_text(include.read_text().replace("v += bias[n];", "v += 2 * bias[n];"))
     changed_include = digest("gemm.cu.j2")
     assert changed_include != original
-    with (tmp_path / "gemm.cu.j2").open("a") as f:
-        f.write("// changed\n")
-    assert digest("gemm.cu.j2") not in (original, changed_include)
+    gemm_j2.write_text(gemm_j2.read_text().replace("constexpr int VEC = {{ vec }};", "constexpr int VEC = {{ vec // 1 }};"))
+    assert digest("gemm.cu.j2") not in (original, changed_include)      # // in a Jinja tag is code
+
+
+def test_code_of_keeps_strings_and_jinja_division():
+    code = autogemm.render.code_of('a = "http://x"; // note\n\n{{ n // 2 }} // half\n  // only a comment\n{# gone #}b;\n')
+    assert code == 'a = "http://x";\n{{ n // 2 }}\nb;'
+
+
