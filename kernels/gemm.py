@@ -147,6 +147,11 @@ def k_slice(c, k: int) -> int:
     return ceil_div(k, c.split_k * c.bk) * c.bk
 
 
+def _tf32x3(check):
+    """A constraint on 3xtf32 configs only (FMA configs pass it)."""
+    return lambda c, p, d: c.math == "fma" or check(c, p, d)
+
+
 CONSTRAINTS = (
     ("the thread tile TY*TM must divide BM", lambda c, p, d: c.bm % (c.ty * c.tm) == 0),
     ("the thread tile TX*TN must divide BN", lambda c, p, d: c.bn % (c.tx * c.tn) == 0),
@@ -167,17 +172,16 @@ CONSTRAINTS = (
     ("grid rows ceil(M/BM) must be at most 65535", lambda c, p, d: ceil_div(p.m, c.bm) <= 65535),
     # math="3xtf32": mma.sync m16n8k8 on float32 data in cp.async tiles
     ("3xtf32 is float32 math on tensor cores of compute capability 8.0 or newer",
-     lambda c, p, d: c.math == "fma" or (p.dtype == "float32" and float(d.compute_capability) >= 8.0)),
-    ("3xtf32 reads its fragments from cp.async tiles (copy=async)",
-     lambda c, p, d: c.math == "fma" or c.copy == "async"),
+     _tf32x3(lambda c, p, d: p.dtype == "float32" and float(d.compute_capability) >= 8.0)),
+    ("3xtf32 reads its fragments from cp.async tiles (copy=async)", _tf32x3(lambda c, p, d: c.copy == "async")),
     ("3xtf32 needs TM=1, TN=2 (each thread owns the MMA fragment's 1 x 2 micro-tiles)",
-     lambda c, p, d: c.math == "fma" or (c.tm, c.tn) == (1, 2)),
+     _tf32x3(lambda c, p, d: (c.tm, c.tn) == (1, 2))),
     ("3xtf32 makes warps of 8 x 4 threads: TY must be a multiple of 8 and TX of 4",
-     lambda c, p, d: c.math == "fma" or (c.ty % 8 == 0 and c.tx % 4 == 0)),
+     _tf32x3(lambda c, p, d: c.ty % 8 == 0 and c.tx % 4 == 0)),
     ("3xtf32 warp tiles need a whole number of 16-row MMA tiles: BM/TY must be even",
-     lambda c, p, d: c.math == "fma" or (c.bm // c.ty) % 2 == 0),
+     _tf32x3(lambda c, p, d: (c.bm // c.ty) % 2 == 0)),
     ("3xtf32 reads K 16 at a time and pads its tiles itself: BK must be 16 or 32, PAD = 4",
-     lambda c, p, d: c.math == "fma" or (c.bk % 16 == 0 and c.pad == 4)),
+     _tf32x3(lambda c, p, d: c.bk % 16 == 0 and c.pad == 4)),
 )
 
 

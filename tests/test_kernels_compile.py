@@ -52,29 +52,20 @@ def gemm_matrix(name: str) -> list:
     return out
 
 
-def gemm_sample() -> list:
-    """Random valid configs (Family.sample) over dtypes, ops, even and uneven shapes, epilogues."""
-    fam = family("gemm")
+def gemm_sample(fam=family("gemm"), dtypes=DTYPES) -> list:
+    """Random valid configs of `fam` (Family.sample) over dtypes, ops, even and uneven shapes, epilogues."""
     epilogues = itertools.cycle(gemm.EPILOGUES)
     out = []
     for seed, (dtype, (ta, tb), shape) in enumerate(
-            itertools.product(DTYPES, OPS, EVEN_SHAPES + UNEVEN_SHAPES[:3])):
+            itertools.product(dtypes, OPS, EVEN_SHAPES + UNEVEN_SHAPES[:3])):
         problem = gemm.Problem.contiguous(*shape, dtype, ta, tb, epilogue=next(epilogues),
                                           use_c=seed % 2 == 1)
         out += [fam.instance(cfg, problem) for cfg in fam.sample(problem, H100, 3, seed=seed)]
     return out
 
 
-def tf32x3_sample() -> list:
-    """Random valid 3xtf32 configs (a sixtieth as likely as FMA ones in the whole space) over ops,
-    even and uneven shapes, epilogues and split-K."""
-    fam = family("gemm").restricted({"math": ("3xtf32",), "copy": ("async",), "tm": (1,), "tn": (2,), "pad": (4,)})
-    epilogues = itertools.cycle(gemm.EPILOGUES)
-    out = []
-    for seed, ((ta, tb), shape) in enumerate(itertools.product(OPS, EVEN_SHAPES + UNEVEN_SHAPES[:3])):
-        problem = gemm.Problem.contiguous(*shape, "float32", ta, tb, epilogue=next(epilogues), use_c=seed % 2 == 1)
-        out += [fam.instance(cfg, problem) for cfg in fam.sample(problem, H100, 3, seed=seed)]
-    return out
+# Valid 3xtf32 configs are a sixtieth as likely as FMA ones in the whole space: sampled on their own.
+TF32X3_SPACE = family("gemm").restricted({"math": ("3xtf32",), "copy": ("async",), "tm": (1,), "tn": (2,), "pad": (4,)})
 
 
 def small_families() -> list:
@@ -135,7 +126,7 @@ def compile_all(instances: list, workdir) -> tuple[dict[str, Usage], list[str]]:
 # ---- tests ----------------------------------------------------------------------------------
 GEMM_MATRIX = gemm_matrix("gemm")
 NAIVE_MATRIX = gemm_matrix("gemm_naive")
-GEMM_SAMPLE = gemm_sample() + tf32x3_sample()
+GEMM_SAMPLE = gemm_sample() + gemm_sample(TF32X3_SPACE, ("float32",))
 SMALL = small_families()
 ALL = list({i.name: i for i in GEMM_MATRIX + NAIVE_MATRIX + GEMM_SAMPLE + SMALL}.values())
 
