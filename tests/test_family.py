@@ -1,6 +1,7 @@
 """Kernel spaces and their checks (autogemm.family, kernels/*.py): configs that cannot run are
 rejected, nothing but declared values reaches the source, instances are named from their values."""
 import dataclasses
+import hashlib
 import itertools
 import re
 import shutil
@@ -307,3 +308,23 @@ def test_code_of_keeps_strings_and_jinja_division():
     assert code == 'a = "http://x";\n{{ n // 2 }}\nb;'
 
 
+# ---- the rendered code, pinned ---------------------------------------------------------------
+PINNED = {"fma": (BASE, dict(BASE, copy="async", stages=3, vec=2, split_k=2, pad=0),
+                  dict(BASE, bm=128, bn=128, bk=8, tm=8, tn=8, stages=1)),
+          "3xtf32": (TF32X3, dict(TF32X3, bm=128, bk=32, ty=16, tx=8, split_k=2))}
+# SHA-256 (16 digits) of the rendered code of each math path's PINNED configs on every op, even and
+# uneven shapes, every epilogue, with and without C: an edit of one path's template must leave the
+# other path's kernels as they are. Update a digest only for a change of its path's kernels.
+RENDERED = {"fma": "9daab7f81d092a1f", "3xtf32": "d752112b86a912cc"}
+
+
+@pytest.mark.parametrize("math", PINNED)
+def test_each_math_paths_rendered_code_is_pinned(math):
+    dtypes = ("float32", "float64") if math == "fma" else ("float32",)
+    epilogues = itertools.cycle(gemm.EPILOGUES)
+    digest = hashlib.sha256()
+    for i, (values, dtype, (ta, tb), shape) in enumerate(itertools.product(
+            PINNED[math], dtypes, itertools.product((False, True), repeat=2), ((1024, 1024, 1024), (800, 1000, 784)))):
+        problem = gemm.Problem.contiguous(*shape, dtype, ta, tb, epilogue=next(epilogues), use_c=i % 2 == 1)
+        digest.update(autogemm.render.code_of(GEMM.instance(GEMM.config(values), problem).source).encode())
+    assert digest.hexdigest()[:16] == RENDERED[math]
