@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from autogemm.device import DeviceInfo
 from autogemm.errors import InvalidConfig
-from autogemm.render import render, template_hash
+from autogemm.render import code_hash, render
 from kernels import Geometry
 
 FAMILIES = ("gemm", "gemm_naive", "elementwise", "softmax_xent", "colsum")
@@ -92,9 +92,36 @@ class Family:
         """Whether `values` keeps to the restrictions (every value of an unrestricted family does)."""
         return all(values.get(k) in v for k, v in self.restrictions.items())
 
+    # ---- template code -------------------------------------------------------------------
+    @property
+    def source_params(self) -> tuple[str, ...]:
+        """The parameters that choose the template files (the module's SOURCE_PARAMS, else none)."""
+        return getattr(self.module, "SOURCE_PARAMS", ())
+
+    def sources(self, cfg: Mapping) -> tuple[str, ...]:
+        """The template files `cfg`'s kernel is rendered from, in order (the module's `sources`, else
+        its TEMPLATE). The values of SOURCE_PARAMS name files: they must be declared ones."""
+        for key in self.source_params:
+            self._check(key, cfg.get(key), "sources", self.module.PARAMS[key])
+        sources = getattr(self.module, "sources", None)
+        return sources(Config(cfg)) if sources else (self.module.TEMPLATE,)
+
+    def code_hash(self, cfg: Mapping) -> str:
+        """The hash of the code of `cfg`'s sources: a record tuned with another is stale."""
+        return code_hash(self.sources(cfg))
+
+    def code_hashes(self) -> set[str]:
+        """code_hash of every variant: every combination of the declared SOURCE_PARAMS values."""
+        return {code_hash(self.sources(cfg)) for cfg in self._variants()}
+
     @property
     def template_hash(self) -> str:
-        return template_hash(self.module.TEMPLATE)
+        """The hash of the code of all the family's template files (every variant's)."""
+        return code_hash(tuple(dict.fromkeys(f for cfg in self._variants() for f in self.sources(cfg))))
+
+    def _variants(self) -> list[dict]:
+        names = self.source_params
+        return [dict(zip(names, values)) for values in itertools.product(*(self.module.PARAMS[n] for n in names))]
 
     # ---- checking ------------------------------------------------------------------------
     def config(self, values: Mapping, where: str = "config") -> Config:
@@ -112,9 +139,9 @@ class Family:
             self._check(key, values[key], where)
         return Config({k: values[k] for k in self.params})
 
-    def _check(self, key: str, value, where: str):
-        """InvalidConfig unless `value` is one of `key`'s choices."""
-        choices = self.params[key]
+    def _check(self, key: str, value, where: str, choices: tuple | None = None):
+        """InvalidConfig unless `value` is one of `key`'s choices (by default, those of this space)."""
+        choices = self.params[key] if choices is None else choices
         # type() equality, not isinstance: True is not 1, 4.0 is not 4, "4" is not 4.
         if not any(type(value) is type(c) and value == c for c in choices):
             raise InvalidConfig(f"{where}: {key}={value!r} is not in the {self.name} space "

@@ -90,8 +90,8 @@ def index_for(device: DeviceInfo, directory: Path | None = None) -> Index | None
         raise StoreError(f"{path}: holds results for {store.meta.gpu}, not this GPU ({device.name})")
     index = Index(store)
     if index.stale:
-        log.warning("autogemm: %s: %d stale record(s) (their template changed since tuning) are not "
-                    "used; re-tune them (autogemm show marks them)", path, len(index.stale))
+        log.warning("autogemm: %s: %d stale record(s) (the code of their kernels' templates changed since "
+                    "tuning) are not used; re-tune them (autogemm show marks them)", path, len(index.stale))
     _indexes[path] = (stamp, index)
     return index
 

@@ -26,13 +26,13 @@ def render(template: str, **values) -> str:
 
 
 @functools.cache
-def template_hash(template: str) -> str:
-    """SHA-256 (16 hex digits) of the code of a template and the files it includes, to mark stale
-    tuned records: a comment edited or a blank line added leaves the records current."""
+def code_hash(templates: tuple[str, ...]) -> str:
+    """SHA-256 (16 hex digits) of the code of `templates` in order, to mark stale tuned records: a
+    comment edited or a blank line added leaves the records current. Cached: a test that edits
+    templates clears it (code_hash.cache_clear())."""
     digest = hashlib.sha256()
-    for path in sorted(TEMPLATE_DIR.glob("*.j2")):
-        if path.name == template or path.name.startswith("_"):
-            digest.update(code_of(path.read_text()).encode())
+    for name in templates:
+        digest.update(code_of((TEMPLATE_DIR / name).read_text()).encode())
     return digest.hexdigest()[:16]
 
 

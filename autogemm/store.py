@@ -7,16 +7,22 @@
      "records": [{"family": "gemm", "shape": "800x1000x784", "op": "nt", "dtype": "float32",
                   "config": {"bm": 64, ...}, "median_us": 21.3, "p10_us": 21.0, "p90_us": 21.9,
                   "gflops": 58900.0, "cublas_us": 25.1, "max_rel_error": 3.1e-07, "trials": 40,
-                  "failed": 2, "date": "2026-11-22T06:00:00+00:00", "template_hash": "...",
+                  "failed": 2, "date": "2026-11-22T06:00:00+00:00", "template_hash": "<code hash>",
                   "command": "autogemm tune --shapes nn"}, ...]}
 
 A file is data, never code: `load` checks every key, type and value (configs through
 Family.config, so no string reaches a template) and names the file and the record in a one-line
 StoreError. `save` merges with the file as it is at write time (a faster record replaces, a
 slower one does not, others stay) and replaces it atomically; it never overwrites a file it
-cannot read. A record whose template hash is not the template's current one is stale: shown,
-kept, never used; its config is checked only as plain words and numbers, since the space it was
-tuned in may have changed since.
+cannot read.
+
+A record's template_hash is the code hash (Family.code_hash) of the template files its config's
+kernel is rendered from: for a GEMM, the shared ones and its math path's include. The record is
+stale, shown and kept but never used, when that is not its config's current hash. A hash that no
+config has now marks a record tuned on older templates: its config is checked only as plain words
+and numbers, since the space it was tuned in may have changed since. A record with a hash that
+some config has now is checked as a fresh one is, its config against the space (and it is stale
+if the hash is another config's: the other GEMM math path's).
 """
 import contextlib
 import json
@@ -97,8 +103,9 @@ class Record:
 
     @property
     def stale(self) -> bool:
-        """Measured on a template that has changed since: never used by lookup."""
-        return self.template_hash != family(self.key.family).template_hash
+        """Measured on template code that has changed since: never used by lookup."""
+        fam = family(self.key.family)
+        return self.template_hash not in fam.code_hashes() or self.template_hash != fam.code_hash(self.config)
 
     @property
     def speedup(self) -> float | None:
@@ -247,7 +254,7 @@ def _record(obj, where: str) -> Record:
     except ValueError as exc:
         raise StoreError(f"{where}: {exc}") from None
     template_hash = _string(obj, "template_hash", where, _HASH)
-    if template_hash != family(key.family).template_hash:
+    if template_hash not in family(key.family).code_hashes():
         config = _stale_config(obj["config"], f"{where}: config")
     else:
         try:

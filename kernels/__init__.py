@@ -12,6 +12,15 @@ A family module declares, as plain data and predicates (this layer imports nothi
     geometry(cfg, problem) -> Geometry          grid, block, shared memory, workspace
     flops(problem) -> int
 
+and where its kernel is rendered from more than TEMPLATE (includes, or files chosen by parameters):
+
+    sources(cfg) -> tuple[str, ...]             every template file of cfg's kernel, TEMPLATE first
+                                                (default: (TEMPLATE,))
+    SOURCE_PARAMS       the parameters that `sources` reads (default: none)
+
+A tuned record stays current while the code (comments aside) of its config's sources is unchanged:
+an edit of a file that a config's kernel does not use leaves its record current.
+
 ``cfg`` arrives as a namespace whose values autogemm has already checked against PARAMS.
 """
 from dataclasses import dataclass

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from kernels import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div
 
 TEMPLATE = "gemm.cu.j2"
+SOURCE_PARAMS = ("math",)
 
 EPILOGUES = (None, "bias", "bias_sigmoid", "bias_relu", "dsigmoid", "drelu")
 
@@ -89,6 +90,12 @@ class Problem:
 
 
 STATIC_SMEM = 16   # bytes of __shared__ variables in the kernel (the split-K flag, padded)
+
+
+def sources(c) -> tuple[str, ...]:
+    """The templates of a config's kernel: the shared ones and its own math path's include only, so
+    that an edit of one path leaves the other's tuned records current."""
+    return TEMPLATE, "_gemm_epilogue.cuh.j2", f"_gemm_{c.math}.cuh.j2"
 
 
 def threads(c) -> int:

@@ -19,6 +19,10 @@ CONSTRAINTS = (
 )
 
 
+def sources(c) -> tuple[str, ...]:
+    return TEMPLATE, "_gemm_epilogue.cuh.j2"
+
+
 def template_args(c, p: Problem) -> dict:
     return dict(dict(c), ctype=DTYPES[p.dtype], trans_a=p.trans_a, trans_b=p.trans_b,
                 epilogue=p.epilogue, use_c=p.use_c)

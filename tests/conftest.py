@@ -1,7 +1,10 @@
 """Shared fixtures; tests marked ``gpu`` skip unless CuPy sees a CUDA device."""
 import functools
+import shutil
 
 import pytest
+
+import autogemm.render
 
 
 @functools.cache
@@ -21,3 +24,24 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def edit_template(tmp_path, monkeypatch):
+    """edit_template(name, old, new): replace `old` (which must be there) with `new` in a copy of
+    kernels/<name>; autogemm hashes the copies of every template instead of kernels/ for the test."""
+    folder = tmp_path / "kernels"
+    folder.mkdir()
+    for path in autogemm.render.TEMPLATE_DIR.glob("*.j2"):
+        shutil.copy(path, folder)
+    monkeypatch.setattr(autogemm.render, "TEMPLATE_DIR", folder)
+    autogemm.render.code_hash.cache_clear()
+
+    def edit(name: str, old: str, new: str):
+        text = (folder / name).read_text()
+        assert old in text, (name, old)
+        (folder / name).write_text(text.replace(old, new))
+        autogemm.render.code_hash.cache_clear()
+
+    yield edit
+    autogemm.render.code_hash.cache_clear()

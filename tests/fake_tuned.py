@@ -11,6 +11,7 @@ from autogemm.timing import Timing
 
 SOFTWARE = {"driver": "13.0", "cuda_runtime": "13.2", "cupy": "14.2.0"}
 GEMM = dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=4, copy="regs", stages=2, split_k=1, pad=4, math="fma")
+TF32X3 = dict(GEMM, copy="async", stages=3, tm=1, tn=2, math="3xtf32")
 
 
 def meta(device=H100) -> Meta:
@@ -25,7 +26,7 @@ def record(shape=(800, 1000, 784), op="nt", dtype="float32", fam="gemm", config=
                   command="autogemm tune --shapes nn")
     fields.update(kw)
     return Record(make_key(fam, shape, op, dtype), config, median_us=median_us,
-                  template_hash=template_hash or family(fam).template_hash, **fields)
+                  template_hash=template_hash or family(fam).code_hash(config), **fields)
 
 
 def write_store(directory: Path, records, device=H100) -> Path:

@@ -4,7 +4,6 @@ import dataclasses
 import hashlib
 import itertools
 import re
-import shutil
 
 import jinja2
 import pytest
@@ -281,26 +280,55 @@ def test_gemm_name_spells_every_parameter():
     assert GEMM.instance_name(cfg, gemm.Problem.contiguous(100, 99, 100)).endswith("_fma")
 
 
-def test_template_hash_follows_the_code_of_the_templates_not_their_comments(tmp_path, monkeypatch):
-    original = GEMM.template_hash
-    assert re.fullmatch(r"[0-9a-f]{16}", original)
-    for path in autogemm.render.TEMPLATE_DIR.glob("*.j2"):
-        shutil.copy(path, tmp_path)
-    monkeypatch.setattr(autogemm.render, "TEMPLATE_DIR", tmp_path)
-    digest = autogemm.render.template_hash.__wrapped__
-    assert digest("gemm.cu.j2") == original
-    gemm_j2, include = tmp_path / "gemm.cu.j2", tmp_path / "_gemm_epilogue.cuh.j2"
-    gemm_j2.write_text("// a comment, edited\n\n{# and a Jinja one #}\n" + gemm_j2.read_text()
-                       .replace("// accumulators per thread: RM x RN", "// RM x RN accumulators a thread")
-                       .replace("constexpr int THREADS = TY * TX;", "constexpr int THREADS = TY * TX;   "))
-    assert digest("gemm.cu.j2") == original
-    (tmp_path / "elementwise.cu.j2").write_text("int changed;\n")
-    assert digest("gemm.cu.j2") == original
-    include.write_text(include.read_text().replace("v += bias[n];", "v += 2 * bias[n];"))
-    changed_include = digest("gemm.cu.j2")
-    assert changed_include != original
-    gemm_j2.write_text(gemm_j2.read_text().replace("constexpr int VEC = {{ vec }};", "constexpr int VEC = {{ vec // 1 }};"))
-    assert digest("gemm.cu.j2") not in (original, changed_include)      # // in a Jinja tag is code
+def test_a_gemm_configs_code_hash_is_that_of_its_math_paths_templates():
+    fma, tf32 = GEMM.code_hash(GEMM.config(BASE)), GEMM.code_hash(GEMM.config(TF32X3))
+    assert all(re.fullmatch(r"[0-9a-f]{16}", h) for h in (fma, tf32, GEMM.template_hash))
+    assert GEMM.code_hashes() == {fma, tf32} and GEMM.template_hash not in (fma, tf32)
+    assert GEMM.code_hash(dict(BASE, bm=128, copy="async")) == fma        # only math chooses files
+    assert GEMM.sources(GEMM.config(TF32X3)) == ("gemm.cu.j2", "_gemm_epilogue.cuh.j2", "_gemm_3xtf32.cuh.j2")
+    assert family("softmax_xent").code_hashes() == {family("softmax_xent").template_hash}
+    with pytest.raises(InvalidConfig, match="math='../fma' is not in the gemm space"):
+        GEMM.code_hash(dict(BASE, math="../fma"))
+
+
+@pytest.mark.parametrize("template, old, new, changed", [
+    ("gemm.cu.j2", "// accumulators per thread: RM x RN", "// RM x RN accumulators a thread", ""),
+    ("gemm.cu.j2", "constexpr int THREADS = TY * TX;", "constexpr int THREADS = TY * TX;   \n\n{# note #}", ""),
+    ("_gemm_3xtf32.cuh.j2", "// lo*hi, hi*lo, then hi*hi", "// lo*hi and hi*lo, then hi*hi", ""),
+    ("_gemm_3xtf32.cuh.j2", "pass < 3", "pass != 3", "3xtf32 gemm"),
+    ("_gemm_fma.cuh.j2", "acc[i][j] = fma(a[k][i], b[k][j], acc[i][j])", "acc[i][j] += a[k][i] * b[k][j]", "fma gemm"),
+    ("_gemm_epilogue.cuh.j2", "v += bias[n];", "v += 2 * bias[n];", "fma 3xtf32 gemm naive"),
+    ("gemm.cu.j2", "VEC = {{ vec }};", "VEC = {{ vec // 1 }};", "fma 3xtf32 gemm"),     # // in a tag is code
+    ("elementwise.cu.j2", "typedef {{ ctype }} T;", "typedef {{ ctype }} T_;", "elementwise"),
+])
+def test_code_hashes_follow_the_code_of_each_configs_templates(edit_template, template, old, new, changed):
+    """An edit changes the code hash of the configs whose kernels are rendered from the file edited,
+    and the template hash of their family, only those, and never for a comment."""
+    def hashes():
+        return {"fma": GEMM.code_hash(GEMM.config(BASE)), "3xtf32": GEMM.code_hash(GEMM.config(TF32X3)),
+                "gemm": GEMM.template_hash, "naive": family("gemm_naive").code_hash(dict(by=8, bx=32)),
+                "elementwise": family("elementwise").template_hash}
+    before = hashes()
+    edit_template(template, old, new)
+    after = hashes()
+    assert {k for k in before if before[k] != after[k]} == set(changed.split())
+    assert GEMM.code_hashes() == {after["fma"], after["3xtf32"]}
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_a_familys_sources_hold_every_template_they_include(name):
+    """A file a kernel includes but its family does not list would leave its records current
+    when that file's code changes."""
+    fam = family(name)
+    names = fam.source_params
+    for values in itertools.product(*(fam.module.PARAMS[n] for n in names)):
+        sources = fam.sources(dict(zip(names, values)))
+        assert sources[0] == fam.module.TEMPLATE
+        for source in sources:
+            text = (autogemm.render.TEMPLATE_DIR / source).read_text()
+            included = re.findall(r'\{%-?\s*(?:include|import|from|extends)\s+"([^"]+)"\s*(?:-?%\}|as |import |with)',
+                                  text)
+            assert set(included) <= set(sources), (source, included)
 
 
 def test_code_of_keeps_strings_and_jinja_division():

@@ -7,8 +7,9 @@ import pytest
 from autogemm import store
 from autogemm.device import H100
 from autogemm.errors import StoreError
+from autogemm.family import family
 from autogemm.store import file_for, load, save
-from fake_tuned import GEMM, edit, meta, record, write_store
+from fake_tuned import GEMM, TF32X3, edit, meta, record, write_store
 
 
 def test_round_trip(tmp_path):
@@ -19,7 +20,8 @@ def test_round_trip(tmp_path):
     assert path.name == "nvidia-h100-80gb-hbm3.json"
     loaded = load(path)
     assert loaded.meta.gpu == H100.name and loaded.meta.sm_count == 132 and loaded.meta.cupy == "14.2.0"
-    assert loaded.meta.templates["gemm"] == records[0].template_hash
+    assert loaded.meta.templates["gemm"] == family("gemm").template_hash
+    assert records[0].template_hash == family("gemm").code_hash(records[0].config)
     assert loaded.records == {r.key: r for r in records}
     assert all(not r.stale for r in loaded.records.values())
     assert loaded.records[records[0].key].speedup == pytest.approx(60 / 50)
@@ -174,6 +176,33 @@ def test_stale_is_a_template_hash_that_is_not_the_current_one(tmp_path):
     path = write_store(tmp_path, [record(template_hash="0123456789abcdef"), record((1, 2, 3))])
     stale = {r.key.shape: r.stale for r in load(path).records.values()}
     assert stale == {"800x1000x784": True, "1x2x3": False}
+
+
+def test_editing_one_gemm_math_path_stales_only_its_records(tmp_path, edit_template):
+    path = write_store(tmp_path, [record(), record((400, 1000, 784), config=TF32X3)])
+    edit_template("_gemm_3xtf32.cuh.j2", "pass < 3", "pass != 3")
+    stale = {r.config["math"]: r.stale for r in load(path).records.values()}
+    assert stale == {"fma": False, "3xtf32": True}
+    save(path, [record((400, 1000, 784), config=TF32X3, median_us=90.0)], meta())
+    assert not any(r.stale for r in load(path).records.values())
+
+
+def test_a_record_with_the_other_math_paths_hash_is_stale(tmp_path):
+    tf32_hash = family("gemm").code_hash(family("gemm").config(TF32X3))
+    path = write_store(tmp_path, [record(template_hash=tf32_hash), record((400, 1000, 784))])
+    stale = {r.key.shape: r.stale for r in load(path).records.values()}
+    assert stale == {"800x1000x784": True, "400x1000x784": False}
+
+
+@pytest.mark.parametrize("config", [GEMM, TF32X3])
+def test_a_record_with_a_current_hash_holds_a_config_of_the_space(tmp_path, config):
+    """Whichever config's current hash it carries: only a hash that no config has now lets
+    a config outside the space load (as stale)."""
+    path = write_store(tmp_path, [record(template_hash=family("gemm").code_hash(family("gemm").config(config)))])
+    edit(path, lambda d: d["records"][0]["config"].update(bm=3))
+    assert "bm=3 is not in the gemm space" in _message(path)
+    edit(path, lambda d: d["records"][0].update(template_hash="0123456789abcdef"))
+    assert load(path).records[record().key].stale
 
 
 def test_a_stale_record_from_an_older_space_is_kept_and_shown_not_rejected(tmp_path):
