@@ -115,17 +115,23 @@ def cmd_tune(args) -> int:
     from autogemm.family import family
     from autogemm.search import Settings
     from autogemm.store import Meta, file_for
-    from autogemm.tuning import tune_targets
+    from autogemm.tuning import stale_targets, tune_targets
 
-    targets = parse_targets(args.shapes, args.batch, args.hidden, args.train_size, args.ranks, args.families)
+    targets = None if args.stale else parse_targets(args.shapes, args.batch, args.hidden, args.train_size,
+                                                     args.ranks, args.families)
     gemm_space = dict(args.fix)
     family("gemm").restricted(gemm_space)      # an unknown name or value fails here, in one line
     out = Path(args.out) if args.out else lookup.store_dir()
     if out.exists() and not out.is_dir():
         raise AutogemmError(f"--out {out}: not a folder (tuned files are named after the GPU inside it)")
     device = this_device()
-    settings = Settings(trials=args.trials, timeout=args.timeout, seed=args.seed)
     path = file_for(out, device)
+    if args.stale:
+        targets = stale_targets(path, args.dtype, args.families)
+        if not targets:
+            print(f"autogemm tune --stale: no stale {args.dtype} records in {path}: nothing to tune")
+            return 0
+    settings = Settings(trials=args.trials, timeout=args.timeout, seed=args.seed)
     console = _console()
     console.print(f"autogemm tune: {len(targets)} shapes on {device.name}, {args.dtype}, up to {args.trials} "
                   f"trials and {args.timeout:g} s each{', resuming' if args.resume else ''}; results into {path}")
@@ -313,6 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="store folder (default: $AUTOGEMM_TUNED, else the repository's tuned/)")
     tune.add_argument("--resume", action="store_true",
                       help="continue the studies of an interrupted run (kept in $AUTOGEMM_CACHE/studies)")
+    tune.add_argument("--stale", action="store_true",
+                      help="instead of --shapes: every stale record of this GPU's file (its template's code changed)")
     tune.add_argument("--fix", type=_fix, action="append", default=[], metavar="NAME=V[,V...]",
                       help="search only these choices of a gemm parameter (repeatable), e.g. --fix copy=async")
     tune.add_argument("--seed", type=int, default=0, help="seed of the TPE sampler and the operands (0)")

@@ -1,4 +1,4 @@
-"""Entry points of the elementwise, softmax + cross-entropy and column-sum families (CuPy arrays)."""
+"""Entry points of the elementwise, softmax + cross-entropy, output-layer and column-sum families (CuPy arrays)."""
 import numpy as np
 
 from autogemm import compile as compiler
@@ -7,6 +7,7 @@ from autogemm.errors import BadArguments
 from autogemm.family import prepare
 from kernels import colsum as colsum_family
 from kernels import elementwise as ew_family
+from kernels import linear_xent as lx_family
 from kernels import softmax_xent as sx_family
 
 
@@ -96,6 +97,43 @@ def softmax_xent(z, labels, grad, scale, loss_acc, config=None):
     problem = sx_family.Problem(rows, cols, str(z.dtype))
     _run("softmax_xent", problem, (z, labels, grad, loss_acc, np.int32(rows), np.int32(cols),
                                    _scalar(z.dtype)(scale)), config)
+    return grad
+
+
+def linear_xent(a, w, bias, labels, logits, grad, scale, loss_acc, grad_in=None, activation=None, config=None):
+    """An MLP's output layer in one kernel (at most 32 classes): logits = a w^T + bias;
+    grad = (softmax(logits) - onehot(labels)) * scale; loss_acc[0] += summed cross-entropy; and with
+    `grad_in`, the input's gradient grad_in = (grad w) * act'(.), `a` being the saved output of
+    `activation` ("sigmoid" or "relu")."""
+    for x, what in ((a, "a"), (w, "w"), (bias, "bias"), (logits, "logits"), (grad, "grad")):
+        _contiguous(x, what)
+    rows, inputs = a.shape if a.ndim == 2 else (0, 0)
+    classes = w.shape[0] if w.ndim == 2 else 0
+    arrays = [a, w]
+    if grad_in is not None:
+        arrays.append(_contiguous(grad_in, "grad_in"))
+        if activation not in ("sigmoid", "relu"):
+            raise BadArguments(f"linear_xent: grad_in needs activation 'sigmoid' or 'relu', got {activation!r}")
+    elif activation is not None:
+        raise BadArguments("linear_xent: activation is only used with grad_in")
+    shapes = {"w": (w.shape, (classes, inputs)), "bias": (bias.shape, (classes,)),
+              "labels": (labels.shape, (rows,)), "logits": (logits.shape, (rows, classes)),
+              "grad": (grad.shape, (rows, classes))}
+    if grad_in is not None:
+        shapes["grad_in"] = (grad_in.shape, (rows, inputs))
+    wrong = [f"{name} {got}" for name, (got, want) in shapes.items() if got != want]
+    if a.ndim != 2 or w.ndim != 2 or wrong or rows == 0 or classes == 0 or inputs == 0:
+        raise BadArguments(f"linear_xent: a must be (rows, K) and w (C, K) with every size >= 1, bias (C,), "
+                           f"labels (rows,), logits and grad (rows, C), grad_in (rows, K); got a {a.shape}"
+                           + "".join(f", {item}" for item in wrong))
+    if any(x.dtype != a.dtype for x in arrays[1:] + [bias, logits, grad]) or labels.dtype != np.int32:
+        raise BadArguments(f"linear_xent: every array must be {a.dtype}, labels int32")
+    if loss_acc.dtype != a.dtype or loss_acc.size < 1:
+        raise BadArguments(f"linear_xent: loss_acc must be a {a.dtype} array of at least one element")
+    problem = lx_family.Problem(rows, classes, inputs, str(a.dtype), activation, _aligned(*arrays))
+    _run("linear_xent", problem, (a, w, bias, labels, logits, grad,
+                                  grad_in if grad_in is not None else np.uint64(0), loss_acc,
+                                  np.int32(rows), _scalar(a.dtype)(scale)), config)
     return grad
 
 

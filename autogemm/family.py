@@ -17,7 +17,7 @@ from autogemm.errors import InvalidConfig
 from autogemm.render import code_hash, render
 from kernels import Geometry
 
-FAMILIES = ("gemm", "gemm_naive", "elementwise", "softmax_xent", "colsum")
+FAMILIES = ("gemm", "gemm_naive", "elementwise", "softmax_xent", "colsum", "linear_xent")
 
 
 class Config(Mapping):

@@ -6,6 +6,7 @@
     elementwise         "ROWSxCOLS" one of kernels.elementwise.OPS
     softmax_xent        "ROWSxCOLS" "-"
     colsum              "ROWSxCOLS" "-"
+    linear_xent         "ROWSxCLASSESxINPUTS"   sigmoid | relu (the input gradient's activation) | "-" (none)
 
 The nearest-shape rule measures distance between keys as the sum of |log| ratios of their sizes.
 """
@@ -18,12 +19,14 @@ from kernels import DTYPES
 from kernels import colsum as colsum_family
 from kernels import elementwise as ew_family
 from kernels import gemm as gemm_family
+from kernels import linear_xent as lx_family
 from kernels import softmax_xent as sx_family
 
 GEMM_OPS = ("nn", "nt", "tn", "tt")
 NO_OP = "-"
 MAX_SIZE = 2**31 - 1
 _GEMM_LIKE = ("gemm", "gemm_naive")
+_LX_OPS = tuple(a or NO_OP for a in lx_family.ACTIVATIONS)
 
 
 def ops(family: str) -> tuple[str, ...]:
@@ -32,12 +35,15 @@ def ops(family: str) -> tuple[str, ...]:
         return GEMM_OPS
     if family == "elementwise":
         return tuple(ew_family.OPS)
+    if family == "linear_xent":
+        return _LX_OPS
     return (NO_OP,)
 
 
 def arity(family: str) -> int:
-    """How many sizes the family's shape has: 3 (M, N, K) for GEMMs, else 2 (rows, cols)."""
-    return 3 if family in _GEMM_LIKE else 2
+    """How many sizes the family's shape has: 3 (M, N, K) for GEMMs and (rows, classes, inputs)
+    for linear_xent, else 2 (rows, cols)."""
+    return 3 if family in _GEMM_LIKE or family == "linear_xent" else 2
 
 
 class Key(NamedTuple):
@@ -86,6 +92,8 @@ def key_of(family: str, problem) -> Key:
     """The key under which `problem` of `family` is tuned and looked up."""
     if family in _GEMM_LIKE:
         return make_key(family, (problem.m, problem.n, problem.k), problem.op, problem.dtype)
+    if family == "linear_xent":
+        return make_key(family, (problem.rows, problem.classes, problem.inputs), problem.op, problem.dtype)
     op = problem.op if family == "elementwise" else NO_OP
     return make_key(family, (problem.rows, problem.cols), op, problem.dtype)
 
@@ -97,6 +105,8 @@ def problem_of(key: Key):
         return gemm_family.Problem.contiguous(*sizes, key.dtype, key.op[0] == "t", key.op[1] == "t")
     if key.family == "elementwise":
         return ew_family.Problem(key.op, *sizes, key.dtype, aligned=4)
+    if key.family == "linear_xent":
+        return lx_family.Problem(*sizes, key.dtype, None if key.op == NO_OP else key.op, aligned=4)
     module = sx_family if key.family == "softmax_xent" else colsum_family
     return module.Problem(*sizes, key.dtype)
 

@@ -246,6 +246,61 @@ class SoftmaxXentMeasure(KernelMeasure):
         return error
 
 
+class LinearXentMeasure(KernelMeasure):
+    """The output layer on random activations, weights and labels: logits, G = (P - Y) / rows,
+    the summed loss and (with an activation) the input gradient, against NumPy in float64."""
+
+    def __init__(self, key: Key, device: DeviceInfo, seed: int = 0):
+        import cupy
+
+        super().__init__(key, device, seed)
+        rows, classes, inputs = key.sizes
+        act = self.problem.activation
+        if act == "relu":
+            a = np.maximum(self.normal(rows, inputs), 0)                         # A: (rows, K) relu outputs
+        else:
+            a = self.rng.uniform(0.01, 0.99, (rows, inputs)).astype(self.dtype)  # A: (rows, K) sigmoid outputs
+        w = (self.normal(classes, inputs) / np.sqrt(inputs)).astype(self.dtype)  # W: (C, K)
+        b = self.normal(classes)                                                 # b: (C,)
+        labels = self.rng.integers(0, classes, rows).astype(np.int32)           # (rows,)
+        a64, w64 = a.astype(np.float64), w.astype(np.float64)
+        z = a64 @ w64.T + b
+        z_mag = np.abs(a64) @ np.abs(w64).T + np.abs(b)                          # Z's error bound / (K eps)
+        p = np.exp(z - z.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        onehot = np.eye(classes)[labels]
+        self.scale = 1.0 / rows
+        g = (p - onehot) * self.scale
+        # An error e in a row of Z moves P_c by at most 2 P_c max|e|: G's and G_in's bounds carry Z's.
+        g_mag = (p + onehot + 2 * p * z_mag.max(1, keepdims=True)) * self.scale
+        self.expected = {"logits": (z, z_mag, inputs), "grad": (g, g_mag, inputs)}
+        if act:
+            slope = a64 * (1 - a64) if act == "sigmoid" else (a64 > 0).astype(np.float64)
+            self.expected["grad_in"] = (g @ w64 * slope, g_mag @ np.abs(w64) * slope, inputs)
+        self.loss = -np.log(p[np.arange(rows), labels]).sum()
+        self.a, self.w, self.b, self.labels = (cupy.asarray(x) for x in (a, w, b, labels))
+        self.out = {name: cupy.empty(value.shape, dtype=self.dtype) for name, (value, _, _) in self.expected.items()}
+        self.loss_acc = cupy.zeros(1, dtype=self.dtype)
+
+    def launcher(self, cfg: Config):
+        from autogemm.elementwise import linear_xent
+
+        out, act = self.out, self.problem.activation
+        return lambda: linear_xent(self.a, self.w, self.b, self.labels, out["logits"], out["grad"], self.scale,
+                                   self.loss_acc, out.get("grad_in"), act, config=cfg)
+
+    def verify(self, run) -> float:
+        rows, classes, inputs = self.key.sizes
+        for out in self.out.values():
+            out.fill(np.nan)
+        self.loss_acc.fill(0)
+        run()
+        error = max(self.check(self.out[name], value, magnitude, k)
+                    for name, (value, magnitude, k) in self.expected.items())
+        self.check(self.loss_acc, np.array([[self.loss]]), np.array([[abs(self.loss) + rows]]), rows * classes)
+        return error
+
+
 class ColsumMeasure(KernelMeasure):
     """out = column sums of G (the bias gradient), against NumPy."""
 
@@ -272,7 +327,7 @@ class ColsumMeasure(KernelMeasure):
 
 
 MEASURES = {"gemm": GemmMeasure, "gemm_naive": GemmMeasure, "elementwise": ElementwiseMeasure,
-            "softmax_xent": SoftmaxXentMeasure, "colsum": ColsumMeasure}
+            "softmax_xent": SoftmaxXentMeasure, "colsum": ColsumMeasure, "linear_xent": LinearXentMeasure}
 
 
 def measure_for(key: Key, device: DeviceInfo, seed: int = 0) -> KernelMeasure:

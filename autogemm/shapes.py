@@ -71,7 +71,7 @@ def parse_shapes(text: str, batch: int = 800, hidden: tuple[int, ...] = (1000,))
 
 
 # ---- tuning targets: every kernel launch of the training step ----------------------------------
-TUNE_FAMILIES = ("gemm", "elementwise", "softmax_xent", "colsum")
+TUNE_FAMILIES = ("gemm", "elementwise", "softmax_xent", "colsum", "linear_xent")
 
 
 @dataclass(frozen=True)
@@ -104,15 +104,20 @@ def batch_rows(batch: int, train_size: int, ranks: tuple[int, ...] = (1,)) -> li
 def mlp_targets(batch: int = 800, hidden: tuple[int, ...] = (1000,), train_size: int = 54_000,
                 ranks: tuple[int, ...] = (1,), inputs: int = 784, classes: int = 10) -> list[Target]:
     """The launches of a training step with autogemm's kernels (epilogues fused into the GEMMs):
-    per row count, the five-per-layer-pair GEMMs, softmax + cross-entropy, and the bias-gradient
-    column sums; once, the SGD updates of the biases and (with more than one rank, where the
-    update cannot fuse into the GEMM) of the weights."""
+    per row count, the GEMMs of every layer but the output layer's backward product (the output
+    layer, its loss and its input gradient are one linear_xent kernel; its forward GEMM stays, for
+    evaluation), and the bias-gradient column sums; once, the SGD updates of the biases and (with
+    more than one rank, where the update cannot fuse into the GEMM) of the weights."""
     sizes = [inputs, *hidden, classes]
+    last = len(sizes) - 1
+    head_grad = f"dA{last - 1} = G{last} W{last}"
     targets = []
     for rows in batch_rows(batch, train_size, ranks):
-        targets += [Target("gemm", (s.m, s.n, s.k), s.op, s.role) for s in mlp_shapes(rows, tuple(hidden), inputs, classes)]
-        last = len(sizes) - 1
-        targets.append(Target("softmax_xent", (rows, classes), NO_OP, f"G{last} = softmax(Z{last}) - Y"))
+        targets += [Target("gemm", (s.m, s.n, s.k), s.op, s.role)
+                    for s in mlp_shapes(rows, tuple(hidden), inputs, classes) if s.role != head_grad]
+        op = "sigmoid" if last > 1 else NO_OP
+        targets.append(Target("linear_xent", (rows, classes, sizes[-2]), op,
+                              f"Z{last}, G{last} = softmax(Z{last}) - Y" + (f", G{last - 1}" if last > 1 else "")))
         for layer, width in enumerate(sizes[1:], start=1):
             targets.append(Target("colsum", (rows, width), NO_OP, f"db{layer} = sum of G{layer}"))
     for layer, (fan_in, fan_out) in enumerate(zip(sizes, sizes[1:]), start=1):

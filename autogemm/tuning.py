@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autogemm.device import DeviceInfo
+from autogemm.errors import InvalidConfig
 from autogemm.family import family
 from autogemm.keys import NO_OP, Key, distance, problem_of
 from autogemm.search import Progress, Result, SearchError, Settings, tune
@@ -88,14 +89,31 @@ def tune_targets(targets: list[Target], dtype: str, device: DeviceInfo, out_dir:
         yield Outcome(target, key, result, record, stored, cublas)
 
 
+def stale_targets(path: Path, dtype: str, families: tuple[str, ...]) -> list[Target]:
+    """The keys of the stale records (of `dtype` and `families`) in the tuned file at `path`, as
+    targets: what a template change has left to tune again."""
+    if not path.exists():
+        return []
+    return [Target(r.key.family, r.key.sizes, r.key.op, "stale") for r in load(path).records.values()
+            if r.stale and r.key.dtype == dtype and r.key.family in families]
+
+
 def _known(existing: dict, key: Key, device: DeviceInfo, fam, nearby: int = 3) -> tuple:
-    """Configs to try first: the store's record of this key, then the winners of the nearest
-    other shapes of the family and dtype (same op first) that can run this problem, all within
-    `fam`'s space."""
+    """Configs to try first: the store's record of this key (a stale one too, if its config is
+    still in the space: the winner of an older template is a good start), then the winners of the
+    nearest other shapes of the family and dtype (same op first) that can run this problem, all
+    within `fam`'s space."""
     problem = problem_of(key)
+    own = existing.get(key)
+    if own is not None and own.stale:
+        try:
+            exact = [fam.config(dict(own.config))] if fam.within(own.config) else []
+        except InvalidConfig:                    # tuned in an older space
+            exact = []
+    else:
+        exact = [own.config] if own is not None and fam.within(own.config) else []
     records = [r for r in existing.values() if r.key.family == key.family and r.key.dtype == key.dtype
                and not r.stale and fam.within(r.config)]
-    exact = [r.config for r in records if r.key == key]
     others = sorted((r for r in records if r.key != key),
                     key=lambda r: (r.key.op != key.op, distance(r.key, key), r.key.sizes))
     fitting = [r.config for r in others if not fam.violations(r.config, problem, device)]

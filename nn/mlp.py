@@ -47,12 +47,18 @@ class MLP:
         bk = self.backend
         return [(bk.to_numpy(w).copy(), bk.to_numpy(b).copy()) for w, b in zip(self.W, self.b)]
 
-    def forward(self, x, acts, logits):
-        """Fill acts[l] = A_l (n, n_{l+1}) for hidden layers and logits = Z_last (n, C) from x (n, D)."""
+    def hidden(self, x, acts):
+        """Fill acts[l] = A_l (n, n_{l+1}) for the hidden layers from x (n, D); returns the last
+        layer's input (x itself without hidden layers)."""
         a = x
         for l in range(self.layers - 1):
             self.backend.gemm(a, self.W[l], acts[l], trans_b=True, epilogue=f"bias_{self.activation}", bias=self.b[l])
             a = acts[l]
+        return a
+
+    def forward(self, x, acts, logits):
+        """Fill acts (hidden layers) and logits = Z_last (n, C) from x (n, D)."""
+        a = self.hidden(x, acts)
         self.backend.gemm(a, self.W[-1], logits, trans_b=True, epilogue="bias", bias=self.b[-1])
         return logits
 
@@ -103,14 +109,18 @@ class Step:
         self.loss_sum[...] = 0
 
     def forward(self, x, labels):
-        """Forward pass, softmax + cross-entropy: loss into loss_sum, G_last = (P - Y) / batch."""
-        n = x.shape[0]
+        """Forward pass and the output layer (Backend.linear_xent): loss into loss_sum,
+        G_last = (P - Y) / batch, and the last hidden layer's G_{last-1} with it."""
+        n, m = x.shape[0], self.model
         self._x = x
-        self.model.forward(x, [a[:n] for a in self.acts], self.logits[:n])
-        self.model.backend.softmax_xent(self.logits[:n], labels, self.deltas[-1][:n], 1.0 / self.batch, self.loss_sum)
+        a = m.hidden(x, [act[:n] for act in self.acts])
+        grad_in = self.deltas[-2][:n] if m.layers > 1 else None
+        m.backend.linear_xent(a, m.W[-1], m.b[-1], labels, self.logits[:n], self.deltas[-1][:n], 1.0 / self.batch,
+                              self.loss_sum, grad_in, m.activation if grad_in is not None else None)
 
     def backward(self, weight_grads=True):
-        """G_{l-1} = (G_l W_l) * act'(A_{l-1}); dW_l = G_l^T A_{l-1} and db_l too when weight_grads.
+        """G_{l-1} = (G_l W_l) * act'(A_{l-1}) below the last hidden layer (whose G came with the
+        loss); dW_l = G_l^T A_{l-1} and db_l too when weight_grads.
 
         dW and db hold the data term only: the update adds reg * W. Weights are not modified.
         """
@@ -122,7 +132,7 @@ class Step:
             if weight_grads:
                 bk.column_sums(g, self.db[l])
                 bk.gemm(g, a_prev, self.dW[l], trans_a=True)
-            if l > 0:
+            if 0 < l < m.layers - 1:
                 bk.gemm(g, m.W[l], self.deltas[l - 1][:n], epilogue=f"d{m.activation}", aux=a_prev)
 
     def update_fused(self):

@@ -53,6 +53,18 @@ def test_operations_match_numpy(name):
     np.testing.assert_allclose(*grads, rtol=1e-12, atol=1e-14)
     assert losses[0] == pytest.approx(losses[1], rel=1e-12)
 
+    a1 = rng.uniform(0.05, 0.95, (37, 29))                      # saved sigmoid output (B, H)
+    w2 = rng.standard_normal((10, 29))                          # (C, H)
+    b2 = rng.standard_normal(10)                                # (C,)
+    heads = []
+    for bk in (gpu, ref):
+        logits, grad, grad_in, loss = bk.empty((37, 10)), bk.empty((37, 10)), bk.empty((37, 29)), bk.zeros((1,))
+        bk.linear_xent(bk.asarray(a1), bk.asarray(w2), bk.asarray(b2), bk.asarray(labels), logits, grad,
+                       1 / 37, loss, grad_in, "sigmoid")
+        heads.append([bk.to_numpy(x) for x in (logits, grad, grad_in, loss)])
+    for got, want in zip(*heads):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
     sums = [bk.to_numpy(bk.column_sums(bk.asarray(g), bk.empty(23), 0.5)) for bk in (gpu, ref)]
     np.testing.assert_allclose(*sums, rtol=1e-12)
     updated = [bk.to_numpy(bk.sgd_update(bk.asarray(w), bk.asarray(w * 0.3), 0.1, 1e-3)) for bk in (gpu, ref)]

@@ -1,4 +1,4 @@
-"""GPU checks of the elementwise, softmax + cross-entropy and column-sum families against NumPy."""
+"""GPU checks of the elementwise, softmax + cross-entropy, column-sum and output-layer families against NumPy."""
 import numpy as np
 import pytest
 
@@ -80,3 +80,28 @@ def test_column_sums(rows, cols, dtype):
     db = cupy.asarray(b)
     autogemm.column_sums(cupy.asarray(g), db, alpha=-0.01, beta=1.0, config=dict(tx=16, ty=4))
     np.testing.assert_allclose(cupy.asnumpy(db), b - 0.01 * g.astype(np.float64).sum(0), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape,op", [((800, 10, 1000), "sigmoid"), ((400, 10, 100), "relu"),
+                                      ((37, 3, 33), "sigmoid"), ((800, 10, 784), "-"), ((1, 32, 4096), "relu")])
+def test_linear_xent_every_sampled_config_matches_float64(shape, op, dtype):
+    """Logits, G, G_in and the loss of the default and 12 random configs, within the float64
+    reference's bounds (autogemm.measure), outputs poisoned before every run."""
+    from autogemm.device import this_device
+    from autogemm.family import family
+    from autogemm.keys import make_key
+    from autogemm.measure import measure_for
+
+    key = make_key("linear_xent", shape, op, dtype)
+    device = this_device()
+    measure = measure_for(key, device, seed=sum(shape))
+    fam = family("linear_xent")
+    configs = fam.candidates(measure.problem, device) + fam.sample(measure.problem, device, 12, seed=shape[2])
+    from kernels.linear_xent import STATIC_SMEM, w_bytes
+
+    if w_bytes(measure.problem) + STATIC_SMEM <= device.smem_per_block:
+        assert {c.w_smem for c in configs} == {False, True}
+    for cfg in configs:
+        error = measure.verify(measure.launcher(cfg))
+        assert error < (1e-5 if dtype == "float32" else 1e-13), fam.instance_name(cfg, measure.problem)

@@ -13,7 +13,7 @@ from autogemm.device import H100
 from autogemm.errors import InvalidConfig
 from autogemm.family import FAMILIES, family, prepare
 from autogemm.shapes import mlp_shapes
-from kernels import colsum, elementwise, gemm, softmax_xent
+from kernels import colsum, elementwise, gemm, linear_xent, softmax_xent
 
 GEMM = family("gemm")
 # Valid on every problem below, but for what a test changes.
@@ -39,6 +39,9 @@ def problems_of(name: str, dtype: str) -> list:
                 zip(ODD_SHAPES, itertools.cycle(itertools.product((False, True), repeat=2)))]
     if name == "elementwise":
         return [elementwise.Problem(op, 800, 1000, dtype) for op in elementwise.OPS]
+    if name == "linear_xent":
+        return [linear_xent.Problem(rows, classes, inputs, dtype, act) for rows, classes, inputs, act in
+                ((800, 10, 1000, "sigmoid"), (1, 1, 4, None), (33, 32, 4096, "relu"))]
     return [family(name).Problem(rows, cols, dtype) for rows, cols in ((800, 10), (1, 1), (33, 1000))]
 
 
@@ -343,7 +346,7 @@ PINNED = {"fma": (BASE, dict(BASE, copy="async", stages=3, vec=2, split_k=2, pad
 # SHA-256 (16 digits) of the rendered code of each math path's PINNED configs on every op, even and
 # uneven shapes, every epilogue, with and without C: an edit of one path's template must leave the
 # other path's kernels as they are. Update a digest only for a change of its path's kernels.
-RENDERED = {"fma": "9daab7f81d092a1f", "3xtf32": "d752112b86a912cc"}
+RENDERED = {"fma": "9daab7f81d092a1f", "3xtf32": "f0e8ac3118594014"}
 
 
 @pytest.mark.parametrize("math", PINNED)

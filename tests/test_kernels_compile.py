@@ -16,7 +16,7 @@ import pytest
 
 from autogemm.device import H100
 from autogemm.family import family
-from kernels import elementwise, gemm
+from kernels import elementwise, gemm, linear_xent
 
 NVCC = shutil.which("nvcc")
 if NVCC is None:
@@ -69,7 +69,8 @@ TF32X3_SPACE = family("gemm").restricted({"math": ("3xtf32",), "copy": ("async",
 
 
 def small_families() -> list:
-    """gemm_naive, elementwise (every op), softmax_xent and colsum, both dtypes, sampled configs."""
+    """gemm_naive, elementwise (every op), softmax_xent, colsum and linear_xent (with and without the
+    input gradient, K with and without a ragged last slice), both dtypes, sampled configs."""
     out = []
     for dtype in DTYPES:
         naive = family("gemm_naive")
@@ -83,6 +84,11 @@ def small_families() -> list:
             fam = family(name)
             problem = fam.Problem(800, 10, dtype)
             out += [fam.instance(cfg, problem) for cfg in fam.sample(problem, H100, 8)]
+        lx = family("linear_xent")
+        for activation, inputs in ((None, 784), ("sigmoid", 1000), ("relu", 4096), ("sigmoid", 100), ("relu", 33)):
+            problem = linear_xent.Problem(800, 10, inputs, dtype, activation)
+            out += [lx.instance(cfg, problem) for cfg in lx.sample(problem, H100, 4, seed=inputs)]
+        out += [lx.instance(cfg, problem) for cfg in lx.candidates(problem, H100)]
     return out
 
 
@@ -153,7 +159,9 @@ def test_sample_covers_the_space():
     assert any(c.split_k > 1 for c in configs)
     assert {"_even_" in i.name for i in GEMM_SAMPLE} == {True, False}
     assert {"_even_" in i.name for i in GEMM_MATRIX} == {True, False}
-    assert {i.family for i in SMALL} == {"gemm_naive", "elementwise", "softmax_xent", "colsum"}
+    assert {i.family for i in SMALL} == {"gemm_naive", "elementwise", "softmax_xent", "colsum", "linear_xent"}
+    heads = [i.config for i in SMALL if i.family == "linear_xent"]
+    assert {c.w_smem for c in heads} == {False, True} and {c.vec for c in heads} == {1, 2, 4}
 
 
 def test_gemm_every_dtype_op_epilogue_compiles(compiled):

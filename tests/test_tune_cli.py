@@ -10,7 +10,8 @@ import pytest
 from autogemm import cli
 from autogemm.device import H100
 from autogemm.store import file_for, load
-from fake_tuned import SOFTWARE, FakeMeasure, edit, record, write_store
+from autogemm.family import Config
+from fake_tuned import GEMM, SOFTWARE, FakeMeasure, edit, record, write_store
 
 
 def autogemm(*args: str, **env) -> subprocess.CompletedProcess:
@@ -132,17 +133,32 @@ def fake_gpu(monkeypatch, tmp_path):
 
 def test_tune_stores_results_and_prints_a_summary(fake_gpu, tmp_path, capsys):
     out = tmp_path / "tuned"
-    status = cli.main(["tune", "--shapes", "nn", "--hidden", "100", "--families", "gemm,softmax_xent",
+    status = cli.main(["tune", "--shapes", "nn", "--hidden", "100", "--families", "gemm,linear_xent",
                        "--trials", "6", "--out", str(out)])
     printed = capsys.readouterr()
     assert status == 0, printed.err
     records = load(file_for(out, H100)).records
-    assert len(records) == 12 == len(fake_gpu)                # 5 GEMMs + softmax, 2 batch sizes
+    assert len(records) == 10 == len(fake_gpu)                # 4 GEMMs + the output layer, 2 batch sizes
     assert "autogemm tune: best of each shape" in printed.out
     row = next(line for line in printed.out.splitlines() if "gemm 800x100x784:nt" in line and "Z1" in line)
     assert "added" in row
-    assert all(r.command == "autogemm tune --shapes nn --hidden 100 --families gemm,softmax_xent --trials 6 "
+    assert all(r.command == "autogemm tune --shapes nn --hidden 100 --families gemm,linear_xent --trials 6 "
                             f"--out {out}" for r in records.values())
+
+
+def test_tune_stale_retunes_only_the_stale_records_starting_from_their_configs(fake_gpu, tmp_path, capsys):
+    out = tmp_path / "tuned"
+    old = dict(GEMM, bk=8)
+    write_store(out, [record(median_us=50.0), record((400, 1000, 784), config=old, median_us=30.0,
+                                                     template_hash="0" * 16)])
+    status = cli.main(["tune", "--stale", "--trials", "4", "--out", str(out)])
+    assert status == 0, capsys.readouterr().err
+    (measure,) = fake_gpu                                        # one target: the stale record's key
+    assert Config(old) in measure.measured()[:2]                 # its old config is tried first, after the default
+    records = {r.key.shape: r for r in load(file_for(out, H100)).records.values()}
+    assert not any(r.stale for r in records.values()) and records["800x1000x784"].median_us == 50.0
+    assert cli.main(["tune", "--stale", "--out", str(out)]) == 0
+    assert "no stale float32 records" in capsys.readouterr().out and len(fake_gpu) == 1
 
 
 def test_tune_fix_searches_only_those_choices(fake_gpu, tmp_path, capsys):

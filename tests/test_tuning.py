@@ -30,10 +30,9 @@ def test_mlp_targets_of_the_default_network():
         ((b, 1000, 784), "nt"),     # Z1 = A0 W1^T
         ((b, 10, 1000), "nt"),      # Z2 = A1 W2^T
         ((10, 1000, b), "tn"),      # dW2 = G2^T A1
-        ((b, 1000, 10), "nn"),      # dA1 = G2 W2
         ((1000, 784, b), "tn"))]    # dW1 = G1^T A0 (and the fused W1 update)
     others = {(t.family, t.sizes, t.op) for t in targets if t.family != "gemm"}
-    assert others == {("softmax_xent", (800, 10), "-"), ("softmax_xent", (400, 10), "-"),
+    assert others == {("linear_xent", (800, 10, 1000), "sigmoid"), ("linear_xent", (400, 10, 1000), "sigmoid"),
                       ("colsum", (800, 1000), "-"), ("colsum", (800, 10), "-"),
                       ("colsum", (400, 1000), "-"), ("colsum", (400, 10), "-"),
                       ("elementwise", (1, 1000), "sgd"), ("elementwise", (1, 10), "sgd")}
@@ -50,8 +49,10 @@ def test_more_ranks_add_their_shares_and_the_weight_updates():
 
 def test_parse_targets_lists_and_families():
     assert [str(t) for t in parse_targets("800x10x1000:tn, 1x2x3")] == ["gemm 800x10x1000:tn", "gemm 1x2x3:nn"]
-    only = parse_targets("nn", families=("softmax_xent",), hidden=(100,))
-    assert [str(t) for t in only] == ["softmax_xent 800x10", "softmax_xent 400x10"]
+    only = parse_targets("nn", families=("linear_xent",), hidden=(100,))
+    assert [str(t) for t in only] == ["linear_xent 800x10x100:sigmoid", "linear_xent 400x10x100:sigmoid"]
+    no_hidden = mlp_targets(hidden=())
+    assert [str(t) for t in no_hidden if t.family == "linear_xent"] == ["linear_xent 800x10x784", "linear_xent 400x10x784"]
     assert len(parse_targets("nn,800x1000x784:nt")) == len(mlp_targets())      # no repeats
     with pytest.raises(AutogemmError, match="nothing to tune"):
         parse_targets("800x10x1000", families=("colsum",))

@@ -64,6 +64,15 @@ class Backend(ABC):
         """One fused op on logits z (n, C) and integer labels (n,):
         P = softmax(z) row-wise; loss_acc[0] += sum_i -log P[i, labels[i]]; grad_out = (P - onehot) * scale."""
 
+    def linear_xent(self, a, w, bias, labels, logits, grad_out, scale, loss_acc, grad_in=None, activation=None):
+        """The output layer and its loss: logits = a w^T + bias, then softmax_xent into grad_out and
+        loss_acc; with `grad_in`, the input's gradient grad_in = (grad_out w) * act'(a), `a` being the
+        saved output of `activation`. Here three operations; a GPU backend fuses them into one kernel."""
+        self.gemm(a, w, logits, trans_b=True, epilogue="bias", bias=bias)
+        self.softmax_xent(logits, labels, grad_out, scale, loss_acc)
+        if grad_in is not None:
+            self.gemm(grad_out, w, grad_in, epilogue=f"d{activation}", aux=a)
+
     @abstractmethod
     def column_sums(self, g, out, scale=1.0, accumulate=False):
         """out[j] = scale * sum_i g[i, j] (the bias gradients), or out[j] += that with `accumulate`

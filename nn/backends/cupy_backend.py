@@ -13,6 +13,7 @@ import numpy as np
 
 import autogemm
 from autogemm.gemm import plan_gemm
+from kernels.linear_xent import MAX_CLASSES
 from nn.backends.base import EPILOGUES, Backend
 from nn.errors import NNError
 
@@ -96,6 +97,15 @@ class CupyBackend(Backend):
         if z.size:
             autogemm.softmax_xent(z, labels, grad_out, scale, loss_acc, config=self.config)
 
+    def linear_xent(self, a, w, bias, labels, logits, grad_out, scale, loss_acc, grad_in=None, activation=None):
+        if a.shape[0] == 0:
+            return
+        if w.shape[0] > MAX_CLASSES:
+            super().linear_xent(a, w, bias, labels, logits, grad_out, scale, loss_acc, grad_in, activation)
+            return
+        autogemm.linear_xent(a, w, bias, labels, logits, grad_out, scale, loss_acc, grad_in, activation,
+                             config=self.config)
+
     def column_sums(self, g, out, scale=1.0, accumulate=False):
         if g.shape[0] == 0:  # no rows: the sums are zero
             if not accumulate:
@@ -174,6 +184,9 @@ class CublasBackend(CupyBackend):
         elif epilogue in ("dsigmoid", "drelu"):
             autogemm.activation_grad(out, aux, epilogue[1:], out=out, config=self.config)
         return out
+
+    # The unfused output layer: cuBLAS's logits GEMM and input-gradient GEMM around softmax_xent.
+    linear_xent = Backend.linear_xent
 
     def capture(self, fn):
         raise NNError("the cublas backend cannot be captured into a CUDA graph (CuPy forbids cuBLAS during capture)")

@@ -1,0 +1,103 @@
+"""Output-layer family (linear_xent.cu.j2): logits, softmax, cross-entropy and both gradients in one kernel.
+
+For an MLP's last layer with few classes it replaces three launches: the logits GEMM, softmax +
+cross-entropy, and the GEMM that carries the gradient back to the last hidden layer (with its
+activation derivative). The last hidden activations A are read twice, W once per block.
+"""
+from dataclasses import dataclass
+
+from kernels import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div
+
+TEMPLATE = "linear_xent.cu.j2"
+
+ACTIVATIONS = (None, "sigmoid", "relu")   # the layer input's activation (None: no input gradient)
+MAX_CLASSES = 32                          # a lane stores one class of each row
+
+PARAMS = {
+    "warps": (1, 2, 4, 8, 16),     # warps per block
+    "rows": (1, 2, 4),             # rows per warp (their dot products share W's loads)
+    "vec": (1, 2, 4),              # elements per load along K
+    "unroll": (1, 2, 4, 8),        # column slices in flight per lane
+    "w_smem": (False, True),       # W copied to shared memory once per block, or read through the caches
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """rows x inputs activations A into `classes` logits; `activation` names A's activation when
+    the input gradient is wanted; `aligned`: the widest vector every pointer allows."""
+
+    rows: int
+    classes: int
+    inputs: int
+    dtype: str = "float32"
+    activation: str | None = None
+    aligned: int = 4
+
+    def __post_init__(self):
+        for size in ("rows", "classes", "inputs"):
+            value = getattr(self, size)
+            if type(value) is not int or value < 1:
+                raise ValueError(f"linear_xent {size}={value!r} must be an integer >= 1")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation {self.activation!r} is not one of sigmoid, relu or None")
+        if self.aligned not in (1, 2, 4):
+            raise ValueError("aligned must be 1, 2 or 4")
+
+    @property
+    def op(self) -> str:
+        """The key's op: the activation whose derivative the input gradient takes, '-' for none."""
+        return self.activation or "-"
+
+
+STATIC_SMEM = 128   # bytes of __shared__ variables in the kernel (a loss per warp)
+
+
+def w_bytes(p: Problem) -> int:
+    return p.classes * p.inputs * ITEMSIZE[p.dtype]
+
+
+CONSTRAINTS = (
+    (f"at most {MAX_CLASSES} classes (a lane stores one class of a row)", lambda c, p, d: p.classes <= MAX_CLASSES),
+    ("the accumulators (rows x classes) must fit registers: at most 64 32-bit words",
+     lambda c, p, d: c.rows * p.classes * ITEMSIZE[p.dtype] // 4 <= 64),
+    ("vectors must be at most 16 bytes", lambda c, p, d: c.vec * ITEMSIZE[p.dtype] <= 16),
+    ("VEC must divide the inputs and suit every pointer's alignment",
+     lambda c, p, d: p.inputs % c.vec == 0 and c.vec <= p.aligned),
+    ("threads per block must fit the device", lambda c, p, d: 32 * c.warps <= d.max_threads_per_block),
+    ("W in shared memory must fit the device's per-block limit",
+     lambda c, p, d: not c.w_smem or w_bytes(p) + STATIC_SMEM <= d.smem_per_block),
+    ("unrolling past the column slices a lane has is pointless",
+     lambda c, p, d: c.unroll <= ceil_div(p.inputs, 32 * c.vec)),
+)
+
+
+def template_args(c, p: Problem) -> dict:
+    return dict(c, ctype=DTYPES[p.dtype], classes=p.classes, inputs=p.inputs, activation=p.activation)
+
+
+def instance_name(c, p: Problem) -> str:
+    dt = SHORT[p.dtype]
+    return (f"linear_xent_{dt}_c{p.classes}_k{p.inputs}_{p.activation or 'nograd'}_w{c.warps}_r{c.rows}"
+            f"_v{c.vec}_u{c.unroll}_{'smem' if c.w_smem else 'l2'}")
+
+
+def geometry(c, p: Problem) -> Geometry:
+    return Geometry(grid=(ceil_div(p.rows, c.warps * c.rows), 1, 1), block=(32 * c.warps, 1, 1),
+                    smem_bytes=w_bytes(p) if c.w_smem else 0)
+
+
+def flops(p: Problem) -> int:
+    products = 2 if p.activation else 1
+    return 2 * products * p.rows * p.classes * p.inputs
+
+
+def default_candidates(p: Problem, d):
+    """Eight warps of one row each, 16-byte loads where they fit, W in shared memory where it fits."""
+    vec = max(v for v in (1, 2, 4) if v * ITEMSIZE[p.dtype] <= 16 and p.inputs % v == 0 and v <= p.aligned)
+    for w_smem in (True, False):
+        for rows in (1, 2):
+            unroll = 2 if ceil_div(p.inputs, 32 * vec) >= 2 else 1
+            yield dict(warps=8, rows=rows, vec=vec, unroll=unroll, w_smem=w_smem)
