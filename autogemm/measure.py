@@ -22,7 +22,7 @@ from autogemm.family import Config, family
 from autogemm.family import prepare as prepare_instance
 from autogemm.keys import Key, problem_of
 from autogemm.timing import Timing, time_gpu
-from autogemm.verify import compare, reference_gemm
+from autogemm.verify import compare, reference_gemm, reference_linear_xent
 
 QUICK_WARMUP = 2
 
@@ -263,21 +263,8 @@ class LinearXentMeasure(KernelMeasure):
         w = (self.normal(classes, inputs) / np.sqrt(inputs)).astype(self.dtype)  # W: (C, K)
         b = self.normal(classes)                                                 # b: (C,)
         labels = self.rng.integers(0, classes, rows).astype(np.int32)           # (rows,)
-        a64, w64 = a.astype(np.float64), w.astype(np.float64)
-        z = a64 @ w64.T + b
-        z_mag = np.abs(a64) @ np.abs(w64).T + np.abs(b)                          # Z's error bound / (K eps)
-        p = np.exp(z - z.max(1, keepdims=True))
-        p /= p.sum(1, keepdims=True)
-        onehot = np.eye(classes)[labels]
         self.scale = 1.0 / rows
-        g = (p - onehot) * self.scale
-        # An error e in a row of Z moves P_c by at most 2 P_c max|e|: G's and G_in's bounds carry Z's.
-        g_mag = (p + onehot + 2 * p * z_mag.max(1, keepdims=True)) * self.scale
-        self.expected = {"logits": (z, z_mag, inputs), "grad": (g, g_mag, inputs)}
-        if act:
-            slope = a64 * (1 - a64) if act == "sigmoid" else (a64 > 0).astype(np.float64)
-            self.expected["grad_in"] = (g @ w64 * slope, g_mag @ np.abs(w64) * slope, inputs)
-        self.loss = -np.log(p[np.arange(rows), labels]).sum()
+        self.expected, self.loss = reference_linear_xent(a, w, b, labels, self.scale, act)
         self.a, self.w, self.b, self.labels = (cupy.asarray(x) for x in (a, w, b, labels))
         self.out = {name: cupy.empty(value.shape, dtype=self.dtype) for name, (value, _, _) in self.expected.items()}
         self.loss_acc = cupy.zeros(1, dtype=self.dtype)
@@ -290,7 +277,7 @@ class LinearXentMeasure(KernelMeasure):
                                    self.loss_acc, out.get("grad_in"), act, config=cfg)
 
     def verify(self, run) -> float:
-        rows, classes, inputs = self.key.sizes
+        rows, classes, _ = self.key.sizes
         for out in self.out.values():
             out.fill(np.nan)
         self.loss_acc.fill(0)

@@ -59,6 +59,26 @@ def reference_gemm(a, b, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=No
     return value, magnitude
 
 
+def reference_linear_xent(a, w, bias, labels, scale, activation=None) -> tuple[dict, float]:
+    """The output layer in float64 (kernels/linear_xent.py): {"logits" | "grad" | "grad_in": (value,
+    magnitude, k)} for `compare`, and the summed loss. An error e in a row of Z moves P_c by at most
+    2 P_c max|e|, so G's and G_in's bounds carry Z's (K-scaled) one."""
+    a64, w64, b64 = (np.asarray(x, np.float64) for x in (a, w, bias))
+    rows, inputs = a64.shape
+    z = a64 @ w64.T + b64                                           # Z: (rows, C)
+    z_mag = np.abs(a64) @ np.abs(w64).T + np.abs(b64)
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    onehot = np.eye(w64.shape[0])[labels]
+    g = (p - onehot) * scale                                        # G: (rows, C)
+    g_mag = (p + onehot + 2 * p * z_mag.max(1, keepdims=True)) * abs(scale)
+    expected = {"logits": (z, z_mag, inputs), "grad": (g, g_mag, inputs)}
+    if activation:
+        slope = a64 * (1 - a64) if activation == "sigmoid" else (a64 > 0).astype(np.float64)
+        expected["grad_in"] = (g @ w64 * slope, g_mag @ np.abs(w64) * slope, inputs)   # G_in: (rows, K)
+    return expected, float(-np.log(p[np.arange(rows), labels]).sum())
+
+
 def compare(out, value, magnitude, k: int, dtype, show: int = 5) -> Verdict:
     """Elementwise check of `out` against the reference within the K- and dtype-scaled bound."""
     out = np.asarray(out, np.float64)

@@ -1,0 +1,107 @@
+"""Run rendered kernels on the CPU: the source under tests/cuda_emu.h, built with g++, each block's
+threads as OS threads. For the families whose kernels use no PTX (not gemm), so CI checks what they
+compute without a GPU.
+
+    launches = [Launch(instance, [out, x, np.int32(n), np.float32(0.5)]), ...]
+    run(launches, tmp_path)       # array arguments are copied in, and back out after the run
+
+Arguments are what the GPU launch passes: NumPy arrays in place of device arrays, NumPy scalars of
+the kernel parameter's type, np.uint64(0) for a null pointer.
+"""
+import re
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+GXX = shutil.which("g++")
+HEADER_DIR = Path(__file__).resolve().parent
+_DYNAMIC_SMEM = re.compile(r"extern __shared__ __align__\(\d+\) unsigned char (\w+)\[\];")
+
+
+@dataclass
+class Launch:
+    instance: object      # autogemm.family.Instance
+    args: list
+
+
+def _literal(i: int, arg) -> str:
+    if isinstance(arg, np.ndarray):
+        return f"Buf{{b{i}.data()}}"
+    if isinstance(arg, np.uint64):
+        assert arg == 0, "a uint64 argument stands for a null pointer"
+        return "Buf{nullptr}"
+    if isinstance(arg, np.float32):
+        return f"std::bit_cast<float>(uint32_t({arg.view(np.uint32)}u))"
+    if isinstance(arg, np.float64):
+        return f"std::bit_cast<double>(uint64_t({arg.view(np.uint64)}ull))"
+    if isinstance(arg, (np.int32, np.int64)):
+        return f"int{arg.dtype.itemsize * 8}_t({int(arg)})"
+    raise TypeError(f"cannot pass {type(arg).__name__} to an emulated kernel")
+
+
+def _program(launch: Launch) -> str:
+    inst, g = launch.instance, launch.instance.geometry
+    source = _DYNAMIC_SMEM.sub(r"unsigned char* \1 = emu::dynamic_smem;", inst.source)
+    arrays = [(i, a) for i, a in enumerate(launch.args) if isinstance(a, np.ndarray)]
+    lines = [f'    auto b{i} = read("arg{i}.bin", {a.nbytes});' for i, a in arrays]
+    lines.append(f"    emu::launch({inst.name}, dim3{{{', '.join(map(str, g.grid))}}}, "
+                 f"dim3{{{', '.join(map(str, g.block))}}}, {g.smem_bytes}, "
+                 + ", ".join(_literal(i, a) for i, a in enumerate(launch.args)) + ");")
+    lines += [f'    write("arg{i}.out", b{i}, {a.nbytes});' for i, a in arrays]
+    body = "\n".join(lines)
+    return f'''#include "cuda_emu.h"
+#include <cstdio>
+
+{source}
+
+struct Buf {{
+    void* p;
+    template <class T> operator T*() const {{ return static_cast<T*>(p); }}
+}};
+
+static std::vector<emu::Chunk> read(const char* path, size_t bytes) {{
+    std::vector<emu::Chunk> buf(bytes / sizeof(emu::Chunk) + 1);
+    FILE* f = std::fopen(path, "rb");
+    if (!f || std::fread(buf.data(), 1, bytes, f) != bytes) std::abort();
+    std::fclose(f);
+    return buf;
+}}
+
+static void write(const char* path, const std::vector<emu::Chunk>& buf, size_t bytes) {{
+    FILE* f = std::fopen(path, "wb");
+    if (!f || std::fwrite(buf.data(), 1, bytes, f) != bytes) std::abort();
+    std::fclose(f);
+}}
+
+int main() {{
+{body}
+}}
+'''
+
+
+def _build_and_run(launch: Launch, workdir: Path):
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "main.cpp").write_text(_program(launch))
+    for i, a in enumerate(launch.args):
+        if isinstance(a, np.ndarray):
+            (workdir / f"arg{i}.bin").write_bytes(np.ascontiguousarray(a).tobytes())
+    build = subprocess.run([GXX, "-std=c++20", "-O1", "-pthread", "-Wno-unknown-pragmas", f"-I{HEADER_DIR}",
+                            "main.cpp", "-o", "kernel"], cwd=workdir, capture_output=True, text=True)
+    if build.returncode:
+        raise RuntimeError(f"{launch.instance.name}: g++ failed:\n{build.stderr[:3000]}")
+    ran = subprocess.run(["./kernel"], cwd=workdir, capture_output=True, text=True, timeout=300)
+    if ran.returncode:
+        raise RuntimeError(f"{launch.instance.name}: exit status {ran.returncode}: {ran.stderr[:1000]}")
+    for i, a in enumerate(launch.args):
+        if isinstance(a, np.ndarray):
+            a[...] = np.frombuffer((workdir / f"arg{i}.out").read_bytes(), dtype=a.dtype).reshape(a.shape)
+
+
+def run(launches: list[Launch], workdir: Path, jobs: int = 2):
+    """Build and run each launch (`jobs` at a time), each in its own folder under `workdir`."""
+    with ThreadPoolExecutor(jobs) as pool:
+        list(pool.map(lambda il: _build_and_run(il[1], Path(workdir) / f"launch{il[0]}"), enumerate(launches)))

@@ -1,0 +1,129 @@
+"""The kernels without PTX run on the CPU (tests/cuda_emu.h) against float64 NumPy: what CI can
+check of what they compute. Outputs are poisoned (NaN) before each run; sizes leave ragged blocks."""
+import numpy as np
+import pytest
+
+from autogemm.device import H100
+from autogemm.family import family
+from autogemm.verify import compare, reference_linear_xent
+from emulated import GXX, Launch, run
+from kernels import linear_xent
+
+if GXX is None:
+    pytest.skip("g++ is not on PATH: the emulated kernels need it", allow_module_level=True)
+
+pytestmark = pytest.mark.slow
+
+
+def check(got, expected, k, dtype):
+    value, magnitude = expected
+    verdict = compare(got.reshape(value.shape), value, magnitude, k, dtype)
+    assert verdict.ok, verdict.describe()
+
+
+# ---- linear_xent ---------------------------------------------------------------------------------
+HEADS = [(37, 10, 1000, "sigmoid", "float32"), (19, 3, 96, "relu", "float64"), (21, 10, 784, None, "float32"),
+         (5, 32, 260, "sigmoid", "float64"), (50, 10, 100, "relu", "float32")]
+
+
+def head_launches(rows, classes, inputs, activation, dtype, seed):
+    """(launch, arrays, problem) for the default and sampled configs of one problem."""
+    rng = np.random.default_rng(seed)
+    t = np.dtype(dtype).type
+    if activation == "relu":
+        a = np.maximum(rng.standard_normal((rows, inputs)), 0).astype(t)       # A: (rows, K) relu outputs
+    else:
+        a = rng.uniform(0.01, 0.99, (rows, inputs)).astype(t)                  # A: (rows, K)
+    w = (rng.standard_normal((classes, inputs)) / np.sqrt(inputs)).astype(t)  # W: (C, K)
+    b = rng.standard_normal(classes).astype(t)                                # b: (C,)
+    labels = rng.integers(0, classes, rows).astype(np.int32)                  # (rows,)
+    problem = linear_xent.Problem(rows, classes, inputs, dtype, activation)
+    fam = family("linear_xent")
+    configs = fam.candidates(problem, H100)[:1] + fam.sample(problem, H100, 3, seed=seed)
+    out = []
+    for cfg in configs:
+        arrays = dict(logits=np.full((rows, classes), np.nan, t), grad=np.full((rows, classes), np.nan, t),
+                      grad_in=np.full((rows, inputs), np.nan, t) if activation else None, loss=np.zeros(1, t))
+        args = [a, w, b, labels, arrays["logits"], arrays["grad"],
+                arrays["grad_in"] if activation else np.uint64(0), arrays["loss"], np.int32(rows), t(1 / rows)]
+        out.append((Launch(fam.instance(cfg, problem), args), arrays, (a, w, b, labels)))
+    return out
+
+
+def test_linear_xent_matches_float64_on_the_cpu(tmp_path):
+    cases = [(case, item) for seed, case in enumerate(HEADS) for item in head_launches(*case, seed)]
+    run([launch for _, (launch, _, _) in cases], tmp_path)
+    configs = {(c.warps, c.rows, c.vec, c.unroll, c.w_smem) for _, (l, _, _) in cases for c in [l.instance.config]}
+    assert {c[4] for c in configs} == {False, True} and {c[2] for c in configs} == {1, 2, 4}
+    for (rows, classes, inputs, activation, dtype), (launch, got, operands) in cases:
+        expected, loss = reference_linear_xent(*operands, 1 / rows, activation)
+        for name, (value, magnitude, k) in expected.items():
+            check(got[name], (value, magnitude), k, dtype)
+        check(got["loss"], (np.array([[loss]]), np.array([[abs(loss) + rows]])), rows * classes, dtype)
+
+
+# ---- the naive GEMM and the small families -----------------------------------------------------
+def test_gemm_naive_every_op_and_epilogue_on_the_cpu(tmp_path):
+    from autogemm.verify import reference_gemm
+    from kernels import gemm
+
+    fam, rng, cases = family("gemm_naive"), np.random.default_rng(0), []
+    for i, ((ta, tb), epilogue) in enumerate(zip([(False, False), (False, True), (True, False), (True, True)] * 2,
+                                                 gemm.EPILOGUES[1:] + (None, "bias_sigmoid", "drelu"))):
+        dtype = ("float32", "float64")[i % 2]
+        t = np.dtype(dtype).type
+        m, n, k = 19, 23, 37 + i
+        a = rng.standard_normal((k, m) if ta else (m, k)).astype(t)          # op(A): (M, K)
+        b = rng.standard_normal((n, k) if tb else (k, n)).astype(t)          # op(B): (K, N)
+        c = rng.standard_normal((m, n)).astype(t)                            # C: (M, N)
+        bias, aux = rng.standard_normal(n).astype(t), rng.uniform(-0.5, 1, (m, n)).astype(t)
+        d = np.full((m, n), np.nan, t)                                       # D: (M, N)
+        problem = gemm.Problem(m, n, k, dtype, ta, tb, epilogue, use_c=True, vec_a=1, vec_b=1, vec_out=1)
+        cfg = fam.sample(problem, H100, 1, seed=i)[0]
+        args = [a, b, c, d, bias, aux, np.uint64(0), np.uint64(0),
+                *(np.int32(s) for s in (m, n, k, a.shape[1], b.shape[1], n, n, n)), t(-0.5), t(2.0)]
+        want = reference_gemm(a, b, -0.5, 2.0, ta, tb, c, epilogue, bias, aux)
+        cases.append((Launch(fam.instance(cfg, problem), args), d, want, k, dtype))
+    run([launch for launch, *_ in cases], tmp_path)
+    for _, d, want, k, dtype in cases:
+        check(d, want, k, dtype)
+
+
+def test_softmax_xent_colsum_and_elementwise_on_the_cpu(tmp_path):
+    from kernels import colsum, elementwise, softmax_xent
+
+    rng, cases = np.random.default_rng(1), []
+    for dtype, (rows, cols) in (("float32", (37, 10)), ("float64", (70, 33))):
+        t = np.dtype(dtype).type
+        z = (rng.standard_normal((rows, cols)) * 3).astype(t)                # Z: (rows, cols)
+        labels = rng.integers(0, cols, rows).astype(np.int32)
+        z64 = z.astype(np.float64)
+        p = np.exp(z64 - z64.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        onehot = np.eye(cols)[labels]
+        sx = family("softmax_xent")
+        for cfg in sx.sample(softmax_xent.Problem(rows, cols, dtype), H100, 2, seed=rows):
+            grad, loss = np.full((rows, cols), np.nan, t), np.zeros(1, t)
+            args = [z, labels, grad, loss, np.int32(rows), np.int32(cols), t(1 / rows)]
+            cases.append((Launch(sx.instance(cfg, softmax_xent.Problem(rows, cols, dtype)), args), grad,
+                          ((p - onehot) / rows, (p + onehot) / rows), cols, dtype))
+            want = -np.log(p[np.arange(rows), labels]).sum()
+            cases.append((None, loss, (np.array([[want]]), np.array([[want + rows]])), rows * cols, dtype))
+        cs = family("colsum")
+        for cfg in cs.sample(colsum.Problem(rows, cols, dtype), H100, 2, seed=cols):
+            out = rng.standard_normal(cols).astype(t)                        # (cols,), updated in place
+            want = (-0.1 * z64.sum(0) + out)[None, :], (0.1 * np.abs(z64).sum(0) + np.abs(out))[None, :]
+            args = [z, out, np.int32(rows), np.int32(cols), np.int32(cols), t(-0.1), t(1.0)]
+            cases.append((Launch(cs.instance(cfg, colsum.Problem(rows, cols, dtype)), args), out, want, rows, dtype))
+        ew = family("elementwise")
+        y = rng.uniform(0.01, 0.99, (rows, cols)).astype(t)                  # a saved sigmoid output
+        for op, want in (("dsigmoid", z64 * y * (1 - y)), ("sgd", y - 0.1 * (z64 + 0.01 * y))):
+            problem = elementwise.Problem(op, rows, cols, dtype, aligned=1)
+            out = y.copy() if op == "sgd" else np.full((rows, cols), np.nan, t)
+            cfg = ew.sample(problem, H100, 1, seed=len(op))[0]
+            args = [out, z, y if op == "dsigmoid" else np.uint64(0), np.int32(rows * cols), np.int32(cols),
+                    t(0.1), t(0.01)]
+            cases.append((Launch(ew.instance(cfg, problem), args), out, (want, np.abs(want) + np.abs(y)), 4, dtype))
+    run([launch for launch, *_ in cases if launch is not None], tmp_path)
+    for _, got, want, k, dtype in cases:
+        check(got, want, k, dtype)
