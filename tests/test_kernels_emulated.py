@@ -1,5 +1,7 @@
 """The kernels without PTX run on the CPU (tests/cuda_emu.h) against float64 NumPy: what CI can
 check of what they compute. Outputs are poisoned (NaN) before each run; sizes leave ragged blocks."""
+import importlib
+
 import numpy as np
 import pytest
 
@@ -127,3 +129,27 @@ def test_softmax_xent_colsum_and_elementwise_on_the_cpu(tmp_path):
     run([launch for launch, *_ in cases if launch is not None], tmp_path)
     for _, got, want, k, dtype in cases:
         check(got, want, k, dtype)
+
+
+def test_autogemm_linear_xent_binds_the_arguments_its_kernel_takes(tmp_path, monkeypatch):
+    """The entry point with NumPy arrays standing in for CuPy's: its launch, run on the CPU, is right."""
+    entry = importlib.import_module("autogemm.elementwise")    # the package's `elementwise` is the function
+    launched = []
+    monkeypatch.setattr(entry, "_contiguous", lambda x, what: x)
+    monkeypatch.setattr(entry, "_aligned", lambda *arrays: 4)
+    monkeypatch.setattr(entry, "_run", lambda *call: launched.append(call))
+    rng = np.random.default_rng(5)
+    a = rng.uniform(0.01, 0.99, (29, 200)).astype(np.float32)                # A: (rows, K)
+    w = rng.standard_normal((10, 200)).astype(np.float32) / 14               # W: (C, K)
+    b = rng.standard_normal(10).astype(np.float32)                           # b: (C,)
+    labels = rng.integers(0, 10, 29).astype(np.int32)
+    logits, grad = np.full((29, 10), np.nan, np.float32), np.full((29, 10), np.nan, np.float32)
+    grad_in, loss = np.full((29, 200), np.nan, np.float32), np.zeros(1, np.float32)
+    entry.linear_xent(a, w, b, labels, logits, grad, 1 / 29, loss, grad_in, "sigmoid")
+    (name, problem, args, config), = launched
+    fam = family(name)
+    run([Launch(fam.instance(fam.default(problem, H100), problem), list(args))], tmp_path)
+    expected, want_loss = reference_linear_xent(a, w, b, labels, 1 / 29, "sigmoid")
+    for name, got in (("logits", logits), ("grad", grad), ("grad_in", grad_in)):
+        check(got, expected[name][:2], expected[name][2], "float32")
+    check(loss, (np.array([[want_loss]]), np.array([[want_loss + 29]])), 290, "float32")
