@@ -32,10 +32,11 @@ bench:  ## on a GPU machine: the MLP's GEMMs and 4096^3 against cuBLAS
 	$(PYTHON) -m autogemm.cli bench --shapes nn,4096x4096x4096
 
 OUT ?= gpu-check
-gpu-check:  ## on a GPU machine, one visit: gpu tests, GEMMs vs cuBLAS, epochs vs PyTorch; logs in $(OUT)/
+gpu-check:  ## on a GPU machine, one visit: gpu tests, GEMMs vs cuBLAS, the step's operations, epochs vs PyTorch; logs in $(OUT)/
 	mkdir -p $(OUT)
 	$(PYTHON) -m pytest -q -m gpu -p no:cacheprovider > $(OUT)/pytest-gpu.log 2>&1; tail -3 $(OUT)/pytest-gpu.log
 	$(PYTHON) -m autogemm.cli bench --shapes nn,4096x4096x4096 --json $(OUT)/gemm-bench.json > $(OUT)/gemm-bench.log 2>&1
+	$(PYTHON) -m nn.profile --json $(OUT)/profile-cme213.json > $(OUT)/profile-cme213.log; cat $(OUT)/profile-cme213.log
 	$(PYTHON) -m nn.bench --networks cme213,grading,large --backends cupy-default,cupy-tuned,torch-graph \
 	  --json $(OUT)/train-bench.json | tail -4
 	$(PYTHON) -c "import json; [print(f\"{r['shape']:>22} {r['variant']:>8} {r['median_us']:9.1f} us\") \

@@ -49,10 +49,15 @@ class Result:
     accuracy: float      # training-set accuracy after the timed epochs (a sanity check, not a score)
 
 
+def make_backend(backend_name: str, dtype: str = "float32"):
+    """The trainer backend of a benchmark name: numpy, cublas, cupy-default or cupy-tuned."""
+    options = {"tuned": backend_name == "cupy-tuned"} if backend_name.startswith("cupy") else {}
+    return get_backend(backend_name.split("-")[0], dtype, **options)
+
+
 def time_backend(net: Network, backend_name: str, x: np.ndarray, y: np.ndarray, epochs: int) -> Result:
     """Median ms per epoch of autogemm's or the baseline's backend (graph-captured where it can be)."""
-    options = {"tuned": backend_name == "cupy-tuned"} if backend_name.startswith("cupy") else {}
-    backend = get_backend(backend_name.split("-")[0], "float32", **options)
+    backend = make_backend(backend_name)
     sizes = (x.shape[1], net.hidden, 10)
     model = MLP(backend, sizes, net.activation, init_params(sizes, "he" if net.activation == "relu" else "cme213"))
     index, spans = rank_rows(len(y), net.batch, 0, 1)

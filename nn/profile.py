@@ -1,0 +1,166 @@
+"""Where a training step's time goes: each operation of one step of an MLP, timed on its own.
+
+    python -m nn.profile                                  # the CME 213 network, tuned kernels, on the GPU
+    python -m nn.profile --network grading --backend cupy-default --json profile.json
+
+The step's operations are recorded as the step enqueues them (one rank, so the weight updates are
+the fused in-place GEMMs). Each is then run `--reps` times in a row, captured in one CUDA graph
+where the backend can capture (warm caches, launch gaps as inside the epoch's graph), and the
+median over `--replays` replays is reported per call; the whole step is timed the same way. Inputs
+are random: the times do not depend on the data.
+"""
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from autogemm.errors import AutogemmError
+from nn.bench import BACKEND_NAMES, available_backends, make_backend, networks
+from nn.errors import NNError
+from nn.mlp import MLP, Step, init_params
+
+OPERATIONS = ("gemm", "linear_xent", "softmax_xent", "column_sums", "sgd_update")
+
+
+@dataclass
+class Timed:
+    operation: str
+    median_us: float
+    p10_us: float
+    p90_us: float
+
+
+def describe(name: str, args, kwargs) -> str:
+    """A recorded call in words: the operation, its sizes and what is fused into it."""
+    shape = lambda x: "x".join(map(str, x.shape))  # noqa: E731
+    if name == "gemm":
+        a, b = args[:2]
+        ta, tb = kwargs.get("trans_a", False), kwargs.get("trans_b", False)
+        m, k = a.shape[::-1] if ta else a.shape
+        n = b.shape[0] if tb else b.shape[1]
+        extras = [kwargs["epilogue"]] if kwargs.get("epilogue") else []
+        extras += ["in place"] if kwargs.get("c") is not None else []
+        return f"gemm {m}x{n}x{k}:{'t' if ta else 'n'}{'t' if tb else 'n'}" + "".join(f" {e}" for e in extras)
+    if name == "linear_xent":
+        a, w = args[:2]
+        activation = kwargs.get("activation", args[9] if len(args) > 9 else None)
+        return f"linear_xent {a.shape[0]}x{w.shape[0]}x{a.shape[1]}" + (f" {activation}" if activation else "")
+    return f"{name} {shape(args[0])}"
+
+
+def record_step(step: Step, x, labels) -> list[tuple[str, callable]]:
+    """(description, replay) of each operation that one `step.train_batch(x, labels)` enqueues;
+    operations a backend composes of others count once."""
+    backend = step.model.backend
+    recorded, depth = [], [0]
+
+    def recording(name):
+        method = getattr(backend, name)
+
+        def call(*args, **kwargs):
+            if depth[0] == 0:
+                recorded.append((describe(name, args, kwargs), lambda: method(*args, **kwargs)))
+            depth[0] += 1
+            try:
+                return method(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+        return call
+
+    for name in OPERATIONS:
+        setattr(backend, name, recording(name))
+    try:
+        step.train_batch(x, labels)
+    finally:
+        for name in OPERATIONS:
+            delattr(backend, name)
+    return recorded
+
+
+def time_calls(what: str, backend, fn, reps: int, replays: int) -> Timed:
+    """µs per call of `fn`: `reps` calls in a row (one CUDA graph where the backend captures),
+    one warm-up, then the median and spread over `replays`."""
+    if getattr(backend, "can_capture", False):
+        graph = backend.capture(lambda: [fn() for _ in range(reps)])
+        run = lambda: graph.launch(backend.stream)  # noqa: E731
+    else:
+        run = lambda: [fn() for _ in range(reps)]  # noqa: E731
+    run()
+    times = []
+    for _ in range(replays):
+        start = backend.mark()
+        run()
+        times.append(backend.elapsed_ms(start, backend.mark()) * 1e3 / reps)
+    times.sort()
+    pick = lambda q: times[min(len(times) - 1, int(q * len(times)))]  # noqa: E731
+    return Timed(what, statistics.median(times), pick(0.1), pick(0.9))
+
+
+def profile(network: str, backend_name: str, reps: int, replays: int, dtype: str = "float32"):
+    """(each operation of one step timed alone, the whole step timed the same way)."""
+    net = networks()[network]
+    backend = make_backend(backend_name, dtype)
+    sizes = (784, net.hidden, 10)
+    model = MLP(backend, sizes, net.activation, init_params(sizes, "he" if net.activation == "relu" else "cme213"))
+    rng = np.random.default_rng(0)
+    x = backend.asarray(rng.random((net.batch, 784)))                 # X: (B, 784) dtype
+    labels = backend.asarray(rng.integers(0, 10, net.batch))          # (B,) int
+    step = Step(model, net.batch, net.batch, net.lr, 1e-4)
+    operations = [time_calls(what, backend, fn, reps, replays) for what, fn in record_step(step, x, labels)]
+    return operations, time_calls("whole step", backend, lambda: step.train_batch(x, labels), reps, replays)
+
+
+def report(network: str, backend_name: str, operations: list[Timed], whole: Timed) -> str:
+    net = networks()[network]
+    total = sum(t.median_us for t in operations)
+    width = max(len(t.operation) for t in operations + [whole])
+    lines = [f"{network} (784-{net.hidden}-10, batch {net.batch}) on {backend_name}: µs per call, "
+             "median [p10, p90]"]
+    for t in operations:
+        lines.append(f"  {t.operation:<{width}}  {t.median_us:9.2f}  [{t.p10_us:.2f}, {t.p90_us:.2f}]  "
+                     f"{100 * t.median_us / total:5.1f}%")
+    steps = net.images / net.batch
+    lines.append(f"  {'sum of the operations':<{width}}  {total:9.2f}")
+    lines.append(f"  {whole.operation:<{width}}  {whole.median_us:9.2f}  [{whole.p10_us:.2f}, {whole.p90_us:.2f}]"
+                 f"  ({steps:g} steps an epoch: {whole.median_us * steps / 1e3:.2f} ms)")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m nn.profile", description=__doc__.splitlines()[0])
+    p.add_argument("--network", default="cme213", help=f"one of {', '.join(networks())} (default: cme213)")
+    p.add_argument("--backend", help="numpy, cublas, cupy-default or cupy-tuned (default: cupy-tuned on a GPU, "
+                                     "else numpy)")
+    p.add_argument("--reps", type=int, default=20, help="calls in a row per replay (default: 20)")
+    p.add_argument("--replays", type=int, default=15, help="timed replays; the median is reported (default: 15)")
+    p.add_argument("--json", metavar="PATH", help="write the times as JSON")
+    args = p.parse_args(argv)
+    try:
+        if args.network not in networks():
+            raise NNError(f"--network: unknown {args.network}; choose from {', '.join(networks())}")
+        backend = args.backend or ("cupy-tuned" if "cupy-tuned" in available_backends() else "numpy")
+        if backend not in BACKEND_NAMES or backend.startswith("torch"):
+            raise NNError(f"--backend: unknown {backend}; choose from numpy, cublas, cupy-default, cupy-tuned")
+        if args.reps < 1 or args.replays < 1:
+            raise NNError("--reps and --replays must be >= 1")
+        operations, whole = profile(args.network, backend, args.reps, args.replays)
+        print(report(args.network, backend, operations, whole))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"command": " ".join(["python -m nn.profile", *(argv or sys.argv[1:])]),
+                           "network": args.network, "backend": backend,
+                           "operations": [asdict(t) for t in operations], "step": asdict(whole)}, f, indent=1)
+    except (NNError, AutogemmError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: cannot write {e.filename}: {e.strerror}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""nn.profile: the operations of one step, each timed alone, on the NumPy backend (the same code
+times them in a CUDA graph on a GPU)."""
+import json
+
+import numpy as np
+
+from nn import profile
+
+
+def test_the_step_of_the_grading_network_is_its_six_operations(tmp_path, capsys):
+    out = tmp_path / "profile.json"
+    assert profile.main(["--network", "grading", "--backend", "numpy", "--reps", "2", "--replays", "2",
+                         "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert [t["operation"] for t in doc["operations"]] == [
+        "gemm 800x100x784:nt bias_sigmoid",          # Z1 and A1
+        "linear_xent 800x10x100 sigmoid",            # Z2, the loss, G2 and G1 in one
+        "gemm 10x100x800:tn in place",               # the W2 update (side branch)
+        "column_sums 800x100", "column_sums 800x10",  # the bias updates (side branch)
+        "gemm 100x784x800:tn in place"]              # the W1 update
+    assert all(0 < t["p10_us"] <= t["median_us"] <= t["p90_us"] for t in doc["operations"] + [doc["step"]])
+    printed = capsys.readouterr().out
+    assert "whole step" in printed and "67.5 steps an epoch" in printed
+
+
+def test_composed_operations_count_once():
+    """The NumPy backend's linear_xent calls its own gemm and softmax_xent: one operation recorded."""
+    from nn.bench import make_backend
+    from nn.mlp import MLP, Step, init_params
+
+    backend = make_backend("numpy")
+    model = MLP(backend, (6, 5, 4, 3), "relu", init_params((6, 5, 4, 3)))
+    step = Step(model, 7, 7, 0.1, 0.0)
+    x, labels = backend.asarray(np.ones((7, 6))), backend.asarray([0, 1, 2, 0, 1, 2, 0])
+    names = [what.split()[0] for what, _ in profile.record_step(step, x, labels)]
+    assert names == ["gemm", "gemm", "linear_xent", "gemm", "gemm", "gemm", "column_sums", "column_sums",
+                     "column_sums", "gemm"]
+    assert "gemm" not in vars(backend)          # the recording is undone
+
+
+def test_bad_arguments_are_one_line_errors(capsys):
+    assert profile.main(["--network", "huge", "--backend", "numpy"]) == 2
+    assert capsys.readouterr().err.startswith("error: --network: unknown huge")
+    assert profile.main(["--backend", "torch-graph"]) == 2
+    assert profile.main(["--reps", "0", "--backend", "numpy"]) == 2
