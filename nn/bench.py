@@ -15,11 +15,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from autogemm.errors import AutogemmError
 from nn.backends import cuda_available, get_backend
 from nn.data import load_dataset
 from nn.dist import rank_rows
-from nn.errors import NNError
+from nn.errors import NNError, exit_status
 from nn.mlp import MLP, Epoch, Step, init_params
 
 
@@ -214,7 +213,8 @@ def main(argv=None) -> int:
     p.add_argument("--json", metavar="PATH", help="write the results as JSON")
     p.add_argument("--png", metavar="PATH", help="draw a bar chart (needs matplotlib)")
     args = p.parse_args(argv)
-    try:
+
+    def command():
         unknown = [n for n in args.networks.split(",") if n not in known]
         if unknown:
             raise NNError(f"--networks: unknown {', '.join(unknown)}; choose from {', '.join(known)}")
@@ -232,13 +232,8 @@ def main(argv=None) -> int:
                            "results": [asdict(r) for r in results]}, f, indent=1)
         if args.png:
             chart(results, args.png)
-    except (NNError, AutogemmError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"error: cannot write {e.filename}: {e.strerror}", file=sys.stderr)
-        return 2
-    return 0
+
+    return exit_status(command)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The one error type the trainer shows to users."""
+"""The one error type the trainer shows to users, and how a command shows it."""
+import sys
 
 
 class NNError(Exception):
@@ -6,3 +7,19 @@ class NNError(Exception):
 
     `python -m nn.train` prints it as ``error: <message>`` and exits with status 2, no traceback.
     """
+
+
+def exit_status(command) -> int:
+    """Run `command()`, a command's body: 0, or one line ``error: ...`` on stderr and 2 for a bad
+    input (NNError, autogemm's errors) or a file that cannot be written."""
+    from autogemm.errors import AutogemmError
+
+    try:
+        command()
+    except (NNError, AutogemmError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: cannot write {e.filename}: {e.strerror}", file=sys.stderr)
+        return 2
+    return 0

@@ -17,9 +17,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from autogemm.errors import AutogemmError
 from nn.bench import BACKEND_NAMES, available_backends, make_backend, networks
-from nn.errors import NNError
+from nn.errors import NNError, exit_status
 from nn.mlp import MLP, Step, init_params
 
 OPERATIONS = ("gemm", "linear_xent", "softmax_xent", "column_sums", "sgd_update")
@@ -138,7 +137,8 @@ def main(argv=None) -> int:
     p.add_argument("--replays", type=int, default=15, help="timed replays; the median is reported (default: 15)")
     p.add_argument("--json", metavar="PATH", help="write the times as JSON")
     args = p.parse_args(argv)
-    try:
+
+    def command():
         if args.network not in networks():
             raise NNError(f"--network: unknown {args.network}; choose from {', '.join(networks())}")
         backend = args.backend or ("cupy-tuned" if "cupy-tuned" in available_backends() else "numpy")
@@ -153,13 +153,8 @@ def main(argv=None) -> int:
                 json.dump({"command": " ".join(["python -m nn.profile", *(argv or sys.argv[1:])]),
                            "network": args.network, "backend": backend,
                            "operations": [asdict(t) for t in operations], "step": asdict(whole)}, f, indent=1)
-    except (NNError, AutogemmError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"error: cannot write {e.filename}: {e.strerror}", file=sys.stderr)
-        return 2
-    return 0
+
+    return exit_status(command)
 
 
 if __name__ == "__main__":
