@@ -118,7 +118,7 @@ def cmd_tune(args) -> int:
     from autogemm.tuning import stale_targets, tune_targets
 
     targets = None if args.stale else parse_targets(args.shapes, args.batch, args.hidden, args.train_size,
-                                                     args.ranks, args.families)
+                                                     args.ranks, args.families, args.activation)
     gemm_space = dict(args.fix)
     family("gemm").restricted(gemm_space)      # an unknown name or value fails here, in one line
     out = Path(args.out) if args.out else lookup.store_dir()
@@ -308,6 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="training images for nn: its remainder modulo --batch is the last batch (54000)")
     tune.add_argument("--ranks", type=_hidden, default=(1,),
                       help="MPI ranks for nn, comma-separated: each rank's share of the batches too (1)")
+    tune.add_argument("--activation", choices=("sigmoid", "relu"), default="sigmoid",
+                      help="the hidden layers' activation for nn (its derivative is fused into the output layer) (sigmoid)")
     tune.add_argument("--families", type=_families, default=TUNE_FAMILIES,
                       help=f"kernel families to tune, comma-separated (all: {','.join(TUNE_FAMILIES)})")
     tune.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="(float32)")

@@ -102,12 +102,14 @@ def batch_rows(batch: int, train_size: int, ranks: tuple[int, ...] = (1,)) -> li
 
 
 def mlp_targets(batch: int = 800, hidden: tuple[int, ...] = (1000,), train_size: int = 54_000,
-                ranks: tuple[int, ...] = (1,), inputs: int = 784, classes: int = 10) -> list[Target]:
+                ranks: tuple[int, ...] = (1,), inputs: int = 784, classes: int = 10,
+                activation: str = "sigmoid") -> list[Target]:
     """The launches of a training step with autogemm's kernels (epilogues fused into the GEMMs):
     per row count, the GEMMs of every layer but the output layer's backward product (the output
     layer, its loss and its input gradient are one linear_xent kernel; its forward GEMM stays, for
     evaluation), and the bias-gradient column sums; once, the SGD updates of the biases and (with
-    more than one rank, where the update cannot fuse into the GEMM) of the weights."""
+    more than one rank, where the update cannot fuse into the GEMM) of the weights. `activation` is
+    the hidden layers' (the output layer's input gradient takes its derivative)."""
     sizes = [inputs, *hidden, classes]
     last = len(sizes) - 1
     head_grad = f"dA{last - 1} = G{last} W{last}"
@@ -115,7 +117,7 @@ def mlp_targets(batch: int = 800, hidden: tuple[int, ...] = (1000,), train_size:
     for rows in batch_rows(batch, train_size, ranks):
         targets += [Target("gemm", (s.m, s.n, s.k), s.op, s.role)
                     for s in mlp_shapes(rows, tuple(hidden), inputs, classes) if s.role != head_grad]
-        op = "sigmoid" if last > 1 else NO_OP
+        op = activation if last > 1 else NO_OP
         targets.append(Target("linear_xent", (rows, classes, sizes[-2]), op,
                               f"Z{last}, G{last} = softmax(Z{last}) - Y" + (f", G{last - 1}" if last > 1 else "")))
         for layer, width in enumerate(sizes[1:], start=1):
@@ -136,12 +138,13 @@ def _unique(targets: list[Target]) -> list[Target]:
 
 
 def parse_targets(text: str, batch: int = 800, hidden: tuple[int, ...] = (1000,), train_size: int = 54_000,
-                  ranks: tuple[int, ...] = (1,), families: tuple[str, ...] = TUNE_FAMILIES) -> list[Target]:
+                  ranks: tuple[int, ...] = (1,), families: tuple[str, ...] = TUNE_FAMILIES,
+                  activation: str = "sigmoid") -> list[Target]:
     """`nn` for every launch of the MLP's step, or MxNxK[:op],... for GEMMs; kept to `families`."""
     targets = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         if item == "nn":
-            targets += mlp_targets(batch, hidden, train_size, ranks)
+            targets += mlp_targets(batch, hidden, train_size, ranks, activation=activation)
         else:
             shape = parse_shapes(item)[0]
             targets.append(Target("gemm", (shape.m, shape.n, shape.k), shape.op))

@@ -51,6 +51,8 @@ def test_parse_targets_lists_and_families():
     assert [str(t) for t in parse_targets("800x10x1000:tn, 1x2x3")] == ["gemm 800x10x1000:tn", "gemm 1x2x3:nn"]
     only = parse_targets("nn", families=("linear_xent",), hidden=(100,))
     assert [str(t) for t in only] == ["linear_xent 800x10x100:sigmoid", "linear_xent 400x10x100:sigmoid"]
+    relu = parse_targets("nn", families=("linear_xent",), activation="relu")
+    assert [t.op for t in relu] == ["relu", "relu"]
     no_hidden = mlp_targets(hidden=())
     assert [str(t) for t in no_hidden if t.family == "linear_xent"] == ["linear_xent 800x10x784", "linear_xent 400x10x784"]
     assert len(parse_targets("nn,800x1000x784:nt")) == len(mlp_targets())      # no repeats
