@@ -105,13 +105,10 @@ def _known(existing: dict, key: Key, device: DeviceInfo, fam, nearby: int = 3) -
     within `fam`'s space."""
     problem = problem_of(key)
     own = existing.get(key)
-    if own is not None and own.stale:
-        try:
-            exact = [fam.config(dict(own.config))] if fam.within(own.config) else []
-        except InvalidConfig:                    # tuned in an older space
-            exact = []
-    else:
-        exact = [own.config] if own is not None and fam.within(own.config) else []
+    try:
+        exact = [fam.config(dict(own.config))] if own is not None and fam.within(own.config) else []
+    except InvalidConfig:                        # a stale record tuned in an older space
+        exact = []
     records = [r for r in existing.values() if r.key.family == key.family and r.key.dtype == key.dtype
                and not r.stale and fam.within(r.config)]
     others = sorted((r for r in records if r.key != key),
