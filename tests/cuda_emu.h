@@ -1,12 +1,19 @@
-// Just enough of CUDA to run autogemm's kernels that use no PTX (elementwise, softmax_xent, colsum,
-// linear_xent, gemm_naive) on the CPU, for tests without a GPU (tests/emulated.py).
+// Just enough of CUDA to run every autogemm kernel on the CPU, for tests without a GPU
+// (tests/emulated.py, which also turns each inline PTX statement into a call of emu::ptx).
 //
 // Blocks run one after another; a block's threads are OS threads. __syncthreads is a barrier of the
 // block, a warp shuffle a store to the warp's slots between two barriers of the warp, atomicAdd a
 // locked add. A thread that returns drops out of its barriers, as an exited CUDA thread stops
 // counting for __syncthreads. __shared__ variables are static: one block at a time uses them.
+//
+// The PTX the GEMM uses: cp.async copies are queued per thread and done at the wait_group that
+// requires them (the latest a GPU may land them, so a missing wait reads stale shared memory); the
+// warp's mma.sync m16n8k8 gathers the 32 lanes' fragments in the warp's slots, like a shuffle, and
+// sums the products of their TF32 values (the top 19 bits) in double.
 #pragma once
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <barrier>
 #include <bit>
 #include <cmath>
@@ -40,13 +47,14 @@ struct alignas(64) Chunk {   // the unit of every buffer: 16-byte vector types n
 };
 
 struct Block {
-    explicit Block(unsigned threads) : all(threads), slots(threads) {
+    explicit Block(unsigned threads) : all(threads), slots(threads), fragments(threads) {
         for (unsigned w = 0; w < (threads + 31) / 32; ++w)
             warps.push_back(std::make_unique<std::barrier<>>(std::min(32u, threads - 32 * w)));
     }
     std::barrier<> all;
     std::vector<std::unique_ptr<std::barrier<>>> warps;
-    std::vector<uint64_t> slots;   // one value per thread, for shuffles
+    std::vector<uint64_t> slots;                         // one value per thread, for shuffles
+    std::vector<std::array<uint32_t, 6>> fragments;      // a0-a3, b0-b1 per thread, for mma.sync
 };
 inline Block* block = nullptr;
 inline unsigned char* dynamic_smem = nullptr;
@@ -83,7 +91,75 @@ T atomicAdd(T* p, T v) {
 }
 
 inline float __int_as_float(int x) { return std::bit_cast<float>(x); }
+inline float __uint_as_float(unsigned x) { return std::bit_cast<float>(x); }
+inline unsigned __float_as_uint(float x) { return std::bit_cast<unsigned>(x); }
 inline float __fdividef(float a, float b) { return a / b; }
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+template <class T>
+void __stcg(T* p, T v) { *p = v; }
+template <class T>
+T __ldcg(const T* p) { return *p; }
+// The shared "address" of a pointer into the dynamic shared memory: its offset there.
+inline size_t __cvta_generic_to_shared(const void* p) {
+    return static_cast<size_t>(static_cast<const unsigned char*>(p) - emu::dynamic_smem);
+}
+
+// ---- the inline PTX of the kernels --------------------------------------------------------------
+namespace emu::ptx {
+struct AsyncCopy {
+    unsigned char* dst;
+    const unsigned char* src;
+    int size, bytes;   // `bytes` of `size` come from src, the rest are zeros
+    void land() const {
+        std::memcpy(dst, src, bytes);
+        std::memset(dst + bytes, 0, size - bytes);
+    }
+};
+inline thread_local std::vector<std::vector<AsyncCopy>> groups(1);   // committed ones, then the open one
+
+inline void cp_async(unsigned dst, const void* src, int size, int bytes) {
+    groups.back().push_back({dynamic_smem + dst, static_cast<const unsigned char*>(src), size, bytes});
+}
+inline void cp_async_cg_shared_global(unsigned dst, const void* src, int bytes) { cp_async(dst, src, 16, bytes); }
+inline void cp_async_ca_shared_global(unsigned dst, const void* src, int size, int bytes) {
+    cp_async(dst, src, size, bytes);
+}
+inline void cp_async_commit_group() { groups.emplace_back(); }
+inline void cp_async_wait_group(int pending) {   // land all but the newest `pending` committed groups
+    while (groups.size() - 1 > static_cast<size_t>(pending)) {
+        for (const AsyncCopy& c : groups.front()) c.land();
+        groups.erase(groups.begin());
+    }
+}
+
+inline void cvt_rna_tf32_f32(unsigned& r, float x) {   // to nearest, ties away from zero; low 13 bits 0
+    const unsigned u = std::bit_cast<unsigned>(x);
+    r = std::isfinite(x) ? (u + 0x1000u) & 0xffffe000u : u;
+}
+
+// D (16 x 8) = A (16 x 8, row-major) B (8 x 8, column-major) + C, C = D, for the lane (g, t) =
+// (lane / 4, lane % 4): A rows g, g+8 at k t, t+4 (a0 a1 a2 a3 = (g,t) (g+8,t) (g,t+4) (g+8,t+4));
+// B k t, t+4 of column g; D rows g, g+8 at columns 2t, 2t+1.
+inline void mma_sync_aligned_m16n8k8_row_col_f32_tf32_tf32_f32(float& d0, float& d1, float& d2, float& d3,
+                                                                unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                                                unsigned b0, unsigned b1) {
+    const unsigned t = emu_thread(), lane = t % 32, base = t - lane;
+    std::barrier<>& warp = *block->warps[t / 32];
+    block->fragments[t] = {a0, a1, a2, a3, b0, b1};
+    warp.arrive_and_wait();
+    auto tf32 = [](uint32_t u) { return double(std::bit_cast<float>(u & 0xffffe000u)); };
+    auto a = [&](unsigned r, unsigned k) { return tf32(block->fragments[base + r % 8 * 4 + k % 4][(r >= 8) + 2 * (k >= 4)]); };
+    auto b = [&](unsigned k, unsigned n) { return tf32(block->fragments[base + n * 4 + k % 4][4 + (k >= 4)]); };
+    float* d[4] = {&d0, &d1, &d2, &d3};
+    for (unsigned i = 0; i < 4; ++i) {
+        const unsigned row = lane / 4 + 8 * (i / 2), col = lane % 4 * 2 + i % 2;
+        double sum = *d[i];
+        for (unsigned k = 0; k < 8; ++k) sum += a(row, k) * b(k, col);
+        *d[i] = float(sum);
+    }
+    warp.arrive_and_wait();
+}
+}  // namespace emu::ptx
 
 namespace emu {
 // Run kernel(args...) on a grid of blocks, each of `threads` threads, with `smem` bytes of dynamic

@@ -1,6 +1,7 @@
 """Run rendered kernels on the CPU: the source under tests/cuda_emu.h, built with g++, each block's
-threads as OS threads. For the families whose kernels use no PTX (not gemm), so CI checks what they
-compute without a GPU.
+threads as OS threads, so CI checks what every family's kernels compute without a GPU. Each inline
+PTX statement becomes a call of its emulation: asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x))
+-> emu::ptx::cvt_rna_tf32_f32(r, x), operands in order (outputs by reference).
 
     launches = [Launch(instance, [out, x, np.int32(n), np.float32(0.5)]), ...]
     run(launches, tmp_path)       # array arguments are copied in, and back out after the run
@@ -20,6 +21,55 @@ import numpy as np
 GXX = shutil.which("g++")
 HEADER_DIR = Path(__file__).resolve().parent
 _DYNAMIC_SMEM = re.compile(r"extern __shared__ __align__\(\d+\) unsigned char (\w+)\[\];")
+_ASM = re.compile(r"\basm\s*(?:volatile\s*)?\(")
+_OPERAND = re.compile(r'^"[=+]?\w+"\s*\((.*)\)$', re.S)
+
+
+def _split_top_level(text: str, separator: str) -> list[str]:
+    """`text` split at `separator` outside brackets and string literals."""
+    parts, depth, quoted, start = [], 0, False, 0
+    for i, ch in enumerate(text):
+        if ch == '"' and text[i - 1] != "\\":
+            quoted = not quoted
+        elif not quoted and ch in "([{":
+            depth += 1
+        elif not quoted and ch in ")]}":
+            depth -= 1
+        elif not quoted and depth == 0 and ch == separator:
+            parts.append(text[start:i])
+            start = i + 1
+    return parts + [text[start:]]
+
+
+def _ptx_call(statement: str) -> str:
+    """The emu::ptx call of one asm statement's contents: `"template" : outputs : inputs`."""
+    template, *operand_lists = _split_top_level(statement, ":")
+    mnemonic = re.match(r'\s*"([\w.]+)', template)[1]
+    operands = []
+    for operand in (o.strip() for part in operand_lists for o in _split_top_level(part, ",")):
+        if operand:
+            match = _OPERAND.match(operand)
+            assert match, f"unexpected asm operand {operand!r}"
+            operands.append(match[1])
+    return f"emu::ptx::{mnemonic.replace('.', '_')}({', '.join(operands)})"
+
+
+def translate_ptx(source: str) -> str:
+    """`source` with every asm statement replaced by its emu::ptx call."""
+    out, pos = [], 0
+    for match in _ASM.finditer(source):
+        if match.start() < pos:
+            continue
+        depth, end = 1, match.end()
+        while depth:                       # the statement's closing parenthesis
+            ch = source[end]
+            if ch == '"':
+                end = source.index('"', end + 1)
+            depth += {"(": 1, ")": -1}.get(ch, 0)
+            end += 1
+        out += [source[pos:match.start()], _ptx_call(source[match.end():end - 1])]
+        pos = end
+    return "".join(out) + source[pos:]
 
 
 @dataclass
@@ -45,7 +95,7 @@ def _literal(i: int, arg) -> str:
 
 def _program(launch: Launch) -> str:
     inst, g = launch.instance, launch.instance.geometry
-    source = _DYNAMIC_SMEM.sub(r"unsigned char* \1 = emu::dynamic_smem;", inst.source)
+    source = translate_ptx(_DYNAMIC_SMEM.sub(r"unsigned char* \1 = emu::dynamic_smem;", inst.source))
     arrays = [(i, a) for i, a in enumerate(launch.args) if isinstance(a, np.ndarray)]
     lines = [f'    auto b{i} = read("arg{i}.bin", {a.nbytes});' for i, a in arrays]
     lines.append(f"    emu::launch({inst.name}, dim3{{{', '.join(map(str, g.grid))}}}, "

@@ -1,5 +1,6 @@
-"""The kernels without PTX run on the CPU (tests/cuda_emu.h) against float64 NumPy: what CI can
-check of what they compute. Outputs are poisoned (NaN) before each run; sizes leave ragged blocks."""
+"""Every family's kernels run on the CPU (tests/cuda_emu.h, inline PTX emulated) against float64
+NumPy: what CI can check of what they compute. Outputs are poisoned (NaN) before each run; sizes
+leave ragged blocks."""
 import importlib
 
 import numpy as np
@@ -62,6 +63,64 @@ def test_linear_xent_matches_float64_on_the_cpu(tmp_path):
         for name, (value, magnitude, k) in expected.items():
             check(got[name], (value, magnitude), k, dtype)
         check(got["loss"], (np.array([[loss]]), np.array([[abs(loss) + rows]])), rows * classes, dtype)
+
+
+# ---- the tiled GEMM, both math paths --------------------------------------------------------------
+TF32X3 = {"math": ("3xtf32",), "tm": (1,), "tn": (2,), "copy": ("async",), "pad": (4,), "bk": (16, 32)}
+SMALL_BLOCKS = {"ty": (1, 2, 4, 8, 16), "tx": (1, 2, 4, 8, 16)}   # at most 256 threads (OS threads here)
+# (M, N, K, dtype, trans_a, trans_b, epilogue, use_c, restrictions, samples): every operand layout of
+# each math path, ragged and even tiles, split-K, both copy paths, the epilogues, C in place.
+GEMMS = [
+    (70, 45, 50, "float32", False, True, "bias_sigmoid", False, TF32X3, 2),   # both K-major: 16-byte k reads
+    (64, 64, 64, "float32", False, False, None, True, TF32X3, 1),            # B stored [k][n]
+    (45, 70, 40, "float32", True, False, "dsigmoid", False, TF32X3, 2),      # A stored [k][m]: row pairs
+    (33, 40, 72, "float32", True, True, "bias_relu", True, TF32X3, 1),
+    (70, 45, 150, "float32", False, True, None, False, {**TF32X3, "split_k": (2, 3)}, 1),
+    (37, 29, 43, "float32", False, False, "bias", True, {"math": ("fma",), "copy": ("regs",), **SMALL_BLOCKS}, 2),
+    (50, 61, 35, "float32", True, True, "drelu", False, {"math": ("fma",), "copy": ("async",), **SMALL_BLOCKS}, 2),
+    (64, 32, 96, "float32", False, True, None, True, {"math": ("fma",), "split_k": (2, 4), **SMALL_BLOCKS}, 1),
+    (41, 23, 30, "float64", True, False, "bias_sigmoid", True, {"math": ("fma",), **SMALL_BLOCKS}, 2),
+]
+
+
+def gemm_launches(monkeypatch, cases) -> list:
+    """(launch, D, (value, magnitude), K, dtype) for each sampled config of each case; the arguments
+    are autogemm.gemm.launch_args's, with NumPy scratch in place of CuPy's."""
+    from autogemm.verify import reference_gemm
+    from kernels import gemm
+
+    entry = importlib.import_module("autogemm.gemm")           # the package's `gemm` is the function
+    monkeypatch.setattr(entry, "_scratch_buffer", lambda kind, dtype, size: np.zeros(size, dtype))
+    rng, out = np.random.default_rng(7), []
+    for m, n, k, dtype, ta, tb, epilogue, use_c, restrictions, samples in cases:
+        t = np.dtype(dtype).type
+        a = rng.standard_normal((k, m) if ta else (m, k)).astype(t)          # op(A): (M, K)
+        b = rng.standard_normal((n, k) if tb else (k, n)).astype(t)          # op(B): (K, N)
+        bias, aux = rng.standard_normal(n).astype(t), rng.uniform(-0.5, 1, (m, n)).astype(t)
+        c = rng.standard_normal((m, n)).astype(t)                            # C: (M, N)
+        alpha, beta = -0.5, (0.75 if use_c else 0.0)
+        want = reference_gemm(a, b, alpha, beta, ta, tb, c, epilogue, bias, aux)
+        problem = gemm.Problem.contiguous(m, n, k, dtype, ta, tb, epilogue=epilogue, use_c=use_c)
+        fam = family("gemm").restricted(restrictions)
+        configs = fam.sample(problem, H100, samples, seed=m + n + k)
+        assert len(configs) == samples, f"too few {restrictions} configs for {problem}"
+        for cfg in configs:
+            d = c.copy() if use_c else np.full((m, n), np.nan, t)            # D: (M, N); C in place
+            args = entry.launch_args(fam.instance(cfg, problem), a, b, d, d, bias, aux,
+                                     (m, n, k, a.shape[1], b.shape[1], n, n, n), alpha, beta)
+            out.append((Launch(fam.instance(cfg, problem), list(args)), d, want, k, dtype))
+    return out
+
+
+def test_gemm_both_math_paths_every_layout_on_the_cpu(tmp_path, monkeypatch):
+    cases = gemm_launches(monkeypatch, GEMMS)
+    run([launch for launch, *_ in cases], tmp_path)
+    configs = [launch.instance.config for launch, *_ in cases]
+    assert {c.math for c in configs} == {"fma", "3xtf32"} and {c.copy for c in configs} == {"regs", "async"}
+    assert max(c.split_k for c in configs if c.math == "3xtf32") > 1 and max(c.split_k for c in configs) > 1
+    for launch, d, want, k, dtype in cases:
+        verdict = compare(d, *want, k, dtype)
+        assert verdict.ok, f"{launch.instance.name}: {verdict.describe()}"
 
 
 # ---- the naive GEMM and the small families -----------------------------------------------------
