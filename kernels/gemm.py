@@ -4,6 +4,7 @@ D = epi(alpha * op(A) @ op(B) + beta * C), row-major, op in {N, T} on each side,
 """
 import itertools
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from kernels import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div
 
@@ -13,8 +14,10 @@ SOURCE_PARAMS = ("math",)
 EPILOGUES = (None, "bias", "bias_sigmoid", "bias_relu", "dsigmoid", "drelu")
 
 PARAMS = {
-    "bm": (16, 32, 64, 128, 256),      # block tile rows (M)
-    "bn": (16, 32, 64, 128, 256),      # block tile columns (N)
+    # Block tiles: multiples of 16 up to 128, whose grids can fill the SMs in whole waves where powers
+    # of two cannot (800x1000 in 128x64 tiles is 112 blocks for 132 SMs; in 64x112, 117), and 256.
+    "bm": (16, 32, 48, 64, 80, 96, 112, 128, 256),   # block tile rows (M)
+    "bn": (16, 32, 48, 64, 80, 96, 112, 128, 256),   # block tile columns (N)
     "bk": (4, 8, 16, 32),              # K step per shared-memory stage
     "ty": (1, 2, 4, 8, 16, 32),        # thread-block shape: TY x TX threads
     "tx": (1, 2, 4, 8, 16, 32),
@@ -117,8 +120,9 @@ def k_chunk(c, p: Problem) -> int:
 def pads(c, p: Problem) -> tuple[int, int]:
     """Row padding (elements) of op(A)'s and op(B)'s shared tiles. Under 3xtf32, PAD=4 asks for the
     padding that makes its fragment reads conflict-free (see gemm.cu.j2): rows 16 (mod 32) words long
-    where both operands are K-major (16-byte reads along k), 8 (mod 32) for a [k][row] tile and for
-    A's [row][k] rows read in pairs, and BK + 4 for single reads along k."""
+    where both operands are K-major (16-byte reads along k), 8 or 24 (mod 32) for a [k][row] tile
+    (BM + 8 or BN + 8, the tiles being multiples of 16; A's rows are then read in pairs), and BK + 4
+    for single reads along k."""
     if c.math == "fma":
         return c.pad, c.pad
     a_k, b_k = k_major(c, p)
@@ -309,10 +313,42 @@ def default_candidates(p: Problem, d):
             yield dict(bm=bm, bn=bn, bk=bk, ty=ty, tx=tx, tm=tm, tn=_tn(tn, "async", p), vec=vec,
                        copy="async", stages=3, split_k=split, pad=4, math="fma")
     # 3xTF32 on tensor cores, where the dtype and GPU allow (the constraints drop them elsewhere):
-    # warp tiles of 64x32 and 32x32 on the mid-size block tiles, whole or split in two.
-    for (bm, bn, ty, tx), split in itertools.product(_TC_TILES, (1, 2)):
-        yield dict(bm=bm, bn=bn, bk=32, ty=ty, tx=tx, tm=1, tn=2, vec=vec, copy="async", stages=3,
-                   split_k=split, pad=4, math="3xtf32")
+    # warp tiles of 64x32 and 32x32 on the mid-size block tiles, whole or split in two; then the
+    # tiles that fill the SMs in the fewest, fullest waves.
+    for tile, split in itertools.product(_TC_TILES, (1, 2)):
+        yield _tc_seed(*tile, vec, split)
+    for tile in wave_tiles(p, d):
+        yield _tc_seed(*tile, vec)
+
+
+def _tc_seed(bm: int, bn: int, ty: int, tx: int, vec: int, split: int = 1) -> dict:
+    """A 3xtf32 config on a block tile: BK 32, a 3-stage cp.async pipeline."""
+    return dict(bm=bm, bn=bn, bk=32, ty=ty, tx=tx, tm=1, tn=2, vec=vec, copy="async", stages=3,
+                split_k=split, pad=4, math="3xtf32")
+
+
+# Thread blocks (TY, TX) of 3xtf32's seeds: 4 and 8 warps of 8 x 4 threads.
+_TC_BLOCKS = ((16, 8), (8, 16), (16, 16), (32, 8), (8, 32))
+
+
+def wave_tiles(p: Problem, d, count: int = 2) -> list[tuple[int, int, int, int]]:
+    """3xtf32 block tiles (bm, bn, ty, tx) that can run `p` and keep the busiest SM's work least,
+    one block an SM: fewest waves x tile area (128x64 tiles of 800x1000 are one wave of 8192
+    outputs an SM, 64x112 tiles one of 7168). Warp tiles of at least 32 x 32, as large as the other
+    seeds' (smaller ones read more shared memory per MMA). Ties go to fewer waves, then to squarer
+    warp tiles; `count` tiles, each with its best thread block."""
+    vec = min(4, 16 // p.itemsize, p.vec_a, p.vec_b)
+    best = {}
+    for bm, bn, (ty, tx) in itertools.product(PARAMS["bm"], PARAMS["bn"], _TC_BLOCKS):
+        wm, wn = bm * 8 // ty, bn * 4 // tx              # the warp tile
+        c = SimpleNamespace(**_tc_seed(bm, bn, ty, tx, vec))   # as the constraints read a config
+        if min(wm, wn) < 32 or not all(ok(c, p, d) for _, ok in CONSTRAINTS):
+            continue
+        waves = ceil_div(ceil_div(p.m, bm) * ceil_div(p.n, bn), d.sm_count)
+        rank = (waves * bm * bn, waves, max(wm, wn) / min(wm, wn))
+        if (bm, bn) not in best or rank < best[bm, bn][0]:
+            best[bm, bn] = (rank, (bm, bn, ty, tx))
+    return [tile for _, tile in sorted(best.values())[:count]]
 
 
 def _tn(tn: int, copy: str, p: Problem) -> int:

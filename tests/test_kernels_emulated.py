@@ -68,6 +68,7 @@ def test_linear_xent_matches_float64_on_the_cpu(tmp_path):
 # ---- the tiled GEMM, both math paths --------------------------------------------------------------
 TF32X3 = {"math": ("3xtf32",), "tm": (1,), "tn": (2,), "copy": ("async",), "pad": (4,), "bk": (16, 32)}
 SMALL_BLOCKS = {"ty": (1, 2, 4, 8, 16), "tx": (1, 2, 4, 8, 16)}   # at most 256 threads (OS threads here)
+WAVE_TILES = {"bm": (48, 80, 96, 112), "bn": (48, 80, 96, 112)}    # tiles that are not powers of two
 # (M, N, K, dtype, trans_a, trans_b, epilogue, use_c, restrictions, samples): every operand layout of
 # each math path, ragged and even tiles, split-K, both copy paths, the epilogues, C in place.
 GEMMS = [
@@ -80,6 +81,9 @@ GEMMS = [
     (50, 61, 35, "float32", True, True, "drelu", False, {"math": ("fma",), "copy": ("async",), **SMALL_BLOCKS}, 2),
     (64, 32, 96, "float32", False, True, None, True, {"math": ("fma",), "split_k": (2, 4), **SMALL_BLOCKS}, 1),
     (41, 23, 30, "float64", True, False, "bias_sigmoid", True, {"math": ("fma",), **SMALL_BLOCKS}, 2),
+    (130, 120, 40, "float32", False, True, "bias_sigmoid", False, {**TF32X3, **WAVE_TILES}, 2),
+    (90, 170, 33, "float32", True, False, "dsigmoid", True, {**TF32X3, **WAVE_TILES}, 2),
+    (90, 70, 35, "float32", True, False, None, True, {"math": ("fma",), **WAVE_TILES, **SMALL_BLOCKS}, 2),
 ]
 
 

@@ -125,7 +125,7 @@ def _message(path) -> str:
     (lambda d: d.update(records={}), "'records' must be a list"),
     (lambda d: d["records"][0].update(note="hi"), "record 0 (gemm 800x1000x784:nt float32): unknown key 'note'"),
     (lambda d: d["records"][0].pop("median_us"), "missing key 'median_us'"),
-    (lambda d: d["records"][0]["config"].update(bm=96), "bm=96 is not in the gemm space"),
+    (lambda d: d["records"][0]["config"].update(bm=40), "bm=40 is not in the gemm space"),
     (lambda d: d["records"][0]["config"].update(bm="128; } evil"), "bm='128; } evil' is not in the gemm space"),
     (lambda d: d["records"][0]["config"].update(bm="{{ cycler.__init__ }}"), "is not in the gemm space"),
     (lambda d: d["records"][0]["config"].update(bm=128.0), "bm=128.0 is not in the gemm space"),
