@@ -4,6 +4,7 @@ For an MLP's last layer with few classes it replaces three launches: the logits 
 cross-entropy, and the GEMM that carries the gradient back to the last hidden layer (with its
 activation derivative). The last hidden activations A are read twice, W once per block.
 """
+import itertools
 from dataclasses import dataclass
 
 from kernels import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div
@@ -95,9 +96,16 @@ def flops(p: Problem) -> int:
 
 
 def default_candidates(p: Problem, d):
-    """Eight warps of one row each, 16-byte loads where they fit, W in shared memory where it fits."""
+    """Eight warps of one row each, 16-byte loads where they fit, W in shared memory where it fits.
+    Then where the search starts as well: 2 or 4 rows a warp (W's shared reads, 16 bytes for 4 FMAs
+    a row, serve more rows) on 8, 4 or 2 warps, each with the loops unrolled fully where they can be
+    (ptxas then loads A's slices for G_in before the softmax)."""
     vec = max(v for v in (1, 2, 4) if v * ITEMSIZE[p.dtype] <= 16 and p.inputs % v == 0 and v <= p.aligned)
+    slices = ceil_div(p.inputs, 32 * vec)
+    unroll = 2 if slices >= 2 else 1
     for w_smem in (True, False):
         for rows in (1, 2):
-            unroll = 2 if ceil_div(p.inputs, 32 * vec) >= 2 else 1
             yield dict(warps=8, rows=rows, vec=vec, unroll=unroll, w_smem=w_smem)
+    unrolls = dict.fromkeys(u for u in (slices, unroll) if u in PARAMS["unroll"])
+    for warps, rows, u in itertools.product((8, 4, 2), (1, 2, 4), unrolls):
+        yield dict(warps=warps, rows=rows, vec=vec, unroll=u, w_smem=True)
