@@ -26,8 +26,8 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
     ones and cuBLAS are timed interleaved (autogemm.timing.time_interleaved).
 
     configs: {variant name: config mapping}, timed beside the family's default config, the
-    tuned one (autogemm.lookup: "tuned" for this shape, "nearest" for a neighbour's, when the
-    store has one), and cuBLAS.
+    tuned one (autogemm.lookup: "tuned" for this shape, "stale" for this shape on older templates,
+    "nearest" for a neighbour's, when the store has one), and cuBLAS.
     A variant that fails to compile, launch or match gets a Row with the reason and no time.
     """
     import cupy
@@ -42,7 +42,7 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
     choice = lookup.choose("gemm", problem, this_device())
     known = {"default": dict(family("gemm").default(problem, this_device()))}
     if choice.source != "default":
-        known["tuned" if choice.source == "exact" else "nearest"] = dict(choice.config)
+        known[{"exact": "tuned"}.get(choice.source, choice.source)] = dict(choice.config)
     configs = {**known, **(configs or {})}
     measure = GemmMeasure(key_of("gemm", problem), this_device())  # operands, reference, check
     flops = 2 * shape.m * shape.n * shape.k

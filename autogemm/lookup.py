@@ -1,11 +1,16 @@
-"""Which config a call without `config=` gets: tuned for its shape on this GPU, else the nearest
-tuned shape (every size within a factor of 4) whose config can run it, else the family's default.
+"""Which config a call without `config=` gets: tuned for its shape on this GPU, else tuned for its
+shape on older template code (a stale record, whose config today's space still holds), else the
+nearest tuned shape (every size within a factor of 4) whose config can run it, else the family's
+default. A stale record serves only its own shape: for it, the config found by measuring this very
+shape is a better guess than another shape's or the untuned default, until `autogemm tune --stale`
+measures again.
 
 The store folder is $AUTOGEMM_TUNED, else the tuned/ folder beside kernels/. Its file for this GPU
 is read once and read again only when its mtime or size changes; callers (autogemm.family.prepare)
 cache the instance chosen per problem, so a repeated call never comes here. A file that does not
 load raises its StoreError: a corrupted store never yields a silently different kernel.
 """
+import dataclasses
 import logging
 import os
 from collections import defaultdict
@@ -14,7 +19,7 @@ from pathlib import Path
 
 from autogemm import family as families
 from autogemm.device import DeviceInfo
-from autogemm.errors import StoreError
+from autogemm.errors import InvalidConfig, StoreError
 from autogemm.family import Config
 from autogemm.keys import Key, distance, key_of
 from autogemm.store import Record, Store, file_for, load
@@ -36,21 +41,23 @@ def store_dir() -> Path:
 @dataclass(frozen=True)
 class Choice:
     config: Config
-    source: str                  # "exact", "nearest" or "default"
+    source: str                  # "exact", "stale", "nearest" or "default"
     record: Record | None = None
     distance: float = 0.0
 
 
 class Index:
-    """A loaded store, arranged for lookup: usable (not stale) records by key and by group."""
+    """A loaded store, arranged for lookup: current records by key and by group, stale ones by key."""
 
     def __init__(self, store: Store):
         self.store = store
         self.exact: dict[Key, Record] = {}
+        self.stale: dict[Key, Record] = {}
         self.groups: dict[tuple, list[Record]] = defaultdict(list)
-        self.stale = [r for r in store.records.values() if r.stale]
         for record in store.records.values():
-            if not record.stale:
+            if record.stale:
+                self.stale[record.key] = record
+            else:
                 self.exact[record.key] = record
                 self.groups[_group(record.key)].append(record)
 
@@ -90,24 +97,27 @@ def index_for(device: DeviceInfo, directory: Path | None = None) -> Index | None
         raise StoreError(f"{path}: holds results for {store.meta.gpu}, not this GPU ({device.name})")
     index = Index(store)
     if index.stale:
-        log.warning("autogemm: %s: %d stale record(s) (the code of their kernels' templates changed since "
-                    "tuning) are not used; re-tune them (autogemm show marks them)", path, len(index.stale))
+        log.warning("autogemm: %s: %d stale record(s): their kernels' templates changed since tuning; their "
+                    "configs still serve their own shapes until `autogemm tune --stale` re-tunes them",
+                    path, len(index.stale))
     _indexes[path] = (stamp, index)
     return index
 
 
 def choose(family_name: str, problem, device: DeviceInfo) -> Choice:
-    """The config for `problem`: exact tuned record, else nearest usable one, else the default.
-    Logs the choice once per key (family, shape, op, dtype) on the "autogemm" logger."""
+    """The config for `problem`: exact tuned record, else exact stale one, else nearest usable one,
+    else the default. Logs the choice once per key (family, shape, op, dtype) on the "autogemm" logger."""
     fam = families.family(family_name)
     key = key_of(family_name, problem)
     index = index_for(device)
     choice = None
     if index is not None:
         fits = lambda r: not fam.violations(r.config, problem, device)  # noqa: E731
-        exact = index.exact.get(key)
+        exact, stale = index.exact.get(key), _today(fam, index.stale.get(key))
         if exact is not None and fits(exact):
             choice = Choice(exact.config, "exact", exact)
+        elif stale is not None and fits(stale):
+            choice = Choice(stale.config, "stale", stale)
         else:
             found = index.nearest(key, fits)
             if found:
@@ -118,10 +128,21 @@ def choose(family_name: str, problem, device: DeviceInfo) -> Choice:
         _logged.add(key)
         name = fam.instance_name(choice.config, problem)
         how = {"exact": "tuned", "default": "default (no usable tuned record)",
+               "stale": "tuned on older templates (stale: autogemm tune --stale)",
                "nearest": f"tuned for {choice.record.key.shape if choice.record else ''} "
                           f"(nearest, distance {choice.distance:.2f})"}[choice.source]
         log.info("autogemm: %s: %s %s", key, how, name)
     return choice
+
+
+def _today(fam, record: Record | None) -> Record | None:
+    """A stale record with its config checked against today's space (None if it is not in it)."""
+    if record is None:
+        return None
+    try:
+        return dataclasses.replace(record, config=fam.config(dict(record.config), "stale config"))
+    except InvalidConfig:
+        return None
 
 
 def reload():

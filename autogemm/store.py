@@ -18,7 +18,8 @@ cannot read.
 
 A record's template_hash is the code hash (Family.code_hash) of the template files its config's
 kernel is rendered from: for a GEMM, the shared ones and its math path's include. The record is
-stale, shown and kept but never used, when that is not its config's current hash. A hash that no
+stale when that is not its config's current hash: kept, shown as stale, used by lookup for its own
+shape only, and re-tuned by `autogemm tune --stale`. A hash that no
 config has now marks a record tuned on older templates: its config is checked only as plain words
 and numbers, since the space it was tuned in may have changed since. A record with a hash that
 some config has now is checked as a fresh one is, its config against the space (and it is stale
@@ -103,7 +104,7 @@ class Record:
 
     @property
     def stale(self) -> bool:
-        """Measured on template code that has changed since: never used by lookup."""
+        """Measured on template code that has changed since (lookup uses it for its own shape only)."""
         fam = family(self.key.family)
         return self.template_hash not in fam.code_hashes() or self.template_hash != fam.code_hash(self.config)
 

@@ -93,13 +93,28 @@ def test_an_exact_record_that_cannot_run_this_call_falls_back(tuned):
     assert choice.source == "default" and not family("gemm").violations(choice.config, problem, H100)
 
 
-def test_stale_records_are_never_used(tuned, caplog):
+def test_a_stale_record_serves_its_own_shape_only(tuned, caplog):
+    """Tuned on older templates: its config still beats another shape's for its own shape (and a
+    current record beats it); for other shapes the nearest current record serves."""
     write_store(tuned, [record(config=dict(GEMM, split_k=3), template_hash="0" * 16),
                         record((400, 1000, 784), config=dict(GEMM, split_k=2))])
-    with caplog.at_level(logging.WARNING, logger="autogemm"):
+    with caplog.at_level(logging.INFO, logger="autogemm"):
         choice = lookup.choose("gemm", gemm_problem(800, 1000, 784), H100)
-    assert choice.source == "nearest" and choice.config["split_k"] == 2
-    assert "1 stale record" in caplog.text
+        nearest = lookup.choose("gemm", gemm_problem(790, 1000, 784), H100)
+    assert choice.source == "stale" and choice.config["split_k"] == 3
+    assert nearest.source == "nearest" and nearest.record.key.shape == "400x1000x784"
+    assert "1 stale record" in caplog.text and "autogemm tune --stale" in caplog.text
+    write_store(tuned, [record(config=dict(GEMM, split_k=4))])               # re-tuned: the current one wins
+    lookup.reload()
+    assert lookup.choose("gemm", gemm_problem(800, 1000, 784), H100).source == "exact"
+
+
+def test_a_stale_config_outside_todays_space_or_unable_to_run_is_passed_over(tuned):
+    write_store(tuned, [record(config=dict(GEMM, bm=40), template_hash="0" * 16),
+                        record((800, 1000, 64), config=dict(GEMM, split_k=16), template_hash="0" * 16),
+                        record((400, 1000, 784), config=dict(GEMM, split_k=2))])
+    assert lookup.choose("gemm", gemm_problem(800, 1000, 784), H100).source == "nearest"
+    assert lookup.choose("gemm", gemm_problem(800, 1000, 64), H100).source == "default"
 
 
 def test_elementwise_families(tuned):
