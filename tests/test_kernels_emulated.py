@@ -116,6 +116,25 @@ def gemm_launches(monkeypatch, cases) -> list:
     return out
 
 
+def test_the_3xtf32_split_rounds_to_nearest_ties_away_as_cvt_rna_does():
+    """_gemm_3xtf32.cuh.j2 forms hi = (bits + 0x1000) & 0xffffe000 in place of cvt.rna.tf32.f32:
+    the float32 rounded to 10 fraction bits, to nearest, ties away from zero (ties, carries into
+    the exponent, subnormals and overflow to infinity included)."""
+    rng = np.random.default_rng(3)
+    bits = rng.integers(0, 0x7f800000, 200_000, dtype=np.uint32)              # finite magnitudes
+    bits[:1000] = (bits[:1000] & 0xffffe000) | 0x1000                           # exact ties
+    bits[1000:1100] = 0x7f7fe000 + np.arange(100, dtype=np.uint32) * 0x40     # near the largest float
+    bits = np.concatenate([bits, bits | 0x80000000])                           # and their negatives
+    x = bits.view(np.float32).astype(np.float64)
+    hi = ((bits.astype(np.uint64) + 0x1000) & 0xffffe000).astype(np.uint32).view(np.float32)
+    mantissa, exponent = np.frexp(np.abs(x))                                   # |x| = mantissa 2^exponent
+    exponent = np.maximum(exponent, -125)                                      # subnormals: a fixed unit
+    unit = np.ldexp(1.0, exponent - 11)                                        # a TF32 unit of |x|
+    want = np.sign(x) * np.floor(np.abs(x) / unit + 0.5) * unit
+    with np.errstate(over="ignore"):
+        assert np.array_equal(hi, want.astype(np.float32))
+
+
 def test_gemm_both_math_paths_every_layout_on_the_cpu(tmp_path, monkeypatch):
     cases = gemm_launches(monkeypatch, GEMMS)
     run([launch for launch, *_ in cases], tmp_path)
