@@ -2,6 +2,7 @@
 NumPy: what CI can check of what they compute. Outputs are poisoned (NaN) before each run; sizes
 leave ragged blocks."""
 import importlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -67,36 +68,49 @@ def test_linear_xent_matches_float64_on_the_cpu(tmp_path):
 
 # ---- the tiled GEMM, both math paths --------------------------------------------------------------
 TF32X3 = {"math": ("3xtf32",), "tm": (1,), "tn": (2,), "copy": ("async",), "pad": (4,), "bk": (16, 32)}
-SMALL_BLOCKS = {"ty": (1, 2, 4, 8, 16), "tx": (1, 2, 4, 8, 16)}   # at most 256 threads (OS threads here)
-WAVE_TILES = {"bm": (48, 80, 96, 112), "bn": (48, 80, 96, 112)}    # tiles that are not powers of two
-# (M, N, K, dtype, trans_a, trans_b, epilogue, use_c, restrictions, samples): every operand layout of
-# each math path, ragged and even tiles, split-K, both copy paths, the epilogues, C in place.
+FMA = {"math": ("fma",), "ty": (1, 2, 4, 8, 16), "tx": (1, 2, 4, 8, 16)}   # at most 256 threads (OS threads)
+WAVE_TILES = {"bm": (48, 80, 96, 112), "bn": (48, 80, 96, 112)}          # tiles that are not powers of two
+
+
+def sampled(restrictions: dict, count: int):
+    """`count` random configs of the restricted GEMM space that can run a problem."""
+    def configs(problem):
+        seed = problem.m + problem.n + problem.k
+        found = family("gemm").restricted(restrictions).sample(problem, H100, count, seed=seed)
+        assert len(found) == count, f"too few {restrictions} configs for {problem}"
+        return found
+    return configs
+
+
+# (M, N, K, dtype, trans_a, trans_b, epilogue, use_c, configs): every operand layout of each math
+# path, ragged and even tiles, split-K, both copy paths, the epilogues, C in place.
 GEMMS = [
-    (70, 45, 50, "float32", False, True, "bias_sigmoid", False, TF32X3, 2),   # both K-major: 16-byte k reads
-    (64, 64, 64, "float32", False, False, None, True, TF32X3, 1),            # B stored [k][n]
-    (45, 70, 40, "float32", True, False, "dsigmoid", False, TF32X3, 2),      # A stored [k][m]: row pairs
-    (33, 40, 72, "float32", True, True, "bias_relu", True, TF32X3, 1),
-    (70, 45, 150, "float32", False, True, None, False, {**TF32X3, "split_k": (2, 3)}, 1),
-    (37, 29, 43, "float32", False, False, "bias", True, {"math": ("fma",), "copy": ("regs",), **SMALL_BLOCKS}, 2),
-    (50, 61, 35, "float32", True, True, "drelu", False, {"math": ("fma",), "copy": ("async",), **SMALL_BLOCKS}, 2),
-    (64, 32, 96, "float32", False, True, None, True, {"math": ("fma",), "split_k": (2, 4), **SMALL_BLOCKS}, 1),
-    (41, 23, 30, "float64", True, False, "bias_sigmoid", True, {"math": ("fma",), **SMALL_BLOCKS}, 2),
-    (130, 120, 40, "float32", False, True, "bias_sigmoid", False, {**TF32X3, **WAVE_TILES}, 2),
-    (90, 170, 33, "float32", True, False, "dsigmoid", True, {**TF32X3, **WAVE_TILES}, 2),
-    (90, 70, 35, "float32", True, False, None, True, {"math": ("fma",), **WAVE_TILES, **SMALL_BLOCKS}, 2),
+    (70, 45, 50, "float32", False, True, "bias_sigmoid", False, sampled(TF32X3, 2)),   # both K-major: 16-byte k reads
+    (64, 64, 64, "float32", False, False, None, True, sampled(TF32X3, 1)),            # B stored [k][n]
+    (45, 70, 40, "float32", True, False, "dsigmoid", False, sampled(TF32X3, 2)),      # A stored [k][m]: row pairs
+    (33, 40, 72, "float32", True, True, "bias_relu", True, sampled(TF32X3, 1)),
+    (70, 45, 150, "float32", False, True, None, False, sampled({**TF32X3, "split_k": (2, 3)}, 1)),
+    (37, 29, 43, "float32", False, False, "bias", True, sampled({**FMA, "copy": ("regs",)}, 2)),
+    (50, 61, 35, "float32", True, True, "drelu", False, sampled({**FMA, "copy": ("async",)}, 2)),
+    (64, 32, 96, "float32", False, True, None, True, sampled({**FMA, "split_k": (2, 4)}, 1)),
+    (41, 23, 30, "float64", True, False, "bias_sigmoid", True, sampled(FMA, 2)),
+    (130, 120, 40, "float32", False, True, "bias_sigmoid", False, sampled({**TF32X3, **WAVE_TILES}, 2)),
+    (90, 170, 33, "float32", True, False, "dsigmoid", True, sampled({**TF32X3, **WAVE_TILES}, 2)),
+    (90, 70, 35, "float32", True, False, None, True, sampled({**FMA, **WAVE_TILES}, 2)),
 ]
 
 
 def gemm_launches(monkeypatch, cases) -> list:
-    """(launch, D, (value, magnitude), K, dtype) for each sampled config of each case; the arguments
-    are autogemm.gemm.launch_args's, with NumPy scratch in place of CuPy's."""
+    """(launch, D, (value, magnitude), K, dtype) for each config of each case (M, N, K, dtype,
+    trans_a, trans_b, epilogue, use_c, configs: problem -> [Config]); the arguments are
+    autogemm.gemm.launch_args's, with NumPy scratch in place of CuPy's."""
     from autogemm.verify import reference_gemm
     from kernels import gemm
 
     entry = importlib.import_module("autogemm.gemm")           # the package's `gemm` is the function
     monkeypatch.setattr(entry, "_scratch_buffer", lambda kind, dtype, size: np.zeros(size, dtype))
     rng, out = np.random.default_rng(7), []
-    for m, n, k, dtype, ta, tb, epilogue, use_c, restrictions, samples in cases:
+    for m, n, k, dtype, ta, tb, epilogue, use_c, configs in cases:
         t = np.dtype(dtype).type
         a = rng.standard_normal((k, m) if ta else (m, k)).astype(t)          # op(A): (M, K)
         b = rng.standard_normal((n, k) if tb else (k, n)).astype(t)          # op(B): (K, N)
@@ -105,14 +119,13 @@ def gemm_launches(monkeypatch, cases) -> list:
         alpha, beta = -0.5, (0.75 if use_c else 0.0)
         want = reference_gemm(a, b, alpha, beta, ta, tb, c, epilogue, bias, aux)
         problem = gemm.Problem.contiguous(m, n, k, dtype, ta, tb, epilogue=epilogue, use_c=use_c)
-        fam = family("gemm").restricted(restrictions)
-        configs = fam.sample(problem, H100, samples, seed=m + n + k)
-        assert len(configs) == samples, f"too few {restrictions} configs for {problem}"
-        for cfg in configs:
+        for cfg in configs(problem):
+            assert not family("gemm").violations(cfg, problem, H100), (cfg, problem)
+            instance = family("gemm").instance(cfg, problem)
             d = c.copy() if use_c else np.full((m, n), np.nan, t)            # D: (M, N); C in place
-            args = entry.launch_args(fam.instance(cfg, problem), a, b, d, d, bias, aux,
-                                     (m, n, k, a.shape[1], b.shape[1], n, n, n), alpha, beta)
-            out.append((Launch(fam.instance(cfg, problem), list(args)), d, want, k, dtype))
+            args = entry.launch_args(instance, a, b, d, d, bias, aux, (m, n, k, a.shape[1], b.shape[1], n, n, n),
+                                     alpha, beta)
+            out.append((Launch(instance, list(args)), d, want, k, dtype))
     return out
 
 
@@ -142,6 +155,38 @@ def test_gemm_both_math_paths_every_layout_on_the_cpu(tmp_path, monkeypatch):
     assert {c.math for c in configs} == {"fma", "3xtf32"} and {c.copy for c in configs} == {"regs", "async"}
     assert max(c.split_k for c in configs if c.math == "3xtf32") > 1 and max(c.split_k for c in configs) > 1
     for launch, d, want, k, dtype in cases:
+        verdict = compare(d, *want, k, dtype)
+        assert verdict.ok, f"{launch.instance.name}: {verdict.describe()}"
+
+
+def tuned_gemm_cases() -> list:
+    """One case per distinct (op, dtype, config) of the GEMM records in tuned/: the record's config
+    on its op, sizes cut to about 1.5 tiles (ragged) and two BK steps per split-K slice (one short),
+    with the epilogue the trainer gives that op (Z: bias + sigmoid, dA: sigma', dW: in place)."""
+    from autogemm.store import load
+    from kernels import gemm
+
+    cases = {}
+    for path in sorted((Path(__file__).parents[1] / "tuned").glob("*.json")):
+        for r in load(path).records.values():
+            if r.key.family != "gemm":
+                continue
+            c, (m, n, k), op = r.config, r.key.sizes, r.key.op
+            cut = lambda size, tile: min(size, -(-(tile + tile // 2 + 3) // 4) * 4)  # noqa: E731
+            m, n, k = cut(m, c.bm), cut(n, c.bn), min(k, 2 * c.split_k * c.bk - 4)
+            epilogue, use_c = {"nt": ("bias_sigmoid", False), "nn": ("dsigmoid", False), "tn": (None, True)}[op]
+            cases[op, r.key.dtype, c] = (m, n, k, r.key.dtype, op[0] == "t", op[1] == "t", epilogue, use_c,
+                                         lambda problem, c=c: [c])
+    return list(cases.values())
+
+
+def test_every_tuned_gemm_config_on_the_cpu(tmp_path, monkeypatch):
+    """The configs the trainer runs (stale records' too) compute their ops right with today's templates."""
+    cases = tuned_gemm_cases()
+    assert len(cases) >= 50
+    launches = gemm_launches(monkeypatch, cases)
+    run([launch for launch, *_ in launches], tmp_path)
+    for launch, d, want, k, dtype in launches:
         verdict = compare(d, *want, k, dtype)
         assert verdict.ok, f"{launch.instance.name}: {verdict.describe()}"
 
