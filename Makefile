@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 FASHION = /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: train test test-gpu bench gpu-check scaling data install clean
+.PHONY: train test test-gpu bench tune gpu-check scaling data install clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,12 @@ test-gpu:  ## on a GPU machine: the gpu-marked tests
 
 bench:  ## on a GPU machine: the MLP's GEMMs and 4096^3 against cuBLAS
 	$(PYTHON) -m autogemm.cli bench --shapes nn,4096x4096x4096
+
+tune:  ## on a GPU: tune the kernels of the default, grading and large networks' steps (one rank and 4) into tuned/<gpu>.json, then any stale record left
+	$(PYTHON) -m autogemm.cli tune --shapes nn --ranks 1,4
+	$(PYTHON) -m autogemm.cli tune --shapes nn --hidden 100 --ranks 1,4
+	$(PYTHON) -m autogemm.cli tune --shapes nn --hidden 4096 --batch 8192 --timeout 25
+	$(PYTHON) -m autogemm.cli tune --stale
 
 OUT ?= gpu-check
 gpu-check:  ## on a GPU machine, one visit: gpu tests, GEMMs vs cuBLAS, the step's operations, epochs vs PyTorch; logs in $(OUT)/
