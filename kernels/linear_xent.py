@@ -96,19 +96,16 @@ def flops(p: Problem) -> int:
 
 
 def default_candidates(p: Problem, d):
-    """Eight warps, 16-byte loads where they fit, W in shared memory where it fits, and as many rows
-    a warp (1, 2 or 4) as still leave two blocks an SM: each block copies all of W, for 10 classes
-    1.25x the bytes of A that a block of 8 rows reads (8192 rows: 2 rows a warp, 512 blocks). Then
-    where the search starts as well: 1, 2 or 4 rows a warp on 8, 4 or 2 warps (W's shared reads,
-    16 bytes for 4 FMAs a row, serve more rows), each with the loops unrolled fully where they can
-    be (ptxas then loads A's slices for G_in before the softmax)."""
+    """Eight warps of one row each, 16-byte loads where they fit, W in shared memory where it fits,
+    loops unrolled as far as the space allows (H100: the tuner chose that on 800x10x1000 and
+    8192x10x4096, 1 row a warp, unroll 8). Then where the search starts as well: 1, 2 or 4 rows a
+    warp on 8, 4 or 2 warps (W's shared reads, 16 bytes for 4 FMAs a row, serve more rows), each
+    with the loops unrolled fully where they can be and twice."""
     vec = max(v for v in (1, 2, 4) if v * ITEMSIZE[p.dtype] <= 16 and p.inputs % v == 0 and v <= p.aligned)
     slices = ceil_div(p.inputs, 32 * vec)
-    unroll = 2 if slices >= 2 else 1
-    rows = max(r for r in PARAMS["rows"] if r == 1 or p.rows >= 8 * r * 2 * d.sm_count)
+    unroll = max(u for u in PARAMS["unroll"] if u <= slices)
     for w_smem in (True, False):
-        for r in dict.fromkeys((rows, 1, 2)):
-            yield dict(warps=8, rows=r, vec=vec, unroll=unroll, w_smem=w_smem)
-    unrolls = dict.fromkeys(u for u in (slices, unroll) if u in PARAMS["unroll"])
-    for warps, r, u in itertools.product((8, 4, 2), PARAMS["rows"], unrolls):
-        yield dict(warps=warps, rows=r, vec=vec, unroll=u, w_smem=True)
+        for rows in (1, 2):
+            yield dict(warps=8, rows=rows, vec=vec, unroll=unroll, w_smem=w_smem)
+    for warps, rows, u in itertools.product((8, 4, 2), PARAMS["rows"], dict.fromkeys((unroll, min(2, slices)))):
+        yield dict(warps=warps, rows=rows, vec=vec, unroll=u, w_smem=True)
