@@ -5,6 +5,7 @@ One process is rank 0 of 1 and never imports mpi4py; under `mpirun` every rank r
 """
 import os
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 
@@ -14,6 +15,7 @@ from nn.errors import NNError
 
 # Set by the launchers: MPICH/Hydra (PMI_*), PMIx, Open MPI.
 _LAUNCHER_ENV = ("PMI_SIZE", "PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE")
+ABORT_GRACE_S = 0.5   # a failing rank's wait between its message and Abort (see Dist._abort)
 _rank = 0
 
 
@@ -53,7 +55,7 @@ class Dist:
         prefix = "error: " if self.size == 1 else f"error: rank {self.rank} of {self.size}: "
         print(prefix + " ".join(str(message).split()), file=sys.stderr, flush=True)
         if self.size > 1:
-            self.comm.Abort(1)
+            self._abort()
 
     def crash(self, exc: BaseException):
         """An unexpected exception: the traceback with the rank, then Abort; re-raised with one rank."""
@@ -63,7 +65,13 @@ class Dist:
         summary = "".join(traceback.format_exception_only(exc)).strip()
         sys.stderr.write(f"rank {self.rank} of {self.size} failed: {summary}\n"
                          + "".join(traceback.format_exception(exc)))
+        self._abort()
+
+    def _abort(self):
+        """Abort every rank, after a moment for the launcher to forward what this rank just wrote:
+        under load, an immediate Abort could tear down the forwarding first (the message was lost)."""
         sys.stderr.flush()
+        time.sleep(ABORT_GRACE_S)
         self.comm.Abort(1)
 
 
