@@ -140,7 +140,7 @@ def test_the_3xtf32_split_rounds_to_nearest_ties_away_as_cvt_rna_does():
     bits = np.concatenate([bits, bits | 0x80000000])                           # and their negatives
     x = bits.view(np.float32).astype(np.float64)
     hi = ((bits.astype(np.uint64) + 0x1000) & 0xffffe000).astype(np.uint32).view(np.float32)
-    mantissa, exponent = np.frexp(np.abs(x))                                   # |x| = mantissa 2^exponent
+    _, exponent = np.frexp(np.abs(x))                                          # |x| = m 2^exponent, m in [0.5, 1)
     exponent = np.maximum(exponent, -125)                                      # subnormals: a fixed unit
     unit = np.ldexp(1.0, exponent - 11)                                        # a TF32 unit of |x|
     want = np.sign(x) * np.floor(np.abs(x) / unit + 0.5) * unit
@@ -164,7 +164,6 @@ def tuned_gemm_cases() -> list:
     on its op, sizes cut to about 1.5 tiles (ragged) and two BK steps per split-K slice (one short),
     with the epilogue the trainer gives that op (Z: bias + sigmoid, dA: sigma', dW: in place)."""
     from autogemm.store import load
-    from kernels import gemm
 
     cases = {}
     for path in sorted((Path(__file__).parents[1] / "tuned").glob("*.json")):
