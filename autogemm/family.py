@@ -139,6 +139,14 @@ class Family:
             self._check(key, values[key], where)
         return Config({k: values[k] for k in self.params})
 
+    def holds(self, values: Mapping) -> Config | None:
+        """`values` as a Config if this space holds them, else None (a stale record's config may be
+        from an older space)."""
+        try:
+            return self.config(values)
+        except InvalidConfig:
+            return None
+
     def _check(self, key: str, value, where: str, choices: tuple | None = None):
         """InvalidConfig unless `value` is one of `key`'s choices (by default, those of this space)."""
         choices = self.params[key] if choices is None else choices

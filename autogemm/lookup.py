@@ -10,7 +10,6 @@ is read once and read again only when its mtime or size changes; callers (autoge
 cache the instance chosen per problem, so a repeated call never comes here. A file that does not
 load raises its StoreError: a corrupted store never yields a silently different kernel.
 """
-import dataclasses
 import logging
 import os
 from collections import defaultdict
@@ -19,7 +18,7 @@ from pathlib import Path
 
 from autogemm import family as families
 from autogemm.device import DeviceInfo
-from autogemm.errors import InvalidConfig, StoreError
+from autogemm.errors import StoreError
 from autogemm.family import Config
 from autogemm.keys import Key, distance, key_of
 from autogemm.store import Record, Store, file_for, load
@@ -112,14 +111,14 @@ def choose(family_name: str, problem, device: DeviceInfo) -> Choice:
     index = index_for(device)
     choice = None
     if index is not None:
-        fits = lambda r: not fam.violations(r.config, problem, device)  # noqa: E731
-        exact, stale = index.exact.get(key), _today(fam, index.stale.get(key))
-        if exact is not None and fits(exact):
+        fits = lambda cfg: cfg is not None and not fam.violations(cfg, problem, device)  # noqa: E731
+        exact, stale = index.exact.get(key), index.stale.get(key)
+        if exact is not None and fits(exact.config):
             choice = Choice(exact.config, "exact", exact)
-        elif stale is not None and fits(stale):
-            choice = Choice(stale.config, "stale", stale)
+        elif stale is not None and fits(stale_config := fam.holds(stale.config)):
+            choice = Choice(stale_config, "stale", stale)
         else:
-            found = index.nearest(key, fits)
+            found = index.nearest(key, lambda r: fits(r.config))
             if found:
                 choice = Choice(found[0].config, "nearest", found[0], found[1])
     if choice is None:
@@ -133,16 +132,6 @@ def choose(family_name: str, problem, device: DeviceInfo) -> Choice:
                           f"(nearest, distance {choice.distance:.2f})"}[choice.source]
         log.info("autogemm: %s: %s %s", key, how, name)
     return choice
-
-
-def _today(fam, record: Record | None) -> Record | None:
-    """A stale record with its config checked against today's space (None if it is not in it)."""
-    if record is None:
-        return None
-    try:
-        return dataclasses.replace(record, config=fam.config(dict(record.config), "stale config"))
-    except InvalidConfig:
-        return None
 
 
 def reload():

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autogemm.device import DeviceInfo
-from autogemm.errors import InvalidConfig
 from autogemm.family import family
 from autogemm.keys import NO_OP, Key, distance, problem_of
 from autogemm.search import Progress, Result, SearchError, Settings, tune
@@ -105,10 +104,7 @@ def _known(existing: dict, key: Key, device: DeviceInfo, fam, nearby: int = 3) -
     within `fam`'s space."""
     problem = problem_of(key)
     own = existing.get(key)
-    try:
-        exact = [fam.config(dict(own.config))] if own is not None and fam.within(own.config) else []
-    except InvalidConfig:                        # a stale record tuned in an older space
-        exact = []
+    exact = [cfg] if own is not None and (cfg := fam.holds(own.config)) is not None else []
     records = [r for r in existing.values() if r.key.family == key.family and r.key.dtype == key.dtype
                and not r.stale and fam.within(r.config)]
     others = sorted((r for r in records if r.key != key),
