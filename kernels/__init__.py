@@ -45,6 +45,16 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def check_problem(problem, sizes: tuple[str, ...], what: str):
+    """ValueError unless `problem`'s dtype is one of DTYPES and each of its `sizes` an int >= 1."""
+    if problem.dtype not in DTYPES:
+        raise ValueError(f"dtype {problem.dtype!r} is not one of {', '.join(DTYPES)}")
+    for size in sizes:
+        value = getattr(problem, size)
+        if type(value) is not int or value < 1:
+            raise ValueError(f"{what} {size}={value!r} must be an integer >= 1")
+
+
 @dataclass(frozen=True)
 class RowsProblem:
     """A kernel over the rows of one (rows, cols) matrix (softmax_xent, colsum)."""
@@ -54,8 +64,4 @@ class RowsProblem:
     dtype: str = "float32"
 
     def __post_init__(self):
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
-        for size in ("rows", "cols"):
-            if type(getattr(self, size)) is not int or getattr(self, size) < 1:
-                raise ValueError(f"{size} must be an integer >= 1, got {getattr(self, size)!r}")
+        check_problem(self, ("rows", "cols"), "size")

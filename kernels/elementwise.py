@@ -4,7 +4,7 @@ These are the pieces a GEMM epilogue fuses; the cuBLAS baseline and MPI updates 
 """
 from dataclasses import dataclass
 
-from kernels import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div
+from kernels import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div, check_problem
 
 TEMPLATE = "elementwise.cu.j2"
 
@@ -36,11 +36,7 @@ class Problem:
     def __post_init__(self):
         if self.op not in OPS:
             raise ValueError(f"elementwise op {self.op!r} is not one of {', '.join(OPS)}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
-        for size in ("rows", "cols"):
-            if type(getattr(self, size)) is not int or getattr(self, size) < 1:
-                raise ValueError(f"elementwise {size} must be an integer >= 1")
+        check_problem(self, ("rows", "cols"), "elementwise")
         if self.aligned not in (1, 2, 4):
             raise ValueError("aligned must be 1, 2 or 4")
 

@@ -6,7 +6,7 @@ import itertools
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from kernels import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div
+from kernels import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div, check_problem
 
 TEMPLATE = "gemm.cu.j2"
 SOURCE_PARAMS = ("math",)
@@ -68,12 +68,7 @@ class Problem:
                    vec_b=widest(k if trans_b else n), vec_out=widest(n), **kw)
 
     def __post_init__(self):
-        for size in ("m", "n", "k"):
-            value = getattr(self, size)
-            if type(value) is not int or value < 1:
-                raise ValueError(f"GEMM size {size}={value!r} must be an integer >= 1")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
+        check_problem(self, ("m", "n", "k"), "GEMM size")
         if self.epilogue not in EPILOGUES:
             raise ValueError(f"epilogue {self.epilogue!r} is not one of {', '.join(map(str, EPILOGUES[1:]))}")
         for flag in ("trans_a", "trans_b", "use_c"):

@@ -7,7 +7,7 @@ activation derivative). The last hidden activations A are read twice, W once per
 import itertools
 from dataclasses import dataclass
 
-from kernels import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div
+from kernels import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div, check_problem
 
 TEMPLATE = "linear_xent.cu.j2"
 
@@ -36,12 +36,7 @@ class Problem:
     aligned: int = 4
 
     def __post_init__(self):
-        for size in ("rows", "classes", "inputs"):
-            value = getattr(self, size)
-            if type(value) is not int or value < 1:
-                raise ValueError(f"linear_xent {size}={value!r} must be an integer >= 1")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
+        check_problem(self, ("rows", "classes", "inputs"), "linear_xent")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation {self.activation!r} is not one of sigmoid, relu or None")
         if self.aligned not in (1, 2, 4):
