@@ -148,15 +148,20 @@ def test_the_3xtf32_split_rounds_to_nearest_ties_away_as_cvt_rna_does():
         assert np.array_equal(hi, want.astype(np.float32))
 
 
+def run_and_check_gemms(launches, tmp_path):
+    """Run gemm_launches' launches and check each D against float64, naming the kernel that fails."""
+    run([launch for launch, *_ in launches], tmp_path)
+    for launch, d, want, k, dtype in launches:
+        verdict = compare(d, *want, k, dtype)
+        assert verdict.ok, f"{launch.instance.name}: {verdict.describe()}"
+
+
 def test_gemm_both_math_paths_every_layout_on_the_cpu(tmp_path, monkeypatch):
     cases = gemm_launches(monkeypatch, GEMMS)
-    run([launch for launch, *_ in cases], tmp_path)
     configs = [launch.instance.config for launch, *_ in cases]
     assert {c.math for c in configs} == {"fma", "3xtf32"} and {c.copy for c in configs} == {"regs", "async"}
     assert max(c.split_k for c in configs if c.math == "3xtf32") > 1 and max(c.split_k for c in configs) > 1
-    for launch, d, want, k, dtype in cases:
-        verdict = compare(d, *want, k, dtype)
-        assert verdict.ok, f"{launch.instance.name}: {verdict.describe()}"
+    run_and_check_gemms(cases, tmp_path)
 
 
 def tuned_gemm_cases() -> list:
@@ -183,11 +188,7 @@ def test_every_tuned_gemm_config_on_the_cpu(tmp_path, monkeypatch):
     """The configs the trainer runs (stale records' too) compute their ops right with today's templates."""
     cases = tuned_gemm_cases()
     assert len(cases) >= 50
-    launches = gemm_launches(monkeypatch, cases)
-    run([launch for launch, *_ in launches], tmp_path)
-    for launch, d, want, k, dtype in launches:
-        verdict = compare(d, *want, k, dtype)
-        assert verdict.ok, f"{launch.instance.name}: {verdict.describe()}"
+    run_and_check_gemms(gemm_launches(monkeypatch, cases), tmp_path)
 
 
 # ---- the naive GEMM and the small families -----------------------------------------------------
