@@ -110,7 +110,7 @@ def cmd_tune(args) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from autogemm import lookup
+    from autogemm import locations
     from autogemm.device import software, this_device
     from autogemm.family import family
     from autogemm.search import Settings
@@ -121,15 +121,18 @@ def cmd_tune(args) -> int:
                                                      args.ranks, args.families, args.activation)
     gemm_space = dict(args.fix)
     family("gemm").restricted(gemm_space)      # an unknown name or value fails here, in one line
-    out = Path(args.out) if args.out else lookup.store_dir()
+    out = Path(args.out) if args.out else locations.tune_dir()
     if out.exists() and not out.is_dir():
         raise AutogemmError(f"--out {out}: not a folder (tuned files are named after the GPU inside it)")
     device = this_device()
     path = file_for(out, device)
+    shipped = file_for(locations.shipped_dir(), device)
+    also = () if locations.same_place(shipped, path) else (shipped,)      # read-only: starting points, stale records
     if args.stale:
-        targets = stale_targets(path, args.dtype, args.families)
+        targets = stale_targets([path, *also], args.dtype, args.families)
         if not targets:
-            print(f"autogemm tune --stale: no stale {args.dtype} records in {path}: nothing to tune")
+            print(f"autogemm tune --stale: no stale {args.dtype} records in {' or '.join(map(str, [path, *also]))}: "
+                  "nothing to tune")
             return 0
     settings = Settings(trials=args.trials, timeout=args.timeout, seed=args.seed)
     console = _console()
@@ -151,7 +154,7 @@ def cmd_tune(args) -> int:
     try:
         with progress:
             for o in tune_targets(targets, args.dtype, device, out, settings, meta=Meta.here(device, software()),
-                                  command=args.command_line, resume=args.resume, gemm_space=gemm_space,
+                                  command=args.command_line, resume=args.resume, gemm_space=gemm_space, also=also,
                                   on_start=on_start, on_progress=on_progress):
                 outcomes.append(o)
                 task = tasks[o.target]
@@ -243,10 +246,13 @@ def _fix(text: str) -> tuple[str, tuple]:
 
 
 def cmd_show(args) -> int:
-    from autogemm.lookup import store_dir
+    from autogemm import locations
     from autogemm.show import collect, tables, to_json
 
-    shown = collect(Path(args.path) if args.path else store_dir())
+    if args.path:
+        shown = collect([("given", Path(args.path))])
+    else:
+        shown = collect(locations.lookup_dirs(), required=False)
     if args.json:
         print(json.dumps(to_json(shown), indent=1))
     else:
@@ -318,7 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--timeout", type=_positive_float, default=20.0,
                       help="seconds of search per shape, the final re-timing not counted (20)")
     tune.add_argument("--out", metavar="DIR",
-                      help="store folder (default: $AUTOGEMM_TUNED, else the repository's tuned/)")
+                      help="store folder (default: $AUTOGEMM_TUNED if set; else the repository's tuned/ in a "
+                           "checkout; else the user store, ~/.cache/autogemm/tuned)")
     tune.add_argument("--resume", action="store_true",
                       help="continue the studies of an interrupted run (kept in $AUTOGEMM_CACHE/studies)")
     tune.add_argument("--stale", action="store_true",
@@ -342,7 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     show = sub.add_parser("show", help="tuned results as a table per GPU (or --json)")
     show.add_argument("path", nargs="?",
-                      help="a tuned file, or a folder of them (default: $AUTOGEMM_TUNED, else the repository's tuned/)")
+                      help="a tuned file, or a folder of them (default: what lookup reads: the user store, "
+                           "$AUTOGEMM_TUNED or ~/.cache/autogemm/tuned, then the results shipped with autogemm)")
     show.add_argument("--json", action="store_true", help="print JSON for scripts instead of tables")
     show.set_defaults(run=cmd_show)
     return parser

@@ -5,36 +5,31 @@ default. A stale record serves only its own shape: for it, the config found by m
 shape is a better guess than another shape's or the untuned default, until `autogemm tune --stale`
 measures again.
 
-The store folder is $AUTOGEMM_TUNED, else the tuned/ folder beside kernels/. Its file for this GPU
-is read once and read again only when its mtime or size changes; callers (autogemm.family.prepare)
-cache the instance chosen per problem, so a repeated call never comes here. A file that does not
-load raises its StoreError: a corrupted store never yields a silently different kernel.
+Two folders hold tuned files (autogemm.locations): the user's store, then the results shipped with
+autogemm. For each key, a current record beats a stale one, and between two of the same kind the
+user's wins. Each file is read once and read again only when its mtime or size changes; callers
+(autogemm.family.prepare) cache the instance chosen per problem, so a repeated call never comes
+here. A file that does not load raises its StoreError: a corrupted store never yields a silently
+different kernel.
 """
 import logging
-import os
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 from autogemm import family as families
+from autogemm import files, locations
 from autogemm.device import DeviceInfo
 from autogemm.errors import StoreError
 from autogemm.family import Config
 from autogemm.keys import Key, distance, key_of
 from autogemm.store import Record, Store, file_for, load
-from kernels import TEMPLATE_DIR
 
-ENV = "AUTOGEMM_TUNED"
+ENV = locations.TUNED_ENV
 # A tuned config stands in for another shape only if no size differs by more than this factor:
 # H100, 4096^3 on the config tuned for 1000x784x800 ran 2x slower than the default.
 NEAR_RATIO = 4.0
 log = logging.getLogger("autogemm")
-
-
-def store_dir() -> Path:
-    """$AUTOGEMM_TUNED, else the repository's (package's) tuned/ folder."""
-    env = os.environ.get(ENV)
-    return Path(env).expanduser() if env else TEMPLATE_DIR.parent / "tuned"
 
 
 @dataclass(frozen=True)
@@ -46,19 +41,24 @@ class Choice:
 
 
 class Index:
-    """A loaded store, arranged for lookup: current records by key and by group, stale ones by key."""
+    """Loaded stores, arranged for lookup: per key the record that serves it, current ones (also
+    by group, for the nearest shape) apart from stale ones. `stores` come first-wins: the user's
+    file before the shipped one."""
 
-    def __init__(self, store: Store):
-        self.store = store
+    def __init__(self, stores: list[Store]):
+        self.stores = stores
         self.exact: dict[Key, Record] = {}
         self.stale: dict[Key, Record] = {}
         self.groups: dict[tuple, list[Record]] = defaultdict(list)
-        for record in store.records.values():
-            if record.stale:
-                self.stale[record.key] = record
-            else:
-                self.exact[record.key] = record
-                self.groups[_group(record.key)].append(record)
+        self.origin: dict[Record, Path] = {}       # which file each record came from
+        for store in stores:
+            for record in store.records.values():
+                chosen = self.stale if record.stale else self.exact
+                if record.key not in chosen:
+                    chosen[record.key] = record
+                    self.origin[record] = store.path
+        for record in self.exact.values():
+            self.groups[_group(record.key)].append(record)
 
     def nearest(self, key: Key, usable) -> tuple[Record, float] | None:
         """The closest record of key's family, op and dtype (ties: smaller shape) that `usable` accepts,
@@ -76,31 +76,46 @@ def _group(key: Key) -> tuple:
     return key.family, key.op, key.dtype
 
 
-_indexes: dict[Path, tuple[tuple, Index]] = {}
+_loaded: dict[Path, tuple[tuple, Store]] = {}
+_indexes: dict[tuple, Index] = {}
 _logged: set = set()
 
 
-def index_for(device: DeviceInfo, directory: Path | None = None) -> Index | None:
-    """The store of `device` in `directory` (default store_dir()), or None without a file."""
-    path = file_for(directory if directory is not None else store_dir(), device)
+def index_for(device: DeviceInfo, directories: list[Path] | None = None) -> Index | None:
+    """The stores of `device` in `directories` (default: the user's, then the shipped folder),
+    first-wins, or None where no folder has a file for it."""
+    if directories is None:
+        directories = [folder for _, folder in locations.lookup_dirs()]
+    stores = [store for folder in directories if (store := _store(file_for(folder, device), device))]
+    if not stores:
+        return None
+    stamp = tuple(_loaded[s.path][0] for s in stores)
+    if stamp not in _indexes:
+        _indexes[stamp] = index = Index(stores)
+        if index.stale:
+            log.warning("autogemm: %s: %d stale record(s): their kernels' templates changed since tuning; "
+                        "their configs still serve their own shapes until `autogemm tune --stale` re-tunes them",
+                        ", ".join(str(s.path) for s in stores), len(index.stale))
+    return _indexes[stamp]
+
+
+def _store(path: Path, device: DeviceInfo) -> Store | None:
+    """The file at `path`, loaded (again only if its mtime or size changed), or None if absent."""
     try:
         st = path.stat()
-    except OSError:
+    except FileNotFoundError:
         return None
-    stamp = (st.st_mtime_ns, st.st_size)
-    cached = _indexes.get(path)
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read: {files.reason(exc)}") from None
+    stamp = (path, st.st_mtime_ns, st.st_size)
+    cached = _loaded.get(path)
     if cached and cached[0] == stamp:
         return cached[1]
     store = load(path)
     if store.meta.gpu != device.name:
         raise StoreError(f"{path}: holds results for {store.meta.gpu}, not this GPU ({device.name})")
-    index = Index(store)
-    if index.stale:
-        log.warning("autogemm: %s: %d stale record(s): their kernels' templates changed since tuning; their "
-                    "configs still serve their own shapes until `autogemm tune --stale` re-tunes them",
-                    path, len(index.stale))
-    _indexes[path] = (stamp, index)
-    return index
+    _loaded[path] = (stamp, store)
+    return store
 
 
 def choose(family_name: str, problem, device: DeviceInfo) -> Choice:
@@ -130,13 +145,15 @@ def choose(family_name: str, problem, device: DeviceInfo) -> Choice:
                "stale": "tuned on older templates (stale: autogemm tune --stale)",
                "nearest": f"tuned for {choice.record.key.shape if choice.record else ''} "
                           f"(nearest, distance {choice.distance:.2f})"}[choice.source]
-        log.info("autogemm: %s: %s %s", key, how, name)
+        origin = f" from {index.origin[choice.record]}" if choice.record else ""
+        log.info("autogemm: %s: %s %s%s", key, how, name, origin)
     return choice
 
 
 def reload():
     """Forget loaded stores and the kernels chosen with them (after a store changed, or
     $AUTOGEMM_TUNED did): the next call of each shape looks up again."""
+    _loaded.clear()
     _indexes.clear()
     _logged.clear()
     families.forget_instances()

@@ -1,37 +1,79 @@
-"""`autogemm show`: the tuned files of a folder (or one file) as tables, or as JSON for scripts."""
+"""`autogemm show`: tuned files as tables, or as JSON for scripts, each saying where it comes from.
+
+By default it shows what lookup reads, in its order: the user's store, then the results shipped with
+autogemm; a record that lookup passes over for another file's (the user's current record of the same
+key, say) is marked "overridden".
+"""
+import os
+from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from autogemm import files
 from autogemm.errors import StoreError
 from autogemm.keys import problem_of
 from autogemm.store import Record, Store, load
 
+ROLES = {"user": "user store", "shipped": "shipped with autogemm", "given": "file"}
+
 
 @dataclass
 class Shown:
-    stores: list        # the files that loaded
+    stores: list        # (role, Store) of the files that loaded, in lookup order
     errors: list        # one line per file that did not
+    used: set           # id() of each record that lookup would use for its key
+
+    def status(self, record: Record) -> str:
+        if id(record) not in self.used:
+            return "overridden"
+        return "stale" if record.stale else ""
 
 
-def collect(path: Path) -> Shown:
-    """Every tuned file at `path` (a folder's *.json, not recursing, or one file), checked."""
-    path = Path(path)
-    if path.is_dir():
-        files = sorted(path.glob("*.json"))
-        if not files:
-            raise StoreError(f"{path}: no tuned files (*.json) here")
-    elif path.exists():
-        files = [path]
-    else:
-        raise StoreError(f"{path}: no such file or folder")
-    shown = Shown([], [])
-    for file in files:
-        try:
-            shown.stores.append(load(file))
-        except StoreError as exc:
-            shown.errors.append(str(exc))
+def collect(places: list[tuple[str, Path]], required: bool = True) -> Shown:
+    """Every tuned file of `places` ((role, folder or file), in lookup order; a folder's *.json,
+    not recursing), checked. A place that is missing is an error if `required`, else skipped;
+    StoreError when nothing at all is found."""
+    shown = Shown([], [], set())
+    for role, place in places:
+        for file in _files(Path(place), required):
+            try:
+                shown.stores.append((role, load(file)))
+            except StoreError as exc:
+                shown.errors.append(str(exc))
+    if not shown.stores and not shown.errors:
+        where = " or ".join(str(place) for _, place in places)
+        raise StoreError(f"{where}: no tuned files (*.json) here" if required or len(places) == 1
+                         else f"no tuned files in {where}: tune with `autogemm tune`")
+    _mark_used(shown)
     return shown
+
+
+def _files(place: Path, required: bool) -> list[Path]:
+    problem = files.status(place)
+    if problem is not None:
+        if required or problem != "no such file":
+            raise StoreError(f"{place}: {'no such file or folder' if problem == 'no such file' else problem}")
+        return []
+    if not place.is_dir():
+        return [place]
+    try:
+        with os.scandir(place) as entries:
+            return sorted(Path(e.path) for e in entries if e.name.endswith(".json"))
+    except OSError as exc:
+        raise StoreError(f"{place}: cannot read the folder: {files.reason(exc)}") from None
+
+
+def _mark_used(shown: Shown):
+    from autogemm.lookup import Index
+
+    by_gpu = defaultdict(list)
+    for _, store in shown.stores:
+        by_gpu[store.meta.gpu].append(store)
+    for stores in by_gpu.values():
+        index = Index(stores)
+        shown.used |= {id(r) for r in index.exact.values()}
+        shown.used |= {id(r) for key, r in index.stale.items() if key not in index.exact}
 
 
 def compact(config) -> str:
@@ -62,28 +104,31 @@ def ordered(store: Store) -> list[Record]:
 
 
 def to_json(shown: Shown) -> list[dict]:
-    return [dict(file=str(s.path), meta=s.meta.to_json(),
-                 records=[dict(r.to_json(), kernel=None if r.stale else kernel_name(r), speedup=r.speedup, stale=r.stale,
-                               age=age(r.date)) for r in ordered(s)])
-            for s in shown.stores]
+    return [dict(file=str(s.path), role=role, meta=s.meta.to_json(),
+                 records=[dict(r.to_json(), kernel=None if r.stale else kernel_name(r), speedup=r.speedup,
+                               stale=r.stale, used=id(r) in shown.used, age=age(r.date)) for r in ordered(s)])
+            for role, s in shown.stores]
 
 
 def tables(shown: Shown) -> list:
-    """One rich Table per file."""
+    """One rich Table per file. Text from the files goes in as plain Text: a GPU name or config
+    that looks like rich markup is shown as written, not interpreted."""
     from rich.table import Table
+    from rich.text import Text
 
     out = []
-    for store in shown.stores:
+    for role, store in shown.stores:
         m = store.meta
-        table = Table(title=f"{m.gpu} ({m.sm_count} SMs, compute {m.compute_capability}; driver {m.driver}, "
-                            f"CUDA {m.cuda_runtime}, CuPy {m.cupy}): {store.path}")
-        for col in ("family", "shape", "op", "dtype", "config", "µs", "GFLOP/s", "vs cuBLAS", "age", "stale"):
+        table = Table(title=Text(f"{ROLES[role]}: {store.path}\n{m.gpu} ({m.sm_count} SMs, compute "
+                                 f"{m.compute_capability}; driver {m.driver}, CUDA {m.cuda_runtime}, CuPy {m.cupy})"))
+        for col in ("family", "shape", "op", "dtype", "config", "µs", "GFLOP/s", "vs cuBLAS", "age", "status"):
             table.add_column(col, justify="right" if col in ("µs", "GFLOP/s", "vs cuBLAS", "age") else "left")
         for r in ordered(store):
             speedup = r.speedup
-            table.add_row(r.key.family, r.key.shape, r.key.op, r.key.dtype, compact(r.config),
+            status = shown.status(r)
+            table.add_row(r.key.family, r.key.shape, r.key.op, r.key.dtype, Text(compact(r.config)),
                           f"{r.median_us:.1f}", f"{r.gflops:.0f}" if r.gflops >= 10 else f"{r.gflops:.2g}",
                           f"{speedup:.2f}x" if speedup is not None else "", age(r.date),
-                          "[red]stale[/red]" if r.stale else "")
+                          Text(status, style="red" if status == "stale" else "dim"))
         out.append(table)
     return out

@@ -30,18 +30,19 @@ import json
 import math
 import os
 import re
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from autogemm import files
 from autogemm.device import DeviceInfo
 from autogemm.errors import InvalidConfig, StoreError
 from autogemm.family import FAMILIES, Config, family
 from autogemm.keys import Key, brief, parse_key
 
 SCHEMA = 1
+MAX_BYTES = 64 << 20      # a tuned file of every shape of many networks is well under 1 MiB
 _HASH = re.compile(r"[0-9a-f]{16}")
 _CC = re.compile(r"[0-9]{1,2}\.[0-9]{1,2}")
 _WORD = re.compile(r"[A-Za-z0-9_.-]{1,40}")
@@ -138,13 +139,13 @@ def load(path: Path) -> Store:
     """The checked contents of a tuned file; StoreError naming the file (and record) otherwise."""
     path = Path(path)
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = files.read_regular(path, MAX_BYTES).decode("utf-8")
     except UnicodeDecodeError:
         raise StoreError(f"{path}: not a tuned file (not UTF-8 text)") from None
-    except OSError as exc:
-        raise StoreError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except files.FileError as exc:
+        raise StoreError(f"{path}: cannot read: {exc}") from None
     try:
-        doc = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constants)
+        doc = files.parse_json(text, object_pairs_hook=_unique_keys, parse_constant=_no_constants)
     except json.JSONDecodeError as exc:
         raise StoreError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except ValueError as exc:
@@ -189,7 +190,8 @@ def _exact_keys(obj: dict, fields: tuple, where: str):
 
 def _string(obj, name, where, pattern=None, limit=200) -> str:
     value = obj[name]
-    if not isinstance(value, str) or not value or len(value) > limit or (pattern and not pattern.fullmatch(value)):
+    if (not isinstance(value, str) or not value or len(value) > limit or not value.isprintable()
+            or (pattern and not pattern.fullmatch(value))):
         raise StoreError(f"{where}: {name}={brief(value)} is not a valid {name}")
     return value
 
@@ -347,33 +349,10 @@ def _pieces(doc: dict):
 
 
 def _write_atomic(path: Path, doc: dict):
-    """Write to a temporary file beside `path`, flush it to disk, then rename it over `path`:
-    a reader sees the old file or the new one, never a part; an error leaves no temporary file."""
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise StoreError(f"{path}: cannot write: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for piece in _pieces(doc):
-                f.write(piece)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise StoreError(f"{path}: cannot write: {exc.strerror or exc}") from None
-        raise
-    with contextlib.suppress(OSError):      # make the rename itself durable
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        files.write_atomic(path, (piece.encode() for piece in _pieces(doc)))
+    except files.FileError as exc:
+        raise StoreError(f"{path}: cannot write: {exc}") from None
 
 
 @contextlib.contextmanager

@@ -7,12 +7,12 @@ A Ctrl-C between targets or inside one propagates out of the generator; every ta
 before it is already in the store, and its study (in the cache folder) lets `resume` go on.
 """
 import hashlib
-import os
 import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from autogemm import locations
 from autogemm.device import DeviceInfo
 from autogemm.family import family
 from autogemm.keys import NO_OP, Key, distance, problem_of
@@ -21,17 +21,12 @@ from autogemm.shapes import Target
 from autogemm.store import Meta, Record, file_for, load, now, save
 
 
-def cache_dir() -> Path:
-    """$AUTOGEMM_CACHE (the folder the data sets use too), else ~/.cache/autogemm."""
-    return Path(os.environ.get("AUTOGEMM_CACHE") or "~/.cache/autogemm").expanduser()
-
-
 def study_path(device: DeviceInfo, key: Key, root: Path | None = None, space: str = "") -> Path:
     """<cache>/studies/<gpu slug>/<family>-<shape>-<op>-<dtype>[-<space>].log: the shape's Optuna
     journal (`space` tells a search of a restricted space from one of the whole)."""
     op = "all" if key.op == NO_OP else key.op
     name = f"{key.family}-{key.shape}-{op}-{key.dtype}" + (f"-{space}" if space else "")
-    return (root or cache_dir()) / "studies" / device.slug / f"{name}.log"
+    return (root or locations.cache_dir()) / "studies" / device.slug / f"{name}.log"
 
 
 def _space_tag(restrictions: dict) -> str:
@@ -55,15 +50,16 @@ class Outcome:
 
 def tune_targets(targets: list[Target], dtype: str, device: DeviceInfo, out_dir: Path, settings: Settings,
                  *, meta: Meta, command: str, resume: bool = False, measure_for: Callable | None = None,
-                 studies: Path | None = None, gemm_space: dict | None = None,
+                 studies: Path | None = None, gemm_space: dict | None = None, also: tuple[Path, ...] = (),
                  on_start: Callable[[Target, Key], None] = lambda t, k: None,
                  on_progress: Callable[[Target, Progress], None] = lambda t, p: None) -> Iterator[Outcome]:
     """Tune each target; yield its Outcome once its record is saved (merged) in the store.
-    `gemm_space` limits GEMM parameters to some of their choices ({name: (values, ...)})."""
+    `gemm_space` limits GEMM parameters to some of their choices ({name: (values, ...)}); the records
+    of the tuned files `also` (the shipped ones) are starting points, as the store's own are."""
     if measure_for is None:
         from autogemm.measure import measure_for
     path = file_for(out_dir, device)
-    existing = load(path).records if path.exists() else {}     # a bad file fails now, not at the end
+    existing = {**records_of(also), **records_of([path])}     # a bad file fails now, not at the end
     gemm = family("gemm").restricted(gemm_space or {})
     for target in targets:
         key = target.key(dtype)
@@ -88,13 +84,20 @@ def tune_targets(targets: list[Target], dtype: str, device: DeviceInfo, out_dir:
         yield Outcome(target, key, result, record, stored, cublas)
 
 
-def stale_targets(path: Path, dtype: str, families: tuple[str, ...]) -> list[Target]:
-    """The keys of the stale records (of `dtype` and `families`) in the tuned file at `path`, as
-    targets: what a template change has left to tune again."""
-    if not path.exists():
-        return []
-    return [Target(r.key.family, r.key.sizes, r.key.op, "stale") for r in load(path).records.values()
-            if r.stale and r.key.dtype == dtype and r.key.family in families]
+def records_of(paths) -> dict[Key, Record]:
+    """The records of the tuned files at `paths` that exist, a later file's winning a shared key."""
+    return {key: r for path in paths if Path(path).exists() for key, r in load(path).records.items()}
+
+
+def stale_targets(paths: list[Path], dtype: str, families: tuple[str, ...]) -> list[Target]:
+    """The keys (of `dtype` and `families`) that lookup serves from a stale record of the tuned
+    files at `paths` (read in lookup's order), as targets: what a template change has left to
+    tune again."""
+    from autogemm.lookup import Index
+
+    index = Index([load(p) for p in paths if Path(p).exists()])
+    return [Target(r.key.family, r.key.sizes, r.key.op, "stale") for key, r in index.stale.items()
+            if key not in index.exact and r.key.dtype == dtype and r.key.family in families]
 
 
 def _known(existing: dict, key: Key, device: DeviceInfo, fam, nearby: int = 3) -> tuple:

@@ -1,19 +1,23 @@
 """Checkpoints: all weights, the last finished epoch and the settings that produced them, written atomically.
 
-A checkpoint is one .npz (arrays W0, b0, W1, ...; `meta`, a JSON string) readable without pickle.
+A checkpoint is one uncompressed .npz (arrays W0, b0, W1, ...; `meta`, a JSON string) read without
+pickle. Reading checks everything before the weights are used: the file is a regular file, no
+member is compressed (so nothing inflates past the file's own size), the settings match the run's,
+and every array has the run's shape and dtype and finite values.
 """
 import io
 import json
-import os
-import tempfile
+import zipfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
+from autogemm import files
 from nn.errors import NNError
 
 FORMAT = 1
+MAX_LAYERS = 1024
+MAX_META_BYTES = 64 << 20
 
 
 @dataclass
@@ -21,22 +25,7 @@ class Checkpoint:
     params: list  # [(W_l (n_out, n_in), b_l (n_out,)), ...] host arrays
     epoch: int  # epochs finished
     fingerprint: dict  # the settings that determine the weights (see nn.train)
-    history: list = field(default_factory=list)  # per-epoch records of the run so far
-
-
-def write_atomic(path, data: bytes):
-    """Write `data` to a temp file beside `path`, fsync, rename over it: readers see old or new, never half."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    history: list = field(default_factory=list)  # per-epoch records of the run so far, one per epoch
 
 
 def save(path, ckpt: Checkpoint):
@@ -48,30 +37,80 @@ def save(path, ckpt: Checkpoint):
     buf = io.BytesIO()
     np.savez(buf, meta=np.array(json.dumps(meta)), **arrays)
     try:
-        write_atomic(path, buf.getvalue())
-    except OSError as e:
-        raise NNError(f"cannot write checkpoint {path}: {e.strerror or e}") from None
+        files.write_atomic(path, buf.getvalue())
+    except files.FileError as e:
+        raise NNError(f"cannot write checkpoint {path}: {e}") from None
 
 
-def load(path) -> Checkpoint:
-    """Read and check a checkpoint; anything unreadable or inconsistent is an NNError naming the file."""
+def load(path, fingerprint: dict | None = None, dtype=None) -> Checkpoint:
+    """Read and check a checkpoint: with `fingerprint`, one written by the same settings (its
+    "sizes" give every array's shape), with `dtype`, of that dtype. Anything unreadable,
+    inconsistent or different is an NNError naming the file."""
     try:
-        with np.load(path, allow_pickle=False) as z:
-            meta = json.loads(str(z["meta"]))
-            if meta.get("format") != FORMAT:
-                raise NNError(f"checkpoint {path} has format {meta.get('format')!r}, this trainer reads {FORMAT}")
-            params = [(z[f"W{l}"], z[f"b{l}"]) for l in range(int(meta["layers"]))]
-            ckpt = Checkpoint(params, int(meta["epoch"]), dict(meta["fingerprint"]), list(meta["history"]))
-    except FileNotFoundError:
-        raise NNError(f"no checkpoint at {path}") from None
+        with files.open_regular(path) as f:
+            with zipfile.ZipFile(f) as z:
+                meta = _meta(z, path)
+                ckpt = Checkpoint([], meta["epoch"], meta["fingerprint"], meta["history"])
+                if fingerprint is not None:
+                    check_compatible(ckpt, fingerprint, path)
+                ckpt.params = [(_array(z, f"W{l}"), _array(z, f"b{l}")) for l in range(meta["layers"])]
+    except files.FileError as e:
+        raise NNError(f"no checkpoint at {path}" if str(e) == "no such file"
+                      else f"cannot read checkpoint {path}: {e}") from None
     except NNError:
         raise
     except Exception as e:  # zip, npy, JSON and key errors all mean the same: not a readable checkpoint
         raise NNError(f"checkpoint {path} is corrupted or not a checkpoint of nn.train ({type(e).__name__}: {e})") from None
-    for l, (w, b) in enumerate(ckpt.params):
-        if w.ndim != 2 or b.shape != w.shape[:1] or (l and w.shape[1] != ckpt.params[l - 1][0].shape[0]):
-            raise NNError(f"checkpoint {path} is corrupted: layer {l} has W {w.shape} and b {b.shape}")
+    _check_params(ckpt.params, path, fingerprint["sizes"] if fingerprint is not None else None, dtype)
     return ckpt
+
+
+def _meta(z: zipfile.ZipFile, path) -> dict:
+    """The checked `meta` block; every member must be stored uncompressed, as np.savez stores it."""
+    if any(info.compress_type != zipfile.ZIP_STORED for info in z.infolist()):
+        raise ValueError("compressed members, which np.savez never writes")
+    if z.getinfo("meta.npy").file_size > MAX_META_BYTES:
+        raise ValueError(f"a meta block over {MAX_META_BYTES >> 20} MiB")
+    meta = files.parse_json(str(_array(z, "meta")))
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else None
+        raise NNError(f"checkpoint {path} has format {found!r}, this trainer reads {FORMAT}")
+    epoch, layers, history = meta["epoch"], meta["layers"], meta["history"]
+    if type(layers) is not int or not 1 <= layers <= MAX_LAYERS:
+        raise ValueError(f"layers {layers!r}")
+    if type(epoch) is not int or epoch < 0 or not isinstance(history, list) or len(history) != epoch:
+        raise NNError(f"checkpoint {path} is corrupted: epoch {epoch!r} with "
+                      f"{len(history) if isinstance(history, list) else 'no'} epochs of history")
+    if not isinstance(meta["fingerprint"], dict) or not all(isinstance(h, dict) for h in history):
+        raise ValueError("fingerprint or history of the wrong type")
+    return meta
+
+
+def _array(z: zipfile.ZipFile, name: str) -> np.ndarray:
+    with z.open(f"{name}.npy") as member:
+        return np.lib.format.read_array(member, allow_pickle=False)
+
+
+def _check_params(params, path, sizes=None, dtype=None):
+    """NNError unless every layer's W (n_out, n_in) and b (n_out,) chain, match `sizes` and
+    `dtype` where given, and hold finite numbers."""
+    dtype = np.dtype(dtype) if dtype is not None else None
+    if sizes is not None and len(params) != len(sizes) - 1:
+        raise NNError(f"checkpoint {path} holds {len(params)} layers, the run has {len(sizes) - 1}")
+    for l, (w, b) in enumerate(params):
+        if w.ndim != 2 or b.shape != w.shape[:1] or (l and w.shape[1] != params[l - 1][0].shape[0]):
+            raise NNError(f"checkpoint {path} is corrupted: layer {l} has W {w.shape} and b {b.shape}")
+        if sizes is not None and w.shape != (sizes[l + 1], sizes[l]):
+            raise NNError(f"checkpoint {path} is corrupted: layer {l} has W {w.shape}, the run's sizes "
+                          f"{'-'.join(map(str, sizes))} need {(sizes[l + 1], sizes[l])}")
+        for name, x in ((f"W{l}", w), (f"b{l}", b)):
+            if x.dtype.kind != "f" or (dtype is not None and x.dtype != dtype):
+                raise NNError(f"checkpoint {path} is corrupted: {name} is {x.dtype}, the run computes in "
+                              f"{dtype or 'floating point'}")
+            if not np.isfinite(x).all():
+                bad = np.flatnonzero(~np.isfinite(x))[0]
+                raise NNError(f"checkpoint {path} holds {x.flat[bad]} in {name} at index {bad}: "
+                              "resume from a checkpoint of a run that had not diverged")
 
 
 def check_compatible(ckpt: Checkpoint, fingerprint: dict, path):
@@ -82,3 +121,4 @@ def check_compatible(ckpt: Checkpoint, fingerprint: dict, path):
     if diffs:
         raise NNError(f"checkpoint {path} was written by a different configuration ({'; '.join(diffs)}); "
                       "resume with the same settings, or choose another --checkpoint path")
+

@@ -1,9 +1,17 @@
-"""MPI data parallelism: who am I, rank-0 output, row splits, gradient all-reduce, abort on failure.
+"""MPI data parallelism: who am I, rank-0 output, row splits, gradient all-reduce, ranks that agree.
 
 One process is rank 0 of 1 and never imports mpi4py; under `mpirun` every rank runs the same script
-(gpt-fast's maybe_init_dist). All-reduces go through mpi4py's buffer interface, never pickles.
+(gpt-fast's maybe_init_dist). All-reduces go through mpi4py's buffer interface, never pickles; only
+the small agreements of start-up and epoch ends (`agree`) are pickled.
+
+How ranks end together, never hanging: a failure that every rank can know of goes through `agree`,
+a collective after which every rank raises the same RanksFailed and exits (rank 0 alone prints). A
+failure on one rank in the middle of a step, where the others wait in a collective, ends the job:
+the rank prints its line and exits at once, and the launcher stops the others (`fail`).
+Ctrl-C is a request (`Interrupt`) that every rank honours at the same step boundary.
 """
 import os
+import signal
 import sys
 import time
 import traceback
@@ -15,8 +23,16 @@ from nn.errors import NNError
 
 # Set by the launchers: MPICH/Hydra (PMI_*), PMIx, Open MPI.
 _LAUNCHER_ENV = ("PMI_SIZE", "PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE")
-ABORT_GRACE_S = 0.5   # a failing rank's wait between its message and Abort (see Dist._abort)
+EXIT_GRACE_S = 0.5   # a failing rank's wait between its message and its exit (see Dist.exit_all)
 _rank = 0
+
+
+class RanksFailed(NNError):
+    """Raised on every rank alike (by Dist.agree): each exits with status 2 and rank 0 prints it."""
+
+
+class Interrupted(Exception):
+    """Raised on every rank alike when a Ctrl-C was honoured; the message says what was kept."""
 
 
 @dataclass(frozen=True)
@@ -50,29 +66,96 @@ class Dist:
         if self.size > 1:
             self.comm.Barrier()
 
-    def fail(self, message):
-        """Print `error: <message>` on one line; under MPI name the rank and Abort every rank (never a hang)."""
+    def agree(self, error: str | None = None, stop: bool = False) -> bool:
+        """Collective: whether any rank asks to `stop`; RanksFailed on every rank if any rank has
+        an `error` (the first such rank's, named when the ranks differ)."""
+        if self.size == 1:
+            if error is not None:
+                raise RanksFailed(error)
+            return stop
+        said = self.comm.allgather((error, stop))
+        failed = [(rank, e) for rank, (e, _) in enumerate(said) if e is not None]
+        if failed:
+            rank, first = failed[0]
+            alike = len(failed) == self.size and all(e == first for _, e in failed)
+            raise RanksFailed(first if alike else f"rank {rank} of {self.size}: {first}")
+        return any(s for _, s in said)
+
+    def same_everywhere(self, values: dict, advice: str):
+        """Collective: RanksFailed on every rank unless each rank's `values` equal rank 0's; the
+        message names the first rank and setting that differ, and ends with `advice`."""
+        if self.size == 1:
+            return
+        every = self.comm.allgather(values)
+        for rank, theirs in enumerate(every):
+            for name in dict.fromkeys([*every[0], *theirs]):
+                if theirs.get(name) != every[0].get(name):
+                    raise RanksFailed(f"rank {rank} of {self.size} has {name} {theirs.get(name)!r} where rank 0 "
+                                      f"has {every[0].get(name)!r}; {advice}")
+
+    def any_rank(self, flag: bool) -> bool:
+        """Collective: whether `flag` is set on any rank (a one-integer all-reduce)."""
+        if self.size == 1:
+            return flag
+        from mpi4py import MPI
+
+        buf = np.array([int(flag)], dtype=np.int32)
+        self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.MAX)
+        return bool(buf[0])
+
+    def fail(self, message, status: int = 2):
+        """This rank alone failed: print `error: <message>` on one line; under MPI name the rank and
+        end every rank at once (the others may be waiting in a collective)."""
         prefix = "error: " if self.size == 1 else f"error: rank {self.rank} of {self.size}: "
         print(prefix + " ".join(str(message).split()), file=sys.stderr, flush=True)
         if self.size > 1:
-            self._abort()
+            self.exit_all(status)
 
     def crash(self, exc: BaseException):
-        """An unexpected exception: the traceback with the rank, then Abort; re-raised with one rank."""
+        """An unexpected exception: the traceback with the rank, then every rank ends; re-raised with one rank."""
         if self.size == 1:
             raise exc
-        # One write, summary first: Abort can kill the launcher's forwarding of later output.
+        # One write, summary first: the end of the job can cut the launcher's forwarding of later output.
         summary = "".join(traceback.format_exception_only(exc)).strip()
         sys.stderr.write(f"rank {self.rank} of {self.size} failed: {summary}\n"
                          + "".join(traceback.format_exception(exc)))
-        self._abort()
+        self.exit_all(1)
 
-    def _abort(self):
-        """Abort every rank, after a moment for the launcher to forward what this rank just wrote:
-        under load, an immediate Abort could tear down the forwarding first (the message was lost)."""
+    def exit_all(self, status: int):
+        """Under MPI, exit this rank with `status` without finalising MPI: the launcher (MPICH's
+        Hydra, Open MPI's mpirun) then stops every other rank and exits with this status, printing
+        nothing of its own (MPI_Abort would add its own line). A moment first lets the launcher
+        forward what this rank just wrote: under load, an immediate exit could tear the forwarding
+        down first. A no-op for one process."""
+        if self.size == 1:
+            return
+        sys.stdout.flush()
         sys.stderr.flush()
-        time.sleep(ABORT_GRACE_S)
-        self.comm.Abort(1)
+        time.sleep(EXIT_GRACE_S)
+        os._exit(status)
+
+
+class Interrupt:
+    """Ctrl-C as a request to stop: the first SIGINT sets `requested`, which the trainer reads at
+    step boundaries through Dist.any_rank, so that every rank stops at the same one (a rank leaving on
+    its own would leave the others waiting in an all-reduce); a second SIGINT raises
+    KeyboardInterrupt at once. A context manager: the previous handler is back on exit."""
+
+    def __init__(self):
+        self.requested = False
+        self._previous = None
+
+    def __enter__(self):
+        self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        signal.signal(signal.SIGINT, self._previous)
+
+    def _handle(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
 
 
 class NcclAllreduce:

@@ -28,6 +28,14 @@ def init_params(sizes, init="cme213", seed=0):
     return params
 
 
+def bytes_needed(sizes, rows, itemsize) -> int:
+    """Backend memory of an MLP of `sizes` and its Step on `rows` rows: weights and biases, their
+    flat gradient, and per row the activations, logits and deltas (data sets not counted)."""
+    params = sum((n_in + 1) * n_out for n_in, n_out in zip(sizes[:-1], sizes[1:]))
+    per_row = sum(sizes[1:-1]) + sizes[-1] + sum(sizes[1:])
+    return itemsize * (2 * params + rows * per_row)
+
+
 class MLP:
     """Weights and biases on a backend; `sizes` = [inputs, *hidden, classes]."""
 
@@ -75,6 +83,11 @@ class MLP:
             guess = bk.to_numpy(bk.xp.argmax(z, axis=1))  # (m,) int
             correct += int(np.count_nonzero(guess == labels[start:start + m]))
         return correct
+
+    def finite(self) -> bool:
+        """Whether every weight and bias is finite (syncs the host)."""
+        xp = self.backend.xp
+        return all(bool(xp.isfinite(x).all()) for x in (*self.W, *self.b))
 
     def reg_term(self, reg) -> float:
         """0.5 * reg * sum_l ||W_l||^2 (syncs the host)."""
@@ -200,21 +213,25 @@ class Epoch:
         self.graphed = graph and graph_safe and getattr(backend, "can_capture", False)
         self._graph = None
 
-    def _steps(self, lap=lambda phase: None, advance=lambda: None):
+    def _steps(self, lap=lambda phase: None, advance=lambda: None, stop=lambda: False) -> bool:
         self.step.reset_loss()
         for first, count in self.spans:
             self.step.train_batch(self.x[first:first + count], self.labels[first:first + count], self.allreduce, lap)
             advance()
+            if stop():
+                return False
+        return True
 
-    def run(self, lap=lambda phase: None, advance=lambda: None):
-        """Enqueue one epoch (laps and progress only when eager); the caller synchronises."""
+    def run(self, lap=lambda phase: None, advance=lambda: None, stop=lambda: False) -> bool:
+        """Enqueue one epoch (laps, progress and `stop`, asked after each step, only when eager);
+        the caller synchronises. False when `stop()` ended the epoch early."""
         if not self.graphed:
-            self._steps(lap, advance)
-            return
+            return self._steps(lap, advance, stop)
         backend = self.step.model.backend
         if self._graph is None:
             self._graph = backend.capture(self._steps)
         self._graph.launch(backend.stream)
+        return True
 
     def release(self):
         """Drop the captured graph (it is captured again on the next run)."""

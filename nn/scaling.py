@@ -31,6 +31,7 @@ from typing import Callable
 
 import numpy as np
 
+from autogemm import files
 from nn import checkpoint
 from nn.bench import Network, networks
 from nn.errors import NNError
@@ -460,7 +461,7 @@ def main(argv=None, runner: Runner = run_process) -> int:
               + (f", max rel diff {max(run.weight_diff.values()):.2e}" if run.weight_diff else "")
               + (f", {run.wall_s:g} s" if run.wall_s is not None else "") + (f" ({run.reason})" if run.reason else ""),
               flush=True)
-        checkpoint.write_atomic(path, json.dumps(summary(s, about, runs), indent=1).encode())  # kept after each run
+        files.write_atomic(path, json.dumps(summary(s, about, runs), indent=1).encode())  # kept after each run
     print(f"\nsummary {path}; logs {s.out}/{s.network.name}-*.log")
     for run in runs:
         if run.status != "ok":

@@ -7,8 +7,10 @@
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
+import shlex
 import sys
 import time
 from dataclasses import asdict, dataclass, fields
@@ -23,13 +25,16 @@ if _LOCAL_RANKS > 1:
 
 import numpy as np
 
+from autogemm import files
+from autogemm.errors import AutogemmError
 from nn import checkpoint
 from nn.backends import ACTIVATIONS, BACKENDS, DTYPES, cuda_available, get_backend
+from nn.backends.base import host_free_bytes
 from nn.data import DATASETS, SCALES, load_dataset
-from nn.dist import Dist, NcclAllreduce, maybe_init_dist, nccl_usable, print0, rank_rows, split_sizes
-from autogemm.errors import AutogemmError
+from nn.dist import (Dist, Interrupt, Interrupted, NcclAllreduce, RanksFailed, maybe_init_dist, nccl_usable,
+                     print0, rank_rows, split_sizes)
 from nn.errors import NNError
-from nn.mlp import INITS, MLP, Epoch, Step, init_params
+from nn.mlp import INITS, MLP, Epoch, Step, bytes_needed, init_params
 
 # ---------------------------------------------------------------- settings
 
@@ -81,7 +86,7 @@ def _number(kind, lowest, strict):
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a{'n integer' if kind is int else ' number'}") from None
-        if not np.isfinite(value) or value < lowest or (strict and value == lowest):
+        if (kind is float and not math.isfinite(value)) or value < lowest or (strict and value == lowest):
             raise argparse.ArgumentTypeError(f"{text} must be {'>' if strict else '>='} {lowest}")
         return value
     return parse
@@ -226,33 +231,116 @@ def _accuracy(model, split, dist, backend) -> float:
     return float(dist.sum([correct])[0]) / len(split.y)
 
 
-def _setup(cfg, args):
-    """Data set and starting weights (from the checkpoint when resuming)."""
+def _setup(cfg, args, backend):
+    """Data set and starting weights (from the checkpoint when resuming), once the network is
+    known to fit in memory."""
     ds = load_dataset(name=cfg.dataset, data_dir=cfg.data_dir, scale=cfg.scale, dtype=np.dtype(cfg.dtype),
                       train_size=cfg.train_size)
     sizes = (ds.train.x.shape[1], *cfg.hidden, ds.classes)
+    _check_memory(cfg, sizes, backend)
     if args.resume:
-        ckpt = checkpoint.load(args.checkpoint)
-        checkpoint.check_compatible(ckpt, cfg.fingerprint(sizes), args.checkpoint)
+        ckpt = checkpoint.load(args.checkpoint, cfg.fingerprint(sizes), cfg.dtype)
     else:
-        if args.checkpoint and Path(args.checkpoint).exists():
+        if args.checkpoint and os.path.lexists(args.checkpoint):
             raise NNError(f"checkpoint {args.checkpoint} exists; pass --resume to continue it, "
                           "or choose another path (it is never overwritten by a fresh run)")
         ckpt = checkpoint.Checkpoint(init_params(sizes, cfg.init, cfg.seed), 0, cfg.fingerprint(sizes))
     return ds, sizes, ckpt
 
 
-def run(cfg: Config, args, dist: Dist) -> dict:
-    """Train as configured; returns the run log (rank 0 also prints it and writes it and checkpoints)."""
-    backend = get_backend(cfg.backend, cfg.dtype, **({"tuned": args.use_tuned} if cfg.backend == "cupy" else {}))
+def _check_memory(cfg, sizes, backend):
+    """NNError when the network cannot fit: the backend holds the weights, their gradient and a
+    batch of activations, and the host draws the float64 initial weights."""
+    params = sum((n_in + 1) * n_out for n_in, n_out in zip(sizes[:-1], sizes[1:]))
+    needs = [(backend.free_bytes(), bytes_needed(sizes, cfg.batch, backend.dtype.itemsize), backend.name),
+             (host_free_bytes(), 8 * params, "host")]
+    if backend.name == "numpy":     # one memory: add them up
+        needs = [(needs[1][0], needs[0][1] + needs[1][1], "host")]
+    for free, need, where in needs:
+        if free is not None and need > free:
+            raise NNError(f"the network {'-'.join(map(str, sizes))} in {cfg.dtype} with batch {cfg.batch} needs "
+                          f"about {_bytes(need)} of {where} memory and {_bytes(free)} is free; choose a smaller "
+                          "--hidden or --batch")
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if n < 1000 or unit == "PB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+
+
+def _check_outputs(args):
+    """Before the first epoch, on the rank that writes them: the checkpoint and the run log are
+    two files, both can be written, and an existing run log is replaced only by the run it logs
+    (--resume), never a file of another kind."""
+    if args.checkpoint and args.log and _same_file(args.checkpoint, args.log):
+        raise NNError(f"--log {args.log} and --checkpoint {args.checkpoint} are the same file; give the run "
+                      "log a path of its own")
+    if args.log and os.path.lexists(args.log):
+        if not _is_run_log(args.log):
+            raise NNError(f"--log {args.log} exists and is not a run log of nn.train; choose another path")
+        if not args.resume:
+            raise NNError(f"--log {args.log} exists; choose another path (a run log is never overwritten), "
+                          "or pass --resume to continue its run")
+    for flag, path in (("--checkpoint", args.checkpoint), ("--log", args.log)):
+        if path:
+            try:
+                files.check_writable(path)
+            except files.FileError as e:
+                raise NNError(f"{flag} {path}: cannot be written: {e}") from None
+
+
+def _same_file(a, b) -> bool:
+    try:
+        return os.path.realpath(a) == os.path.realpath(b) or os.path.samefile(a, b)
+    except OSError:     # one does not exist (yet): different paths are different files
+        return False
+
+
+def _is_run_log(path) -> bool:
+    try:
+        log = files.parse_json(files.read_regular(path, 64 << 20))
+    except (files.FileError, ValueError):
+        return False
+    return isinstance(log, dict) and {"config", "sizes", "epochs", "final"} <= set(log)
+
+
+def _agreed(dist, fn, on_rank=lambda rank: True):
+    """fn() on the ranks that `on_rank` admits, then Dist.agree: a bad input on any rank ends
+    every rank with one line. Returns fn's result (None where it did not run)."""
+    result, error = None, None
+    if on_rank(dist.rank):
+        try:
+            result = fn()
+        except (NNError, AutogemmError) as e:
+            error = str(e)
+        except MemoryError as e:
+            error = f"out of memory: {str(e) or 'an allocation failed'}"
+    dist.agree(error)
+    return result
+
+
+def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=()) -> dict:
+    """Train as configured; returns the run log (rank 0 also prints it and writes it and checkpoints).
+
+    Every failure that ranks can agree on is a RanksFailed on all of them; a Ctrl-C honoured at a
+    step boundary is an Interrupted on all of them, its message saying what was kept."""
+    backend = _agreed(dist, lambda: get_backend(cfg.backend, cfg.dtype,
+                                                **({"tuned": args.use_tuned} if cfg.backend == "cupy" else {})))
+
     # Rank 0 reads the files first: a bad file fails there alone, and a download happens once.
-    if dist.rank == 0:
-        ds, sizes, ckpt = _setup(cfg, args)
-        _make_parent_dirs(args.checkpoint, args.log)
-        dist.barrier()
-    else:
-        dist.barrier()
-        ds, sizes, ckpt = _setup(cfg, args)
+    def setup():
+        found = _setup(cfg, args, backend)
+        if dist.rank == 0:
+            _check_outputs(args)
+        return found
+
+    turns = [_agreed(dist, setup, on_rank) for on_rank in (lambda rank: rank == 0, lambda rank: rank != 0)]
+    ds, sizes, ckpt = next(found for found in turns if found is not None)
+    dist.same_everywhere({"data set sizes": [len(ds.train.y), len(ds.val.y), len(ds.test.y)],
+                          "network": list(sizes), "checkpoint epoch": ckpt.epoch},
+                         "every rank must read the same data set and checkpoint")
 
     model = MLP(backend, sizes, cfg.activation, ckpt.params)
     n_train = len(ds.train.y)
@@ -260,7 +348,7 @@ def run(cfg: Config, args, dist: Dist) -> dict:
     x_train = backend.asarray(ds.train.x[index])  # X: (rows of this rank, D) dtype
     y_train = backend.asarray(ds.train.y[index])  # (rows of this rank,) int64
     step = Step(model, max(count for _, count in spans), cfg.batch, cfg.lr, cfg.reg)
-    allreduce = _allreduce(args.allreduce, dist, backend)
+    allreduce = _agreed(dist, lambda: _allreduce(args.allreduce, dist, backend))
     dist.barrier()  # ranks set up one after another; the first epoch's times should not count that
 
     log = {"config": asdict(cfg), "sizes": list(sizes), "resumed_from_epoch": ckpt.epoch if args.resume else None,
@@ -272,19 +360,36 @@ def run(cfg: Config, args, dist: Dist) -> dict:
                f"from {ds.source}; batch {cfg.batch} ({len(spans)} steps), lr {cfg.lr:g}, reg {cfg.reg:g}"
                + (f"; resumed after epoch {ckpt.epoch}" if args.resume else ""), flush=True)
 
+    requested = (lambda: interrupt.requested) if interrupt else (lambda: False)
+    stop = lambda: dist.any_rank(requested())  # noqa: E731  (collective: every rank asks at every step)
+    kept = _Kept(args, argv, dist, ckpt.epoch)
+
+    def stopped(epoch, finished):
+        if dist.rank == 0:
+            log["final"] = {"interrupted": f"{'after' if finished else 'in'} epoch {epoch}"}
+            _write_log(args.log, log)
+        return Interrupted(f"interrupted {'after' if finished else 'in'} epoch {epoch}; {kept.say()}")
+
+    if ckpt.epoch < cfg.epochs and stop():
+        raise stopped(ckpt.epoch + 1, False)
     epoch_pass = Epoch(step, spans, x_train, y_train, allreduce, graph=not args.no_graph)
     with Progress(dist.rank == 0 and not args.quiet and sys.stdout.isatty()) as progress:
         for epoch in range(ckpt.epoch + 1, cfg.epochs + 1):
             progress.epoch(f"{epoch}/{cfg.epochs}", len(spans))
             timer = EpochTimer(backend)
             start = time.perf_counter()
-            epoch_pass.run(timer.lap, progress.advance)
+            finished = epoch_pass.run(timer.lap, progress.advance, stop)
             backend.synchronize()
             train_ms = (time.perf_counter() - start) * 1e3
             progress.done()
+            if not finished:
+                raise stopped(epoch, False)
 
             start = time.perf_counter()
             loss = float(dist.sum(backend.to_numpy(step.loss_sum))[0]) / n_train + model.reg_term(cfg.reg)
+            if dist.any_rank(not (math.isfinite(loss) and model.finite())):
+                raise RanksFailed(f"training diverged in epoch {epoch} (loss {loss:g}, or weights no longer finite); "
+                                  f"try a smaller --lr than {cfg.lr:g}; {kept.say(resume=False)}")
             val = _accuracy(model, ds.val, dist, backend)
             eval_ms = (time.perf_counter() - start) * 1e3
             phases = {} if epoch_pass.graphed else timer.totals_ms()
@@ -297,11 +402,20 @@ def run(cfg: Config, args, dist: Dist) -> dict:
                          f"  comm {phases['comm']:.1f} ms")
                 progress.print(f"epoch {epoch:>3}/{cfg.epochs}  loss {loss:.4f}  val {100 * val:6.2f}%  | {split}"
                                f"  | epoch {train_ms:.1f} ms (+ eval {eval_ms:.0f})")
+
+            error = None
             if dist.rank == 0:
-                if args.checkpoint:
-                    ckpt.params, ckpt.epoch = model.params_numpy(), epoch
-                    checkpoint.save(args.checkpoint, ckpt)
-                _write_log(args.log, log)
+                try:
+                    if args.checkpoint:
+                        ckpt.params, ckpt.epoch = model.params_numpy(), epoch
+                        checkpoint.save(args.checkpoint, ckpt)
+                    _write_log(args.log, log)
+                except NNError as e:
+                    error = str(e)
+            stop_now = dist.agree(error, requested())    # a write that failed on rank 0 ends every rank
+            kept.epoch = epoch
+            if stop_now and epoch < cfg.epochs:
+                raise stopped(epoch, True)
 
     test = _accuracy(model, ds.test, dist, backend)
     val = ckpt.history[-1]["val_accuracy"] if ckpt.history else _accuracy(model, ds.val, dist, backend)
@@ -317,6 +431,26 @@ def run(cfg: Config, args, dist: Dist) -> dict:
     return log
 
 
+class _Kept:
+    """What a stopped run leaves behind, said in one clause: the epochs in the checkpoint, and the
+    command that resumes them."""
+
+    def __init__(self, args, argv, dist, epoch):
+        self.args, self.argv, self.dist, self.epoch = args, list(argv), dist, epoch
+
+    def say(self, resume=True) -> str:
+        path = self.args.checkpoint
+        if not path:
+            return "nothing was saved (no --checkpoint)"
+        if self.epoch == 0:
+            return f"no epoch had finished, {path} was not written"
+        command = ["python", "-m", "nn.train", *self.argv, *([] if "--resume" in self.argv else ["--resume"])]
+        if self.dist.size > 1:
+            command = ["mpirun", "-n", str(self.dist.size), *command]
+        return (f"epochs 1..{self.epoch} are in {path}"
+                + (f"; resume with: {shlex.join(command)}" if resume else ""))
+
+
 def _allreduce(choice, dist, backend):
     """None for one rank; else the gradient all-reduce: NCCL GPU to GPU, or MPI through host memory."""
     if dist.size == 1:
@@ -328,14 +462,6 @@ def _allreduce(choice, dist, backend):
     return lambda buf: dist.allreduce_sum(backend, buf)
 
 
-def _make_parent_dirs(*paths):
-    for path in filter(None, paths):
-        try:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise NNError(f"cannot create the directory of {path}: {e.strerror or e}") from None
-
-
 def _environment(backend, dist) -> dict:
     return {"python": platform.python_version(), "numpy": np.__version__, "platform": platform.platform(),
             "backend": backend.name, "ranks": dist.size, "cpus": os.cpu_count()}
@@ -344,39 +470,61 @@ def _environment(backend, dist) -> dict:
 def _write_log(path, log):
     if path:
         try:
-            checkpoint.write_atomic(path, json.dumps(log, indent=1).encode())
-        except OSError as e:
-            raise NNError(f"cannot write the run log {path}: {e.strerror or e}") from None
+            files.write_atomic(path, json.dumps(log, indent=1).encode())
+        except files.FileError as e:
+            raise NNError(f"cannot write the run log {path}: {e}") from None
 
 
 # ---------------------------------------------------------------- entry point
 
+# Settings every rank must share (the run log's path differs by design: it holds the process id).
+_PER_RANK = ("log", "no_log", "quiet")
+
+
+def _parse(argv):
+    args = build_parser().parse_args(argv)
+    return args, resolve(args)
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
     try:
         dist = maybe_init_dist()
     except NNError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    try:  # bad flags fail identically on every rank: rank 0 says so, all exit (no collective is pending)
-        args = build_parser().parse_args(argv)
-        cfg = resolve(args)
-    except NNError as e:
-        print0(f"error: {e}", file=sys.stderr)
-        return 2
-    if args.use_tuned and cfg.backend == "numpy":
-        print0("--use-tuned: no CUDA device (or no GPU backend) here; falling back to the NumPy backend", flush=True)
-    if not args.log and not args.no_log:
-        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
-        args.log = f"runs/train-{stamp}-{os.getpid()}.json"
-    elif args.no_log:
-        args.log = None
-    try:
-        run(cfg, args, dist)
-    except (NNError, AutogemmError) as e:  # DataError included; a corrupted tuned/ file, a bad config
-        dist.fail(e)
-        return 2
-    except Exception as e:
-        dist.crash(e)
+    with Interrupt() as interrupt:
+        try:
+            args, cfg = _agreed(dist, lambda: _parse(argv))
+            dist.same_everywhere({**asdict(cfg), **{k: v for k, v in vars(args).items() if k not in _PER_RANK}},
+                                 "start every rank with the same flags")
+            if args.use_tuned and cfg.backend == "numpy":
+                print0("--use-tuned: no CUDA device (or no GPU backend) here; falling back to the NumPy backend",
+                       flush=True)
+            if not args.log and not args.no_log:
+                stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+                args.log = f"runs/train-{stamp}-{os.getpid()}.json"
+            elif args.no_log:
+                args.log = None
+            run(cfg, args, dist, interrupt, argv)
+        except RanksFailed as e:  # every rank raised it: rank 0 says it once
+            print0(f"error: {e}", file=sys.stderr, flush=True)
+            return 2
+        except Interrupted as e:
+            print0(e, file=sys.stderr, flush=True)
+            return 130
+        except KeyboardInterrupt:  # a second Ctrl-C: stop now, wherever this rank was
+            print0("interrupted", file=sys.stderr, flush=True)
+            dist.exit_all(130)
+            return 130
+        except (NNError, AutogemmError) as e:  # this rank alone, mid-run: a corrupted tuned/ file, a bad config
+            dist.fail(e)
+            return 2
+        except MemoryError as e:
+            dist.fail(f"out of memory: {str(e) or 'an allocation failed'}; choose a smaller --hidden or --batch")
+            return 2
+        except Exception as e:
+            dist.crash(e)
     return 0
 
 

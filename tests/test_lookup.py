@@ -1,10 +1,11 @@
 """autogemm.lookup: exact record, nearest usable record, default; stale and corrupted files."""
 import logging
 import os
+from pathlib import Path
 
 import pytest
 
-from autogemm import lookup
+from autogemm import locations, lookup
 from autogemm.device import H100
 from autogemm.errors import StoreError
 from autogemm.family import family, prepare
@@ -16,23 +17,62 @@ from kernels.gemm import Problem
 
 @pytest.fixture
 def tuned(tmp_path, monkeypatch):
-    """An empty store folder that lookup uses ($AUTOGEMM_TUNED), and fresh caches."""
-    monkeypatch.setenv(lookup.ENV, str(tmp_path))
+    """An empty user store that lookup reads first ($AUTOGEMM_TUNED), no shipped results (an empty
+    folder stands in for them), and fresh caches."""
+    monkeypatch.setenv(lookup.ENV, str(tmp_path / "user"))
+    monkeypatch.setattr(locations, "SHIPPED", tmp_path / "shipped")
     lookup.reload()
-    yield tmp_path
+    yield tmp_path / "user"
     lookup.reload()
+
+
+@pytest.fixture
+def shipped(tuned):
+    """The folder of the (stand-in) shipped results."""
+    return locations.shipped_dir()
 
 
 def gemm_problem(m, n, k, op="nt", **kw):
     return Problem.contiguous(m, n, k, "float32", op[0] == "t", op[1] == "t", **kw)
 
 
-def test_store_dir_is_the_env_var_else_the_repository_tuned_folder(monkeypatch, tmp_path):
-    monkeypatch.setenv(lookup.ENV, str(tmp_path))
-    assert lookup.store_dir() == tmp_path
-    monkeypatch.delenv(lookup.ENV)
-    assert lookup.store_dir().name == "tuned"
-    assert (lookup.store_dir().parent / "kernels" / "gemm.cu.j2").exists()
+def test_the_folders_lookup_reads_and_tune_writes(monkeypatch, tmp_path):
+    """User store ($AUTOGEMM_TUNED, else <cache>/tuned) first, then the shipped results: in a
+    checkout, the repository's tuned/, which is also where tune writes unless $AUTOGEMM_TUNED says."""
+    monkeypatch.delenv(lookup.ENV, raising=False)
+    monkeypatch.setenv(locations.CACHE_ENV, str(tmp_path / "cache"))
+    repo = Path(__file__).resolve().parents[1]
+    assert locations.checkout() == repo
+    assert locations.shipped_dir().resolve() == repo / "tuned"
+    assert locations.lookup_dirs() == [("user", tmp_path / "cache" / "tuned"), ("shipped", locations.shipped_dir())]
+    assert locations.tune_dir() == repo / "tuned"
+    monkeypatch.setenv(lookup.ENV, str(tmp_path / "mine"))
+    assert locations.lookup_dirs()[0] == ("user", tmp_path / "mine") and locations.tune_dir() == tmp_path / "mine"
+    monkeypatch.setenv(lookup.ENV, str(repo / "tuned"))          # the same folder twice is read once
+    assert [role for role, _ in locations.lookup_dirs()] == ["shipped"]
+
+
+def test_an_installed_autogemm_tunes_into_the_user_store(monkeypatch, tmp_path):
+    monkeypatch.delenv(lookup.ENV, raising=False)
+    monkeypatch.setenv(locations.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(locations, "PACKAGE", tmp_path / "site-packages" / "autogemm")
+    assert locations.checkout() is None and locations.tune_dir() == tmp_path / "cache" / "tuned"
+
+
+def test_the_user_store_comes_before_the_shipped_results(tuned, shipped):
+    """Per key: a current record beats a stale one; between two alike, the user's wins."""
+    write_store(shipped, [record(config=dict(GEMM, split_k=2)), record((400, 1000, 784), config=dict(GEMM, split_k=4)),
+                          record((200, 1000, 784), config=dict(GEMM, split_k=6))])
+    write_store(tuned, [record(config=dict(GEMM, split_k=3)),
+                        record((200, 1000, 784), config=dict(GEMM, split_k=8), template_hash="0" * 16)])
+    mine = lookup.choose("gemm", gemm_problem(800, 1000, 784), H100)
+    theirs = lookup.choose("gemm", gemm_problem(400, 1000, 784), H100)
+    stale_mine = lookup.choose("gemm", gemm_problem(200, 1000, 784), H100)
+    assert (mine.source, mine.config["split_k"]) == ("exact", 3)
+    assert (theirs.source, theirs.config["split_k"]) == ("exact", 4)
+    assert (stale_mine.source, stale_mine.config["split_k"]) == ("exact", 6)    # the shipped one is current
+    index = lookup.index_for(H100)
+    assert index.origin[mine.record] == file_for(tuned, H100) and index.origin[theirs.record] == file_for(shipped, H100)
 
 
 def test_no_file_gives_the_default(tuned):
@@ -184,4 +224,4 @@ def test_keys_of_problems():
                     make_key("gemm", (400, 1000, 784), "nt", "float32")) == pytest.approx(0.6931, abs=1e-4)
     with pytest.raises(ValueError, match="gemm needs 3 sizes"):
         make_key("gemm", (800, 0, 1), "nn", "float32")
-    assert file_for(lookup.store_dir(), H100).suffix == ".json"
+    assert file_for(locations.user_dir(), H100).suffix == ".json"

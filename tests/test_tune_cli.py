@@ -2,12 +2,13 @@
 with the GPU replaced by a fake measure."""
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
-from autogemm import cli
+from autogemm import cli, locations
 from autogemm.device import H100
 from autogemm.store import file_for, load
 from autogemm.family import Config
@@ -15,8 +16,6 @@ from fake_tuned import GEMM, SOFTWARE, FakeMeasure, edit, record, write_store
 
 
 def autogemm(*args: str, **env) -> subprocess.CompletedProcess:
-    import os
-
     return subprocess.run([sys.executable, "-m", "autogemm.cli", *args], capture_output=True, text=True,
                           env={**os.environ, **env})
 
@@ -91,9 +90,26 @@ def test_show_json(store):
     assert by_shape["800x1000x784"]["config"]["bm"] == 64
 
 
-def test_show_uses_autogemm_tuned_by_default(store):
+def test_show_by_default_shows_the_user_store_then_the_shipped_results(store):
+    """What lookup reads, in its order; the shipped record of a key the user has tuned is overridden."""
     proc = autogemm("show", "--json", AUTOGEMM_TUNED=str(store.parent))
-    assert proc.returncode == 0 and len(json.loads(proc.stdout)) == 1
+    assert proc.returncode == 0, proc.stderr
+    shown = json.loads(proc.stdout)
+    assert [s["role"] for s in shown] == ["user", "shipped", "shipped"] and shown[0]["file"] == str(store)
+    h100 = next(s for s in shown[1:] if s["meta"]["gpu"] == H100.name)
+    z1 = next(r for r in h100["records"] if (r["family"], r["shape"], r["op"]) == ("gemm", "800x1000x784", "nt"))
+    assert not z1["used"] and all(r["used"] for r in shown[0]["records"] if not r["stale"])
+    out = autogemm("show", AUTOGEMM_TUNED=str(store.parent)).stdout
+    assert f"user store: {store}" in out and "shipped with autogemm: " in out
+    assert "overridden" in next(line for line in out.splitlines() if "800x1000x784" in line and "nt" in line
+                                and "overridden" in line)
+
+
+def test_show_without_any_tuned_file_says_how_to_tune(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", "import sys, autogemm.locations as l, autogemm.cli as c; "
+                           f"l.SHIPPED = l.Path({str(tmp_path / 'none')!r}); sys.exit(c.main(['show']))"],
+                          capture_output=True, text=True, env={**os.environ, "AUTOGEMM_TUNED": str(tmp_path / "mine")})
+    one_line_error(proc, f"no tuned files in {tmp_path / 'mine'} or {tmp_path / 'none'}: tune with `autogemm tune`")
 
 
 def test_show_reports_a_bad_file_in_one_line_and_still_shows_the_others(store, tmp_path):
@@ -121,6 +137,7 @@ def fake_gpu(monkeypatch, tmp_path):
     monkeypatch.setattr(autogemm.device, "this_device", lambda: H100)
     monkeypatch.setattr(autogemm.device, "software", lambda: SOFTWARE)
     monkeypatch.setenv("AUTOGEMM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(locations, "SHIPPED", tmp_path / "shipped")
     measures = []
 
     def measure_for(key, device, seed=0):
@@ -159,6 +176,21 @@ def test_tune_stale_retunes_only_the_stale_records_starting_from_their_configs(f
     assert not any(r.stale for r in records.values()) and records["800x1000x784"].median_us == 50.0
     assert cli.main(["tune", "--stale", "--out", str(out)]) == 0
     assert "no stale float32 records" in capsys.readouterr().out and len(fake_gpu) == 1
+
+
+def test_an_installed_autogemm_tunes_into_the_user_store_and_never_the_shipped_file(fake_gpu, tmp_path, capsys,
+                                                                                    monkeypatch):
+    """Stale shipped records are re-tuned into the user store, which lookup then reads first."""
+    monkeypatch.delenv("AUTOGEMM_TUNED", raising=False)
+    monkeypatch.setattr(locations, "PACKAGE", tmp_path / "site-packages" / "autogemm")
+    shipped = write_store(locations.shipped_dir(), [record(median_us=50.0),
+                                                    record((400, 1000, 784), median_us=30.0, template_hash="0" * 16)])
+    before = shipped.read_bytes()
+    assert cli.main(["tune", "--stale", "--trials", "4"]) == 0, capsys.readouterr().err
+    assert cli.main(["tune", "--shapes", "10x10x10", "--trials", "4"]) == 0, capsys.readouterr().err
+    mine = load(file_for(tmp_path / "cache" / "tuned", H100)).records
+    assert sorted(k.shape for k in mine) == ["10x10x10", "400x1000x784"] and shipped.read_bytes() == before
+    assert cli.main(["tune", "--stale"]) == 0 and "no stale float32 records" in capsys.readouterr().out
 
 
 def test_tune_fix_searches_only_those_choices(fake_gpu, tmp_path, capsys):

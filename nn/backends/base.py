@@ -5,6 +5,7 @@ here, CuPy arrays on a GPU); every operation writes into a caller-owned, preallo
 backend can capture a whole training step in a CUDA graph and never synchronise inside an epoch.
 """
 import contextlib
+import os
 from abc import ABC, abstractmethod
 
 import numpy as np
@@ -15,6 +16,21 @@ ACTIVATIONS = ("sigmoid", "relu")
 DTYPES = ("float32", "float64")
 # Epilogues of `gemm`: None, "bias", "bias_<act>" (forward), "d<act>" (backward) for each activation.
 EPILOGUES = (None, "bias", *(f"bias_{a}" for a in ACTIVATIONS), *(f"d{a}" for a in ACTIVATIONS))
+
+
+def host_free_bytes() -> int | None:
+    """Memory the host can still give (Linux's MemAvailable, else free pages), None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 class Backend(ABC):
@@ -45,6 +61,10 @@ class Backend(ABC):
     @abstractmethod
     def zeros(self, shape):
         """A zero-filled array of `self.dtype`."""
+
+    def free_bytes(self) -> int | None:
+        """Bytes free for this backend's arrays now, None where unknown."""
+        return None
 
     # ---- the step's operations -----------------------------------------------------------
 

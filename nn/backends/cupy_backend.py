@@ -71,6 +71,10 @@ class CupyBackend(Backend):
     def zeros(self, shape):
         return self.xp.zeros(shape, self.dtype)
 
+    def free_bytes(self):
+        """The device's free memory and what CuPy's pool holds free."""
+        return self.xp.cuda.runtime.memGetInfo()[0] + self.xp.get_default_memory_pool().free_bytes()
+
     # ---- the step's operations -----------------------------------------------------------
 
     def gemm(self, a, b, out, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,

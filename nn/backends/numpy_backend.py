@@ -3,7 +3,7 @@ import time
 
 import numpy as np
 
-from nn.backends.base import EPILOGUES, Backend
+from nn.backends.base import EPILOGUES, Backend, host_free_bytes
 
 
 class NumpyBackend(Backend):
@@ -35,6 +35,9 @@ class NumpyBackend(Backend):
 
     def zeros(self, shape):
         return np.zeros(shape, self.dtype)
+
+    def free_bytes(self):
+        return host_free_bytes()
 
     # ---- the step's operations -----------------------------------------------------------
 

@@ -1,0 +1,55 @@
+"""CI, run by the wheel's own interpreter outside the checkout: the installed autogemm is the wheel's,
+every template file of the checkout is in it, and every kernel family renders from it.
+
+    python check_installed.py CHECKOUT
+"""
+import sys
+from pathlib import Path
+
+import autogemm
+import kernels
+from autogemm import locations
+from autogemm.device import H100
+from autogemm.family import FAMILIES, family
+from autogemm.keys import arity, make_key, ops, problem_of
+
+
+def main(checkout: Path) -> int:
+    installed = Path(kernels.__file__).resolve().parent
+    if checkout.resolve() in Path(autogemm.__file__).resolve().parents:
+        return fail(f"autogemm was imported from the checkout ({autogemm.__file__}), not the wheel")
+    missing = sorted(p.name for p in (checkout / "kernels").iterdir()
+                     if p.suffix in (".j2", ".py") and not (installed / p.name).is_file())
+    if missing:
+        return fail(f"the installed kernels/ ({installed}) lacks {', '.join(missing)}")
+    shipped = sorted(p.name for p in locations.shipped_dir().glob("*.json"))
+    if shipped != sorted(p.name for p in (checkout / "tuned").glob("*.json")):
+        return fail(f"the installed tuned results {shipped} are not the checkout's")
+
+    used = set()
+    for name in FAMILIES:
+        fam = family(name)
+        fam.template_hash                       # reads every template file of every variant
+        for op in ops(name):
+            for dtype in ("float32", "float64"):
+                problem = problem_of(make_key(name, (800, 10, 784)[:arity(name)], op, dtype))
+                for cfg in fam.candidates(problem, H100) + fam.sample(problem, H100, 8):
+                    source = fam.instance(cfg, problem).source
+                    if f"{fam.instance_name(cfg, problem)}(" not in source:
+                        return fail(f"{name}: the kernel rendered for {dict(cfg)} does not define its symbol")
+                    used.update(fam.sources(cfg))
+    unused = sorted(p.name for p in installed.glob("*.j2") if p.name not in used)
+    if unused:
+        return fail(f"no config of any family rendered {', '.join(unused)}")
+    print(f"installed autogemm at {Path(autogemm.__file__).parent}: {len(used)} templates render, "
+          f"{len(shipped)} shipped tuned files")
+    return 0
+
+
+def fail(message: str) -> int:
+    print(f"check_installed: {message}", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1])))
