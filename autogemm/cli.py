@@ -2,6 +2,7 @@
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import numpy as np
 
 from autogemm.errors import AutogemmError
 from autogemm.shapes import TUNE_FAMILIES, parse_shapes, parse_targets
+from kernels import MAX_SIZE
 
 
 class _Parser(argparse.ArgumentParser):
@@ -16,18 +18,32 @@ class _Parser(argparse.ArgumentParser):
         raise AutogemmError(message)  # one line `error: ...`, exit 2, like every other bad input
 
 
-def _positive_int(text: str) -> int:
-    try:
+def _integer(lowest: int, highest: int | None = None, why: str = ""):
+    """A parser of integers in lowest..highest (no bound above when None); `why` explains the bound."""
+    def parse(text: str) -> int:
+        if not re.fullmatch(r"\s*[+-]?[0-9]+\s*", text):
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer")
         value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
+        if value < lowest:
+            raise argparse.ArgumentTypeError(f"{value} must be >= {lowest}")
+        if highest is not None and value > highest:
+            raise argparse.ArgumentTypeError(f"{value} is over {highest}{why}")
+        return value
+    return parse
 
 
-def _hidden(text: str) -> tuple[int, ...]:
-    return tuple(_positive_int(part) for part in text.split(","))
+_positive_int = _integer(1)                                  # counts: trials, repetitions
+_seed = _integer(0, 2**63 - 1)
+_size = _integer(1, MAX_SIZE, ", more than the kernels' 32-bit sizes hold")
+_rank_count = _integer(1, 1024)
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    return tuple(_size(part) for part in text.split(","))
+
+
+def _ranks(text: str) -> tuple[int, ...]:
+    return tuple(_rank_count(part) for part in text.split(","))
 
 
 def _positive_float(text: str) -> float:
@@ -237,11 +253,12 @@ def cmd_sweep(args) -> int:
 
 
 def _fix(text: str) -> tuple[str, tuple]:
-    """NAME=V[,V...] of --fix: integers where they parse, words otherwise (checked by the family)."""
+    """NAME=V[,V...] of --fix: integers where they are ASCII digits, words otherwise (checked by
+    the family)."""
     name, sep, values = text.partition("=")
     if not sep or not name.strip() or not values.strip():
         raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=VALUE[,VALUE...], e.g. copy=async or bk=16,32")
-    parsed = tuple(int(v) if v.strip().lstrip("-").isdigit() else v.strip() for v in values.split(","))
+    parsed = tuple(int(v) if re.fullmatch(r"-?[0-9]+", v.strip()) else v.strip() for v in values.split(","))
     return name.strip(), parsed
 
 
@@ -287,8 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="time default and tuned kernels against cuBLAS")
     bench.add_argument("--shapes", default="nn",
                        help="'nn' (the MLP's GEMMs) or MxNxK[:op],... with op nn|nt|tn|tt (default: nn)")
-    bench.add_argument("--batch", type=_positive_int, default=800, help="batch size for --shapes nn (800)")
-    bench.add_argument("--hidden", type=_hidden, default=(1000,),
+    bench.add_argument("--batch", type=_size, default=800, help="batch size for --shapes nn (800)")
+    bench.add_argument("--hidden", type=_sizes, default=(1000,),
                        help="hidden sizes for --shapes nn, comma-separated (1000)")
     bench.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="(float32)")
     bench.add_argument("--reps", type=_positive_int, default=100, help="timed runs per variant (100)")
@@ -298,21 +315,21 @@ def build_parser() -> argparse.ArgumentParser:
                             "training step that reuses its inputs does (default: flush)")
     bench.add_argument("--config", action="append", default=[], metavar="JSON",
                        help="also time this gemm config, e.g. '{\"bm\": 128, ...}' (repeatable)")
-    bench.add_argument("--sample", type=int, default=0, metavar="N",
+    bench.add_argument("--sample", type=_integer(0), default=0, metavar="N",
                        help="also time N random valid configs per shape, show the best (0)")
-    bench.add_argument("--show", type=int, default=3, help="sampled configs shown per shape (3)")
-    bench.add_argument("--seed", type=int, default=0, help="seed of --sample (0)")
+    bench.add_argument("--show", type=_integer(0), default=3, help="sampled configs shown per shape (3)")
+    bench.add_argument("--seed", type=_seed, default=0, help="seed of --sample (0)")
     bench.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     bench.set_defaults(run=cmd_bench)
 
     tune = sub.add_parser("tune", help="search each shape's best config with Optuna; store it in tuned/")
     tune.add_argument("--shapes", default="nn",
                       help="'nn' (every kernel of the MLP's training step) or MxNxK[:op],... GEMMs (default: nn)")
-    tune.add_argument("--hidden", type=_hidden, default=(1000,), help="hidden sizes for nn, comma-separated (1000)")
-    tune.add_argument("--batch", type=_positive_int, default=800, help="batch size for nn (800)")
-    tune.add_argument("--train-size", type=_positive_int, default=54_000,
+    tune.add_argument("--hidden", type=_sizes, default=(1000,), help="hidden sizes for nn, comma-separated (1000)")
+    tune.add_argument("--batch", type=_size, default=800, help="batch size for nn (800)")
+    tune.add_argument("--train-size", type=_size, default=54_000,
                       help="training images for nn: its remainder modulo --batch is the last batch (54000)")
-    tune.add_argument("--ranks", type=_hidden, default=(1,),
+    tune.add_argument("--ranks", type=_ranks, default=(1,),
                       help="MPI ranks for nn, comma-separated: each rank's share of the batches too (1)")
     tune.add_argument("--activation", choices=("sigmoid", "relu"), default="sigmoid",
                       help="the hidden layers' activation for nn (its derivative is fused into the output layer) (sigmoid)")
@@ -332,18 +349,18 @@ def build_parser() -> argparse.ArgumentParser:
                       help="instead of --shapes: every stale record of this GPU's file (its template's code changed)")
     tune.add_argument("--fix", type=_fix, action="append", default=[], metavar="NAME=V[,V...]",
                       help="search only these choices of a gemm parameter (repeatable), e.g. --fix copy=async")
-    tune.add_argument("--seed", type=int, default=0, help="seed of the TPE sampler and the operands (0)")
+    tune.add_argument("--seed", type=_seed, default=0, help="seed of the TPE sampler and the operands (0)")
     tune.set_defaults(run=cmd_tune)
 
     sweep = sub.add_parser("sweep", help="measure every config of a (restricted) gemm space, and the search on it")
     sweep.add_argument("--shapes", required=True, help="MxNxK[:op],... (or 'nn'): the GEMMs to sweep")
-    sweep.add_argument("--hidden", type=_hidden, default=(1000,), help="hidden sizes for nn (1000)")
-    sweep.add_argument("--batch", type=_positive_int, default=800, help="batch size for nn (800)")
+    sweep.add_argument("--hidden", type=_sizes, default=(1000,), help="hidden sizes for nn (1000)")
+    sweep.add_argument("--batch", type=_size, default=800, help="batch size for nn (800)")
     sweep.add_argument("--fix", type=_fix, action="append", default=[], metavar="NAME=V[,V...]",
                        help="limit a gemm parameter to these choices (repeatable), e.g. --fix copy=async --fix bk=16")
     sweep.add_argument("--trials", type=_positive_int, default=40, help="the search's trials on the same space (40)")
     sweep.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="(float32)")
-    sweep.add_argument("--seed", type=int, default=0, help="seed of the search and the operands (0)")
+    sweep.add_argument("--seed", type=_seed, default=0, help="seed of the search and the operands (0)")
     sweep.add_argument("--json", metavar="PATH", help="also write every timing as JSON")
     sweep.set_defaults(run=cmd_sweep)
 

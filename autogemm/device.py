@@ -48,15 +48,21 @@ def _info(device_id: int) -> DeviceInfo:
     return current()
 
 
-def this_device() -> DeviceInfo:
-    """DeviceInfo of the current CuPy device, read once per device; AutogemmError without one."""
+def require_cupy():
+    """The cupy module, or an AutogemmError that says what to install."""
     try:
         import cupy
-
-        return _info(cupy.cuda.Device().id)
     except ImportError:
-        raise AutogemmError("no CUDA: CuPy is not installed; on a machine with an NVIDIA GPU, "
-                            "pip install 'autogemm[cuda13]' (or [cuda12])") from None
+        raise AutogemmError("no CUDA: CuPy is not installed, and autogemm's kernels run on CuPy arrays; on a "
+                            "machine with an NVIDIA GPU, pip install 'autogemm[cuda13]' (or [cuda12])") from None
+    return cupy
+
+
+def this_device() -> DeviceInfo:
+    """DeviceInfo of the current CuPy device, read once per device; AutogemmError without one."""
+    cupy = require_cupy()
+    try:
+        return _info(cupy.cuda.Device().id)
     except Exception as exc:  # CUDARuntimeError and friends: no driver or no device
         if type(exc).__module__.startswith("cupy"):
             raise AutogemmError(f"no CUDA device usable by CuPy: {exc}") from None

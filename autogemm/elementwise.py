@@ -2,7 +2,7 @@
 import numpy as np
 
 from autogemm import compile as compiler
-from autogemm.device import this_device
+from autogemm.device import require_cupy, this_device
 from autogemm.errors import BadArguments
 from autogemm.family import prepare
 from kernels import colsum as colsum_family
@@ -16,7 +16,7 @@ def _scalar(dtype):
 
 
 def _contiguous(x, what: str):
-    import cupy
+    cupy = require_cupy()
 
     if not isinstance(x, cupy.ndarray) or not x.flags.c_contiguous or x.dtype not in (np.float32, np.float64):
         raise BadArguments(f"{what} must be a C-contiguous float32 or float64 cupy array")
@@ -66,7 +66,7 @@ def elementwise(op: str, out, x, y=None, s0=0.0, s1=0.0, config=None):
 
 def bias_activation(z, bias, activation=None, out=None, config=None):
     """out = act(z + bias[None, :]); activation None, "sigmoid" or "relu"."""
-    import cupy
+    cupy = require_cupy()
 
     out = cupy.empty_like(z) if out is None else out
     return elementwise("bias" if activation is None else f"bias_{activation}", out, z, bias, config=config)
@@ -74,7 +74,7 @@ def bias_activation(z, bias, activation=None, out=None, config=None):
 
 def activation_grad(g, a, activation, out=None, config=None):
     """out = g * act'(.) expressed through the saved activation output a."""
-    import cupy
+    cupy = require_cupy()
 
     out = cupy.empty_like(g) if out is None else out
     return elementwise(f"d{activation}", out, g, a, config=config)
@@ -139,7 +139,7 @@ def linear_xent(a, w, bias, labels, logits, grad, scale, loss_acc, grad_in=None,
 
 def column_sums(g, out=None, alpha=1.0, beta=0.0, config=None):
     """out[j] = alpha * sum_i g[i, j] + beta * out[j] (beta = 1, alpha = -lr: the bias SGD step)."""
-    import cupy
+    cupy = require_cupy()
 
     if not isinstance(g, cupy.ndarray) or g.ndim != 2 or (g.shape[1] > 1 and g.strides[1] != g.itemsize):
         raise BadArguments("column_sums: g must be a row-major 2-D cupy array")

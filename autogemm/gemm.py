@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autogemm import compile as compiler
-from autogemm.device import this_device
+from autogemm.device import require_cupy, this_device
 from autogemm.errors import BadArguments
 from autogemm.family import Instance, prepare
 from kernels.gemm import EPILOGUES, Problem
@@ -92,7 +92,7 @@ def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
               epilogue=None, bias=None, aux=None, config: Mapping | str | None = None,
               kernel_family="gemm") -> GemmCall:
     """Check the arguments of `gemm`, choose and render its kernel, bind the launch arguments."""
-    import cupy
+    cupy = require_cupy()
 
     for name, x in (("a", a), ("b", b)):
         if not isinstance(x, cupy.ndarray):

@@ -15,7 +15,7 @@ import re
 from typing import NamedTuple
 
 from autogemm.family import FAMILIES
-from kernels import DTYPES
+from kernels import DTYPES, MAX_SIZE
 from kernels import colsum as colsum_family
 from kernels import elementwise as ew_family
 from kernels import gemm as gemm_family
@@ -24,7 +24,6 @@ from kernels import softmax_xent as sx_family
 
 GEMM_OPS = ("nn", "nt", "tn", "tt")
 NO_OP = "-"
-MAX_SIZE = 2**31 - 1
 _GEMM_LIKE = ("gemm", "gemm_naive")
 _LX_OPS = tuple(a or NO_OP for a in lx_family.ACTIVATIONS)
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from autogemm.errors import AutogemmError
 from autogemm.keys import NO_OP, Key, make_key
+from kernels import MAX_SIZE
 
 OPS = ("nn", "nt", "tn", "tt")
 _SHAPE = re.compile(r"^(\d+)x(\d+)x(\d+)(?::([nt]{2}))?$")
@@ -64,6 +65,9 @@ def parse_shapes(text: str, batch: int = 800, hidden: tuple[int, ...] = (1000,))
         m, n, k = (int(g) for g in match.groups()[:3])
         if min(m, n, k) < 1:
             raise AutogemmError(f"--shapes: {item!r} has a zero size; every size must be >= 1")
+        if max(m, n, k) > MAX_SIZE:
+            raise AutogemmError(f"--shapes: {item!r} has a size over {MAX_SIZE}, more than the kernels' "
+                                "32-bit sizes hold")
         shapes.append(Shape(m, n, k, match.group(4) or "nn"))
     if not shapes:
         raise AutogemmError("--shapes: no shapes given; use 'nn' or MxNxK[:op],...")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from autogemm import locations
 from autogemm.device import DeviceInfo
+from autogemm.errors import AutogemmError
 from autogemm.family import family
 from autogemm.keys import NO_OP, Key, distance, problem_of
 from autogemm.search import Progress, Result, SearchError, Settings, tune
@@ -65,7 +66,11 @@ def tune_targets(targets: list[Target], dtype: str, device: DeviceInfo, out_dir:
         key = target.key(dtype)
         fam = gemm if key.family == "gemm" else family(key.family)
         on_start(target, key)
-        measure = measure_for(key, device, settings.seed)
+        try:
+            measure = measure_for(key, device, settings.seed)
+        except (AutogemmError, MemoryError) as exc:      # CuPy's OutOfMemoryError is a MemoryError
+            yield Outcome(target, key, error=f"cannot set up its operands: {str(exc) or type(exc).__name__}")
+            continue
         known = _known(existing, key, device, fam)
         try:
             result = tune(fam, problem_of(key), device, measure, settings, resume=resume, known=known,

@@ -31,6 +31,7 @@ TEMPLATE_DIR = Path(__file__).resolve().parent
 DTYPES = {"float32": "float", "float64": "double"}
 ITEMSIZE = {"float32": 4, "float64": 8}
 SHORT = {"float32": "f32", "float64": "f64"}   # dtype in instance names
+MAX_SIZE = 2**31 - 1    # every kernel takes its sizes as 32-bit ints
 
 
 class Geometry(NamedTuple):
@@ -46,13 +47,14 @@ def ceil_div(a: int, b: int) -> int:
 
 
 def check_problem(problem, sizes: tuple[str, ...], what: str):
-    """ValueError unless `problem`'s dtype is one of DTYPES and each of its `sizes` an int >= 1."""
+    """ValueError unless `problem`'s dtype is one of DTYPES and each of its `sizes` an int in
+    1..MAX_SIZE."""
     if problem.dtype not in DTYPES:
         raise ValueError(f"dtype {problem.dtype!r} is not one of {', '.join(DTYPES)}")
     for size in sizes:
         value = getattr(problem, size)
-        if type(value) is not int or value < 1:
-            raise ValueError(f"{what} {size}={value!r} must be an integer >= 1")
+        if type(value) is not int or not 1 <= value <= MAX_SIZE:
+            raise ValueError(f"{what} {size}={value!r} must be an integer in 1..{MAX_SIZE}")
 
 
 @dataclass(frozen=True)

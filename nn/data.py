@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from autogemm import files, locations
 from nn.errors import NNError
 
 
@@ -89,7 +90,7 @@ SHA256 = {
     },
 }
 TIMEOUT_S = 30  # per HTTP request
-_REFETCH = "delete it and run again to re-download"
+MAX_IDX_BYTES = 1 << 30  # the most an IDX file may hold (MNIST's training images: 47 MB), gzipped or not
 
 
 # ---------------------------------------------------------------- loading
@@ -145,7 +146,7 @@ def _read_pair(directory: Path, prefix: str) -> tuple[np.ndarray, np.ndarray]:
     if labels.size and labels.max() >= 10:
         i = int(np.argmax(labels >= 10))
         raise DataError(f"data: {labels_path} has label {labels[i]} at row {i}, expected 0..9; "
-                        f"{_REFETCH}")
+                        f"{_advice(labels_path)}")
     return images, labels
 
 
@@ -159,46 +160,71 @@ def read_idx(path) -> np.ndarray:
     """The uint8 array of an IDX file, gzipped or raw, validated; read-only, cached per process."""
     path = Path(path)
     try:
-        stat = path.stat()
-    except OSError as e:
-        raise DataError(f"data: cannot read {path}: {e.strerror}") from None
+        with files.open_regular(path) as f:
+            stat = os.fstat(f.fileno())
+    except files.FileError as e:
+        raise DataError(f"data: cannot read {path}: {e}") from None
     return _decode(path, stat.st_mtime_ns, stat.st_size)
 
 
 @functools.cache
 def _decode(path: Path, mtime_ns: int, size: int) -> np.ndarray:
-    """read_idx's work; the file's mtime and size in the cache key make a rewritten file re-read."""
+    """read_idx's work; the file's mtime and size in the cache key make a rewritten file re-read.
+    The header says how many bytes follow: never more than that (and one to see whether more
+    follows) is read or inflated, so a gzip bomb costs nothing."""
     try:
-        data = path.read_bytes()
+        with files.open_regular(path) as raw:
+            gzipped = raw.read(2) == b"\x1f\x8b"
+            raw.seek(0)
+            stream = gzip.GzipFile(fileobj=raw) if gzipped else raw
+            try:
+                dims = _header(path, stream)
+                want = int(np.prod(dims, dtype=object))
+                if want > MAX_IDX_BYTES:
+                    raise DataError(f"data: {path}'s header says {_dims(dims)} = {want} bytes, more than the "
+                                    f"{MAX_IDX_BYTES >> 20} MiB an IDX file of this reader may hold")
+                data = stream.read(want + 1)
+            except (OSError, EOFError, zlib.error) as e:
+                if not gzipped:
+                    raise
+                raise DataError(f"data: {path} is not a valid gzip file ({e}); {_advice(path)}") from None
+    except files.FileError as e:
+        raise DataError(f"data: cannot read {path}: {e}") from None
     except OSError as e:
-        raise DataError(f"data: cannot read {path}: {e.strerror}") from None
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as e:
-            raise DataError(f"data: {path} is not a valid gzip file ({e}); {_REFETCH}") from None
-    if len(data) < 4:
-        raise DataError(f"data: {path} is truncated: {len(data)} bytes, no IDX header; {_REFETCH}")
-    if data[:2] != b"\0\0":
-        raise DataError(f"data: {path} is not an IDX file: magic 0x{data[:4].hex()}, expected "
+        raise DataError(f"data: cannot read {path}: {files.reason(e)}") from None
+    if len(data) != want:
+        what = "truncated" if len(data) < want else "too long"
+        raise DataError(f"data: {path} is {what}: header says {_dims(dims)} = {want} bytes, "
+                        f"file has {len(data) if len(data) < want else 'more'}; {_advice(path)}")
+    return np.frombuffer(data, np.uint8).reshape(dims)  # dims, uint8, read-only
+
+
+def _header(path: Path, stream) -> tuple[int, ...]:
+    """The dimensions in an IDX header, read from `stream`, checked."""
+    head = stream.read(4)
+    if len(head) < 4:
+        raise DataError(f"data: {path} is truncated: {len(head)} bytes, no IDX header; {_advice(path)}")
+    if head[:2] != b"\0\0":
+        raise DataError(f"data: {path} is not an IDX file: magic 0x{head.hex()}, expected "
                         f"0x00000801 (labels) or 0x00000803 (images)")
-    code, ndim = data[2], data[3]
+    code, ndim = head[2], head[3]
     if code != 0x08:
         raise DataError(f"data: {path} holds element type 0x{code:02x}, expected unsigned bytes "
                         f"(0x08)")
     if ndim not in (1, 3):
         raise DataError(f"data: {path} has {ndim} dimensions, expected 1 (labels) or 3 (images)")
-    header = 4 + 4 * ndim
-    if len(data) < header:
-        raise DataError(f"data: {path} is truncated: {len(data)} bytes, shorter than its IDX "
-                        f"header; {_REFETCH}")
-    dims = struct.unpack(f">{ndim}I", data[4:header])
-    want, have = int(np.prod(dims)), len(data) - header
-    if have != want:
-        what = "truncated" if have < want else "too long"
-        raise DataError(f"data: {path} is {what}: header says {_dims(dims)} = {want} bytes, "
-                        f"file has {have}; {_REFETCH}")
-    return np.frombuffer(data, np.uint8, want, header).reshape(dims)  # dims, uint8, read-only
+    sizes = stream.read(4 * ndim)
+    if len(sizes) < 4 * ndim:
+        raise DataError(f"data: {path} is truncated: shorter than its IDX header; {_advice(path)}")
+    return struct.unpack(f">{ndim}I", sizes)
+
+
+def _advice(path: Path) -> str:
+    """What to do about a damaged file: fetch it again where autogemm downloaded it, else replace it."""
+    cache = (locations.cache_dir() / "data").resolve()
+    if cache in Path(path).resolve().parents:
+        return "delete it and run again to re-download"
+    return "replace it with an intact copy"
 
 
 # ---------------------------------------------------------------- finding and downloading
@@ -215,35 +241,46 @@ def locate(name, data_dir=None) -> Path:
             raise DataError(f"data: {directory} lacks {', '.join(missing)}")
         return directory
     searched = _search_dirs(name)
-    for directory in searched:
-        if all(_find(directory, stem) for stem in FILES):
-            return directory
-    return _download(name, searched[-1])
+    unreadable = []     # places on the search path that cannot be read: skipped, and named if all fail
+    for directory in searched[:-1]:
+        try:
+            if all(_find(directory, stem) for stem in FILES):
+                return directory
+        except DataError as e:
+            unreadable.append(str(e).removeprefix("data: "))
+    try:
+        return _download(name, searched[-1])
+    except DataError as e:
+        raise DataError(f"{e}" + "".join(f"; skipped: {u}" for u in unreadable[:1])) from None
 
 
 def _search_dirs(name: str) -> list[Path]:
     """Where to look, in order; the last one is the download cache."""
     env = os.environ
-    dirs = [Path(env[var]) / name for var in ("AUTOGEMM_DATA_DIR", "DEVICE_DATA_DIR")
-            if env.get(var)]
+    dirs = [Path(env["AUTOGEMM_DATA_DIR"]) / name] if env.get("AUTOGEMM_DATA_DIR") else []
     if name == "mnist" and env.get("MNIST_DIR"):
         dirs.insert(0, Path(env["MNIST_DIR"]))
     if name in SYSTEM_DIRS:
         dirs.append(SYSTEM_DIRS[name])
-    cache = Path(env.get("AUTOGEMM_CACHE") or "~/.cache/autogemm").expanduser()
-    return dirs + [cache / "data" / name]
+    return dirs + [locations.cache_dir() / "data" / name]
 
 
 def _find(directory: Path, stem: str) -> Path | None:
-    """stem.gz or stem in directory, whichever exists (gzipped first)."""
+    """stem.gz or stem in directory, whichever exists (gzipped first); DataError where the
+    directory cannot be looked into (no permission, a symlink loop)."""
     for path in (directory / f"{stem}.gz", directory / stem):
-        if path.is_file():
-            return path
+        problem = files.status(path)
+        if problem == "no such file" or problem == "not a directory":
+            continue
+        if problem is not None:
+            raise DataError(f"data: cannot read {path}: {problem}")
+        return path
     return None
 
 
 def _download(name: str, cache: Path) -> Path:
-    """Fetch the files missing from cache, trying each mirror in turn; return cache."""
+    """Fetch the files missing from cache, trying each mirror in turn; return cache (at once if
+    it has them all)."""
     mirror = os.environ.get("AUTOGEMM_DATA_MIRROR")
     bases = (mirror,) if mirror else MIRRORS[name]
     try:

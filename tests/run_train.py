@@ -14,7 +14,7 @@ MPIRUN = shutil.which("mpirun", path=f"{Path(sys.executable).parent}{os.pathsep}
 def env(tmp_path) -> dict:
     """The repo importable; no data-set search path or proxies from outside; a private download cache."""
     clean = {k: v for k, v in os.environ.items()
-             if not k.startswith(("AUTOGEMM_", "MNIST_", "DEVICE_DATA")) and "proxy" not in k.lower()}
+             if not k.startswith(("AUTOGEMM_", "MNIST_")) and "proxy" not in k.lower()}
     return dict(clean, PYTHONPATH=str(ROOT), AUTOGEMM_CACHE=str(tmp_path / "cache"),
                 AUTOGEMM_DATA_MIRROR="http://127.0.0.1:9/")  # offline: a download fails at once
 

@@ -20,7 +20,7 @@ from nn.data import DataError, load_dataset, locate, read_idx
 
 ROOT = Path(__file__).resolve().parents[1]
 DEBIAN = Path("/usr/share/datasets/fashion-mnist")
-ENV_VARS = ("AUTOGEMM_DATA_DIR", "DEVICE_DATA_DIR", "MNIST_DIR", "AUTOGEMM_DATA_MIRROR",
+ENV_VARS = ("AUTOGEMM_DATA_DIR", "MNIST_DIR", "AUTOGEMM_DATA_MIRROR",
             "http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
 
 
@@ -177,17 +177,13 @@ def test_locate_order(tmp_path, fake_dir, monkeypatch):
     monkeypatch.setitem(data.SYSTEM_DIRS, "fashion-mnist", system)
     assert locate("fashion-mnist") == system
 
-    device = write_dataset(tmp_path / "device" / "fashion-mnist", n_train=1, n_test=1)
-    monkeypatch.setenv("DEVICE_DATA_DIR", str(device.parent))
-    assert locate("fashion-mnist") == device
-
     ours = write_dataset(tmp_path / "ours" / "fashion-mnist", n_train=1, n_test=1, gz=False)
     monkeypatch.setenv("AUTOGEMM_DATA_DIR", str(ours.parent))
     assert locate("fashion-mnist") == ours
     assert locate("fashion-mnist", fake_dir) == fake_dir
 
     (ours / "t10k-labels-idx1-ubyte").unlink()  # incomplete: skipped
-    assert locate("fashion-mnist") == device
+    assert locate("fashion-mnist") == system
 
 
 def test_locate_mnist_dir_first(tmp_path, fake_dir, monkeypatch):
