@@ -8,7 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
+from autogemm import files
 from autogemm.errors import AutogemmError
+from autogemm.keys import brief
 from autogemm.shapes import TUNE_FAMILIES, parse_shapes, parse_targets
 from kernels import MAX_SIZE
 
@@ -33,7 +35,7 @@ def _integer(lowest: int, highest: int | None = None, why: str = ""):
 
 
 _positive_int = _integer(1)                                  # counts: trials, repetitions
-_seed = _integer(0, 2**63 - 1)
+_seed = _integer(0, 2**32 - 1)                            # what Optuna's samplers take
 _size = _integer(1, MAX_SIZE, ", more than the kernels' 32-bit sizes hold")
 _rank_count = _integer(1, 1024)
 
@@ -283,11 +285,13 @@ def cmd_show(args) -> int:
 
 def _config_json(text: str) -> dict:
     try:
-        value = json.loads(text)
+        value = files.parse_json(text)
     except json.JSONDecodeError as exc:
-        raise AutogemmError(f"--config: not JSON ({exc.msg}): {text[:60]}") from None
+        raise AutogemmError(f"--config: not JSON ({exc.msg}): {brief(text, 60)}") from None
+    except ValueError as exc:
+        raise AutogemmError(f"--config: {exc}: {brief(text, 60)}") from None
     if not isinstance(value, dict):
-        raise AutogemmError(f"--config: expected a JSON object of gemm parameters, got {text[:60]}")
+        raise AutogemmError(f"--config: expected a JSON object of gemm parameters, got {brief(text, 60)}")
     return value
 
 

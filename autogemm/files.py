@@ -92,7 +92,10 @@ def check_writable(path) -> None:
     exists, is a regular file."""
     path = Path(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise FileError(f"{path.parent} is not a folder") from None
         mode = os.lstat(path).st_mode if os.path.lexists(path) else None
         if mode is not None and stat.S_ISLNK(mode):
             mode = os.stat(path).st_mode

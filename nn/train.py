@@ -373,7 +373,8 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
     if ckpt.epoch < cfg.epochs and stop():
         raise stopped(ckpt.epoch + 1, False)
     epoch_pass = Epoch(step, spans, x_train, y_train, allreduce, graph=not args.no_graph)
-    with Progress(dist.rank == 0 and not args.quiet and sys.stdout.isatty()) as progress:
+    # Overflow on the NumPy backend is no warning: a run that diverges is stopped below, in one line.
+    with Progress(dist.rank == 0 and not args.quiet and sys.stdout.isatty()) as progress, np.errstate(all="ignore"):
         for epoch in range(ckpt.epoch + 1, cfg.epochs + 1):
             progress.epoch(f"{epoch}/{cfg.epochs}", len(spans))
             timer = EpochTimer(backend)

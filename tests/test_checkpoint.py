@@ -95,3 +95,59 @@ def test_save_load_round_trip(tmp_path):
                                                                 {}, [{}]))
     with pytest.raises(NNError, match="layer 1 has W"):
         checkpoint.load(tmp_path / "bad.npz")
+
+
+# ---------------------------------------------------------------- checkpoints that look right but are not
+
+def edited(path, out, meta=None, **arrays):
+    """A copy of checkpoint `path` at `out` with its meta block updated by `meta` and arrays replaced."""
+    with np.load(path) as z:
+        contents = {k: z[k] for k in z.files}
+    stored = json.loads(str(contents["meta"]))
+    stored.update(meta or {})
+    contents.update(meta=np.array(json.dumps(stored)), **arrays)
+    np.savez(out, **contents)
+    return out
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(W1=np.zeros((8, 17))), "layer 1 has W (8, 17)"),                       # settings match, shapes do not
+    (dict(W0=np.zeros((16, 784), np.float64)), "W0 is float64, the run computes in float32"),
+    (dict(b1=np.full(8, np.nan, np.float32)), "holds nan in b1 at index 0"),
+    (dict(meta=dict(epoch=-1)), "epoch -1 with 1 epochs of history"),
+    (dict(meta=dict(epoch=10**18)), "epoch 1000000000000000000 with 1 epochs of history"),
+    (dict(meta=dict(layers=10**9)), "corrupted or not a checkpoint"),
+])
+def test_a_checkpoint_that_does_not_fit_the_run_is_refused(capsys, fake_dir, tmp_path, change, words):
+    good = tmp_path / "good.npz"
+    assert train(fake_dir, "--epochs", 1, "--checkpoint", good, "--no-log") == 0
+    bad = edited(good, tmp_path / "bad.npz", change.pop("meta", None), **change)
+    err = fail(capsys, fake_dir, "--epochs", 2, "--checkpoint", bad, "--resume", "--no-log")
+    assert words in err and str(bad) in err
+
+
+def test_hostile_checkpoints_fail_fast(capsys, fake_dir, tmp_path):
+    """A FIFO, a compressed member (which could inflate without bound), JSON nested too deeply."""
+    os.mkfifo(tmp_path / "fifo.npz")
+    assert "a FIFO, not a regular file" in fail(capsys, fake_dir, "--checkpoint", tmp_path / "fifo.npz", "--resume")
+    good = tmp_path / "good.npz"
+    assert train(fake_dir, "--epochs", 1, "--checkpoint", good, "--no-log") == 0
+    with np.load(good) as z:
+        np.savez_compressed(tmp_path / "zipped.npz", **{k: z[k] for k in z.files})
+    assert "compressed members" in fail(capsys, fake_dir, "--checkpoint", tmp_path / "zipped.npz", "--resume")
+    np.savez(tmp_path / "deep.npz", meta=np.array("[" * 100_000 + "]" * 100_000))
+    assert "nested too deeply" in fail(capsys, fake_dir, "--checkpoint", tmp_path / "deep.npz", "--resume")
+
+
+def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(capsys, fake_dir, tmp_path, monkeypatch):
+    from nn import mlp
+
+    err = fail(capsys, fake_dir, "--epochs", 2, "--lr", "1e300", "--checkpoint", tmp_path / "nan.npz", "--no-log")
+    assert "diverged in epoch 1 (loss nan" in err and "try a smaller --lr than 1e+300" in err
+    assert not (tmp_path / "nan.npz").exists()
+    calls = []
+    monkeypatch.setattr(mlp.MLP, "finite", lambda self: calls.append(1) or len(calls) < 2)   # epoch 2 diverges
+    path = tmp_path / "ck.npz"
+    err = fail(capsys, fake_dir, "--epochs", 5, "--checkpoint", path, "--no-log")
+    assert err.startswith("error: training diverged in epoch 2 (loss ") and "epochs 1..1 are in" in err
+    assert checkpoint.load(path).epoch == 1

@@ -4,11 +4,15 @@ import functools
 import gzip
 import hashlib
 import http.server
+import os
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import threading
+import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -107,6 +111,55 @@ def test_read_idx_rejects(tmp_path, case):
     assert words in assert_one_line_error(excinfo, path)
 
 
+def test_a_decompression_bomb_is_never_inflated(tmp_path):
+    """A header of 3 images, then 256 MiB of zeros that gzip packs into 256 KB: refused after reading
+    what the header promised, so in a fraction of a second and a few KB of memory."""
+    path = tmp_path / "train-images-idx3-ubyte.gz"
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 31)      # gzip framing
+    zeros = bytes(1 << 20)
+    with open(path, "wb") as f:
+        f.write(compressor.compress(idx_bytes(IMAGES)))
+        for _ in range(256):
+            f.write(compressor.compress(zeros))
+        f.write(compressor.flush())
+    assert path.stat().st_size < 1 << 20
+    start = time.monotonic()
+    with pytest.raises(DataError, match="is too long: header says 3x28x28 = 2352 bytes, file has more"):
+        read_idx(path)
+    assert time.monotonic() - start < 1
+
+
+def test_a_header_that_promises_too_much_is_refused_before_reading(tmp_path):
+    path = tmp_path / "labels"
+    path.write_bytes(struct.pack(">2xBB3I", 8, 3, 4_000_000_000, 28, 28))
+    with pytest.raises(DataError, match="more than the 1024 MiB an IDX file of this reader may hold"):
+        read_idx(path)
+
+
+def test_special_files_fail_at_once(tmp_path):
+    os.mkfifo(tmp_path / "train-images-idx3-ubyte.gz")
+    start = time.monotonic()
+    with pytest.raises(DataError, match="a FIFO, not a regular file"):
+        read_idx(tmp_path / "train-images-idx3-ubyte.gz")
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    with pytest.raises(DataError, match="a symlink loop"):
+        read_idx(loop)
+    assert time.monotonic() - start < 1
+
+
+def test_damage_advice_depends_on_whose_file_it_is(tmp_path, fake_dir):
+    """Only the download cache re-downloads; a user's own --data-dir is theirs to replace."""
+    mine = shutil.copytree(fake_dir, tmp_path / "mine")
+    cache = shutil.copytree(fake_dir, tmp_path / "cache" / "data" / "mnist")
+    for folder in (mine, cache):
+        (folder / "t10k-labels-idx1-ubyte.gz").write_bytes(gzip.compress(idx_bytes(np.zeros(3, np.uint8)))[:-20])
+    with pytest.raises(DataError, match="replace it with an intact copy$"):
+        load_dataset("mnist", mine)
+    with pytest.raises(DataError, match="delete it and run again to re-download$"):
+        load_dataset("mnist")
+
+
 @pytest.mark.parametrize("gz", [True, False])
 def test_read_idx_gzip_detected_by_content(tmp_path, gz):
     path = tmp_path / "labels.bin"  # no .gz suffix either way
@@ -184,6 +237,32 @@ def test_locate_order(tmp_path, fake_dir, monkeypatch):
 
     (ours / "t10k-labels-idx1-ubyte").unlink()  # incomplete: skipped
     assert locate("fashion-mnist") == system
+
+
+def test_an_unreadable_place_on_the_search_path_is_skipped(tmp_path, fake_dir, monkeypatch):
+    """A symlink loop, or a folder this user may not enter, where $AUTOGEMM_DATA_DIR points: the
+    next place with the data set serves; named in the error only when no place has it."""
+    monkeypatch.setitem(data.SYSTEM_DIRS, "fashion-mnist", fake_dir)
+    loop = tmp_path / "ours" / "fashion-mnist"
+    loop.parent.mkdir()
+    loop.symlink_to(loop)
+    monkeypatch.setenv("AUTOGEMM_DATA_DIR", str(loop.parent))
+    assert locate("fashion-mnist") == fake_dir
+    locked = tmp_path / "locked" / "fashion-mnist"
+    real_stat = os.stat
+
+    def stat(path, *args, **kwargs):          # root may enter any folder: play a user who may not
+        if str(path).startswith(str(locked)):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stat)
+    monkeypatch.setenv("AUTOGEMM_DATA_DIR", str(locked.parent))
+    assert locate("fashion-mnist") == fake_dir
+    monkeypatch.setitem(data.SYSTEM_DIRS, "fashion-mnist", tmp_path / "nowhere")
+    monkeypatch.setenv("AUTOGEMM_DATA_MIRROR", "http://127.0.0.1:9/")
+    with pytest.raises(DataError, match=f"skipped: cannot read {locked}/train-images-idx3-ubyte.gz: permission denied"):
+        locate("fashion-mnist")
 
 
 def test_locate_mnist_dir_first(tmp_path, fake_dir, monkeypatch):

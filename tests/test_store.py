@@ -158,11 +158,33 @@ def test_bad_files_are_one_line_errors_naming_file_and_record(tmp_path, change, 
     ("[1, 2]", "expected a JSON object"),
     ('{"meta": {}, "meta": {}}', "key 'meta' appears twice"),
     ('{"meta": NaN, "records": []}', "NaN is not a number JSON allows"),
+    ('{"meta": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
 ])
 def test_corrupted_json(tmp_path, text, expected):
     path = tmp_path / "x.json"
     path.write_text(text)
     assert expected in _message(path)
+
+
+def test_text_that_would_drive_a_terminal_is_refused(tmp_path):
+    """A GPU name with escape codes would be printed raw by `autogemm show` and in errors."""
+    path = write_store(tmp_path, [record()])
+    edit(path, lambda d: d["meta"].update(gpu="NVIDIA \x1b[2J\x1b[31mH100"))
+    assert "meta: gpu='NVIDIA \\x1b[2J\\x1b[31mH100' is not a valid gpu" in _message(path)
+    path = write_store(tmp_path / "other", [record()])
+    edit(path, lambda d: d["records"][0].update(command="autogemm tune\rrm -rf ~"))
+    assert "record 0 (gemm 800x1000x784:nt float32): command=" in _message(path)
+
+
+def test_special_files_fail_at_once(tmp_path):
+    os.mkfifo(tmp_path / "nvidia-h100-80gb-hbm3.json")
+    assert "cannot read: a FIFO, not a regular file" in _message(tmp_path / "nvidia-h100-80gb-hbm3.json")
+    assert "cannot read: a character device, not a regular file" in _message("/dev/zero")
+    loop = tmp_path / "loop.json"
+    loop.symlink_to(loop)
+    assert "cannot read: a symlink loop" in _message(loop)
+    with pytest.raises(StoreError, match="cannot read: a FIFO"):             # never written over either
+        save(tmp_path / "nvidia-h100-80gb-hbm3.json", [record()], meta())
 
 
 def test_binary_garbage_and_missing_file(tmp_path):

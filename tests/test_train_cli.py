@@ -1,11 +1,18 @@
 """`python -m nn.train` as a user runs it: settings, output, the run log, and one-line errors."""
 import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
 
 import pytest
 
 from fake_idx import write_dataset
+from nn import checkpoint
 from nn.train import DEFAULTS, build_parser, resolve
-from run_train import run_train
+from run_train import env, run_train
 
 
 @pytest.fixture(scope="module")
@@ -97,3 +104,78 @@ def test_an_autogemm_error_is_one_line(monkeypatch, capsys):
     assert train.main(["--no-log"]) == 2
     err = capsys.readouterr().err
     assert err.strip() == "error: tuned/x.json: record 3 (gemm 800x1000x784:nt float32): unknown key 'evil'"
+
+
+# ---------------------------------------------------------------- nothing the user has is lost
+
+def fake_run(fake_dir, *args):
+    return ["--data-dir", fake_dir, "--dataset", "mnist", "--hidden", "8", "--quiet", *map(str, args)]
+
+
+def test_log_and_checkpoint_on_one_path_is_refused_before_anything_is_written(tmp_path, fake_dir):
+    """The seen data loss: the run log replaced the checkpoint, and --resume found it 'corrupted'."""
+    result = run_train(tmp_path, *fake_run(fake_dir, "--epochs", 2, "--checkpoint", "c.npz", "--log", "./c.npz"))
+    assert result.returncode == 2 and "are the same file" in result.stderr and result.stderr.count("\n") == 1
+    assert not (tmp_path / "c.npz").exists()
+
+
+def test_a_run_log_never_replaces_another_file_nor_another_runs_log(tmp_path, fake_dir):
+    (tmp_path / "notes.txt").write_text("my notes")
+    result = run_train(tmp_path, *fake_run(fake_dir, "--epochs", 1, "--log", "notes.txt"))
+    assert result.returncode == 2 and "exists and is not a run log of nn.train" in result.stderr
+    assert (tmp_path / "notes.txt").read_text() == "my notes"
+    assert run_train(tmp_path, *fake_run(fake_dir, "--epochs", 1, "--checkpoint", "c.npz",
+                                         "--log", "run.json")).returncode == 0
+    before = (tmp_path / "run.json").read_bytes()
+    again = run_train(tmp_path, *fake_run(fake_dir, "--epochs", 1, "--log", "run.json"))
+    assert again.returncode == 2 and "pass --resume to continue its run" in again.stderr
+    assert (tmp_path / "run.json").read_bytes() == before
+    resumed = run_train(tmp_path, *fake_run(fake_dir, "--epochs", 2, "--checkpoint", "c.npz", "--resume",
+                                            "--log", "run.json"))
+    assert resumed.returncode == 0, resumed.stderr
+    assert [e["epoch"] for e in json.loads((tmp_path / "run.json").read_text())["epochs"]] == [1, 2]
+
+
+def test_unwritable_outputs_are_found_before_the_first_epoch(tmp_path, fake_dir):
+    """An unwritable --log used to surface after epoch 1, with the checkpoint already written, so
+    that the corrected command was refused."""
+    (tmp_path / "file").write_text("x")
+    result = run_train(tmp_path, *fake_run(fake_dir, "--epochs", 1, "--checkpoint", "c.npz", "--log", "file/run.json"))
+    assert result.returncode == 2 and f"--log file/run.json: cannot be written: file is not a folder" in result.stderr
+    assert not (tmp_path / "c.npz").exists()
+    os.mkfifo(tmp_path / "fifo")
+    result = run_train(tmp_path, *fake_run(fake_dir, "--epochs", 1, "--checkpoint", "c.npz", "--log", "fifo"))
+    assert result.returncode == 2 and "exists and is not a run log" in result.stderr
+
+
+def test_a_network_too_large_for_memory_is_one_line(tmp_path, fake_dir):
+    result = run_train(tmp_path, *fake_run(fake_dir, "--hidden", 100_000_000_000))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "the network 784-100000000000-10 in float32 with batch 800 needs about" in result.stderr
+    assert "PB of host memory" in result.stderr and "choose a smaller --hidden or --batch" in result.stderr
+
+
+def test_any_non_negative_seed_is_a_seed():
+    assert config("--seed", "99999999999999999999999").seed == 99999999999999999999999
+
+
+def test_ctrl_c_is_one_line_exit_130_and_the_resume_it_names_works(tmp_path, fake_dir):
+    """SIGINT as a terminal sends it, mid-run: the finished epochs are in the checkpoint, and the
+    command the message gives continues to the weights of an uninterrupted run."""
+    args = fake_run(fake_dir, "--epochs", 400, "--batch", 10, "--checkpoint", "ck.npz", "--no-log")
+    args.remove("--quiet")
+    proc = subprocess.Popen([sys.executable, "-m", "nn.train", *args], cwd=tmp_path, env=env(tmp_path),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    while not proc.stdout.readline().startswith("epoch   2/"):
+        pass
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and err.count("\n") == 1 and "Traceback" not in err, err
+    done = checkpoint.load(tmp_path / "ck.npz").epoch
+    assert re.fullmatch(rf"interrupted (in epoch {done + 1}|after epoch {done}); epochs 1\.\.{done} are in ck\.npz; "
+                        r"resume with: python -m nn\.train .* --resume\n", err), err
+    command = shlex.split(err.split("resume with: ")[1])
+    command[command.index("400")] = str(done + 1)          # one more epoch, not 400
+    resumed = subprocess.run([sys.executable, *command[1:]], cwd=tmp_path, env=env(tmp_path), capture_output=True,
+                             text=True, timeout=60)
+    assert resumed.returncode == 0 and checkpoint.load(tmp_path / "ck.npz").epoch == done + 1, resumed.stderr

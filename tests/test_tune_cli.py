@@ -46,6 +46,12 @@ def test_tune_without_a_gpu_is_a_one_line_error(tmp_path):
     (["--hidden", "100,x"], "argument --hidden: 'x' is not an integer"),
     (["--dtype", "float16"], "argument --dtype: invalid choice"),
     (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--shapes", "2147483648x1x1"], "--shapes: '2147483648x1x1' has a size over 2147483647, more than the kernels'"),
+    (["--hidden", "99999999999"], "argument --hidden: 99999999999 is over 2147483647"),
+    (["--fix", "bm=²"], "restricting bm: bm='²' is not in the gemm space"),     # '²'.isdigit(), but no integer
+    (["--seed", "99999999999999999999999"], "argument --seed: 99999999999999999999999 is over"),
+    (["--seed", "-1"], "argument --seed: -1 must be >= 0"),
+    (["--ranks", "1,100000"], "argument --ranks: 100000 is over 1024"),
 ])
 def test_tune_argument_errors(args, message):
     one_line_error(autogemm("tune", *args), message)
@@ -122,10 +128,20 @@ def test_show_reports_a_bad_file_in_one_line_and_still_shows_the_others(store, t
     assert "800x1000x784" in proc.stdout       # the good file's table
 
 
-@pytest.mark.parametrize("name, message", [("missing", "no such file or folder"), ("empty", "no tuned files")])
+@pytest.mark.parametrize("name, message", [("missing", "no such file or folder"), ("empty", "no tuned files"),
+                                           ("loop", "a symlink loop"),
+                                           ("fifo.json", "cannot read: a FIFO, not a regular file")])
 def test_show_nothing_to_show(tmp_path, name, message):
     (tmp_path / "empty").mkdir()
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    os.mkfifo(tmp_path / "fifo.json")
     one_line_error(autogemm("show", str(tmp_path / name)), f"{tmp_path / name}: {message}")
+
+
+def test_show_prints_what_a_file_says_as_text_not_markup(store):
+    edit(store, lambda d: d["meta"].update(gpu="[bold red]NVIDIA H100 80GB HBM3[/bold red]"))
+    out = autogemm("show", str(store.parent)).stdout
+    assert "[bold red]NVIDIA H100 80GB HBM3[/bold red] (132 SMs" in out
 
 
 # ---- tune with a fake GPU -------------------------------------------------------------------------
@@ -191,6 +207,35 @@ def test_an_installed_autogemm_tunes_into_the_user_store_and_never_the_shipped_f
     mine = load(file_for(tmp_path / "cache" / "tuned", H100)).records
     assert sorted(k.shape for k in mine) == ["10x10x10", "400x1000x784"] and shipped.read_bytes() == before
     assert cli.main(["tune", "--stale"]) == 0 and "no stale float32 records" in capsys.readouterr().out
+
+
+def test_a_target_whose_operands_cannot_be_made_fails_alone(fake_gpu, tmp_path, capsys, monkeypatch):
+    import autogemm.measure
+
+    def measure_for(key, device, seed=0):
+        if key.shape == "800x10x1000":
+            raise MemoryError("Out of memory allocating 8,589,934,592 bytes")
+        return FakeMeasure()
+
+    monkeypatch.setattr(autogemm.measure, "measure_for", measure_for)
+    status = cli.main(["tune", "--shapes", "800x10x1000,800x1000x10", "--trials", "4", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert status == 1 and err.count("\n") == 1
+    assert err.startswith("error: gemm 800x10x1000:nn: cannot set up its operands: Out of memory allocating")
+    assert [k.shape for k in load(file_for(tmp_path, H100)).records] == ["800x1000x10"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="CuPy is installed")
+def test_the_python_api_without_cupy_says_what_to_install():
+    import numpy as np
+
+    import autogemm as ag
+
+    x = np.ones((4, 4), np.float32)
+    for call in (lambda: ag.gemm(x, x), lambda: ag.column_sums(x), lambda: ag.sgd_update(x, x, 0.1),
+                 lambda: ag.bias_activation(x, x[0], "relu")):
+        with pytest.raises(ag.AutogemmError, match=r"^no CUDA: CuPy is not installed.*pip install 'autogemm\[cuda13\]'"):
+            call()
 
 
 def test_tune_fix_searches_only_those_choices(fake_gpu, tmp_path, capsys):
