@@ -3,6 +3,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -83,6 +84,7 @@ def cmd_bench(args) -> int:
 
     shapes = parse_shapes(args.shapes, args.batch, args.hidden)
     configs = {f"config{i}": _config_json(text) for i, text in enumerate(args.config, 1)}
+    _claim_json(args.json, "autogemm bench")
     dtype = np.dtype(args.dtype).type
     dev = this_device()
     table = Table(title=f"autogemm bench on {dev.name} ({dev.sm_count} SMs), {args.dtype}, "
@@ -117,10 +119,8 @@ def cmd_bench(args) -> int:
                                 p90_us=r.timing.p90_us if r.timing else None, gflops=r.gflops,
                                 time_vs_cublas=ratio, error=r.error))
     Console().print(table)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(gpu=dev.name, sm_count=dev.sm_count, dtype=args.dtype, reps=args.reps,
-                           command=" ".join(["autogemm", *sys.argv[1:]]), results=records), f, indent=1)
+    _write_json(args.json, dict(gpu=dev.name, sm_count=dev.sm_count, dtype=args.dtype, reps=args.reps,
+                                command=args.command_line, results=records))
     return 0
 
 
@@ -145,7 +145,7 @@ def cmd_tune(args) -> int:
     device = this_device()
     path = file_for(out, device)
     shipped = file_for(locations.shipped_dir(), device)
-    also = () if locations.same_place(shipped, path) else (shipped,)      # read-only: starting points, stale records
+    also = () if files.same_file(shipped, path) else (shipped,)      # read-only: starting points, stale records
     if args.stale:
         targets = stale_targets([path, *also], args.dtype, args.families)
         if not targets:
@@ -223,6 +223,7 @@ def cmd_sweep(args) -> int:
 
     targets = parse_targets(args.shapes, args.batch, args.hidden, families=("gemm",))
     fam = family("gemm").restricted(dict(args.fix))
+    _claim_json(args.json, "autogemm sweep")
     device = this_device()
     settings = Settings(trials=args.trials, timeout=None, seed=args.seed)
     console = _console()
@@ -247,10 +248,8 @@ def cmd_sweep(args) -> int:
                             seconds_search=report.seconds_search,
                             quick_us=[[dict(c), t] for c, t in sorted(report.timings.items(), key=lambda kv: kv[1])]))
     console.print(table)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(gpu=device.name, dtype=args.dtype, command=args.command_line,
-                           space={k: list(v) for k, v in fam.params.items()}, results=results), f, indent=1)
+    _write_json(args.json, dict(gpu=device.name, dtype=args.dtype, command=args.command_line,
+                                space={k: list(v) for k, v in fam.params.items()}, results=results))
     return 0
 
 
@@ -281,6 +280,23 @@ def cmd_show(args) -> int:
     for error in shown.errors:
         print(f"error: {error}", file=sys.stderr)
     return 2 if shown.errors else 0
+
+
+def _claim_json(path: str | None, command: str):
+    """Before the work: --json can be written, new or an earlier output of `command`."""
+    if path:
+        try:
+            files.claim_output(path, files.output_of(command))
+        except files.FileError as exc:
+            raise AutogemmError(f"--json {path}: cannot be written: {exc}") from None
+
+
+def _write_json(path: str | None, doc: dict):
+    if path:
+        try:
+            files.write_atomic(path, json.dumps(doc, indent=1).encode())
+        except files.FileError as exc:
+            raise AutogemmError(f"--json {path}: cannot be written: {exc}") from None
 
 
 def _config_json(text: str) -> dict:
@@ -381,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = build_parser().parse_args(argv)
-        args.command_line = " ".join(["autogemm", *argv])
+        args.command_line = shlex.join(["autogemm", *argv])
         return args.run(args)
     except AutogemmError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -18,8 +18,12 @@ class DeviceInfo:
 
     @property
     def slug(self) -> str:
-        """File-name form of the model: 'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3'."""
-        return re.sub(r"[^a-z0-9]+", "-", self.name.lower()).strip("-")
+        return slug(self.name)
+
+
+def slug(name: str) -> str:
+    """File-name form of a GPU model: 'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3'."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
 # Used where no GPU is present (constraint checks and compile tests on the CPU).

@@ -2,20 +2,19 @@
 
     shipped_dir()   tuned results that come with autogemm, read-only: the package's tuned/ folder
                     (in a checkout, autogemm/tuned links to the repository's tuned/)
-    user_dir()      results tuned on this machine: $AUTOGEMM_TUNED, else <cache>/tuned
-    tune_dir()      where `autogemm tune` writes by default: $AUTOGEMM_TUNED if set, else the
-                    repository's tuned/ in a checkout (whose files are committed), else user_dir()
-    cache_dir()     $AUTOGEMM_CACHE, else ~/.cache/autogemm: data sets, Optuna studies, user_dir()
-
-Lookup reads the user's results before the shipped ones (autogemm.lookup).
+    tune_dir()      where `autogemm tune` writes by default, and lookup reads first:
+                    $AUTOGEMM_TUNED if set; else, in a checkout, the repository's tuned/ (whose
+                    files are committed); else the user store, <cache>/tuned
+    cache_dir()     $AUTOGEMM_CACHE, else ~/.cache/autogemm: data sets, Optuna studies, the user store
 """
 import os
 from pathlib import Path
 
+from autogemm import files
+
 TUNED_ENV = "AUTOGEMM_TUNED"
 CACHE_ENV = "AUTOGEMM_CACHE"
 PACKAGE = Path(__file__).resolve().parent
-SHIPPED = PACKAGE / "tuned"
 
 
 def cache_dir() -> Path:
@@ -23,12 +22,7 @@ def cache_dir() -> Path:
 
 
 def shipped_dir() -> Path:
-    return SHIPPED
-
-
-def user_dir() -> Path:
-    env = os.environ.get(TUNED_ENV)
-    return Path(env).expanduser() if env else cache_dir() / "tuned"
+    return PACKAGE / "tuned"
 
 
 def checkout() -> Path | None:
@@ -38,23 +32,15 @@ def checkout() -> Path | None:
 
 
 def tune_dir() -> Path:
-    if os.environ.get(TUNED_ENV) or checkout() is None:
-        return user_dir()
-    return checkout() / "tuned"
+    env = os.environ.get(TUNED_ENV)
+    if env:
+        return Path(env).expanduser()
+    root = checkout()
+    return root / "tuned" if root is not None else cache_dir() / "tuned"
 
 
 def lookup_dirs() -> list[tuple[str, Path]]:
-    """(role, folder) in the order lookup reads them: "user", then "shipped" (one entry if both
-    are the same folder)."""
-    dirs = [("user", user_dir()), ("shipped", shipped_dir())]
-    if same_place(dirs[0][1], dirs[1][1]):
-        return dirs[1:]
-    return dirs
-
-
-def same_place(a: Path, b: Path) -> bool:
-    """Whether two paths name one file or folder (a symlink loop names none)."""
-    try:
-        return a.resolve() == b.resolve()
-    except OSError:
-        return False
+    """(role, folder) in the order lookup reads them: "user" (where tune writes), then "shipped";
+    one entry where both are the same folder (a checkout's tuned/)."""
+    user, shipped = tune_dir(), shipped_dir()
+    return [("shipped", shipped)] if files.same_file(user, shipped) else [("user", user), ("shipped", shipped)]

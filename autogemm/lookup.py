@@ -5,9 +5,9 @@ default. A stale record serves only its own shape: for it, the config found by m
 shape is a better guess than another shape's or the untuned default, until `autogemm tune --stale`
 measures again.
 
-Two folders hold tuned files (autogemm.locations): the user's store, then the results shipped with
-autogemm. For each key, a current record beats a stale one, and between two of the same kind the
-user's wins. Each file is read once and read again only when its mtime or size changes; callers
+Two folders hold tuned files (autogemm.locations): the one `autogemm tune` writes (the user's
+store), then the results shipped with autogemm. For each key, a current record beats a stale one,
+and between two of the same kind the user's wins. Each file is read once and read again only when its mtime or size changes; callers
 (autogemm.family.prepare) cache the instance chosen per problem, so a repeated call never comes
 here. A file that does not load raises its StoreError: a corrupted store never yields a silently
 different kernel.
@@ -25,7 +25,6 @@ from autogemm.family import Config
 from autogemm.keys import Key, distance, key_of
 from autogemm.store import Record, Store, file_for, load
 
-ENV = locations.TUNED_ENV
 # A tuned config stands in for another shape only if no size differs by more than this factor:
 # H100, 4096^3 on the config tuned for 1000x784x800 ran 2x slower than the default.
 NEAR_RATIO = 4.0
@@ -60,6 +59,10 @@ class Index:
         for record in self.exact.values():
             self.groups[_group(record.key)].append(record)
 
+    def serving(self) -> dict[Key, Record]:
+        """Per key, the record that lookup uses for it: the current one, else the stale one."""
+        return {**self.stale, **self.exact}
+
     def nearest(self, key: Key, usable) -> tuple[Record, float] | None:
         """The closest record of key's family, op and dtype (ties: smaller shape) that `usable` accepts,
         among those whose every size is within NEAR_RATIO of key's."""
@@ -91,11 +94,13 @@ def index_for(device: DeviceInfo, directories: list[Path] | None = None) -> Inde
         return None
     stamp = tuple(_loaded[s.path][0] for s in stores)
     if stamp not in _indexes:
+        _indexes.clear()           # the files changed: the index of the old ones is of no more use
         _indexes[stamp] = index = Index(stores)
-        if index.stale:
+        stale = index.stale.keys() - index.exact.keys()
+        if stale:
             log.warning("autogemm: %s: %d stale record(s): their kernels' templates changed since tuning; "
                         "their configs still serve their own shapes until `autogemm tune --stale` re-tunes them",
-                        ", ".join(str(s.path) for s in stores), len(index.stale))
+                        ", ".join(str(s.path) for s in stores), len(stale))
     return _indexes[stamp]
 
 
@@ -106,7 +111,7 @@ def _store(path: Path, device: DeviceInfo) -> Store | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise StoreError(f"{path}: cannot read: {files.reason(exc)}") from None
+        raise StoreError(f"{path}: cannot read: {files.failure(exc)}") from None
     stamp = (path, st.st_mtime_ns, st.st_size)
     cached = _loaded.get(path)
     if cached and cached[0] == stamp:

@@ -4,15 +4,19 @@ By default it shows what lookup reads, in its order: the user's store, then the 
 autogemm; a record that lookup passes over for another file's (the user's current record of the same
 key, say) is marked "overridden".
 """
+import errno
 import os
+import stat as stat_module
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from autogemm import files
+from autogemm.device import slug
 from autogemm.errors import StoreError
 from autogemm.keys import problem_of
+from autogemm.lookup import Index
 from autogemm.store import Record, Store, load
 
 ROLES = {"user": "user store", "shipped": "shipped with autogemm", "given": "file"}
@@ -32,48 +36,59 @@ class Shown:
 
 def collect(places: list[tuple[str, Path]], required: bool = True) -> Shown:
     """Every tuned file of `places` ((role, folder or file), in lookup order; a folder's *.json,
-    not recursing), checked. A place that is missing is an error if `required`, else skipped;
+    not recursing), checked. A place that is missing fails if `required` and is skipped if not;
     StoreError when nothing at all is found."""
     shown = Shown([], [], set())
     for role, place in places:
-        for file in _files(Path(place), required):
+        try:
+            found = _files(Path(place), required)
+        except StoreError as exc:
+            if required:
+                raise
+            shown.errors.append(str(exc))
+            continue
+        for file in found:
             try:
                 shown.stores.append((role, load(file)))
             except StoreError as exc:
                 shown.errors.append(str(exc))
     if not shown.stores and not shown.errors:
         where = " or ".join(str(place) for _, place in places)
-        raise StoreError(f"{where}: no tuned files (*.json) here" if required or len(places) == 1
+        raise StoreError(f"{where}: no tuned files (*.json) here" if required
                          else f"no tuned files in {where}: tune with `autogemm tune`")
     _mark_used(shown)
     return shown
 
 
 def _files(place: Path, required: bool) -> list[Path]:
-    problem = files.status(place)
-    if problem is not None:
-        if required or problem != "no such file":
-            raise StoreError(f"{place}: {'no such file or folder' if problem == 'no such file' else problem}")
-        return []
-    if not place.is_dir():
+    try:
+        is_dir = stat_module.S_ISDIR(files.stat(place).st_mode)
+    except files.FileError as exc:
+        if exc.errno == errno.ENOENT and not required:
+            return []
+        raise StoreError(f"{place}: {'no such file or folder' if exc.errno == errno.ENOENT else exc}") from None
+    if not is_dir:
         return [place]
     try:
         with os.scandir(place) as entries:
             return sorted(Path(e.path) for e in entries if e.name.endswith(".json"))
     except OSError as exc:
-        raise StoreError(f"{place}: cannot read the folder: {files.reason(exc)}") from None
+        raise StoreError(f"{place}: cannot read the folder: {files.failure(exc)}") from None
 
 
 def _mark_used(shown: Shown):
-    from autogemm.lookup import Index
-
+    """Mark the records lookup would use: of the files it reads (a folder's <gpu>.json) from the
+    user store and the shipped results, per key the first current record, else the first stale
+    one. A file shown on its own (role "given") is not read by lookup as such: all of it is shown
+    as used."""
     by_gpu = defaultdict(list)
-    for _, store in shown.stores:
-        by_gpu[store.meta.gpu].append(store)
+    for role, store in shown.stores:
+        if role == "given":
+            shown.used |= {id(r) for r in store.records.values()}
+        elif store.path.name == f"{slug(store.meta.gpu)}.json":
+            by_gpu[store.meta.gpu].append(store)
     for stores in by_gpu.values():
-        index = Index(stores)
-        shown.used |= {id(r) for r in index.exact.values()}
-        shown.used |= {id(r) for key, r in index.stale.items() if key not in index.exact}
+        shown.used |= {id(r) for r in Index(stores).serving().values()}
 
 
 def compact(config) -> str:

@@ -320,7 +320,7 @@ def save(path: Path, records: Iterable[Record], meta: Meta) -> list[tuple[Record
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise StoreError(f"{path.parent}: cannot create the folder: {exc.strerror or exc}") from None
+        raise StoreError(f"{path.parent}: cannot create the folder: {files.failure(exc)}") from None
     with _folder_lock(path.parent):
         current: dict = {}
         if path.exists():
@@ -332,8 +332,17 @@ def save(path: Path, records: Iterable[Record], meta: Meta) -> list[tuple[Record
         merged, outcomes = merge(current, records)
         ordered = sorted(merged.values(), key=lambda r: (r.key.family, r.key.op, r.key.dtype, r.key.sizes))
         doc = {"meta": meta.to_json(), "records": [r.to_json() for r in ordered]}
+        _meta(doc["meta"], f"{path}: writing meta")          # nothing is written that load would refuse
+        for i, item in enumerate(doc["records"]):
+            _record(item, f"{path}: writing record {i}")
         _write_atomic(path, doc)
     return outcomes
+
+
+def printable(text: str, limit: int = 2000) -> str:
+    """`text` as a record may hold it: characters that are not printable escaped, cut to `limit`."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _pieces(doc: dict):

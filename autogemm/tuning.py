@@ -7,6 +7,7 @@ A Ctrl-C between targets or inside one propagates out of the generator; every ta
 before it is already in the store, and its study (in the cache folder) lets `resume` go on.
 """
 import hashlib
+import os
 import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -17,9 +18,10 @@ from autogemm.device import DeviceInfo
 from autogemm.errors import AutogemmError
 from autogemm.family import family
 from autogemm.keys import NO_OP, Key, distance, problem_of
+from autogemm.lookup import Index
 from autogemm.search import Progress, Result, SearchError, Settings, tune
 from autogemm.shapes import Target
-from autogemm.store import Meta, Record, file_for, load, now, save
+from autogemm.store import Meta, Record, file_for, load, now, printable, save
 
 
 def study_path(device: DeviceInfo, key: Key, root: Path | None = None, space: str = "") -> Path:
@@ -60,7 +62,7 @@ def tune_targets(targets: list[Target], dtype: str, device: DeviceInfo, out_dir:
     if measure_for is None:
         from autogemm.measure import measure_for
     path = file_for(out_dir, device)
-    existing = {**records_of(also), **records_of([path])}     # a bad file fails now, not at the end
+    existing = _index([path, *also]).serving()     # a bad file fails now, not at the end
     gemm = family("gemm").restricted(gemm_space or {})
     for target in targets:
         key = target.key(dtype)
@@ -83,24 +85,22 @@ def tune_targets(targets: list[Target], dtype: str, device: DeviceInfo, out_dir:
         record = Record(key, result.config, round(result.median_us, 3), round(result.p10_us, 3),
                         round(result.p90_us, 3), round(fam.flops(problem_of(key)) / (result.median_us * 1e3), 1),
                         round(cublas, 3) if cublas else None, _significant(result.max_rel_error),
-                        result.trials, result.failed, now(), fam.code_hash(result.config), command)
+                        result.trials, result.failed, now(), fam.code_hash(result.config), printable(command))
         (_, stored), = save(path, [record], meta)
         existing[key] = record if stored != "kept" else existing[key]
         yield Outcome(target, key, result, record, stored, cublas)
 
 
-def records_of(paths) -> dict[Key, Record]:
-    """The records of the tuned files at `paths` that exist, a later file's winning a shared key."""
-    return {key: r for path in paths if Path(path).exists() for key, r in load(path).records.items()}
+def _index(paths) -> Index:
+    """The tuned files at `paths` (those that exist), merged as lookup reads them, in that order."""
+    return Index([load(p) for p in paths if os.path.lexists(p)])
 
 
 def stale_targets(paths: list[Path], dtype: str, families: tuple[str, ...]) -> list[Target]:
     """The keys (of `dtype` and `families`) that lookup serves from a stale record of the tuned
     files at `paths` (read in lookup's order), as targets: what a template change has left to
     tune again."""
-    from autogemm.lookup import Index
-
-    index = Index([load(p) for p in paths if Path(p).exists()])
+    index = _index(paths)
     return [Target(r.key.family, r.key.sizes, r.key.op, "stale") for key, r in index.stale.items()
             if key not in index.exact and r.key.dtype == dtype and r.key.family in families]
 

@@ -6,8 +6,6 @@
 Data: the first N Fashion-MNIST training images (unit-scaled), resident on the GPU. Each backend
 runs one untimed epoch (compiles, captures), then `--epochs` timed ones; the median is reported.
 """
-import argparse
-import json
 import statistics
 import sys
 import time
@@ -18,7 +16,8 @@ import numpy as np
 from nn.backends import cuda_available, get_backend
 from nn.data import load_dataset
 from nn.dist import rank_rows
-from nn.errors import NNError, exit_status
+from nn.errors import ArgumentParser, NNError, exit_status
+from nn.outputs import claim, claim_json, write_json
 from nn.mlp import MLP, Epoch, Step, init_params
 
 
@@ -204,7 +203,7 @@ def chart(results: list[Result], path: str) -> None:
 
 def main(argv=None) -> int:
     known = networks()
-    p = argparse.ArgumentParser(prog="python -m nn.bench", description=__doc__.splitlines()[0])
+    p = ArgumentParser(prog="python -m nn.bench", description=__doc__.splitlines()[0])
     p.add_argument("--networks", default=",".join(known), help=f"comma list of {', '.join(known)} (default: all)")
     p.add_argument("--backends", help="comma list (default: all that run here: numpy, cublas, cupy-default, "
                                       "cupy-tuned, torch-eager, torch-graph)")
@@ -212,9 +211,10 @@ def main(argv=None) -> int:
     p.add_argument("--data-dir", help="Fashion-MNIST directory (default: the usual search)")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON")
     p.add_argument("--png", metavar="PATH", help="draw a bar chart (needs matplotlib)")
-    args = p.parse_args(argv)
+    line = " ".join(["python -m nn.bench", *(argv or sys.argv[1:])])
 
     def command():
+        args = p.parse_args(argv)
         unknown = [n for n in args.networks.split(",") if n not in known]
         if unknown:
             raise NNError(f"--networks: unknown {', '.join(unknown)}; choose from {', '.join(known)}")
@@ -224,12 +224,14 @@ def main(argv=None) -> int:
         unknown = [b for b in backends if b not in BACKEND_NAMES]
         if unknown:
             raise NNError(f"--backends: unknown {', '.join(unknown)}; choose from {', '.join(BACKEND_NAMES)}")
+        if args.json:
+            claim_json("--json", args.json, "python -m nn.bench")
+        if args.png:
+            claim("--png", args.png, lambda path: path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n")
         results = run([known[n] for n in args.networks.split(",")], backends, args.epochs, args.data_dir)
         print(table(results))
         if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"command": " ".join(["python -m nn.bench", *(argv or sys.argv[1:])]),
-                           "results": [asdict(r) for r in results]}, f, indent=1)
+            write_json("--json", args.json, {"command": line, "results": [asdict(r) for r in results]})
         if args.png:
             chart(results, args.png)
 

@@ -5,6 +5,7 @@ pickle. Reading checks everything before the weights are used: the file is a reg
 member is compressed (so nothing inflates past the file's own size), the settings match the run's,
 and every array has the run's shape and dtype and finite values.
 """
+import errno
 import io
 import json
 import zipfile
@@ -28,7 +29,8 @@ class Checkpoint:
     history: list = field(default_factory=list)  # per-epoch records of the run so far, one per epoch
 
 
-def save(path, ckpt: Checkpoint):
+def save(path, ckpt: Checkpoint, replace: bool = True):
+    """Write `ckpt` to `path` atomically; without `replace`, only if no file is there."""
     meta = {"format": FORMAT, "epoch": ckpt.epoch, "layers": len(ckpt.params),
             "fingerprint": ckpt.fingerprint, "history": ckpt.history}
     arrays = {}
@@ -37,7 +39,7 @@ def save(path, ckpt: Checkpoint):
     buf = io.BytesIO()
     np.savez(buf, meta=np.array(json.dumps(meta)), **arrays)
     try:
-        files.write_atomic(path, buf.getvalue())
+        files.write_atomic(path, buf.getvalue(), replace)
     except files.FileError as e:
         raise NNError(f"cannot write checkpoint {path}: {e}") from None
 
@@ -52,10 +54,10 @@ def load(path, fingerprint: dict | None = None, dtype=None) -> Checkpoint:
                 meta = _meta(z, path)
                 ckpt = Checkpoint([], meta["epoch"], meta["fingerprint"], meta["history"])
                 if fingerprint is not None:
-                    check_compatible(ckpt, fingerprint, path)
+                    _check_compatible(ckpt, fingerprint, path)
                 ckpt.params = [(_array(z, f"W{l}"), _array(z, f"b{l}")) for l in range(meta["layers"])]
     except files.FileError as e:
-        raise NNError(f"no checkpoint at {path}" if str(e) == "no such file"
+        raise NNError(f"no checkpoint at {path}" if e.errno == errno.ENOENT
                       else f"cannot read checkpoint {path}: {e}") from None
     except NNError:
         raise
@@ -66,7 +68,9 @@ def load(path, fingerprint: dict | None = None, dtype=None) -> Checkpoint:
 
 
 def _meta(z: zipfile.ZipFile, path) -> dict:
-    """The checked `meta` block; every member must be stored uncompressed, as np.savez stores it."""
+    """The checked `meta` block; every member must be stored uncompressed, as np.savez stores it.
+    ValueError for what only a damaged or foreign file holds, NNError for what a user may meet
+    (another format, a history that does not add up)."""
     if any(info.compress_type != zipfile.ZIP_STORED for info in z.infolist()):
         raise ValueError("compressed members, which np.savez never writes")
     if z.getinfo("meta.npy").file_size > MAX_META_BYTES:
@@ -76,13 +80,15 @@ def _meta(z: zipfile.ZipFile, path) -> dict:
         found = meta.get("format") if isinstance(meta, dict) else None
         raise NNError(f"checkpoint {path} has format {found!r}, this trainer reads {FORMAT}")
     epoch, layers, history = meta["epoch"], meta["layers"], meta["history"]
-    if type(layers) is not int or not 1 <= layers <= MAX_LAYERS:
-        raise ValueError(f"layers {layers!r}")
+    if type(layers) is not int or not 1 <= layers <= MAX_LAYERS or not isinstance(meta["fingerprint"], dict):
+        raise ValueError(f"layers {layers!r} or a fingerprint of the wrong type")
     if type(epoch) is not int or epoch < 0 or not isinstance(history, list) or len(history) != epoch:
         raise NNError(f"checkpoint {path} is corrupted: epoch {epoch!r} with "
                       f"{len(history) if isinstance(history, list) else 'no'} epochs of history")
-    if not isinstance(meta["fingerprint"], dict) or not all(isinstance(h, dict) for h in history):
-        raise ValueError("fingerprint or history of the wrong type")
+    for i, record in enumerate(history, start=1):
+        if not (isinstance(record, dict) and record.get("epoch") == i
+                and all(type(record.get(k)) in (int, float) for k in ("loss", "val_accuracy"))):
+            raise NNError(f"checkpoint {path} is corrupted: its history of epoch {i} is not one nn.train writes")
     return meta
 
 
@@ -113,7 +119,7 @@ def _check_params(params, path, sizes=None, dtype=None):
                               "resume from a checkpoint of a run that had not diverged")
 
 
-def check_compatible(ckpt: Checkpoint, fingerprint: dict, path):
+def _check_compatible(ckpt: Checkpoint, fingerprint: dict, path):
     """Raise an NNError naming every setting in which this run differs from the checkpoint's run."""
     fingerprint = json.loads(json.dumps(fingerprint))  # tuples -> lists, as stored
     diffs = [f"{k} {ckpt.fingerprint.get(k)!r} there, {fingerprint.get(k)!r} here"
@@ -121,4 +127,3 @@ def check_compatible(ckpt: Checkpoint, fingerprint: dict, path):
     if diffs:
         raise NNError(f"checkpoint {path} was written by a different configuration ({'; '.join(diffs)}); "
                       "resume with the same settings, or choose another --checkpoint path")
-

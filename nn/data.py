@@ -5,7 +5,7 @@ The split is CME 213's: the first 54,000 training images train, the last 6,000 v
 
     python -m nn.data [--dataset NAME] [--data-dir DIR]    # fetch if needed, print where and sizes
 """
-import argparse
+import errno
 import functools
 import gzip
 import hashlib
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from autogemm import files, locations
-from nn.errors import NNError
+from nn.errors import ArgumentParser, NNError
 
 
 class DataError(NNError):
@@ -160,8 +160,7 @@ def read_idx(path) -> np.ndarray:
     """The uint8 array of an IDX file, gzipped or raw, validated; read-only, cached per process."""
     path = Path(path)
     try:
-        with files.open_regular(path) as f:
-            stat = os.fstat(f.fileno())
+        stat = files.regular(path)
     except files.FileError as e:
         raise DataError(f"data: cannot read {path}: {e}") from None
     return _decode(path, stat.st_mtime_ns, stat.st_size)
@@ -170,8 +169,8 @@ def read_idx(path) -> np.ndarray:
 @functools.cache
 def _decode(path: Path, mtime_ns: int, size: int) -> np.ndarray:
     """read_idx's work; the file's mtime and size in the cache key make a rewritten file re-read.
-    The header says how many bytes follow: never more than that (and one to see whether more
-    follows) is read or inflated, so a gzip bomb costs nothing."""
+    The header says how many bytes follow: no more than that (and one to see whether more
+    follows) is read or inflated, so a gzip bomb costs no more than the honest file would."""
     try:
         with files.open_regular(path) as raw:
             gzipped = raw.read(2) == b"\x1f\x8b"
@@ -191,7 +190,7 @@ def _decode(path: Path, mtime_ns: int, size: int) -> np.ndarray:
     except files.FileError as e:
         raise DataError(f"data: cannot read {path}: {e}") from None
     except OSError as e:
-        raise DataError(f"data: cannot read {path}: {files.reason(e)}") from None
+        raise DataError(f"data: cannot read {path}: {files.failure(e)}") from None
     if len(data) != want:
         what = "truncated" if len(data) < want else "too long"
         raise DataError(f"data: {path} is {what}: header says {_dims(dims)} = {want} bytes, "
@@ -221,8 +220,8 @@ def _header(path: Path, stream) -> tuple[int, ...]:
 
 def _advice(path: Path) -> str:
     """What to do about a damaged file: fetch it again where autogemm downloaded it, else replace it."""
-    cache = (locations.cache_dir() / "data").resolve()
-    if cache in Path(path).resolve().parents:
+    cache = Path(os.path.realpath(locations.cache_dir() / "data"))
+    if cache in Path(os.path.realpath(path)).parents:
         return "delete it and run again to re-download"
     return "replace it with an intact copy"
 
@@ -269,11 +268,12 @@ def _find(directory: Path, stem: str) -> Path | None:
     """stem.gz or stem in directory, whichever exists (gzipped first); DataError where the
     directory cannot be looked into (no permission, a symlink loop)."""
     for path in (directory / f"{stem}.gz", directory / stem):
-        problem = files.status(path)
-        if problem == "no such file" or problem == "not a directory":
-            continue
-        if problem is not None:
-            raise DataError(f"data: cannot read {path}: {problem}")
+        try:
+            files.stat(path)
+        except files.FileError as e:
+            if e.errno in (errno.ENOENT, errno.ENOTDIR):
+                continue
+            raise DataError(f"data: cannot read {path}: {e}") from None
         return path
     return None
 
@@ -340,20 +340,15 @@ def _not_found(name: str, cache: Path, failure: str) -> str:
 
 # ---------------------------------------------------------------- command line
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        self.exit(2, f"error: {message}\n")  # one line, no usage block
-
-
 def main(argv=None) -> int:
-    parser = _Parser(prog="python -m nn.data", description="Find or download a data set, check "
+    parser = ArgumentParser(prog="python -m nn.data", description="Find or download a data set, check "
                      "it, and print where it is and its split sizes.")
     parser.add_argument("--dataset", default="fashion-mnist",
                         help=f"one of {', '.join(DATASETS)} (default: %(default)s)")
     parser.add_argument("--data-dir", help="directory holding the four IDX files "
                         "(default: search the usual places, then download)")
-    args = parser.parse_args(argv)
     try:
+        args = parser.parse_args(argv)
         ds = load_dataset(args.dataset, args.data_dir, dtype=np.float32)
     except NNError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -10,6 +10,7 @@ failure on one rank in the middle of a step, where the others wait in a collecti
 the rank prints its line and exits at once, and the launcher stops the others (`fail`).
 Ctrl-C is a request (`Interrupt`) that every rank honours at the same step boundary.
 """
+import contextlib
 import os
 import signal
 import sys
@@ -136,13 +137,15 @@ class Dist:
 
 
 class Interrupt:
-    """Ctrl-C as a request to stop: the first SIGINT sets `requested`, which the trainer reads at
-    step boundaries through Dist.any_rank, so that every rank stops at the same one (a rank leaving on
-    its own would leave the others waiting in an all-reduce); a second SIGINT raises
-    KeyboardInterrupt at once. A context manager: the previous handler is back on exit."""
+    """Ctrl-C (SIGINT) as a request to stop at a step boundary. Inside `deferred()` (the epochs),
+    and always under MPI, the first SIGINT sets `requested`, which the trainer reads at step
+    boundaries through Dist.any_rank, so that every rank stops at the same one (a rank leaving on
+    its own would leave the others waiting in an all-reduce); outside it, and at a second SIGINT,
+    KeyboardInterrupt is raised at once. A context manager: the previous handler is back on exit."""
 
-    def __init__(self):
+    def __init__(self, always_deferred: bool = False):
         self.requested = False
+        self._deferring = always_deferred
         self._previous = None
 
     def __enter__(self):
@@ -152,8 +155,16 @@ class Interrupt:
     def __exit__(self, *exc):
         signal.signal(signal.SIGINT, self._previous)
 
+    @contextlib.contextmanager
+    def deferred(self):
+        before, self._deferring = self._deferring, True
+        try:
+            yield
+        finally:
+            self._deferring = before
+
     def _handle(self, signum, frame):
-        if self.requested:
+        if self.requested or not self._deferring:
             raise KeyboardInterrupt
         self.requested = True
 

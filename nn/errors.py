@@ -1,4 +1,5 @@
-"""The one error type the trainer shows to users, and how a command shows it."""
+"""The one error type the trainer's commands show to users, their argument parser, and how a command shows it."""
+import argparse
 import sys
 
 
@@ -7,6 +8,13 @@ class NNError(Exception):
 
     `python -m nn.train` prints it as ``error: <message>`` and exits with status 2, no traceback.
     """
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose errors are NNErrors: one line, as every other bad input (no usage block)."""
+
+    def error(self, message):
+        raise NNError(message)
 
 
 def exit_status(command) -> int:

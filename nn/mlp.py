@@ -28,12 +28,16 @@ def init_params(sizes, init="cme213", seed=0):
     return params
 
 
+def param_count(sizes) -> int:
+    """Weights and biases of an MLP of `sizes` = [inputs, *hidden, classes]."""
+    return sum((n_in + 1) * n_out for n_in, n_out in zip(sizes[:-1], sizes[1:]))
+
+
 def bytes_needed(sizes, rows, itemsize) -> int:
     """Backend memory of an MLP of `sizes` and its Step on `rows` rows: weights and biases, their
     flat gradient, and per row the activations, logits and deltas (data sets not counted)."""
-    params = sum((n_in + 1) * n_out for n_in, n_out in zip(sizes[:-1], sizes[1:]))
     per_row = sum(sizes[1:-1]) + sizes[-1] + sum(sizes[1:])
-    return itemsize * (2 * params + rows * per_row)
+    return itemsize * (2 * param_count(sizes) + rows * per_row)
 
 
 class MLP:

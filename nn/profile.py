@@ -9,8 +9,6 @@ where the backend can capture (warm caches, launch gaps as inside the epoch's gr
 median over `--replays` replays is reported per call; the whole step is timed the same way. Inputs
 are random: the times do not depend on the data.
 """
-import argparse
-import json
 import statistics
 import sys
 from dataclasses import asdict, dataclass
@@ -18,7 +16,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from nn.bench import BACKEND_NAMES, available_backends, make_backend, networks
-from nn.errors import NNError, exit_status
+from nn.errors import ArgumentParser, NNError, exit_status
+from nn.outputs import claim_json, write_json
 from nn.mlp import MLP, Step, init_params
 
 OPERATIONS = ("gemm", "linear_xent", "softmax_xent", "column_sums", "sgd_update")
@@ -129,16 +128,17 @@ def report(network: str, backend_name: str, operations: list[Timed], whole: Time
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m nn.profile", description=__doc__.splitlines()[0])
+    p = ArgumentParser(prog="python -m nn.profile", description=__doc__.splitlines()[0])
     p.add_argument("--network", default="cme213", help=f"one of {', '.join(networks())} (default: cme213)")
     p.add_argument("--backend", help="numpy, cublas, cupy-default or cupy-tuned (default: cupy-tuned on a GPU, "
                                      "else numpy)")
     p.add_argument("--reps", type=int, default=20, help="calls in a row per replay (default: 20)")
     p.add_argument("--replays", type=int, default=15, help="timed replays; the median is reported (default: 15)")
     p.add_argument("--json", metavar="PATH", help="write the times as JSON")
-    args = p.parse_args(argv)
+    line = " ".join(["python -m nn.profile", *(argv or sys.argv[1:])])
 
     def command():
+        args = p.parse_args(argv)
         if args.network not in networks():
             raise NNError(f"--network: unknown {args.network}; choose from {', '.join(networks())}")
         backend = args.backend or ("cupy-tuned" if "cupy-tuned" in available_backends() else "numpy")
@@ -146,13 +146,13 @@ def main(argv=None) -> int:
             raise NNError(f"--backend: unknown {backend}; choose from numpy, cublas, cupy-default, cupy-tuned")
         if args.reps < 1 or args.replays < 1:
             raise NNError("--reps and --replays must be >= 1")
+        if args.json:
+            claim_json("--json", args.json, "python -m nn.profile")
         operations, whole = profile(args.network, backend, args.reps, args.replays)
         print(report(args.network, backend, operations, whole))
         if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"command": " ".join(["python -m nn.profile", *(argv or sys.argv[1:])]),
-                           "network": args.network, "backend": backend,
-                           "operations": [asdict(t) for t in operations], "step": asdict(whole)}, f, indent=1)
+            write_json("--json", args.json, {"command": line, "network": args.network, "backend": backend,
+                                             "operations": [asdict(t) for t in operations], "step": asdict(whole)})
 
     return exit_status(command)
 

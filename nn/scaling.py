@@ -34,7 +34,7 @@ import numpy as np
 from autogemm import files
 from nn import checkpoint
 from nn.bench import Network, networks
-from nn.errors import NNError
+from nn.errors import ArgumentParser, NNError
 from nn.train import DEFAULTS, positive_int
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,11 +67,6 @@ class Settings:
     time_limit: float     # seconds for all runs (0: none); no run starts or runs past it
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise NNError(message)  # one line, as nn.train's
-
-
 def _csv(kind, choices=None):
     def parse(text):
         items = [item.strip() for item in text.split(",")]
@@ -84,7 +79,7 @@ def _csv(kind, choices=None):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m nn.scaling", description=__doc__.split("\n")[0].split(": ", 1)[1],
+    p = ArgumentParser(prog="python -m nn.scaling", description=__doc__.split("\n")[0].split(": ", 1)[1],
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--network", default="cme213", help=f"one of nn.bench's networks: {', '.join(networks())} "
                                                        "(default: cme213, 784-1000-10 batch 800; large: 784-4096-10 batch 8192)")

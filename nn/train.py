@@ -5,16 +5,15 @@
     mpirun -n 4 python -m nn.train --grading-mode 2 --checkpoint ck.npz
 """
 import argparse
+import contextlib
 import datetime
-import json
 import math
 import os
 import platform
-import shlex
+import re
 import sys
 import time
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 
 # Under mpirun, each rank's BLAS gets its share of this host's cores, not all of them (4 ranks on 2 cores
 # run 8x slower oversubscribed). This must run before NumPy loads, hence above the imports below.
@@ -25,7 +24,6 @@ if _LOCAL_RANKS > 1:
 
 import numpy as np
 
-from autogemm import files
 from autogemm.errors import AutogemmError
 from nn import checkpoint
 from nn.backends import ACTIVATIONS, BACKENDS, DTYPES, cuda_available, get_backend
@@ -33,8 +31,9 @@ from nn.backends.base import host_free_bytes
 from nn.data import DATASETS, SCALES, load_dataset
 from nn.dist import (Dist, Interrupt, Interrupted, NcclAllreduce, RanksFailed, maybe_init_dist, nccl_usable,
                      print0, rank_rows, split_sizes)
-from nn.errors import NNError
-from nn.mlp import INITS, MLP, Epoch, Step, bytes_needed, init_params
+from nn.errors import ArgumentParser, NNError
+from nn.mlp import INITS, MLP, Epoch, Step, bytes_needed, init_params, param_count
+from nn.outputs import Outputs, ResumeHint
 
 # ---------------------------------------------------------------- settings
 
@@ -68,21 +67,23 @@ class Config:
     backend: str
 
     def fingerprint(self, sizes) -> dict:
-        """What a checkpoint must agree with to be resumed by this run."""
-        fp = {k: v for k, v in asdict(self).items() if k not in _NOT_FINGERPRINTED}
-        return dict(fp, sizes=list(sizes))  # [inputs, *hidden, classes]
+        """What a checkpoint (or run log) must agree with to be resumed by this run."""
+        return fingerprint(asdict(self), sizes)
+
+
+def fingerprint(config: dict, sizes) -> dict:
+    """The settings of `config` (a Config as a dict) that determine the weights, with the network's
+    sizes [inputs, *hidden, classes]."""
+    return dict({k: v for k, v in config.items() if k not in _NOT_FINGERPRINTED}, sizes=list(sizes))
 
 
 # ---------------------------------------------------------------- command line
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise NNError(message)  # one line, like every other bad input
-
-
 def _number(kind, lowest, strict):
     def parse(text):
         try:
+            if kind is int and not re.fullmatch(r"\s*[+-]?[0-9]+\s*", text):
+                raise ValueError(text)      # int() would take '1_000' and other scripts' digits
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a{'n integer' if kind is int else ' number'}") from None
@@ -98,7 +99,7 @@ positive_int, positive_float, nonneg_int, nonneg_float = (
 
 def build_parser() -> argparse.ArgumentParser:
     d = DEFAULTS
-    p = _Parser(prog="python -m nn.train", description=__doc__.split("\n")[0].split(": ", 1)[1],
+    p = ArgumentParser(prog="python -m nn.train", description=__doc__.split("\n")[0].split(": ", 1)[1],
                 formatter_class=argparse.RawDescriptionHelpFormatter,
                 epilog="Explicit flags override --preset and --grading-mode. Under mpirun, rank 0 alone "
                        "prints and writes; every global batch is split across ranks.")
@@ -250,13 +251,14 @@ def _setup(cfg, args, backend):
 
 def _check_memory(cfg, sizes, backend):
     """NNError when the network cannot fit: the backend holds the weights, their gradient and a
-    batch of activations, and the host draws the float64 initial weights."""
-    params = sum((n_in + 1) * n_out for n_in, n_out in zip(sizes[:-1], sizes[1:]))
-    needs = [(backend.free_bytes(), bytes_needed(sizes, cfg.batch, backend.dtype.itemsize), backend.name),
-             (host_free_bytes(), 8 * params, "host")]
-    if backend.name == "numpy":     # one memory: add them up
-        needs = [(needs[1][0], needs[0][1] + needs[1][1], "host")]
-    for free, need, where in needs:
+    batch of activations; the host draws the float64 initial weights (one memory on NumPy)."""
+    on_backend = bytes_needed(sizes, cfg.batch, backend.dtype.itemsize)
+    on_host = 8 * param_count(sizes)
+    if backend.name == "numpy":
+        needs = [("host", on_host + on_backend, host_free_bytes())]
+    else:
+        needs = [(backend.name, on_backend, backend.free_bytes()), ("host", on_host, host_free_bytes())]
+    for where, need, free in needs:
         if free is not None and need > free:
             raise NNError(f"the network {'-'.join(map(str, sizes))} in {cfg.dtype} with batch {cfg.batch} needs "
                           f"about {_bytes(need)} of {where} memory and {_bytes(free)} is free; choose a smaller "
@@ -270,40 +272,8 @@ def _bytes(n: int) -> str:
         n /= 1000
 
 
-def _check_outputs(args):
-    """Before the first epoch, on the rank that writes them: the checkpoint and the run log are
-    two files, both can be written, and an existing run log is replaced only by the run it logs
-    (--resume), never a file of another kind."""
-    if args.checkpoint and args.log and _same_file(args.checkpoint, args.log):
-        raise NNError(f"--log {args.log} and --checkpoint {args.checkpoint} are the same file; give the run "
-                      "log a path of its own")
-    if args.log and os.path.lexists(args.log):
-        if not _is_run_log(args.log):
-            raise NNError(f"--log {args.log} exists and is not a run log of nn.train; choose another path")
-        if not args.resume:
-            raise NNError(f"--log {args.log} exists; choose another path (a run log is never overwritten), "
-                          "or pass --resume to continue its run")
-    for flag, path in (("--checkpoint", args.checkpoint), ("--log", args.log)):
-        if path:
-            try:
-                files.check_writable(path)
-            except files.FileError as e:
-                raise NNError(f"{flag} {path}: cannot be written: {e}") from None
-
-
-def _same_file(a, b) -> bool:
-    try:
-        return os.path.realpath(a) == os.path.realpath(b) or os.path.samefile(a, b)
-    except OSError:     # one does not exist (yet): different paths are different files
-        return False
-
-
-def _is_run_log(path) -> bool:
-    try:
-        log = files.parse_json(files.read_regular(path, 64 << 20))
-    except (files.FileError, ValueError):
-        return False
-    return isinstance(log, dict) and {"config", "sizes", "epochs", "final"} <= set(log)
+def _out_of_memory(e: MemoryError) -> str:
+    return f"out of memory: {str(e) or 'an allocation failed'}; choose a smaller --hidden or --batch"
 
 
 def _agreed(dist, fn, on_rank=lambda rank: True):
@@ -316,7 +286,7 @@ def _agreed(dist, fn, on_rank=lambda rank: True):
         except (NNError, AutogemmError) as e:
             error = str(e)
         except MemoryError as e:
-            error = f"out of memory: {str(e) or 'an allocation failed'}"
+            error = _out_of_memory(e)
     dist.agree(error)
     return result
 
@@ -328,16 +298,18 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
     step boundary is an Interrupted on all of them, its message saying what was kept."""
     backend = _agreed(dist, lambda: get_backend(cfg.backend, cfg.dtype,
                                                 **({"tuned": args.use_tuned} if cfg.backend == "cupy" else {})))
+    outputs = Outputs(args.checkpoint, args.log, args.resume, lambda log: fingerprint(log["config"], log["sizes"]))
 
-    # Rank 0 reads the files first: a bad file fails there alone, and a download happens once.
     def setup():
         found = _setup(cfg, args, backend)
         if dist.rank == 0:
-            _check_outputs(args)
+            outputs.claim(cfg.fingerprint(found[1]))
         return found
 
-    turns = [_agreed(dist, setup, on_rank) for on_rank in (lambda rank: rank == 0, lambda rank: rank != 0)]
-    ds, sizes, ckpt = next(found for found in turns if found is not None)
+    # Rank 0 reads the files first: a bad file fails there alone, and a download happens once.
+    first = _agreed(dist, setup, lambda rank: rank == 0)
+    others = _agreed(dist, setup, lambda rank: rank != 0)
+    ds, sizes, ckpt = first or others
     dist.same_everywhere({"data set sizes": [len(ds.train.y), len(ds.val.y), len(ds.test.y)],
                           "network": list(sizes), "checkpoint epoch": ckpt.epoch},
                          "every rank must read the same data set and checkpoint")
@@ -349,6 +321,7 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
     y_train = backend.asarray(ds.train.y[index])  # (rows of this rank,) int64
     step = Step(model, max(count for _, count in spans), cfg.batch, cfg.lr, cfg.reg)
     allreduce = _agreed(dist, lambda: _allreduce(args.allreduce, dist, backend))
+    epoch_pass = Epoch(step, spans, x_train, y_train, allreduce, graph=not args.no_graph)
     dist.barrier()  # ranks set up one after another; the first epoch's times should not count that
 
     log = {"config": asdict(cfg), "sizes": list(sizes), "resumed_from_epoch": ckpt.epoch if args.resume else None,
@@ -360,96 +333,91 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
                f"from {ds.source}; batch {cfg.batch} ({len(spans)} steps), lr {cfg.lr:g}, reg {cfg.reg:g}"
                + (f"; resumed after epoch {ckpt.epoch}" if args.resume else ""), flush=True)
 
-    requested = (lambda: interrupt.requested) if interrupt else (lambda: False)
-    stop = lambda: dist.any_rank(requested())  # noqa: E731  (collective: every rank asks at every step)
-    kept = _Kept(args, argv, dist, ckpt.epoch)
+    def requested() -> bool:
+        return interrupt is not None and interrupt.requested
+
+    def stop() -> bool:
+        """Whether a rank was asked to stop (collective: every rank asks after every eager step)."""
+        return dist.any_rank(requested())
+
+    hint = ResumeHint(args.checkpoint, argv, dist.size, ckpt.epoch)
 
     def stopped(epoch, finished):
+        where = f"{'after' if finished else 'in'} epoch {epoch}"
         if dist.rank == 0:
-            log["final"] = {"interrupted": f"{'after' if finished else 'in'} epoch {epoch}"}
-            _write_log(args.log, log)
-        return Interrupted(f"interrupted {'after' if finished else 'in'} epoch {epoch}; {kept.say()}")
+            log["final"] = {"interrupted": where}
+            outputs.write_log(log)
+        return Interrupted(f"interrupted {where}; {hint.say()}")
 
-    if ckpt.epoch < cfg.epochs and stop():
-        raise stopped(ckpt.epoch + 1, False)
-    epoch_pass = Epoch(step, spans, x_train, y_train, allreduce, graph=not args.no_graph)
-    # Overflow on the NumPy backend is no warning: a run that diverges is stopped below, in one line.
-    with Progress(dist.rank == 0 and not args.quiet and sys.stdout.isatty()) as progress, np.errstate(all="ignore"):
-        for epoch in range(ckpt.epoch + 1, cfg.epochs + 1):
-            progress.epoch(f"{epoch}/{cfg.epochs}", len(spans))
-            timer = EpochTimer(backend)
-            start = time.perf_counter()
-            finished = epoch_pass.run(timer.lap, progress.advance, stop)
-            backend.synchronize()
-            train_ms = (time.perf_counter() - start) * 1e3
-            progress.done()
-            if not finished:
-                raise stopped(epoch, False)
+    try:
+        if ckpt.epoch < cfg.epochs and stop():     # a Ctrl-C during set-up
+            raise stopped(ckpt.epoch + 1, False)
+        # Overflow on the NumPy backend is no warning: a run that diverges is stopped below, in one line.
+        with Progress(dist.rank == 0 and not args.quiet and sys.stdout.isatty()) as progress, \
+                np.errstate(all="ignore"), (interrupt.deferred() if interrupt else contextlib.nullcontext()):
+            for epoch in range(ckpt.epoch + 1, cfg.epochs + 1):
+                progress.epoch(f"{epoch}/{cfg.epochs}", len(spans))
+                timer = EpochTimer(backend)
+                start = time.perf_counter()
+                finished = epoch_pass.run(timer.lap, progress.advance, stop)
+                backend.synchronize()
+                train_ms = (time.perf_counter() - start) * 1e3
+                progress.done()
+                if not finished:
+                    raise stopped(epoch, False)
 
-            start = time.perf_counter()
-            loss = float(dist.sum(backend.to_numpy(step.loss_sum))[0]) / n_train + model.reg_term(cfg.reg)
-            if dist.any_rank(not (math.isfinite(loss) and model.finite())):
-                raise RanksFailed(f"training diverged in epoch {epoch} (loss {loss:g}, or weights no longer finite); "
-                                  f"try a smaller --lr than {cfg.lr:g}; {kept.say(resume=False)}")
-            val = _accuracy(model, ds.val, dist, backend)
-            eval_ms = (time.perf_counter() - start) * 1e3
-            phases = {} if epoch_pass.graphed else timer.totals_ms()
-            record = {"epoch": epoch, "loss": loss, "val_accuracy": val,
-                      "ms": {**phases, "train": train_ms, "eval": eval_ms}}
-            ckpt.history.append(record)
-            if not args.quiet:
-                split = ("one CUDA graph" if epoch_pass.graphed else
-                         f"fwd {phases['forward']:.1f}  bwd {phases['backward']:.1f}  upd {phases['update']:.1f}"
-                         f"  comm {phases['comm']:.1f} ms")
-                progress.print(f"epoch {epoch:>3}/{cfg.epochs}  loss {loss:.4f}  val {100 * val:6.2f}%  | {split}"
-                               f"  | epoch {train_ms:.1f} ms (+ eval {eval_ms:.0f})")
+                start = time.perf_counter()
+                loss = float(dist.sum(backend.to_numpy(step.loss_sum))[0]) / n_train + model.reg_term(cfg.reg)
+                if dist.any_rank(not (math.isfinite(loss) and model.finite())):
+                    raise RanksFailed(f"training diverged in epoch {epoch} (loss {loss:g}, or weights no longer "
+                                      f"finite); try a smaller --lr than {cfg.lr:g}; {hint.say(command=False)}")
+                val = _accuracy(model, ds.val, dist, backend)
+                eval_ms = (time.perf_counter() - start) * 1e3
+                phases = {} if epoch_pass.graphed else timer.totals_ms()
+                ckpt.history.append({"epoch": epoch, "loss": loss, "val_accuracy": val,
+                                     "ms": {**phases, "train": train_ms, "eval": eval_ms}})
+                if not args.quiet:
+                    split = ("one CUDA graph" if epoch_pass.graphed else
+                             f"fwd {phases['forward']:.1f}  bwd {phases['backward']:.1f}  upd {phases['update']:.1f}"
+                             f"  comm {phases['comm']:.1f} ms")
+                    progress.print(f"epoch {epoch:>3}/{cfg.epochs}  loss {loss:.4f}  val {100 * val:6.2f}%  | {split}"
+                                   f"  | epoch {train_ms:.1f} ms (+ eval {eval_ms:.0f})")
 
-            error = None
-            if dist.rank == 0:
-                try:
-                    if args.checkpoint:
-                        ckpt.params, ckpt.epoch = model.params_numpy(), epoch
-                        checkpoint.save(args.checkpoint, ckpt)
-                    _write_log(args.log, log)
-                except NNError as e:
-                    error = str(e)
-            stop_now = dist.agree(error, requested())    # a write that failed on rank 0 ends every rank
-            kept.epoch = epoch
-            if stop_now and epoch < cfg.epochs:
-                raise stopped(epoch, True)
+                error = None
+                if dist.rank == 0:
+                    try:
+                        if args.checkpoint:
+                            ckpt.params, ckpt.epoch = model.params_numpy(), epoch
+                            outputs.save_checkpoint(ckpt)
+                        outputs.write_log(log)
+                    except NNError as e:
+                        error = str(e)
+                stop_now = dist.agree(error, requested())    # a write that failed on rank 0 ends every rank
+                hint.epoch = epoch
+                if stop_now and epoch < cfg.epochs:
+                    raise stopped(epoch, True)
 
-    test = _accuracy(model, ds.test, dist, backend)
-    val = ckpt.history[-1]["val_accuracy"] if ckpt.history else _accuracy(model, ds.val, dist, backend)
-    log["final"] = {"val_accuracy": val, "test_accuracy": test}
-    print0(f"test accuracy {100 * test:.2f}% ({round(test * len(ds.test.y))}/{len(ds.test.y)})"
-           + (f"; log {args.log}" if args.log else ""), flush=True)
-    if dist.rank == 0:
-        _write_log(args.log, log)
-    if isinstance(allreduce, NcclAllreduce):
-        epoch_pass.release()   # the graph holds NCCL work: drop it before the communicator
-        dist.barrier()
-        allreduce.close()
+        test = _accuracy(model, ds.test, dist, backend)
+        val = ckpt.history[-1]["val_accuracy"] if ckpt.history else _accuracy(model, ds.val, dist, backend)
+        log["final"] = {"val_accuracy": val, "test_accuracy": test}
+        print0(f"test accuracy {100 * test:.2f}% ({round(test * len(ds.test.y))}/{len(ds.test.y)})"
+               + (f"; log {args.log}" if args.log else ""), flush=True)
+        if dist.rank == 0:
+            outputs.write_log(log)
+    except (RanksFailed, Interrupted):   # raised on every rank alike: the communicator still ends together
+        _close_communicator(allreduce, epoch_pass, dist)
+        raise
+    _close_communicator(allreduce, epoch_pass, dist)
     return log
 
 
-class _Kept:
-    """What a stopped run leaves behind, said in one clause: the epochs in the checkpoint, and the
-    command that resumes them."""
-
-    def __init__(self, args, argv, dist, epoch):
-        self.args, self.argv, self.dist, self.epoch = args, list(argv), dist, epoch
-
-    def say(self, resume=True) -> str:
-        path = self.args.checkpoint
-        if not path:
-            return "nothing was saved (no --checkpoint)"
-        if self.epoch == 0:
-            return f"no epoch had finished, {path} was not written"
-        command = ["python", "-m", "nn.train", *self.argv, *([] if "--resume" in self.argv else ["--resume"])]
-        if self.dist.size > 1:
-            command = ["mpirun", "-n", str(self.dist.size), *command]
-        return (f"epochs 1..{self.epoch} are in {path}"
-                + (f"; resume with: {shlex.join(command)}" if resume else ""))
+def _close_communicator(allreduce, epoch_pass, dist):
+    """Destroy NCCL's communicator on every rank together (left to the interpreter's exit, ranks
+    hung there on two H200s); the epoch's graph holds NCCL work, so it goes first."""
+    if isinstance(allreduce, NcclAllreduce):
+        epoch_pass.release()
+        dist.barrier()
+        allreduce.close()
 
 
 def _allreduce(choice, dist, backend):
@@ -466,14 +434,6 @@ def _allreduce(choice, dist, backend):
 def _environment(backend, dist) -> dict:
     return {"python": platform.python_version(), "numpy": np.__version__, "platform": platform.platform(),
             "backend": backend.name, "ranks": dist.size, "cpus": os.cpu_count()}
-
-
-def _write_log(path, log):
-    if path:
-        try:
-            files.write_atomic(path, json.dumps(log, indent=1).encode())
-        except files.FileError as e:
-            raise NNError(f"cannot write the run log {path}: {e}") from None
 
 
 # ---------------------------------------------------------------- entry point
@@ -494,7 +454,7 @@ def main(argv=None) -> int:
     except NNError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    with Interrupt() as interrupt:
+    with Interrupt(always_deferred=dist.size > 1) as interrupt:
         try:
             args, cfg = _agreed(dist, lambda: _parse(argv))
             dist.same_everywhere({**asdict(cfg), **{k: v for k, v in vars(args).items() if k not in _PER_RANK}},
@@ -522,7 +482,7 @@ def main(argv=None) -> int:
             dist.fail(e)
             return 2
         except MemoryError as e:
-            dist.fail(f"out of memory: {str(e) or 'an allocation failed'}; choose a smaller --hidden or --batch")
+            dist.fail(_out_of_memory(e))
             return 2
         except Exception as e:
             dist.crash(e)

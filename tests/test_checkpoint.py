@@ -23,6 +23,11 @@ def train(fake_dir, *args):
     return main(argv)
 
 
+def history(epochs: int) -> list:
+    """Per-epoch records as nn.train writes them."""
+    return [{"epoch": e, "loss": 0.5, "val_accuracy": 0.9} for e in range(1, epochs + 1)]
+
+
 def fail(capsys, fake_dir, *args) -> str:
     """The one line a failing run prints; it must exit with status 2."""
     assert train(fake_dir, *args) == 2
@@ -86,13 +91,13 @@ def test_resume_needs_an_existing_checkpoint(capsys, fake_dir, tmp_path):
 
 def test_save_load_round_trip(tmp_path):
     params = [(np.arange(6.0).reshape(2, 3), np.ones(2)), (np.ones((4, 2), np.float32), np.zeros(4, np.float32))]
-    ckpt = checkpoint.Checkpoint(params, 5, {"hidden": [2]}, [{"epoch": e, "loss": 0.5} for e in range(1, 6)])
+    ckpt = checkpoint.Checkpoint(params, 5, {"hidden": [2]}, history(5))
     checkpoint.save(tmp_path / "ck.npz", ckpt)
     back = checkpoint.load(tmp_path / "ck.npz")
     assert (back.epoch, back.fingerprint, back.history) == (5, ckpt.fingerprint, ckpt.history)
     assert all(np.array_equal(x, y) and x.dtype == y.dtype for p, q in zip(params, back.params) for x, y in zip(p, q))
     checkpoint.save(tmp_path / "bad.npz", checkpoint.Checkpoint([params[0], (np.ones((4, 3)), np.ones(4))], 1,
-                                                                {}, [{}]))
+                                                                {}, history(1)))
     with pytest.raises(NNError, match="layer 1 has W"):
         checkpoint.load(tmp_path / "bad.npz")
 
@@ -117,6 +122,7 @@ def edited(path, out, meta=None, **arrays):
     (dict(meta=dict(epoch=-1)), "epoch -1 with 1 epochs of history"),
     (dict(meta=dict(epoch=10**18)), "epoch 1000000000000000000 with 1 epochs of history"),
     (dict(meta=dict(layers=10**9)), "corrupted or not a checkpoint"),
+    (dict(meta=dict(history=[{"epoch": 1}])), "its history of epoch 1 is not one nn.train writes"),
 ])
 def test_a_checkpoint_that_does_not_fit_the_run_is_refused(capsys, fake_dir, tmp_path, change, words):
     good = tmp_path / "good.npz"

@@ -19,8 +19,8 @@ from kernels.gemm import Problem
 def tuned(tmp_path, monkeypatch):
     """An empty user store that lookup reads first ($AUTOGEMM_TUNED), no shipped results (an empty
     folder stands in for them), and fresh caches."""
-    monkeypatch.setenv(lookup.ENV, str(tmp_path / "user"))
-    monkeypatch.setattr(locations, "SHIPPED", tmp_path / "shipped")
+    monkeypatch.setenv(locations.TUNED_ENV, str(tmp_path / "user"))
+    monkeypatch.setattr(locations, "shipped_dir", lambda: tmp_path / "shipped")
     lookup.reload()
     yield tmp_path / "user"
     lookup.reload()
@@ -37,26 +37,29 @@ def gemm_problem(m, n, k, op="nt", **kw):
 
 
 def test_the_folders_lookup_reads_and_tune_writes(monkeypatch, tmp_path):
-    """User store ($AUTOGEMM_TUNED, else <cache>/tuned) first, then the shipped results: in a
-    checkout, the repository's tuned/, which is also where tune writes unless $AUTOGEMM_TUNED says."""
-    monkeypatch.delenv(lookup.ENV, raising=False)
-    monkeypatch.setenv(locations.CACHE_ENV, str(tmp_path / "cache"))
+    """Lookup reads where tune writes, then the shipped results. In a checkout tune writes the
+    repository's tuned/, which is also what ships: one folder. $AUTOGEMM_TUNED is read first."""
+    monkeypatch.delenv(locations.TUNED_ENV, raising=False)
     repo = Path(__file__).resolve().parents[1]
     assert locations.checkout() == repo
-    assert locations.shipped_dir().resolve() == repo / "tuned"
-    assert locations.lookup_dirs() == [("user", tmp_path / "cache" / "tuned"), ("shipped", locations.shipped_dir())]
-    assert locations.tune_dir() == repo / "tuned"
-    monkeypatch.setenv(lookup.ENV, str(tmp_path / "mine"))
-    assert locations.lookup_dirs()[0] == ("user", tmp_path / "mine") and locations.tune_dir() == tmp_path / "mine"
-    monkeypatch.setenv(lookup.ENV, str(repo / "tuned"))          # the same folder twice is read once
-    assert [role for role, _ in locations.lookup_dirs()] == ["shipped"]
+    assert locations.shipped_dir().resolve() == repo / "tuned" and locations.tune_dir() == repo / "tuned"
+    assert locations.lookup_dirs() == [("shipped", locations.shipped_dir())]
+    monkeypatch.setenv(locations.TUNED_ENV, str(tmp_path / "mine"))
+    assert locations.lookup_dirs() == [("user", tmp_path / "mine"), ("shipped", locations.shipped_dir())]
+    assert locations.tune_dir() == tmp_path / "mine"
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    monkeypatch.setenv(locations.TUNED_ENV, str(loop))         # a symlink loop is only itself
+    assert [role for role, _ in locations.lookup_dirs()] == ["user", "shipped"]
 
 
 def test_an_installed_autogemm_tunes_into_the_user_store(monkeypatch, tmp_path):
-    monkeypatch.delenv(lookup.ENV, raising=False)
+    monkeypatch.delenv(locations.TUNED_ENV, raising=False)
     monkeypatch.setenv(locations.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setattr(locations, "PACKAGE", tmp_path / "site-packages" / "autogemm")
     assert locations.checkout() is None and locations.tune_dir() == tmp_path / "cache" / "tuned"
+    assert locations.lookup_dirs() == [("user", tmp_path / "cache" / "tuned"),
+                                       ("shipped", tmp_path / "site-packages" / "autogemm" / "tuned")]
 
 
 def test_the_user_store_comes_before_the_shipped_results(tuned, shipped):
@@ -224,4 +227,4 @@ def test_keys_of_problems():
                     make_key("gemm", (400, 1000, 784), "nt", "float32")) == pytest.approx(0.6931, abs=1e-4)
     with pytest.raises(ValueError, match="gemm needs 3 sizes"):
         make_key("gemm", (800, 0, 1), "nn", "float32")
-    assert file_for(locations.user_dir(), H100).suffix == ".json"
+    assert file_for(locations.tune_dir(), H100).name == "nvidia-h100-80gb-hbm3.json"

@@ -45,9 +45,26 @@ def test_numpy_run_writes_json(tmp_path):
     (["--networks", "nope"], "--networks: unknown nope"),
     (["--backends", "cupy-fast"], "--backends: unknown cupy-fast"),
     (["--epochs", "0"], "--epochs must be >= 1"),
+    (["--epochs", "x"], "argument --epochs: invalid int value: 'x'"),
 ])
 def test_bad_arguments_are_one_line(args, message):
     result = subprocess.run([sys.executable, "-m", "nn.bench", *args], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: ") and message in line
+
+
+def test_outputs_replace_only_earlier_outputs_and_are_claimed_before_the_work(tmp_path, monkeypatch):
+    """--json onto a checkpoint or notes, --png onto anything but a PNG: refused before a network
+    runs, the file untouched; an earlier JSON of nn.bench is replaced."""
+    import nn.bench
+
+    ran = []
+    monkeypatch.setattr(nn.bench, "run", lambda *a: ran.append(a) or [Result("grading", "numpy", 1.0, 1, 0.5)])
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "old.json").write_text(json.dumps({"command": "python -m nn.bench --epochs 1", "results": []}))
+    for flag, name in (("--json", "notes.txt"), ("--png", "notes.txt")):
+        assert main(["--networks", "grading", "--backends", "numpy", flag, str(tmp_path / name)]) == 2
+    assert (tmp_path / "notes.txt").read_text() == "mine" and not ran
+    assert main(["--networks", "grading", "--backends", "numpy", "--json", str(tmp_path / "old.json")]) == 0
+    assert json.loads((tmp_path / "old.json").read_text())["results"][0]["ms_per_epoch"] == 1.0

@@ -43,3 +43,11 @@ def test_bad_arguments_are_one_line_errors(capsys):
     assert capsys.readouterr().err.startswith("error: --network: unknown huge")
     assert profile.main(["--backend", "torch-graph"]) == 2
     assert profile.main(["--reps", "0", "--backend", "numpy"]) == 2
+
+
+def test_json_never_replaces_a_file_of_another_kind(tmp_path, capsys):
+    (tmp_path / "ck.npz").write_bytes(b"weights")
+    assert profile.main(["--network", "grading", "--backend", "numpy", "--json", str(tmp_path / "ck.npz")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --json {tmp_path / 'ck.npz'}: cannot be written: exists and is not an earlier output of this command\n"
+    assert (tmp_path / "ck.npz").read_bytes() == b"weights"

@@ -132,9 +132,13 @@ def test_float64_rows_and_verdict():
     assert f64_verdict(f32 + missing)[0] == "incomplete" and rows(f32 + missing)[2]["status"] == "f64 failed"
 
 
+def history(epochs: int) -> list:
+    return [{"epoch": e, "loss": 0.5, "val_accuracy": 0.9} for e in range(1, epochs + 1)]
+
+
 def save(path, params, epoch=2):
     checkpoint.save(path, checkpoint.Checkpoint([(np.array(w, float), np.array(b, float)) for w, b in params],
-                                                epoch, {"sizes": [2, 2, 1]}, [{}] * epoch))
+                                                epoch, {"sizes": [2, 2, 1]}, history(epoch)))
     return path
 
 
@@ -185,7 +189,7 @@ class FakeRunner:
         assert finished() == complete
         if "--checkpoint" in command:
             w = np.full((3, 784), 0.5) + (1e-3 if how == "bad-weights" else 1e-16 * ranks)  # W1: (3, 784) float64
-            checkpoint.save(arg("--checkpoint"), checkpoint.Checkpoint([(w, np.ones(3))], epochs, {}, [{}] * epochs))
+            checkpoint.save(arg("--checkpoint"), checkpoint.Checkpoint([(w, np.ones(3))], epochs, {}, history(epochs)))
         output.write_text({"exit": "epoch 1\nerror: rank 1 of 2: out of memory\n====\n= BAD TERMINATION\n====\n",
                            "timeout": "epoch 1\n", "exit-after-log": "RuntimeError: NCCL destroy failed\n"}.get(how, "done\n"))
         return {"exit": Outcome(1, "", 3.0), "timeout": Outcome(None, f"timeout after {timeout:g} s", timeout),

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from autogemm import cli, lookup
+from autogemm import cli, locations, lookup
 from autogemm.store import file_for, load
 from autogemm.verify import compare, reference_gemm
 
@@ -11,7 +11,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture
 def folders(tmp_path, monkeypatch):
-    monkeypatch.setenv(lookup.ENV, str(tmp_path / "tuned"))
+    monkeypatch.setenv(locations.TUNED_ENV, str(tmp_path / "tuned"))
     monkeypatch.setenv("AUTOGEMM_CACHE", str(tmp_path / "cache"))
     lookup.reload()
     yield tmp_path

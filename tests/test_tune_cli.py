@@ -57,6 +57,15 @@ def test_tune_argument_errors(args, message):
     one_line_error(autogemm("tune", *args), message)
 
 
+@pytest.mark.parametrize("command", ["bench", "sweep"])
+def test_json_outputs_never_replace_a_file_of_another_kind(tmp_path, command):
+    (tmp_path / "notes.json").write_text('{"command": "python -m nn.train"}')
+    args = ["--shapes", "64x64x64"] if command == "sweep" else []
+    one_line_error(autogemm(command, *args, "--json", str(tmp_path / "notes.json")),
+                   f"--json {tmp_path / 'notes.json'}: cannot be written: exists and is not an earlier output")
+    assert (tmp_path / "notes.json").read_text() == '{"command": "python -m nn.train"}'
+
+
 def test_tune_out_must_be_a_folder(tmp_path):
     (tmp_path / "f").write_text("x")
     one_line_error(autogemm("tune", "--out", str(tmp_path / "f")), f"--out {tmp_path / 'f'}: not a folder")
@@ -113,7 +122,7 @@ def test_show_by_default_shows_the_user_store_then_the_shipped_results(store):
 
 def test_show_without_any_tuned_file_says_how_to_tune(tmp_path):
     proc = subprocess.run([sys.executable, "-c", "import sys, autogemm.locations as l, autogemm.cli as c; "
-                           f"l.SHIPPED = l.Path({str(tmp_path / 'none')!r}); sys.exit(c.main(['show']))"],
+                           f"l.shipped_dir = lambda: l.Path({str(tmp_path / 'none')!r}); sys.exit(c.main(['show']))"],
                           capture_output=True, text=True, env={**os.environ, "AUTOGEMM_TUNED": str(tmp_path / "mine")})
     one_line_error(proc, f"no tuned files in {tmp_path / 'mine'} or {tmp_path / 'none'}: tune with `autogemm tune`")
 
@@ -153,7 +162,7 @@ def fake_gpu(monkeypatch, tmp_path):
     monkeypatch.setattr(autogemm.device, "this_device", lambda: H100)
     monkeypatch.setattr(autogemm.device, "software", lambda: SOFTWARE)
     monkeypatch.setenv("AUTOGEMM_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(locations, "SHIPPED", tmp_path / "shipped")
+    monkeypatch.setattr(locations, "shipped_dir", lambda: tmp_path / "shipped")
     measures = []
 
     def measure_for(key, device, seed=0):
