@@ -176,6 +176,20 @@ def test_text_that_would_drive_a_terminal_is_refused(tmp_path):
     assert "record 0 (gemm 800x1000x784:nt float32): command=" in _message(path)
 
 
+def test_save_writes_nothing_that_load_would_refuse(tmp_path):
+    """A command line holding a newline (the shell passes one through) once made a file that the
+    next load refused, and with it every later lookup and save."""
+    path = write_store(tmp_path, [record()])
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match="writing record 0 .*command="):
+        save(path, [record((1, 2, 3), command="autogemm tune --shapes 1x2x3,\n4x5x6")], meta())
+    assert path.read_bytes() == before
+    assert store.printable("autogemm tune --shapes 1x2x3,\n4x5x6") == "autogemm tune --shapes 1x2x3,\\n4x5x6"
+    assert store.printable("x" * 3000) == "x" * 1997 + "..."
+    save(path, [record((1, 2, 3), command=store.printable("a\tb\x1b[31m" * 500))], meta())
+    assert len(load(path).records) == 2
+
+
 def test_special_files_fail_at_once(tmp_path):
     os.mkfifo(tmp_path / "nvidia-h100-80gb-hbm3.json")
     assert "cannot read: a FIFO, not a regular file" in _message(tmp_path / "nvidia-h100-80gb-hbm3.json")
