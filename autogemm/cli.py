@@ -77,6 +77,7 @@ def _console():
 def cmd_bench(args) -> int:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from autogemm.bench import bench_shape
     from autogemm.device import this_device
@@ -109,10 +110,10 @@ def cmd_bench(args) -> int:
                 records.append(dict(shape=str(shape), variant=r.variant, kernel=r.kernel,
                                     median_us=r.timing.median_us if r.timing else None, error=r.error))
         for r in shown:
-            us = r.timing.median_us if r.timing else float("nan")
-            ratio = us / cublas.median_us if r.timing else float("nan")
+            us = r.timing.median_us if r.timing else None
+            ratio = us / cublas.median_us if r.timing else None
             table.add_row(str(shape), shape.role, r.variant, r.kernel,
-                          f"{us:.1f}" if r.timing else r.error[:40], f"{r.gflops:.0f}",
+                          f"{us:.1f}" if r.timing else Text(r.error[:40]), f"{r.gflops:.0f}" if r.timing else "",
                           f"{ratio:.2f}x" if r.timing else "")
             records.append(dict(shape=str(shape), role=shape.role, variant=r.variant, kernel=r.kernel,
                                 median_us=us, p10_us=r.timing.p10_us if r.timing else None,
@@ -132,18 +133,31 @@ def cmd_tune(args) -> int:
     from autogemm.device import software, this_device
     from autogemm.family import family
     from autogemm.search import Settings
-    from autogemm.store import Meta, file_for
+    from autogemm.store import Meta, file_for, load
     from autogemm.tuning import stale_targets, tune_targets
 
-    targets = None if args.stale else parse_targets(args.shapes, args.batch, args.hidden, args.train_size,
+    if args.stale and args.shapes is not None:
+        raise AutogemmError("--stale tunes the stale records of the tuned file; it takes no --shapes")
+    targets = None if args.stale else parse_targets(args.shapes or "nn", args.batch, args.hidden, args.train_size,
                                                      args.ranks, args.families, args.activation)
-    gemm_space = dict(args.fix)
+    gemm_space = _fixed(args.fix)
     family("gemm").restricted(gemm_space)      # an unknown name or value fails here, in one line
     out = Path(args.out) if args.out else locations.tune_dir()
     if out.exists() and not out.is_dir():
         raise AutogemmError(f"--out {out}: not a folder (tuned files are named after the GPU inside it)")
     device = this_device()
     path = file_for(out, device)
+
+    def ours(p: Path) -> bool:
+        held = load(p).meta.gpu          # a file that does not load fails here, before any tuning
+        if held != device.name:
+            raise AutogemmError(f"{p}: holds results for {held}, not this GPU ({device.name}); choose another --out")
+        return True
+
+    try:
+        files.claim_output(path, ours)
+    except files.FileError as exc:
+        raise AutogemmError(f"{path}: cannot be written: {exc}") from None
     shipped = file_for(locations.shipped_dir(), device)
     also = () if files.same_file(shipped, path) else (shipped,)      # read-only: starting points, stale records
     if args.stale:
@@ -222,7 +236,7 @@ def cmd_sweep(args) -> int:
     from autogemm.sweep import sweep
 
     targets = parse_targets(args.shapes, args.batch, args.hidden, families=("gemm",))
-    fam = family("gemm").restricted(dict(args.fix))
+    fam = family("gemm").restricted(_fixed(args.fix))
     _claim_json(args.json, "autogemm sweep")
     device = this_device()
     settings = Settings(trials=args.trials, timeout=None, seed=args.seed)
@@ -280,6 +294,15 @@ def cmd_show(args) -> int:
     for error in shown.errors:
         print(f"error: {error}", file=sys.stderr)
     return 2 if shown.errors else 0
+
+
+def _fixed(fixes: list[tuple[str, tuple]]) -> dict:
+    """The --fix flags as {name: values}; a parameter fixed twice is an error, not the last one."""
+    names = [name for name, _ in fixes]
+    twice = next((name for name in names if names.count(name) > 1), None)
+    if twice:
+        raise AutogemmError(f"--fix {twice} is given twice; give its choices once: --fix {twice}=V1,V2")
+    return dict(fixes)
 
 
 def _claim_json(path: str | None, command: str):
@@ -343,7 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(run=cmd_bench)
 
     tune = sub.add_parser("tune", help="search each shape's best config with Optuna; store it in tuned/")
-    tune.add_argument("--shapes", default="nn",
+    tune.add_argument("--shapes",
                       help="'nn' (every kernel of the MLP's training step) or MxNxK[:op],... GEMMs (default: nn)")
     tune.add_argument("--hidden", type=_sizes, default=(1000,), help="hidden sizes for nn, comma-separated (1000)")
     tune.add_argument("--batch", type=_size, default=800, help="batch size for nn (800)")
@@ -402,6 +425,9 @@ def main(argv: list[str] | None = None) -> int:
     except AutogemmError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:    # tune has its own: what it saved, and how to resume
+        print("interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:      # `autogemm show --json | head`: the reader stopped reading
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit
         return 1

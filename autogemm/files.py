@@ -40,6 +40,15 @@ def failure(exc: OSError) -> FileError:
     return FileError(exc.strerror.lower() if exc.strerror else str(exc), exc.errno)
 
 
+def expand(text: str) -> Path:
+    """`text` with a leading ~ or ~user expanded as a shell does: to a home folder where there is
+    one, else left as written (a relative path named ~user)."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:        # no home folder for that user
+        return Path(text)
+
+
 def stat(path) -> os.stat_result:
     """os.stat, failing as a FileError."""
     try:

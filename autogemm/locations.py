@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parent
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or "~/.cache/autogemm").expanduser()
+    return files.expand(os.environ.get(CACHE_ENV) or "~/.cache/autogemm")
 
 
 def shipped_dir() -> Path:
@@ -34,7 +34,7 @@ def checkout() -> Path | None:
 def tune_dir() -> Path:
     env = os.environ.get(TUNED_ENV)
     if env:
-        return Path(env).expanduser()
+        return files.expand(env)
     root = checkout()
     return root / "tuned" if root is not None else cache_dir() / "tuned"
 

@@ -14,7 +14,7 @@ from autogemm.keys import NO_OP, Key, make_key
 from kernels import MAX_SIZE
 
 OPS = ("nn", "nt", "tn", "tt")
-_SHAPE = re.compile(r"^(\d+)x(\d+)x(\d+)(?::([nt]{2}))?$")
+_SHAPE = re.compile(r"^([0-9]+)x([0-9]+)x([0-9]+)(?::([nt]{2}))?$")
 
 
 @dataclass(frozen=True)

@@ -111,8 +111,9 @@ class Record:
 
     @property
     def speedup(self) -> float | None:
-        """cuBLAS time over ours: above 1 is faster than cuBLAS."""
-        return self.cublas_us / self.median_us if self.cublas_us else None
+        """cuBLAS time over ours: above 1 is faster than cuBLAS (None without a finite ratio)."""
+        ratio = self.cublas_us / self.median_us if self.cublas_us else None
+        return ratio if ratio is not None and math.isfinite(ratio) else None
 
     def to_json(self) -> dict:
         return dict(family=self.key.family, shape=self.key.shape, op=self.key.op, dtype=self.key.dtype,

@@ -134,6 +134,10 @@ def time_torch(net: Network, x: np.ndarray, y: np.ndarray, epochs: int, graph: b
 
 def run(nets: list[Network], backends: list[str], epochs: int, data_dir=None) -> list[Result]:
     ds = load_dataset("fashion-mnist", data_dir=data_dir, scale="unit", dtype=np.float32)
+    short = [net for net in nets if net.images > len(ds.train.y)]
+    if short:
+        raise NNError(f"the network {short[0].name} trains on {short[0].images} images and {ds.source} holds "
+                      f"{len(ds.train.y)}: its time per epoch would not be {short[0].name}'s")
     results = []
     for net in nets:
         x, y = ds.train.x[:net.images], ds.train.y[:net.images]
@@ -147,6 +151,9 @@ def run(nets: list[Network], backends: list[str], epochs: int, data_dir=None) ->
             results.append(result)
             print(f"{net.name:>14}  {name:>12}  {result.ms_per_epoch:9.2f} ms/epoch  "
                   f"(train accuracy {100 * result.accuracy:.1f}%)", flush=True)
+    if not results:
+        raise NNError("nothing ran: the numpy backend skips networks this large (minutes an epoch); "
+                      "choose smaller --networks or GPU --backends")
     return results
 
 
@@ -177,11 +184,16 @@ def table(results: list[Result]) -> str:
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows)
 
 
-def chart(results: list[Result], path: str) -> None:
+def _matplotlib():
     try:
         import matplotlib
     except ImportError:
         raise NNError("--png needs matplotlib: pip install 'autogemm[plot]'") from None
+    return matplotlib
+
+
+def chart(results: list[Result], path: str) -> None:
+    matplotlib = _matplotlib()
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -220,13 +232,21 @@ def main(argv=None) -> int:
             raise NNError(f"--networks: unknown {', '.join(unknown)}; choose from {', '.join(known)}")
         if args.epochs < 1:
             raise NNError("--epochs must be >= 1")
-        backends = args.backends.split(",") if args.backends else available_backends()
+        backends = args.backends.split(",") if args.backends is not None else available_backends()
         unknown = [b for b in backends if b not in BACKEND_NAMES]
         if unknown:
-            raise NNError(f"--backends: unknown {', '.join(unknown)}; choose from {', '.join(BACKEND_NAMES)}")
+            raise NNError(f"--backends: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(BACKEND_NAMES)}")
+        missing = [b for b in backends if b not in available_backends()]
+        if missing:
+            raise NNError(f"--backends: {missing[0]} does not run here (it needs "
+                          f"{'PyTorch with CUDA' if missing[0].startswith('torch') else 'CuPy and a CUDA device'}); "
+                          f"these do: {', '.join(available_backends())}")
         if args.json:
             claim_json("--json", args.json, "python -m nn.bench")
         if args.png:
+            if not args.png.lower().endswith(".png"):
+                raise NNError(f"--png {args.png}: the chart's file name must end in .png")
+            _matplotlib()
             claim("--png", args.png, lambda path: path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n")
         results = run([known[n] for n in args.networks.split(",")], backends, args.epochs, args.data_dir)
         print(table(results))

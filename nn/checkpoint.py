@@ -8,6 +8,7 @@ and every array has the run's shape and dtype and finite values.
 import errno
 import io
 import json
+import math
 import zipfile
 from dataclasses import dataclass, field
 
@@ -87,7 +88,7 @@ def _meta(z: zipfile.ZipFile, path) -> dict:
                       f"{len(history) if isinstance(history, list) else 'no'} epochs of history")
     for i, record in enumerate(history, start=1):
         if not (isinstance(record, dict) and record.get("epoch") == i
-                and all(type(record.get(k)) in (int, float) for k in ("loss", "val_accuracy"))):
+                and all(type(record.get(k)) in (int, float) and math.isfinite(record[k]) for k in ("loss", "val_accuracy"))):
             raise NNError(f"checkpoint {path} is corrupted: its history of epoch {i} is not one nn.train writes")
     return meta
 

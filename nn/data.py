@@ -14,6 +14,7 @@ import os
 import struct
 import sys
 import tempfile
+import time
 import urllib.error
 import urllib.request
 import zlib
@@ -23,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from autogemm import files, locations
-from nn.errors import ArgumentParser, NNError
+from nn.errors import ArgumentParser, NNError, exit_status
 
 
 class DataError(NNError):
@@ -89,7 +90,9 @@ SHA256 = {
             "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6",),
     },
 }
-TIMEOUT_S = 30  # per HTTP request
+TIMEOUT_S = 30  # per read of an HTTP response
+DEADLINE_S = 600  # per file
+MAX_DOWNLOAD_BYTES = 64 << 20  # the largest .gz of both data sets is 26 MB
 MAX_IDX_BYTES = 1 << 30  # the most an IDX file may hold (MNIST's training images: 47 MB), gzipped or not
 
 
@@ -113,6 +116,8 @@ def load_dataset(name="fashion-mnist", data_dir=None, scale="raw", dtype=np.floa
     if n_fit < 1:
         raise DataError(f"data: {directory} holds {len(train_labels)} training images; "
                         f"the split needs more than {N_VAL}")
+    if len(test_labels) < 1:
+        raise DataError(f"data: {directory} holds no test images (t10k-*); the test split needs at least one")
     n = n_fit if train_size is None else train_size
     if not isinstance(n, (int, np.integer)) or not 1 <= n <= n_fit:
         raise DataError(f"data: train_size must be an integer in 1..{n_fit}, not {train_size!r}")
@@ -234,11 +239,9 @@ def locate(name, data_dir=None) -> Path:
     if name not in DATASETS:
         raise DataError(f"data: unknown data set {name!r}; choose one of {', '.join(DATASETS)}")
     if data_dir is not None:
-        directory = Path(data_dir).expanduser()
-        missing = [f"{stem}[.gz]" for stem in FILES if _find(directory, stem) is None]
-        if missing:
-            raise DataError(f"data: {directory} lacks {', '.join(missing)}")
-        return directory
+        return _complete(files.expand(data_dir), str(data_dir))
+    if name == "mnist" and os.environ.get("MNIST_DIR"):     # named for this data set: it must hold it
+        return _complete(files.expand(os.environ["MNIST_DIR"]), f"MNIST_DIR={os.environ['MNIST_DIR']}")
     searched = _search_dirs(name)
     unreadable = []     # places on the search path that cannot be read: skipped, and named if all fail
     for directory in searched[:-1]:
@@ -253,12 +256,18 @@ def locate(name, data_dir=None) -> Path:
         raise DataError(f"{e}" + "".join(f"; skipped: {u}" for u in unreadable[:1])) from None
 
 
+def _complete(directory: Path, given: str) -> Path:
+    """`directory`, if it holds the four files; DataError naming how it was given otherwise."""
+    missing = [f"{stem}[.gz]" for stem in FILES if _find(directory, stem) is None]
+    if missing:
+        raise DataError(f"data: {given} lacks {', '.join(missing)}")
+    return directory
+
+
 def _search_dirs(name: str) -> list[Path]:
     """Where to look, in order; the last one is the download cache."""
     env = os.environ
-    dirs = [Path(env["AUTOGEMM_DATA_DIR"]) / name] if env.get("AUTOGEMM_DATA_DIR") else []
-    if name == "mnist" and env.get("MNIST_DIR"):
-        dirs.insert(0, Path(env["MNIST_DIR"]))
+    dirs = [files.expand(env["AUTOGEMM_DATA_DIR"]) / name] if env.get("AUTOGEMM_DATA_DIR") else []
     if name in SYSTEM_DIRS:
         dirs.append(SYSTEM_DIRS[name])
     return dirs + [locations.cache_dir() / "data" / name]
@@ -282,6 +291,8 @@ def _download(name: str, cache: Path) -> Path:
     """Fetch the files missing from cache, trying each mirror in turn; return cache (at once if
     it has them all)."""
     mirror = os.environ.get("AUTOGEMM_DATA_MIRROR")
+    if mirror and not mirror.lower().startswith(("http://", "https://")):
+        raise DataError(f"data: AUTOGEMM_DATA_MIRROR={mirror!r} is not an http:// or https:// address")
     bases = (mirror,) if mirror else MIRRORS[name]
     try:
         cache.mkdir(parents=True, exist_ok=True)
@@ -304,12 +315,19 @@ def _download(name: str, cache: Path) -> Path:
 
 def _fetch(url: str, dest: Path, expected: tuple[str, ...]) -> None:
     """Download url to dest through a temp file beside it, renamed into place only if its
-    SHA-256 is expected; nothing is left behind otherwise."""
+    SHA-256 is expected; nothing is left behind otherwise. A download that grows past
+    MAX_DOWNLOAD_BYTES or outlasts DEADLINE_S is abandoned (a server that trickles or never ends)."""
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    deadline = time.monotonic() + DEADLINE_S
     try:
-        digest = hashlib.sha256()
+        digest, size = hashlib.sha256(), 0
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
             while chunk := response.read(1 << 20):
+                size += len(chunk)
+                if size > MAX_DOWNLOAD_BYTES:
+                    raise ValueError(f"more than {MAX_DOWNLOAD_BYTES >> 20} MiB, larger than any file of the data set")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"not finished after {DEADLINE_S} s")
                 digest.update(chunk)
                 out.write(chunk)
         if digest.hexdigest() not in expected:
@@ -347,15 +365,13 @@ def main(argv=None) -> int:
                         help=f"one of {', '.join(DATASETS)} (default: %(default)s)")
     parser.add_argument("--data-dir", help="directory holding the four IDX files "
                         "(default: search the usual places, then download)")
-    try:
+
+    def command():
         args = parser.parse_args(argv)
         ds = load_dataset(args.dataset, args.data_dir, dtype=np.float32)
-    except NNError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(f"{ds.name}: {ds.source} (train {len(ds.train.y)}, val {len(ds.val.y)}, "
-          f"test {len(ds.test.y)})")
-    return 0
+        print(f"{ds.name}: {ds.source} (train {len(ds.train.y)}, val {len(ds.val.y)}, test {len(ds.test.y)})")
+
+    return exit_status(command)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,8 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def exit_status(command) -> int:
-    """Run `command()`, a command's body: 0, or one line ``error: ...`` on stderr and 2 for a bad
-    input (NNError, autogemm's errors) or a file that cannot be written."""
+    """Run `command()`, a command's body: 0, or one line on stderr and 2 for a bad input
+    (``error: ...``: NNError, autogemm's errors, a file that cannot be written) or 130 for Ctrl-C."""
     from autogemm.errors import AutogemmError
 
     try:
@@ -30,4 +30,7 @@ def exit_status(command) -> int:
     except OSError as e:
         print(f"error: cannot write {e.filename}: {e.strerror}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     return 0

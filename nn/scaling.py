@@ -35,10 +35,12 @@ from autogemm import files
 from nn import checkpoint
 from nn.bench import Network, networks
 from nn.errors import ArgumentParser, NNError
+from nn.outputs import claim
 from nn.train import DEFAULTS, positive_int
 
 ROOT = Path(__file__).resolve().parents[1]
 F64_TOLERANCE = 1e-7
+MAX_RANKS = 1024
 ALLREDUCES = ("mpi", "nccl")
 # --backend: nn.train's flags for it, and the backend its log must then name (--use-tuned falls back
 # to NumPy, with a note, where it sees no GPU: such a run measures nothing and counts as failed).
@@ -93,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="runs/scaling", help="folder for the logs and the summary (default: runs/scaling)")
     p.add_argument("--backend", choices=tuple(BACKENDS), default="tuned",
                    help="tuned: --use-tuned; cupy: untuned kernels; numpy: the CPU, for testing (default: tuned)")
-    p.add_argument("--data-dir", help="nn.train's --data-dir (default: its search, which reads $DEVICE_DATA_DIR)")
+    p.add_argument("--data-dir", help="nn.train's --data-dir (default: its search, which reads $AUTOGEMM_DATA_DIR)")
     p.add_argument("--mpirun", help="the MPI launcher (default: mpirun on PATH, else beside this python)")
     p.add_argument("--extra-args", default="", help='more nn.train flags for every run, one string: "--lr 0.1"')
     p.add_argument("--timeout", type=positive_int, default=180, help="seconds per run before it is killed (default: 180)")
@@ -112,6 +114,8 @@ def resolve(args) -> Settings:
         raise NNError(f"--network: unknown {args.network!r}; choose from {', '.join(known)}")
     if 1 not in args.ranks:
         raise NNError("--ranks must include 1: speed-up, efficiency and the float64 check are relative to one rank")
+    if max(args.ranks) > MAX_RANKS:
+        raise NNError(f"--ranks: {max(args.ranks)} ranks; at most {MAX_RANKS}")
     if args.epochs < 2:
         raise NNError("--epochs must be >= 2: the first epoch compiles and captures, and is not timed")
     if args.data_dir and not Path(args.data_dir).is_dir():
@@ -121,21 +125,32 @@ def resolve(args) -> Settings:
     except ValueError as e:
         raise NNError(f"--extra-args: {e}") from None
     flags, backend = BACKENDS[args.backend]
-    data = ["--data-dir", str(Path(args.data_dir).resolve())] if args.data_dir else []
-    out = Path(args.out).resolve()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise NNError(f"cannot create --out {out}: {e.strerror or e}") from None
+    data = ["--data-dir", os.path.realpath(args.data_dir)] if args.data_dir else []
+    launch = tuple(launcher(args.mpirun))
+    out = Path(os.path.realpath(args.out))
     return Settings(known[args.network], tuple(sorted(args.ranks)), tuple(args.allreduce), args.epochs,
-                    args.f64_epochs, out, tuple(launcher(args.mpirun)), (*flags, *data), tuple(extra), backend,
+                    args.f64_epochs, out, launch, (*flags, *data), tuple(extra), backend,
                     args.timeout, args.exit_grace, args.time_limit or 0)
+
+
+def claim_outputs(s: Settings, runs: list) -> Path:
+    """Before any run, every file the runs and the summary will write, in --out (created): each is
+    new, or a regular file there from an earlier nn.scaling run (the folder holds its summary).
+    Returns the summary's path."""
+    path = s.out / f"scaling-{s.network.name}.json"
+    earlier = os.path.lexists(path) and files.output_of("python -m nn.scaling")(path)
+    for run in runs:
+        for suffix in (".log", ".json") + ((".npz",) if run.dtype == "float64" else ()):
+            claim("--out", s.out / f"{run.name}{suffix}", (lambda p: True) if earlier else None)
+    claim("--out", path, files.output_of("python -m nn.scaling"))
+    return path
 
 
 def launcher(mpirun=None) -> list[str]:
     """mpirun and its flags: MPICH's Hydra needs none; Open MPI refuses root without --allow-run-as-root."""
     path = (shutil.which(mpirun) if mpirun else
             shutil.which("mpirun") or shutil.which("mpirun", path=str(Path(sys.executable).parent)))
+    path = path and os.path.abspath(path)       # the runs start in the repository, not here
     if not path:
         raise NNError(f"no MPI launcher {mpirun!r}" if mpirun else
                       "no mpirun on PATH or beside this python: pip install mpich, or pass --mpirun PATH")
@@ -441,22 +456,33 @@ def main(argv=None, runner: Runner = run_process) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     about, runs = provenance(argv), plan(s)
-    path = s.out / f"scaling-{s.network.name}.json"
+    try:
+        path = claim_outputs(s, runs)
+    except NNError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     start = time.monotonic()
-    for i, run in enumerate(runs, 1):
-        left = s.time_limit - (time.monotonic() - start) if s.time_limit else s.timeout
-        if left <= 0:
-            run.status, run.reason = "skipped", f"--time-limit {s.time_limit:g} s reached"
-        else:
-            execute(run, s, runner, min(s.timeout, left))
-            if run.dtype == "float64" and run.ranks > 1:
-                compare(run, next(r for r in runs if r.dtype == "float64" and r.ranks == 1), s)
-        print(f"[{i}/{len(runs)}] {run.name}: {run.status}"
-              + (f", {run.ms_per_epoch:.2f} ms/epoch" if run.ms_per_epoch and run.dtype == "float32" else "")
-              + (f", max rel diff {max(run.weight_diff.values()):.2e}" if run.weight_diff else "")
-              + (f", {run.wall_s:g} s" if run.wall_s is not None else "") + (f" ({run.reason})" if run.reason else ""),
-              flush=True)
-        files.write_atomic(path, json.dumps(summary(s, about, runs), indent=1).encode())  # kept after each run
+    try:
+        for i, run in enumerate(runs, 1):
+            left = s.time_limit - (time.monotonic() - start) if s.time_limit else s.timeout
+            if left <= 0:
+                run.status, run.reason = "skipped", f"--time-limit {s.time_limit:g} s reached"
+            else:
+                execute(run, s, runner, min(s.timeout, left))
+                if run.dtype == "float64" and run.ranks > 1:
+                    compare(run, next(r for r in runs if r.dtype == "float64" and r.ranks == 1), s)
+            print(f"[{i}/{len(runs)}] {run.name}: {run.status}"
+                  + (f", {run.ms_per_epoch:.2f} ms/epoch" if run.ms_per_epoch and run.dtype == "float32" else "")
+                  + (f", max rel diff {max(run.weight_diff.values()):.2e}" if run.weight_diff else "")
+                  + (f", {run.wall_s:g} s" if run.wall_s is not None else "") + (f" ({run.reason})" if run.reason else ""),
+                  flush=True)
+            files.write_atomic(path, json.dumps(summary(s, about, runs), indent=1).encode())  # kept after each run
+    except KeyboardInterrupt:      # the runner has ended the run in progress and everything under it
+        print(f"interrupted; the finished runs are in {path}", file=sys.stderr)
+        return 130
+    except files.FileError as e:
+        print(f"error: {path}: cannot be written: {e}", file=sys.stderr)
+        return 2
     print(f"\nsummary {path}; logs {s.out}/{s.network.name}-*.log")
     for run in runs:
         if run.status != "ok":

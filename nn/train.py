@@ -7,6 +7,7 @@
 import argparse
 import contextlib
 import datetime
+import hashlib
 import math
 import os
 import platform
@@ -17,7 +18,8 @@ from dataclasses import asdict, dataclass, fields
 
 # Under mpirun, each rank's BLAS gets its share of this host's cores, not all of them (4 ranks on 2 cores
 # run 8x slower oversubscribed). This must run before NumPy loads, hence above the imports below.
-_LOCAL_RANKS = int(os.environ.get("MPI_LOCALNRANKS") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or 1)
+_LOCAL = os.environ.get("MPI_LOCALNRANKS") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or "1"
+_LOCAL_RANKS = int(_LOCAL) if _LOCAL.isdigit() else 1      # the launcher's to set: ignored if not a count
 if _LOCAL_RANKS > 1:
     for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(_var, str(max(1, (os.cpu_count() or 1) // _LOCAL_RANKS)))
@@ -151,6 +153,8 @@ def resolve(args) -> Config:
         given = getattr(args, f.name)
         values[f.name] = given if given is not None else preset.get(f.name, DEFAULTS[f.name])
     values["hidden"] = tuple(values["hidden"])
+    if len(values["hidden"]) >= checkpoint.MAX_LAYERS:
+        raise NNError(f"--hidden: {len(values['hidden'])} hidden layers; at most {checkpoint.MAX_LAYERS - 1}")
     if args.use_tuned:
         if args.backend not in (None, "cupy"):
             raise NNError(f"--use-tuned runs the autogemm kernels; it cannot be combined with --backend {args.backend}")
@@ -249,6 +253,15 @@ def _setup(cfg, args, backend):
     return ds, sizes, ckpt
 
 
+def _sample_hash(ds) -> str:
+    """A short hash of a sample of the data set: ranks that read different files disagree on it."""
+    digest = hashlib.sha256()
+    for split in (ds.train, ds.val, ds.test):
+        digest.update(np.ascontiguousarray(split.x[::31]).tobytes())
+        digest.update(split.y.tobytes())
+    return digest.hexdigest()[:16]
+
+
 def _check_memory(cfg, sizes, backend):
     """NNError when the network cannot fit: the backend holds the weights, their gradient and a
     batch of activations; the host draws the float64 initial weights (one memory on NumPy)."""
@@ -310,9 +323,11 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
     first = _agreed(dist, setup, lambda rank: rank == 0)
     others = _agreed(dist, setup, lambda rank: rank != 0)
     ds, sizes, ckpt = first or others
-    dist.same_everywhere({"data set sizes": [len(ds.train.y), len(ds.val.y), len(ds.test.y)],
-                          "network": list(sizes), "checkpoint epoch": ckpt.epoch},
-                         "every rank must read the same data set and checkpoint")
+    if dist.size > 1:
+        dist.same_everywhere({"data set sizes": [len(ds.train.y), len(ds.val.y), len(ds.test.y)],
+                              "data set (a hash of every 31st image)": _sample_hash(ds),
+                              "network": list(sizes), "checkpoint epoch": ckpt.epoch},
+                             "every rank must read the same data set and checkpoint")
 
     model = MLP(backend, sizes, cfg.activation, ckpt.params)
     n_train = len(ds.train.y)
@@ -370,7 +385,8 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
                 loss = float(dist.sum(backend.to_numpy(step.loss_sum))[0]) / n_train + model.reg_term(cfg.reg)
                 if dist.any_rank(not (math.isfinite(loss) and model.finite())):
                     raise RanksFailed(f"training diverged in epoch {epoch} (loss {loss:g}, or weights no longer "
-                                      f"finite); try a smaller --lr than {cfg.lr:g}; {hint.say(command=False)}")
+                                      f"finite); try a smaller --lr (now {cfg.lr:g}) or --reg (now {cfg.reg:g}); "
+                                      f"{hint.say(command=False)}")
                 val = _accuracy(model, ds.val, dist, backend)
                 eval_ms = (time.perf_counter() - start) * 1e3
                 phases = {} if epoch_pass.graphed else timer.totals_ms()
@@ -438,8 +454,9 @@ def _environment(backend, dist) -> dict:
 
 # ---------------------------------------------------------------- entry point
 
-# Settings every rank must share (the run log's path differs by design: it holds the process id).
-_PER_RANK = ("log", "no_log", "quiet")
+# Settings ranks may differ in: the run log's path holds the process id, and each host may keep the
+# data set in a folder of its own (the data itself is compared, by a hash).
+_PER_RANK = ("log", "no_log", "quiet", "data_dir")
 
 
 def _parse(argv):
@@ -457,7 +474,7 @@ def main(argv=None) -> int:
     with Interrupt(always_deferred=dist.size > 1) as interrupt:
         try:
             args, cfg = _agreed(dist, lambda: _parse(argv))
-            dist.same_everywhere({**asdict(cfg), **{k: v for k, v in vars(args).items() if k not in _PER_RANK}},
+            dist.same_everywhere({k: v for k, v in {**asdict(cfg), **vars(args)}.items() if k not in _PER_RANK},
                                  "start every rank with the same flags")
             if args.use_tuned and cfg.backend == "numpy":
                 print0("--use-tuned: no CUDA device (or no GPU backend) here; falling back to the NumPy backend",

@@ -149,7 +149,7 @@ def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(capsys, fake_d
     from nn import mlp
 
     err = fail(capsys, fake_dir, "--epochs", 2, "--lr", "1e300", "--checkpoint", tmp_path / "nan.npz", "--no-log")
-    assert "diverged in epoch 1 (loss nan" in err and "try a smaller --lr than 1e+300" in err
+    assert "diverged in epoch 1 (loss nan" in err and "try a smaller --lr (now 1e+300) or --reg (now 0.0001)" in err
     assert not (tmp_path / "nan.npz").exists()
     calls = []
     monkeypatch.setattr(mlp.MLP, "finite", lambda self: calls.append(1) or len(calls) < 2)   # epoch 2 diverges

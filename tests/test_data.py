@@ -388,3 +388,52 @@ def test_cli_reports_sizes(fake_dir):
     result = run_cli("--dataset", "mnist", "--data-dir", str(fake_dir))
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"mnist: {fake_dir} (train 100, val 6000, test 50)\n"
+
+
+def test_a_data_set_without_test_images_is_one_line(tmp_path):
+    write_dataset(tmp_path, n_train=6_010, n_test=0)
+    with pytest.raises(DataError, match="holds no test images"):
+        load_dataset("mnist", tmp_path)
+
+
+def test_mnist_dir_names_the_data_set_and_must_hold_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("MNIST_DIR", str(tmp_path / "nowhere"))
+    with pytest.raises(DataError, match=f"MNIST_DIR={tmp_path / 'nowhere'} lacks train-images"):
+        locate("mnist")
+
+
+def test_an_unknown_user_in_a_path_is_left_as_written(tmp_path, monkeypatch):
+    """As a shell leaves ~nouser: a folder of that name (here, missing), not a traceback."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AUTOGEMM_CACHE", "~no-such-user-here")
+    monkeypatch.setenv("AUTOGEMM_DATA_MIRROR", "http://127.0.0.1:9/")
+    with pytest.raises(DataError, match="put .* in ~no-such-user-here/data/mnist"):
+        locate("mnist")
+    with pytest.raises(DataError, match="data: ~no-such-user-here/x lacks"):
+        locate("mnist", "~no-such-user-here/x")
+
+
+def test_a_mirror_must_be_http(monkeypatch, tmp_path):
+    monkeypatch.setenv("AUTOGEMM_DATA_MIRROR", f"file://{tmp_path}/")
+    with pytest.raises(DataError, match="AUTOGEMM_DATA_MIRROR='file://.*' is not an http:// or https:// address"):
+        locate("mnist")
+
+
+def test_a_download_that_never_ends_is_cut_off(tmp_path, monkeypatch):
+    """A server that sends more than any file of the data set (here /dev/zero's worth)."""
+    class Endless:
+        def read(self, n):
+            return bytes(n)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(data.urllib.request, "urlopen", lambda url, timeout: Endless())
+    monkeypatch.setattr(data, "MAX_DOWNLOAD_BYTES", 8 << 20)
+    monkeypatch.setenv("AUTOGEMM_DATA_MIRROR", "http://127.0.0.1:9/")
+    with pytest.raises(DataError, match="more than 8 MiB, larger than any file of the data set"):
+        locate("mnist")
+    assert os.listdir(tmp_path / "cache" / "data" / "mnist") == []          # no .part left

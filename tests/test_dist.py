@@ -125,6 +125,19 @@ def test_ranks_started_with_different_flags_stop_at_once(tmp_path, fake_dir, fla
 
 
 @needs_mpi
+def test_ranks_that_read_different_data_stop_at_once(tmp_path, fake_dir):
+    """Same sizes, other pixels: the ranks would train on different images, silently."""
+    other = write_dataset(tmp_path / "other", n_train=6_100, n_test=40, seed=1)
+    common = [sys.executable, "-m", "nn.train", "--dataset", "mnist", "--epochs", "1", "--no-log", "--quiet"]
+    result = subprocess.run([MPIRUN, "-n", "1", *common, "--data-dir", str(fake_dir), ":",
+                             "-n", "1", *common, "--data-dir", str(other)],
+                            cwd=tmp_path, env=env(tmp_path), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("error: rank 1 of 2 has data set (a hash of every 31st image) ")
+    assert result.stderr.endswith("; every rank must read the same data set and checkpoint\n")
+
+
+@needs_mpi
 def test_an_error_every_rank_sees_is_said_once_without_a_rank(tmp_path):
     result = run_train(tmp_path, "--batch", "0", ranks=4, timeout=60)
     assert result.returncode == 2 and result.stderr == "error: argument --batch: 0 must be > 0\n"

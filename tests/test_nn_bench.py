@@ -43,7 +43,8 @@ def test_numpy_run_writes_json(tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["--networks", "nope"], "--networks: unknown nope"),
-    (["--backends", "cupy-fast"], "--backends: unknown cupy-fast"),
+    (["--backends", "cupy-fast"], "--backends: unknown 'cupy-fast'"),
+    (["--backends", ""], "--backends: unknown ''"),
     (["--epochs", "0"], "--epochs must be >= 1"),
     (["--epochs", "x"], "argument --epochs: invalid int value: 'x'"),
 ])

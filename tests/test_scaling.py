@@ -322,3 +322,29 @@ def test_run_process_ends_ranks_hung_at_exit_under_mpirun(tmp_path, monkeypatch)
     outcome = run_process([MPIRUN, "-n", "2", *python(code)], tmp_path / "out.log", 30, (tmp_path / "done").exists, 0.5)
     assert outcome.killed == "no exit 0.5 s after its log was complete" and outcome.wall_s < 10
     assert not any(scaling._running(int((tmp_path / f"pid{rank}").read_text())) for rank in (0, 1))
+
+
+def test_out_files_of_another_kind_are_refused_before_any_run_and_its_own_are_replaced(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "cme213-f32-r1.log").write_text("my notes")
+    runner = FakeRunner({})
+    assert main(["--mpirun", fake_mpirun(tmp_path), "--out", str(out)], runner=runner) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --out {out / 'cme213-f32-r1.log'}: cannot be written: exists\n" and not runner.calls
+    assert (out / "cme213-f32-r1.log").read_text() == "my notes"
+    (out / "cme213-f32-r1.log").unlink()
+    assert scaling_run(tmp_path, capsys, {})[0] == 0
+    assert scaling_run(tmp_path, capsys, {})[0] == 0           # an earlier run's files: replaced
+    (out / "cme213-f64-r2-mpi.log").unlink()
+    os.mkfifo(out / "cme213-f64-r2-mpi.log")
+    assert main(["--mpirun", fake_mpirun(tmp_path), "--out", str(out)], runner=FakeRunner({})) == 2
+    assert "cme213-f64-r2-mpi.log: cannot be written: exists and cannot be read back (a FIFO" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--ranks", "1,100000"], "--ranks: 100000 ranks; at most 1024"),
+])
+def test_more_bad_arguments(tmp_path, capsys, argv, message):
+    assert main(["--mpirun", fake_mpirun(tmp_path), "--out", str(tmp_path / "out"), *argv], runner=FakeRunner({})) == 2
+    assert capsys.readouterr().err == f"error: {message}\n"

@@ -83,6 +83,8 @@ def test_default_log_goes_to_runs(tmp_path, fake_dir):
     (["--dataset", "mnist"], "mnist is not on this machine"),
     (["--preset", "cme213", "--grading-mode", "1"], "not allowed with argument"),
     (["--log", "a.json", "--no-log"], "contradict"),
+    (["--hidden", *["4"] * 1100], "--hidden: 1100 hidden layers; at most 1023"),
+    (["--hidden", "٣"], "--hidden: '٣' is not an integer"),
 ])
 def test_bad_input_is_one_line_error(tmp_path, args, words):
     result = run_train(tmp_path, *args)
@@ -153,6 +155,13 @@ def test_a_network_too_large_for_memory_is_one_line(tmp_path, fake_dir):
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert "the network 784-100000000000-10 in float32 with batch 800 needs about" in result.stderr
     assert "PB of host memory" in result.stderr and "choose a smaller --hidden or --batch" in result.stderr
+
+
+def test_a_launcher_variable_that_is_not_a_count_is_ignored(tmp_path, fake_dir):
+    result = subprocess.run([sys.executable, "-m", "nn.train", *fake_run(fake_dir, "--epochs", 1, "--no-log")],
+                            cwd=tmp_path, env={**env(tmp_path), "MPI_LOCALNRANKS": "abc"}, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
 
 
 def test_any_non_negative_seed_is_a_seed():

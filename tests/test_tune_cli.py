@@ -52,6 +52,9 @@ def test_tune_without_a_gpu_is_a_one_line_error(tmp_path):
     (["--seed", "99999999999999999999999"], "argument --seed: 99999999999999999999999 is over"),
     (["--seed", "-1"], "argument --seed: -1 must be >= 0"),
     (["--ranks", "1,100000"], "argument --ranks: 100000 is over 1024"),
+    (["--shapes", "٦٤x64x64"], "--shapes: '٦٤x64x64' is not MxNxK[:op]"),
+    (["--fix", "bm=64", "--fix", "bm=32"], "--fix bm is given twice"),
+    (["--stale", "--shapes", "64x64x64"], "--stale tunes the stale records of the tuned file; it takes no --shapes"),
 ])
 def test_tune_argument_errors(args, message):
     one_line_error(autogemm("tune", *args), message)
@@ -245,6 +248,15 @@ def test_the_python_api_without_cupy_says_what_to_install():
                  lambda: ag.bias_activation(x, x[0], "relu")):
         with pytest.raises(ag.AutogemmError, match=r"^no CUDA: CuPy is not installed.*pip install 'autogemm\[cuda13\]'"):
             call()
+
+
+def test_a_tuned_file_of_another_gpu_is_refused_before_tuning(fake_gpu, tmp_path, capsys):
+    path = write_store(tmp_path, [record()])
+    edit(path, lambda d: d["meta"].update(gpu="NVIDIA H200"))
+    assert cli.main(["tune", "--shapes", "64x64x64", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"error: {path}: holds results for NVIDIA H200, not this GPU "
+                                       f"({H100.name}); choose another --out\n")
+    assert not fake_gpu                                          # nothing was measured
 
 
 def test_tune_fix_searches_only_those_choices(fake_gpu, tmp_path, capsys):
