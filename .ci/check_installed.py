@@ -8,10 +8,10 @@ from pathlib import Path
 
 import autogemm
 import kernels
-from autogemm import locations
-from autogemm.device import H100
-from autogemm.family import FAMILIES, family
-from autogemm.keys import arity, make_key, ops, problem_of
+from autogemm.runtime.device import H100
+from autogemm.runtime.family import FAMILIES, family
+from autogemm.store import locations
+from autogemm.store.keys import arity, make_key, ops, problem_of
 
 
 def main(checkout: Path) -> int:

@@ -3,14 +3,24 @@
     import autogemm
     d = autogemm.gemm(a, b, trans_b=True, epilogue="bias_sigmoid", bias=b1)
 
-CuPy is imported lazily: the templates, spaces and CLI work on machines without a GPU.
+CuPy is imported lazily: the templates, spaces and CLI work on machines without a GPU. The layers
+below this package's public names (runtime, store, ops, tuning, cli) are described in
+docs/ARCHITECTURE.md; a user of autogemm (nn, the trainer, is one) needs only the names here.
 """
-from autogemm.elementwise import (activation_grad, bias_activation, column_sums, elementwise,
-                                  linear_xent, sgd_update, softmax_xent)
-from autogemm.errors import AutogemmError, BadArguments, CompileError, InvalidConfig
-from autogemm.gemm import gemm
+from autogemm import files
+from autogemm.errors import AutogemmError, BadArguments, CompileError, InvalidConfig, StoreError
+from autogemm.ops.elementwise import (activation_grad, bias_activation, column_sums, elementwise, linear_xent,
+                                      sgd_update, softmax_xent)
+from autogemm.ops.gemm import GemmCall, gemm, plan_gemm
+from autogemm.store.locations import cache_dir
+from kernels.linear_xent import MAX_CLASSES as LINEAR_XENT_MAX_CLASSES
 
 __all__ = [
-    "gemm", "elementwise", "bias_activation", "activation_grad", "sgd_update", "softmax_xent",
-    "linear_xent", "column_sums", "AutogemmError", "BadArguments", "CompileError", "InvalidConfig",
+    # the operations
+    "gemm", "plan_gemm", "GemmCall", "elementwise", "bias_activation", "activation_grad", "sgd_update",
+    "softmax_xent", "linear_xent", "LINEAR_XENT_MAX_CLASSES", "column_sums",
+    # errors: every one is a one-line message for the user
+    "AutogemmError", "BadArguments", "CompileError", "InvalidConfig", "StoreError",
+    # the user's files: read only if regular, written atomically; and autogemm's cache folder
+    "files", "cache_dir",
 ]

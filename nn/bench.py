@@ -17,8 +17,8 @@ from nn.backends import cuda_available, get_backend
 from nn.data import load_dataset
 from nn.dist import rank_rows
 from nn.errors import ArgumentParser, NNError, exit_status
-from nn.outputs import claim, claim_json, write_json
 from nn.mlp import MLP, Epoch, Step, init_params
+from nn.outputs import claim, claim_json, write_json
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autogemm import files, locations
+from autogemm import cache_dir, files
 from nn.errors import ArgumentParser, NNError, exit_status
 
 
@@ -225,7 +225,7 @@ def _header(path: Path, stream) -> tuple[int, ...]:
 
 def _advice(path: Path) -> str:
     """What to do about a damaged file: fetch it again where autogemm downloaded it, else replace it."""
-    cache = Path(os.path.realpath(locations.cache_dir() / "data"))
+    cache = Path(os.path.realpath(cache_dir() / "data"))
     if cache in Path(os.path.realpath(path)).parents:
         return "delete it and run again to re-download"
     return "replace it with an intact copy"
@@ -270,7 +270,7 @@ def _search_dirs(name: str) -> list[Path]:
     dirs = [files.expand(env["AUTOGEMM_DATA_DIR"]) / name] if env.get("AUTOGEMM_DATA_DIR") else []
     if name in SYSTEM_DIRS:
         dirs.append(SYSTEM_DIRS[name])
-    return dirs + [locations.cache_dir() / "data" / name]
+    return dirs + [cache_dir() / "data" / name]
 
 
 def _find(directory: Path, stem: str) -> Path | None:

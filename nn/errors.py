@@ -20,7 +20,7 @@ class ArgumentParser(argparse.ArgumentParser):
 def exit_status(command) -> int:
     """Run `command()`, a command's body: 0, or one line on stderr and 2 for a bad input
     (``error: ...``: NNError, autogemm's errors, a file that cannot be written) or 130 for Ctrl-C."""
-    from autogemm.errors import AutogemmError
+    from autogemm import AutogemmError
 
     try:
         command()

@@ -17,8 +17,8 @@ import numpy as np
 
 from nn.bench import BACKEND_NAMES, available_backends, make_backend, networks
 from nn.errors import ArgumentParser, NNError, exit_status
-from nn.outputs import claim_json, write_json
 from nn.mlp import MLP, Step, init_params
+from nn.outputs import claim_json, write_json
 
 OPERATIONS = ("gemm", "linear_xent", "softmax_xent", "column_sums", "sgd_update")
 

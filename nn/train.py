@@ -26,13 +26,13 @@ if _LOCAL_RANKS > 1:
 
 import numpy as np
 
-from autogemm.errors import AutogemmError
+from autogemm import AutogemmError
 from nn import checkpoint
 from nn.backends import ACTIVATIONS, BACKENDS, DTYPES, cuda_available, get_backend
 from nn.backends.base import host_free_bytes
 from nn.data import DATASETS, SCALES, load_dataset
-from nn.dist import (Dist, Interrupt, Interrupted, NcclAllreduce, RanksFailed, maybe_init_dist, nccl_usable,
-                     print0, rank_rows, split_sizes)
+from nn.dist import (Dist, Interrupt, Interrupted, NcclAllreduce, RanksFailed, maybe_init_dist, nccl_usable, print0,
+                     rank_rows, split_sizes)
 from nn.errors import ArgumentParser, NNError
 from nn.mlp import INITS, MLP, Epoch, Step, bytes_needed, init_params, param_count
 from nn.outputs import Outputs, ResumeHint
@@ -193,7 +193,8 @@ class Progress:
     def __init__(self, enabled):
         self.bar = None
         if enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as Bar
 
             self.bar = Bar(TextColumn("epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
                            TimeElapsedColumn(), transient=True)

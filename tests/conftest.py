@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-import autogemm.render
+import autogemm.runtime.render
 
 
 @functools.cache
@@ -32,16 +32,16 @@ def edit_template(tmp_path, monkeypatch):
     kernels/<name>; autogemm hashes the copies of every template instead of kernels/ for the test."""
     folder = tmp_path / "kernels"
     folder.mkdir()
-    for path in autogemm.render.TEMPLATE_DIR.glob("*.j2"):
+    for path in autogemm.runtime.render.TEMPLATE_DIR.glob("*.j2"):
         shutil.copy(path, folder)
-    monkeypatch.setattr(autogemm.render, "TEMPLATE_DIR", folder)
-    autogemm.render.code_hash.cache_clear()
+    monkeypatch.setattr(autogemm.runtime.render, "TEMPLATE_DIR", folder)
+    autogemm.runtime.render.code_hash.cache_clear()
 
     def edit(name: str, old: str, new: str):
         text = (folder / name).read_text()
         assert old in text, (name, old)
         (folder / name).write_text(text.replace(old, new))
-        autogemm.render.code_hash.cache_clear()
+        autogemm.runtime.render.code_hash.cache_clear()
 
     yield edit
-    autogemm.render.code_hash.cache_clear()
+    autogemm.runtime.render.code_hash.cache_clear()

@@ -74,7 +74,7 @@ def translate_ptx(source: str) -> str:
 
 @dataclass
 class Launch:
-    instance: object      # autogemm.family.Instance
+    instance: object      # autogemm.runtime.family.Instance
     args: list
 
 

@@ -3,11 +3,11 @@ import json
 import math
 from pathlib import Path
 
-from autogemm.device import H100
-from autogemm.family import Config, family
-from autogemm.keys import make_key
-from autogemm.store import Meta, Record, file_for, save
-from autogemm.timing import Timing
+from autogemm.runtime.device import H100
+from autogemm.runtime.family import Config, family
+from autogemm.store.keys import make_key
+from autogemm.store.records import Meta, Record, file_for, save
+from autogemm.tuning.timing import Timing
 
 SOFTWARE = {"driver": "13.0", "cuda_runtime": "13.2", "cupy": "14.2.0"}
 GEMM = dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=4, copy="regs", stages=2, split_k=1, pad=4, math="fma")

@@ -3,8 +3,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import cuda_available
+
 from nn.backends import get_backend
 from nn.backends.cupy_backend import gpu_for_rank, local_rank
 from nn.errors import NNError

@@ -87,11 +87,11 @@ def test_column_sums(rows, cols, dtype):
                                       ((37, 3, 33), "sigmoid"), ((800, 10, 784), "-"), ((1, 32, 4096), "relu")])
 def test_linear_xent_every_sampled_config_matches_float64(shape, op, dtype):
     """Logits, G, G_in and the loss of the default and 12 random configs, within the float64
-    reference's bounds (autogemm.measure), outputs poisoned before every run."""
-    from autogemm.device import this_device
-    from autogemm.family import family
-    from autogemm.keys import make_key
-    from autogemm.measure import measure_for
+    reference's bounds (autogemm.tuning.measure), outputs poisoned before every run."""
+    from autogemm.runtime.device import this_device
+    from autogemm.runtime.family import family
+    from autogemm.store.keys import make_key
+    from autogemm.tuning.measure import measure_for
 
     key = make_key("linear_xent", shape, op, dtype)
     device = this_device()

@@ -1,4 +1,4 @@
-"""Kernel spaces and their checks (autogemm.family, kernels/*.py): configs that cannot run are
+"""Kernel spaces and their checks (autogemm.runtime.family, kernels/*.py): configs that cannot run are
 rejected, nothing but declared values reaches the source, instances are named from their values."""
 import dataclasses
 import hashlib
@@ -8,11 +8,12 @@ import re
 import jinja2
 import pytest
 
-import autogemm.render
-from autogemm.device import H100
+import autogemm.runtime.render
 from autogemm.errors import InvalidConfig
-from autogemm.family import FAMILIES, family, prepare
-from autogemm.shapes import mlp_shapes
+from autogemm.ops.kernels import kernel
+from autogemm.runtime.device import H100
+from autogemm.runtime.family import FAMILIES, family
+from autogemm.tuning.targets import mlp_shapes
 from kernels import ceil_div, colsum, elementwise, gemm, linear_xent, softmax_xent
 
 GEMM = family("gemm")
@@ -221,16 +222,16 @@ def test_hostile_values_never_reach_the_source(name):
         with pytest.raises(InvalidConfig):
             fam.config({**valid, key: hostile})
         with pytest.raises(InvalidConfig):
-            prepare(name, problem, {**valid, key: hostile}, H100)
+            kernel(name, problem, {**valid, key: hostile}, H100)
     with pytest.raises(InvalidConfig, match="unknown"):
         fam.config({**valid, HOSTILE[0]: 1})
-    source = prepare(name, problem, valid, H100).source
+    source = kernel(name, problem, valid, H100).source
     assert not any(text in source for text in HOSTILE + ("{{", "{%", "evil"))
 
 
 def test_render_refuses_missing_values():
     with pytest.raises(jinja2.UndefinedError):
-        autogemm.render.render(gemm.TEMPLATE, name="gemm_incomplete")
+        autogemm.runtime.render.render(gemm.TEMPLATE, name="gemm_incomplete")
 
 
 # ---- problems ----------------------------------------------------------------------------------
@@ -344,14 +345,14 @@ def test_a_familys_sources_hold_every_template_they_include(name):
         sources = fam.sources(dict(zip(names, values)))
         assert sources[0] == fam.module.TEMPLATE
         for source in sources:
-            text = (autogemm.render.TEMPLATE_DIR / source).read_text()
+            text = (autogemm.runtime.render.TEMPLATE_DIR / source).read_text()
             included = re.findall(r'\{%-?\s*(?:include|import|from|extends)\s+"([^"]+)"\s*(?:-?%\}|as |import |with)',
                                   text)
             assert set(included) <= set(sources), (source, included)
 
 
 def test_code_of_keeps_strings_and_jinja_division():
-    code = autogemm.render.code_of('a = "http://x"; // note\n\n{{ n // 2 }} // half\n  // only a comment\n{# gone #}b;\n')
+    code = autogemm.runtime.render.code_of('a = "http://x"; // note\n\n{{ n // 2 }} // half\n  // only a comment\n{# gone #}b;\n')
     assert code == 'a = "http://x";\n{{ n // 2 }}\nb;'
 
 
@@ -373,5 +374,5 @@ def test_each_math_paths_rendered_code_is_pinned(math):
     for i, (values, dtype, (ta, tb), shape) in enumerate(itertools.product(
             PINNED[math], dtypes, itertools.product((False, True), repeat=2), ((1024, 1024, 1024), (800, 1000, 784)))):
         problem = gemm.Problem.contiguous(*shape, dtype, ta, tb, epilogue=next(epilogues), use_c=i % 2 == 1)
-        digest.update(autogemm.render.code_of(GEMM.instance(GEMM.config(values), problem).source).encode())
+        digest.update(autogemm.runtime.render.code_of(GEMM.instance(GEMM.config(values), problem).source).encode())
     assert digest.hexdigest()[:16] == RENDERED[math]

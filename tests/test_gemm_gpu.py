@@ -4,9 +4,9 @@ import itertools
 import numpy as np
 import pytest
 
-from autogemm.device import H100
-from autogemm.family import family
-from autogemm.verify import compare, reference_gemm
+from autogemm.runtime.device import H100
+from autogemm.runtime.family import family
+from autogemm.tuning.verify import compare, reference_gemm
 from kernels.gemm import EPILOGUES, Problem
 
 pytestmark = pytest.mark.gpu

@@ -14,8 +14,8 @@ from typing import NamedTuple
 
 import pytest
 
-from autogemm.device import H100
-from autogemm.family import family
+from autogemm.runtime.device import H100
+from autogemm.runtime.family import family
 from kernels import elementwise, gemm, linear_xent
 
 NVCC = shutil.which("nvcc")

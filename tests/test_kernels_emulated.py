@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autogemm.device import H100
-from autogemm.family import family
-from autogemm.verify import compare, reference_linear_xent
+from autogemm.runtime.device import H100
+from autogemm.runtime.family import family
+from autogemm.tuning.verify import compare, reference_linear_xent
 from emulated import GXX, Launch, run
 from kernels import linear_xent
 
@@ -103,11 +103,11 @@ GEMMS = [
 def gemm_launches(monkeypatch, cases) -> list:
     """(launch, D, (value, magnitude), K, dtype) for each config of each case (M, N, K, dtype,
     trans_a, trans_b, epilogue, use_c, configs: problem -> [Config]); the arguments are
-    autogemm.gemm.launch_args's, with NumPy scratch in place of CuPy's."""
-    from autogemm.verify import reference_gemm
+    autogemm.ops.gemm.launch_args's, with NumPy scratch in place of CuPy's."""
+    from autogemm.tuning.verify import reference_gemm
     from kernels import gemm
 
-    entry = importlib.import_module("autogemm.gemm")           # the package's `gemm` is the function
+    entry = importlib.import_module("autogemm.ops.gemm")           # the package's `gemm` is the function
     monkeypatch.setattr(entry, "_scratch_buffer", lambda kind, dtype, size: np.zeros(size, dtype))
     rng, out = np.random.default_rng(7), []
     for m, n, k, dtype, ta, tb, epilogue, use_c, configs in cases:
@@ -168,7 +168,7 @@ def tuned_gemm_cases() -> list:
     """One case per distinct (op, dtype, config) of the GEMM records in tuned/: the record's config
     on its op, sizes cut to about 1.5 tiles (ragged) and two BK steps per split-K slice (one short),
     with the epilogue the trainer gives that op (Z: bias + sigmoid, dA: sigma', dW: in place)."""
-    from autogemm.store import load
+    from autogemm.store.records import load
 
     cases = {}
     for path in sorted((Path(__file__).parents[1] / "tuned").glob("*.json")):
@@ -193,7 +193,7 @@ def test_every_tuned_gemm_config_on_the_cpu(tmp_path, monkeypatch):
 
 # ---- the naive GEMM and the small families -----------------------------------------------------
 def test_gemm_naive_every_op_and_epilogue_on_the_cpu(tmp_path):
-    from autogemm.verify import reference_gemm
+    from autogemm.tuning.verify import reference_gemm
     from kernels import gemm
 
     fam, rng, cases = family("gemm_naive"), np.random.default_rng(0), []
@@ -260,7 +260,7 @@ def test_softmax_xent_colsum_and_elementwise_on_the_cpu(tmp_path):
 
 def test_autogemm_linear_xent_binds_the_arguments_its_kernel_takes(tmp_path, monkeypatch):
     """The entry point with NumPy arrays standing in for CuPy's: its launch, run on the CPU, is right."""
-    entry = importlib.import_module("autogemm.elementwise")    # the package's `elementwise` is the function
+    entry = importlib.import_module("autogemm.ops.elementwise")    # the package's `elementwise` is the function
     launched = []
     monkeypatch.setattr(entry, "_contiguous", lambda x, what: x)
     monkeypatch.setattr(entry, "_aligned", lambda *arrays: 4)

@@ -1,16 +1,17 @@
-"""autogemm.lookup: exact record, nearest usable record, default; stale and corrupted files."""
+"""autogemm.store.lookup: exact record, nearest usable record, default; stale and corrupted files."""
 import logging
 import os
 from pathlib import Path
 
 import pytest
 
-from autogemm import locations, lookup
-from autogemm.device import H100
 from autogemm.errors import StoreError
-from autogemm.family import family, prepare
-from autogemm.keys import distance, key_of, make_key, problem_of
-from autogemm.store import file_for
+from autogemm.ops.kernels import kernel
+from autogemm.runtime.device import H100
+from autogemm.runtime.family import family
+from autogemm.store import locations, lookup
+from autogemm.store.keys import distance, key_of, make_key, problem_of
+from autogemm.store.records import file_for
 from fake_tuned import GEMM, edit, record, write_store
 from kernels.gemm import Problem
 
@@ -186,13 +187,13 @@ def test_the_choice_is_logged_once_per_shape(tuned, caplog):
     assert "800x1000x400:nt float32: tuned for 800x1000x784 (nearest" in lines[1]
 
 
-def test_prepare_uses_the_store_and_caches_the_choice(tuned):
+def test_kernel_uses_the_store_and_caches_the_choice(tuned):
     write_store(tuned, [record(config=dict(GEMM, split_k=3))])
     problem = gemm_problem(800, 1000, 784)
-    inst = prepare("gemm", problem, None, H100)
+    inst = kernel("gemm", problem, None, H100)
     assert inst.config["split_k"] == 3 and "_sk3_" in inst.name
-    assert prepare("gemm", problem, None, H100) is inst                  # one dict lookup
-    assert prepare("gemm", problem, dict(GEMM), H100).config["split_k"] == 1   # config= wins
+    assert kernel("gemm", problem, None, H100) is inst                  # one dict lookup
+    assert kernel("gemm", problem, dict(GEMM), H100).config["split_k"] == 1   # config= wins
 
 
 def test_a_changed_file_is_read_again_for_new_shapes(tuned):
@@ -211,7 +212,7 @@ def test_a_bad_store_raises_from_gemm_planning_not_a_silent_default(tuned, chang
     path = write_store(tuned, [record()])
     edit(path, change)
     with pytest.raises(StoreError, match=expected.replace("(", r"\(").replace(")", r"\)")):
-        prepare("gemm", gemm_problem(800, 1000, 784), None, H100)
+        kernel("gemm", gemm_problem(800, 1000, 784), None, H100)
     path.write_text("{")
     lookup.reload()
     with pytest.raises(StoreError, match="not valid JSON"):

@@ -1,4 +1,4 @@
-"""autogemm.search with an injected measure: constraints before compiling, failures, noise, re-timing,
+"""autogemm.tuning.search with an injected measure: constraints before compiling, failures, noise, re-timing,
 exhaustive small spaces, and studies that resume."""
 import random
 import time
@@ -7,10 +7,10 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autogemm.device import H100
-from autogemm.family import Config, family
-from autogemm.keys import make_key, problem_of
-from autogemm.search import JournalFileBackend, SearchError, Settings, neighbours, tune
+from autogemm.runtime.device import H100
+from autogemm.runtime.family import Config, family
+from autogemm.store.keys import make_key, problem_of
+from autogemm.tuning.search import JournalFileBackend, SearchError, Settings, neighbours, tune
 from fake_tuned import GEMM, FakeMeasure, gemm_model
 
 GEMM_FAM = family("gemm")

@@ -1,10 +1,11 @@
-"""GPU: short real tuning runs, stored in a temporary tuned/ folder and then used by autogemm.gemm."""
+"""GPU: short real tuning runs, stored in a temporary tuned/ folder and then used by autogemm.ops.gemm."""
 import numpy as np
 import pytest
 
-from autogemm import cli, locations, lookup
-from autogemm.store import file_for, load
-from autogemm.verify import compare, reference_gemm
+from autogemm import cli
+from autogemm.store import locations, lookup
+from autogemm.store.records import file_for, load
+from autogemm.tuning.verify import compare, reference_gemm
 
 pytestmark = pytest.mark.gpu
 
@@ -22,8 +23,8 @@ def test_two_gemm_shapes_are_tuned_stored_and_used(folders, capsys):
     import cupy
 
     import autogemm
-    from autogemm.device import this_device
-    from autogemm.gemm import plan_gemm
+    from autogemm.ops.gemm import plan_gemm
+    from autogemm.runtime.device import this_device
 
     status = cli.main(["tune", "--shapes", "800x1000x784:nt,800x10x1000:nt", "--trials", "12", "--timeout", "60"])
     printed = capsys.readouterr()
@@ -58,7 +59,7 @@ def test_the_other_families_tune_against_numpy(folders, capsys):
     status = cli.main(["tune", "--shapes", "nn", "--hidden", "16", "--batch", "64", "--train-size", "96",
                        "--families", "elementwise,linear_xent,colsum", "--trials", "6", "--ranks", "1,2"])
     assert status == 0, capsys.readouterr().err
-    from autogemm.device import this_device
+    from autogemm.runtime.device import this_device
 
     records = load(file_for(folders / "tuned", this_device())).records.values()
     assert {r.key.family for r in records} == {"elementwise", "linear_xent", "colsum"}

@@ -1,8 +1,8 @@
-"""autogemm.shapes: the MLP's GEMMs and the `MxNxK[:op]` lists of --shapes."""
+"""autogemm.tuning.targets: the MLP's GEMMs and the `MxNxK[:op]` lists of --shapes."""
 import pytest
 
 from autogemm.errors import AutogemmError
-from autogemm.shapes import Shape, mlp_shapes, parse_shapes
+from autogemm.tuning.targets import Shape, mlp_shapes, parse_shapes
 
 
 def test_nn_is_the_mlp_training_step_in_order():

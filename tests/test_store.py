@@ -1,14 +1,14 @@
-"""autogemm.store: round trip, merge, atomic writes, and files that are corrupted or hostile."""
+"""autogemm.store.records: round trip, merge, atomic writes, and files that are corrupted or hostile."""
 import json
 import os
 
 import pytest
 
-from autogemm import store
-from autogemm.device import H100
 from autogemm.errors import StoreError
-from autogemm.family import family
-from autogemm.store import file_for, load, save
+from autogemm.runtime.device import H100
+from autogemm.runtime.family import family
+from autogemm.store import records as store
+from autogemm.store.records import file_for, load, save
 from fake_tuned import GEMM, TF32X3, edit, meta, record, write_store
 
 

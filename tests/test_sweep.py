@@ -1,15 +1,15 @@
-"""autogemm.sweep and `autogemm sweep`: a restricted space measured whole, the search on the same
+"""autogemm.tuning.sweep and `autogemm sweep`: a restricted space measured whole, the search on the same
 space, and both re-timed together; with the GPU replaced by a fake measure."""
 import pytest
+from test_tune_cli import autogemm, one_line_error
 
-from autogemm.device import H100
 from autogemm.errors import InvalidConfig
-from autogemm.family import family
-from autogemm.search import SearchError, Settings
-from autogemm.sweep import sweep
+from autogemm.runtime.device import H100
+from autogemm.runtime.family import family
+from autogemm.tuning.search import SearchError, Settings
+from autogemm.tuning.sweep import sweep
 from fake_tuned import FakeMeasure
 from kernels.gemm import PARAMS, Problem
-from test_tune_cli import autogemm, one_line_error
 
 PROBLEM = Problem.contiguous(800, 1000, 784, "float32", False, True)
 SPACE = dict(copy=("async",), stages=(3,), vec=(4,), pad=(4,), split_k=(1, 2), bk=(16,), bm=(64, 128),

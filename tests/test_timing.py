@@ -1,5 +1,5 @@
-"""autogemm.timing on the CPU: Timing's arithmetic and the interleaved comparison (fake timer)."""
-from autogemm.timing import Timing, quantile, time_interleaved
+"""autogemm.tuning.timing on the CPU: Timing's arithmetic and the interleaved comparison (fake timer)."""
+from autogemm.tuning.timing import Timing, quantile, time_interleaved
 
 
 def test_timing_spread_and_gflops():

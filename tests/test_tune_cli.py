@@ -8,10 +8,11 @@ import sys
 
 import pytest
 
-from autogemm import cli, locations
-from autogemm.device import H100
-from autogemm.store import file_for, load
-from autogemm.family import Config
+from autogemm import cli
+from autogemm.runtime.device import H100
+from autogemm.runtime.family import Config
+from autogemm.store import locations
+from autogemm.store.records import file_for, load
 from fake_tuned import GEMM, SOFTWARE, FakeMeasure, edit, record, write_store
 
 
@@ -124,7 +125,7 @@ def test_show_by_default_shows_the_user_store_then_the_shipped_results(store):
 
 
 def test_show_without_any_tuned_file_says_how_to_tune(tmp_path):
-    proc = subprocess.run([sys.executable, "-c", "import sys, autogemm.locations as l, autogemm.cli as c; "
+    proc = subprocess.run([sys.executable, "-c", "import sys, autogemm.store.locations as l, autogemm.cli as c; "
                            f"l.shipped_dir = lambda: l.Path({str(tmp_path / 'none')!r}); sys.exit(c.main(['show']))"],
                           capture_output=True, text=True, env={**os.environ, "AUTOGEMM_TUNED": str(tmp_path / "mine")})
     one_line_error(proc, f"no tuned files in {tmp_path / 'mine'} or {tmp_path / 'none'}: tune with `autogemm tune`")
@@ -159,11 +160,11 @@ def test_show_prints_what_a_file_says_as_text_not_markup(store):
 # ---- tune with a fake GPU -------------------------------------------------------------------------
 @pytest.fixture
 def fake_gpu(monkeypatch, tmp_path):
-    import autogemm.device
-    import autogemm.measure
+    import autogemm.runtime.device
+    import autogemm.tuning.measure
 
-    monkeypatch.setattr(autogemm.device, "this_device", lambda: H100)
-    monkeypatch.setattr(autogemm.device, "software", lambda: SOFTWARE)
+    monkeypatch.setattr(autogemm.runtime.device, "this_device", lambda: H100)
+    monkeypatch.setattr(autogemm.runtime.device, "software", lambda: SOFTWARE)
     monkeypatch.setenv("AUTOGEMM_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(locations, "shipped_dir", lambda: tmp_path / "shipped")
     measures = []
@@ -172,7 +173,7 @@ def fake_gpu(monkeypatch, tmp_path):
         measures.append(FakeMeasure())
         return measures[-1]
 
-    monkeypatch.setattr(autogemm.measure, "measure_for", measure_for)
+    monkeypatch.setattr(autogemm.tuning.measure, "measure_for", measure_for)
     return measures
 
 
@@ -222,14 +223,14 @@ def test_an_installed_autogemm_tunes_into_the_user_store_and_never_the_shipped_f
 
 
 def test_a_target_whose_operands_cannot_be_made_fails_alone(fake_gpu, tmp_path, capsys, monkeypatch):
-    import autogemm.measure
+    import autogemm.tuning.measure
 
     def measure_for(key, device, seed=0):
         if key.shape == "800x10x1000":
             raise MemoryError("Out of memory allocating 8,589,934,592 bytes")
         return FakeMeasure()
 
-    monkeypatch.setattr(autogemm.measure, "measure_for", measure_for)
+    monkeypatch.setattr(autogemm.tuning.measure, "measure_for", measure_for)
     status = cli.main(["tune", "--shapes", "800x10x1000,800x1000x10", "--trials", "4", "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert status == 1 and err.count("\n") == 1
@@ -271,7 +272,7 @@ def test_tune_fix_searches_only_those_choices(fake_gpu, tmp_path, capsys):
 
 
 def test_tune_ctrl_c_exits_130_with_what_was_saved(fake_gpu, tmp_path, capsys, monkeypatch):
-    import autogemm.measure
+    import autogemm.tuning.measure
 
     calls = []
 
@@ -281,7 +282,7 @@ def test_tune_ctrl_c_exits_130_with_what_was_saved(fake_gpu, tmp_path, capsys, m
             return FakeMeasure(script=lambda cfg, call: (_ for _ in ()).throw(KeyboardInterrupt))
         return FakeMeasure()
 
-    monkeypatch.setattr(autogemm.measure, "measure_for", measure_for)
+    monkeypatch.setattr(autogemm.tuning.measure, "measure_for", measure_for)
     status = cli.main(["tune", "--shapes", "800x10x1000,800x1000x10", "--trials", "4", "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert status == 130

@@ -1,13 +1,13 @@
-"""autogemm.tuning and the tuning targets of autogemm.shapes: shapes of the MLP step, one study per
+"""autogemm.tuning.tune and the tuning targets of autogemm.tuning.targets: shapes of the MLP step, one study per
 shape, each result stored as soon as it is found, Ctrl-C and --resume."""
 import pytest
 
-from autogemm.device import H100
 from autogemm.errors import AutogemmError
-from autogemm.search import Settings
-from autogemm.shapes import Target, batch_rows, mlp_targets, parse_targets
-from autogemm.store import file_for, load
-from autogemm.tuning import study_path, tune_targets
+from autogemm.runtime.device import H100
+from autogemm.store.records import file_for, load
+from autogemm.tuning.search import Settings
+from autogemm.tuning.targets import Target, batch_rows, mlp_targets, parse_targets
+from autogemm.tuning.tune import study_path, tune_targets
 from fake_tuned import GEMM, FakeMeasure, meta, record, write_store
 
 FAST = Settings(trials=10, timeout=None, top=3, rounds=2, final_reps=5, quick_reps=3)

@@ -1,8 +1,8 @@
-"""autogemm.verify on the CPU: the float64 reference, its epilogues, and the K- and dtype-scaled check."""
+"""autogemm.tuning.verify on the CPU: the float64 reference, its epilogues, and the K- and dtype-scaled check."""
 import numpy as np
 import pytest
 
-from autogemm.verify import compare, reference_gemm
+from autogemm.tuning.verify import compare, reference_gemm
 from kernels.gemm import EPILOGUES
 
 M, N, K = 37, 23, 301

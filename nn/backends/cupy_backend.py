@@ -12,8 +12,6 @@ import os
 import numpy as np
 
 import autogemm
-from autogemm.gemm import plan_gemm
-from kernels.linear_xent import MAX_CLASSES
 from nn.backends.base import EPILOGUES, Backend
 from nn.errors import NNError
 
@@ -92,7 +90,7 @@ class CupyBackend(Backend):
                alpha, beta, trans_a, trans_b, epilogue)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = plan_gemm(a, b, out, alpha, beta, trans_a, trans_b, c, epilogue, bias, aux,
+            plan = self._plans[key] = autogemm.plan_gemm(a, b, out, alpha, beta, trans_a, trans_b, c, epilogue, bias, aux,
                                                 config=self.config)
         plan()
         return out
@@ -104,7 +102,7 @@ class CupyBackend(Backend):
     def linear_xent(self, a, w, bias, labels, logits, grad_out, scale, loss_acc, grad_in=None, activation=None):
         if a.shape[0] == 0:
             return
-        if w.shape[0] > MAX_CLASSES:
+        if w.shape[0] > autogemm.LINEAR_XENT_MAX_CLASSES:
             super().linear_xent(a, w, bias, labels, logits, grad_out, scale, loss_acc, grad_in, activation)
             return
         autogemm.linear_xent(a, w, bias, labels, logits, grad_out, scale, loss_acc, grad_in, activation,

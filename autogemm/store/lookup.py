@@ -5,10 +5,10 @@ default. A stale record serves only its own shape: for it, the config found by m
 shape is a better guess than another shape's or the untuned default, until `autogemm tune --stale`
 measures again.
 
-Two folders hold tuned files (autogemm.locations): the one `autogemm tune` writes (the user's
+Two folders hold tuned files (autogemm.store.locations): the one `autogemm tune` writes (the user's
 store), then the results shipped with autogemm. For each key, a current record beats a stale one,
 and between two of the same kind the user's wins. Each file is read once and read again only when its mtime or size changes; callers
-(autogemm.family.prepare) cache the instance chosen per problem, so a repeated call never comes
+(autogemm.ops.kernels) cache the instance chosen per problem, so a repeated call never comes
 here. A file that does not load raises its StoreError: a corrupted store never yields a silently
 different kernel.
 """
@@ -17,13 +17,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from autogemm import family as families
-from autogemm import files, locations
-from autogemm.device import DeviceInfo
+from autogemm import files
 from autogemm.errors import StoreError
-from autogemm.family import Config
-from autogemm.keys import Key, distance, key_of
-from autogemm.store import Record, Store, file_for, load
+from autogemm.runtime.device import DeviceInfo
+from autogemm.runtime.family import Config, family
+from autogemm.store import locations
+from autogemm.store.keys import Key, distance, key_of
+from autogemm.store.records import Record, Store, file_for, load
 
 # A tuned config stands in for another shape only if no size differs by more than this factor:
 # H100, 4096^3 on the config tuned for 1000x784x800 ran 2x slower than the default.
@@ -79,6 +79,7 @@ def _group(key: Key) -> tuple:
     return key.family, key.op, key.dtype
 
 
+generation = 0          # counts reloads: what callers cached from an older generation is stale
 _loaded: dict[Path, tuple[tuple, Store]] = {}
 _indexes: dict[tuple, Index] = {}
 _logged: set = set()
@@ -126,7 +127,7 @@ def _store(path: Path, device: DeviceInfo) -> Store | None:
 def choose(family_name: str, problem, device: DeviceInfo) -> Choice:
     """The config for `problem`: exact tuned record, else exact stale one, else nearest usable one,
     else the default. Logs the choice once per key (family, shape, op, dtype) on the "autogemm" logger."""
-    fam = families.family(family_name)
+    fam = family(family_name)
     key = key_of(family_name, problem)
     index = index_for(device)
     choice = None
@@ -156,9 +157,10 @@ def choose(family_name: str, problem, device: DeviceInfo) -> Choice:
 
 
 def reload():
-    """Forget loaded stores and the kernels chosen with them (after a store changed, or
-    $AUTOGEMM_TUNED did): the next call of each shape looks up again."""
+    """Forget loaded stores (after a store changed, or $AUTOGEMM_TUNED did) and, through
+    `generation`, the kernels chosen with them: the next call of each shape looks up again."""
+    global generation
+    generation += 1
     _loaded.clear()
     _indexes.clear()
     _logged.clear()
-    families.forget_instances()

@@ -15,14 +15,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autogemm import compile as compiler
-from autogemm.device import DeviceInfo
 from autogemm.errors import AutogemmError
-from autogemm.family import Config, family
-from autogemm.family import prepare as prepare_instance
-from autogemm.keys import Key, problem_of
-from autogemm.timing import Timing, time_gpu
-from autogemm.verify import compare, reference_gemm, reference_linear_xent
+from autogemm.ops.kernels import kernel
+from autogemm.runtime import compile as compiler
+from autogemm.runtime.device import DeviceInfo
+from autogemm.runtime.family import Config, family
+from autogemm.store.keys import Key, problem_of
+from autogemm.tuning.timing import Timing, time_gpu
+from autogemm.tuning.verify import compare, reference_gemm, reference_linear_xent
 
 QUICK_WARMUP = 2
 
@@ -72,7 +72,7 @@ class KernelMeasure:
         jobs = {}
         for cfg in configs:
             try:
-                instance = prepare_instance(self.key.family, self.problem, cfg, self.device)
+                instance = kernel(self.key.family, self.problem, cfg, self.device)
                 jobs[cfg] = _compile_pool().submit(build, instance)
             except AutogemmError as exc:
                 self._broken[cfg] = exc
@@ -137,7 +137,7 @@ class GemmMeasure(KernelMeasure):
         self.out = cupy.empty((m, n), dtype=self.dtype)               # D: (M, N)
 
     def launcher(self, cfg: Config):
-        from autogemm.gemm import plan_gemm
+        from autogemm.ops.gemm import plan_gemm
 
         return plan_gemm(self.a, self.b, self.out, trans_a=self.trans_a, trans_b=self.trans_b,
                          config=cfg, kernel_family=self.key.family)
@@ -148,7 +148,7 @@ class GemmMeasure(KernelMeasure):
         return self.check(self.out, self.value, self.magnitude, self.key.sizes[2])
 
     def baseline(self, reps: int) -> Timing:
-        from autogemm.shapes import Shape
+        from autogemm.tuning.targets import Shape
 
         shape = Shape(*self.key.sizes, self.key.op)
         run = lambda: cublas_gemm(self.a, self.b, self.out, shape)  # noqa: E731
@@ -194,7 +194,7 @@ class ElementwiseMeasure(KernelMeasure):
         self.out = cupy.empty((rows, cols), dtype=self.dtype)
 
     def launcher(self, cfg: Config):
-        from autogemm.elementwise import elementwise
+        from autogemm.ops.elementwise import elementwise
 
         op, out, x, y = self.key.op, self.out, self.x, self.y
         if op == "sgd":
@@ -232,7 +232,7 @@ class SoftmaxXentMeasure(KernelMeasure):
         self.loss_acc = cupy.zeros(1, dtype=self.dtype)
 
     def launcher(self, cfg: Config):
-        from autogemm.elementwise import softmax_xent
+        from autogemm.ops.elementwise import softmax_xent
 
         return lambda: softmax_xent(self.z, self.labels, self.grad, self.scale, self.loss_acc, config=cfg)
 
@@ -270,7 +270,7 @@ class LinearXentMeasure(KernelMeasure):
         self.loss_acc = cupy.zeros(1, dtype=self.dtype)
 
     def launcher(self, cfg: Config):
-        from autogemm.elementwise import linear_xent
+        from autogemm.ops.elementwise import linear_xent
 
         out, act = self.out, self.problem.activation
         return lambda: linear_xent(self.a, self.w, self.b, self.labels, out["logits"], out["grad"], self.scale,
@@ -303,7 +303,7 @@ class ColsumMeasure(KernelMeasure):
         self.out = cupy.empty(cols, dtype=self.dtype)                  # (cols,)
 
     def launcher(self, cfg: Config):
-        from autogemm.elementwise import column_sums
+        from autogemm.ops.elementwise import column_sums
 
         return lambda: column_sums(self.g, self.out, config=cfg)
 

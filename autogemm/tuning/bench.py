@@ -4,10 +4,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from autogemm.errors import AutogemmError
-from autogemm.gemm import plan_gemm
-from autogemm.measure import GemmMeasure, cublas_gemm
-from autogemm.shapes import Shape
-from autogemm.timing import Timing, time_interleaved
+from autogemm.ops.gemm import plan_gemm
+from autogemm.tuning.measure import GemmMeasure, cublas_gemm
+from autogemm.tuning.targets import Shape
+from autogemm.tuning.timing import Timing, time_interleaved
 
 
 @dataclass
@@ -23,19 +23,19 @@ class Row:
 def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, reps: int = 50,
                 naive: bool = False, flush_l2: bool = True) -> list[Row]:
     """Time each variant on `shape` after checking its output against float64 NumPy; the checked
-    ones and cuBLAS are timed interleaved (autogemm.timing.time_interleaved).
+    ones and cuBLAS are timed interleaved (autogemm.tuning.timing.time_interleaved).
 
     configs: {variant name: config mapping}, timed beside the family's default config, the
-    tuned one (autogemm.lookup: "tuned" for this shape, "stale" for this shape on older templates,
+    tuned one (autogemm.store.lookup: "tuned" for this shape, "stale" for this shape on older templates,
     "nearest" for a neighbour's, when the store has one), and cuBLAS.
     A variant that fails to compile, launch or match gets a Row with the reason and no time.
     """
     import cupy
 
-    from autogemm import lookup
-    from autogemm.device import this_device
-    from autogemm.family import family
-    from autogemm.keys import key_of
+    from autogemm.runtime.device import this_device
+    from autogemm.runtime.family import family
+    from autogemm.store import lookup
+    from autogemm.store.keys import key_of
     from kernels.gemm import Problem
 
     problem = Problem.contiguous(shape.m, shape.n, shape.k, np.dtype(dtype).name, shape.trans_a, shape.trans_b)

@@ -13,15 +13,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from autogemm import locations
-from autogemm.device import DeviceInfo
 from autogemm.errors import AutogemmError
-from autogemm.family import family
-from autogemm.keys import NO_OP, Key, distance, problem_of
-from autogemm.lookup import Index
-from autogemm.search import Progress, Result, SearchError, Settings, tune
-from autogemm.shapes import Target
-from autogemm.store import Meta, Record, file_for, load, now, printable, save
+from autogemm.runtime.device import DeviceInfo
+from autogemm.runtime.family import family
+from autogemm.store import locations
+from autogemm.store.keys import NO_OP, Key, distance, problem_of
+from autogemm.store.lookup import Index
+from autogemm.store.records import Meta, Record, file_for, load, now, printable, save
+from autogemm.tuning.search import Progress, Result, SearchError, Settings, tune
+from autogemm.tuning.targets import Target
 
 
 def study_path(device: DeviceInfo, key: Key, root: Path | None = None, space: str = "") -> Path:
@@ -60,7 +60,7 @@ def tune_targets(targets: list[Target], dtype: str, device: DeviceInfo, out_dir:
     `gemm_space` limits GEMM parameters to some of their choices ({name: (values, ...)}); the records
     of the tuned files `also` (the shipped ones) are starting points, as the store's own are."""
     if measure_for is None:
-        from autogemm.measure import measure_for
+        from autogemm.tuning.measure import measure_for
     path = file_for(out_dir, device)
     existing = _index([path, *also]).serving()     # a bad file fails now, not at the end
     gemm = family("gemm").restricted(gemm_space or {})

@@ -19,7 +19,7 @@
   failed ("interrupted") before it propagates.
 
 `measure(config, reps)` returns an object with median_us, p10_us, p90_us (and optionally
-max_rel_error); autogemm.measure has the GPU ones, tests inject their own.
+max_rel_error); autogemm.tuning.measure has the GPU ones, tests inject their own.
 """
 import logging
 import math
@@ -36,9 +36,9 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from autogemm.device import DeviceInfo
 from autogemm.errors import AutogemmError
-from autogemm.family import Config, Family
+from autogemm.runtime.device import DeviceInfo
+from autogemm.runtime.family import Config, Family
 
 try:
     from optuna.storages.journal import JournalFileBackend

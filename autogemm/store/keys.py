@@ -14,7 +14,7 @@ import math
 import re
 from typing import NamedTuple
 
-from autogemm.family import FAMILIES
+from autogemm.runtime.family import FAMILIES
 from kernels import DTYPES, MAX_SIZE
 from kernels import colsum as colsum_family
 from kernels import elementwise as ew_family

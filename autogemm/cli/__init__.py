@@ -11,8 +11,8 @@ import numpy as np
 
 from autogemm import files
 from autogemm.errors import AutogemmError
-from autogemm.keys import brief
-from autogemm.shapes import TUNE_FAMILIES, parse_shapes, parse_targets
+from autogemm.store.keys import brief
+from autogemm.tuning.targets import TUNE_FAMILIES, parse_shapes, parse_targets
 from kernels import MAX_SIZE
 
 
@@ -79,9 +79,9 @@ def cmd_bench(args) -> int:
     from rich.table import Table
     from rich.text import Text
 
-    from autogemm.bench import bench_shape
-    from autogemm.device import this_device
-    from autogemm.family import family
+    from autogemm.runtime.device import this_device
+    from autogemm.runtime.family import family
+    from autogemm.tuning.bench import bench_shape
 
     shapes = parse_shapes(args.shapes, args.batch, args.hidden)
     configs = {f"config{i}": _config_json(text) for i, text in enumerate(args.config, 1)}
@@ -129,12 +129,12 @@ def cmd_tune(args) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from autogemm import locations
-    from autogemm.device import software, this_device
-    from autogemm.family import family
-    from autogemm.search import Settings
-    from autogemm.store import Meta, file_for, load
-    from autogemm.tuning import stale_targets, tune_targets
+    from autogemm.runtime.device import software, this_device
+    from autogemm.runtime.family import family
+    from autogemm.store import locations
+    from autogemm.store.records import Meta, file_for, load
+    from autogemm.tuning.search import Settings
+    from autogemm.tuning.tune import stale_targets, tune_targets
 
     if args.stale and args.shapes is not None:
         raise AutogemmError("--stale tunes the stale records of the tuned file; it takes no --shapes")
@@ -228,12 +228,12 @@ def _summary(outcomes, Table):
 def cmd_sweep(args) -> int:
     from rich.table import Table
 
-    from autogemm.device import this_device
-    from autogemm.family import family
-    from autogemm.keys import problem_of
-    from autogemm.measure import measure_for
-    from autogemm.search import Settings
-    from autogemm.sweep import sweep
+    from autogemm.runtime.device import this_device
+    from autogemm.runtime.family import family
+    from autogemm.store.keys import problem_of
+    from autogemm.tuning.measure import measure_for
+    from autogemm.tuning.search import Settings
+    from autogemm.tuning.sweep import sweep
 
     targets = parse_targets(args.shapes, args.batch, args.hidden, families=("gemm",))
     fam = family("gemm").restricted(_fixed(args.fix))
@@ -278,8 +278,8 @@ def _fix(text: str) -> tuple[str, tuple]:
 
 
 def cmd_show(args) -> int:
-    from autogemm import locations
-    from autogemm.show import collect, tables, to_json
+    from autogemm.cli.show import collect, tables, to_json
+    from autogemm.store import locations
 
     if args.path:
         shown = collect([("given", Path(args.path))])
@@ -431,7 +431,3 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:      # `autogemm show --json | head`: the reader stopped reading
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -36,10 +36,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from autogemm import files
-from autogemm.device import DeviceInfo
 from autogemm.errors import InvalidConfig, StoreError
-from autogemm.family import FAMILIES, Config, family
-from autogemm.keys import Key, brief, parse_key
+from autogemm.runtime.device import DeviceInfo
+from autogemm.runtime.family import FAMILIES, Config, family
+from autogemm.store.keys import Key, brief, parse_key
 
 SCHEMA = 1
 MAX_BYTES = 64 << 20      # a tuned file of every shape of many networks is well under 1 MiB

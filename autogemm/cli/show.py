@@ -13,11 +13,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from autogemm import files
-from autogemm.device import slug
 from autogemm.errors import StoreError
-from autogemm.keys import problem_of
-from autogemm.lookup import Index
-from autogemm.store import Record, Store, load
+from autogemm.runtime.device import slug
+from autogemm.store.keys import problem_of
+from autogemm.store.lookup import Index
+from autogemm.store.records import Record, Store, load
 
 ROLES = {"user": "user store", "shipped": "shipped with autogemm", "given": "file"}
 
@@ -109,7 +109,7 @@ def age(date: str, now: datetime | None = None) -> str:
 
 
 def kernel_name(record: Record) -> str:
-    from autogemm.family import family
+    from autogemm.runtime.family import family
 
     return family(record.key.family).instance_name(record.config, problem_of(record.key))
 

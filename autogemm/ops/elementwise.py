@@ -1,10 +1,10 @@
 """Entry points of the elementwise, softmax + cross-entropy, output-layer and column-sum families (CuPy arrays)."""
 import numpy as np
 
-from autogemm import compile as compiler
-from autogemm.device import require_cupy, this_device
 from autogemm.errors import BadArguments
-from autogemm.family import prepare
+from autogemm.ops.kernels import kernel
+from autogemm.runtime import compile as compiler
+from autogemm.runtime.device import require_cupy, this_device
 from kernels import colsum as colsum_family
 from kernels import elementwise as ew_family
 from kernels import linear_xent as lx_family
@@ -36,7 +36,7 @@ def _index(total: int):
 
 
 def _run(name, problem, args, config):
-    inst = prepare(name, problem, config, this_device())
+    inst = kernel(name, problem, config, this_device())
     g = inst.geometry
     compiler.load(inst)(g.grid, g.block, args, shared_mem=g.smem_bytes)
 

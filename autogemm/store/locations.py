@@ -14,7 +14,7 @@ from autogemm import files
 
 TUNED_ENV = "AUTOGEMM_TUNED"
 CACHE_ENV = "AUTOGEMM_CACHE"
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]     # the autogemm package
 
 
 def cache_dir() -> Path:

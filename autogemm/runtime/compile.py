@@ -2,7 +2,7 @@
 import re
 
 from autogemm.errors import CompileError
-from autogemm.family import Instance
+from autogemm.runtime.family import Instance
 
 OPTIONS = ("--std=c++17",)
 # Every kernel asks for the largest shared-memory carveout: an SM whose carveout must change between

@@ -12,9 +12,9 @@ import random
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from autogemm.device import DeviceInfo
 from autogemm.errors import InvalidConfig
-from autogemm.render import code_hash, render
+from autogemm.runtime.device import DeviceInfo
+from autogemm.runtime.render import code_hash, render
 from kernels import Geometry
 
 FAMILIES = ("gemm", "gemm_naive", "elementwise", "softmax_xent", "colsum", "linear_xent")
@@ -217,34 +217,3 @@ def family(name: str) -> Family:
     if name not in FAMILIES:
         raise InvalidConfig(f"unknown kernel family {name!r}; known: {', '.join(FAMILIES)}")
     return Family(name)
-
-
-_instances: dict[tuple, Instance] = {}
-
-
-def prepare(family_name: str, problem, config: Mapping | str | None, device: DeviceInfo) -> Instance:
-    """The rendered kernel for `problem`: `config` checked against the space; "default": the
-    family's untuned default; None: the tuned config for this shape and GPU (autogemm.lookup:
-    exact, nearest, or the default).
-
-    Cached per (family, problem, config), so the hot path of a repeated call is one dict lookup.
-    """
-    key = (family_name, problem, config if config is None or config == "default" else Config(config), device)
-    inst = _instances.get(key)
-    if inst is None:
-        fam = family(family_name)
-        if config == "default":
-            cfg = fam.default(problem, device)
-        elif config is not None:
-            cfg = fam.validate(config, problem, device)
-        else:
-            from autogemm import lookup  # here, not at the top: lookup imports this module
-
-            cfg = lookup.choose(family_name, problem, device).config
-        inst = _instances[key] = fam.instance(cfg, problem)
-    return inst
-
-
-def forget_instances():
-    """Drop the cached kernel choices (autogemm.lookup.reload calls this after a store changed)."""
-    _instances.clear()

@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from autogemm.device import DeviceInfo
-from autogemm.family import Config, Family
-from autogemm.search import Result, SearchError, Settings, retime, tune
+from autogemm.runtime.device import DeviceInfo
+from autogemm.runtime.family import Config, Family
+from autogemm.tuning.search import Result, SearchError, Settings, retime, tune
 
 BATCH = 64          # configs compiled at once
 

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autogemm import compile as compiler
-from autogemm.device import require_cupy, this_device
 from autogemm.errors import BadArguments
-from autogemm.family import Instance, prepare
+from autogemm.ops.kernels import kernel
+from autogemm.runtime import compile as compiler
+from autogemm.runtime.device import require_cupy, this_device
+from autogemm.runtime.family import Instance
 from kernels.gemm import EPILOGUES, Problem
 
 _scratch: dict[tuple, object] = {}
@@ -136,7 +137,7 @@ def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     vec_out = min(vector_width(x, leading_dim(x, name)) for name, x in operands.items() if x is not None)
     problem = Problem(m, n, k, str(a.dtype), bool(trans_a), bool(trans_b), epilogue, use_c,
                       vector_width(a, lda), vector_width(b, ldb), vec_out)
-    instance = prepare(kernel_family, problem, config, this_device())
+    instance = kernel(kernel_family, problem, config, this_device())
     args = launch_args(instance, a, b, c if use_c else out, out, bias, aux,
                        (m, n, k, lda, ldb, ldc, ldd, ldaux), alpha, beta)
     return GemmCall(instance, out, args)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autogemm.errors import AutogemmError
-from autogemm.keys import NO_OP, Key, make_key
+from autogemm.store.keys import NO_OP, Key, make_key
 from kernels import MAX_SIZE
 
 OPS = ("nn", "nt", "tn", "tt")

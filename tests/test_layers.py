@@ -1,0 +1,107 @@
+"""The architecture as docs/ARCHITECTURE.md states it: each layer imports only the ones below it,
+no module imports another that imports it back (lazy imports inside functions included), kernels/
+imports nothing of autogemm or nn, and nn uses only the names autogemm/__init__.py exports."""
+import ast
+from pathlib import Path
+
+import autogemm
+
+ROOT = Path(__file__).resolve().parents[1]
+# autogemm's layers, bottom up; a module may import its own layer's and those listed for it.
+BELOW = {
+    "base": set(),                                      # errors.py, files.py
+    "runtime": {"base"},
+    "store": {"base", "runtime"},
+    "ops": {"base", "runtime", "store"},
+    "tuning": {"base", "runtime", "store", "ops"},
+    "cli": {"base", "runtime", "store", "ops", "tuning"},
+    "api": {"base", "store", "ops"},                    # autogemm/__init__.py
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    """Every module `path` imports, at the top or inside a function (`from a import b` counts as
+    a.b where a.b is a module of this repository, else as a)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in MODULES else node.module)
+    return found
+
+
+MODULES = {module_name(p): p for folder in ("autogemm", "kernels", "nn")
+           for p in (ROOT / folder).rglob("*.py")}
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "api"
+    return parts[1] if parts[1] in BELOW else "base"
+
+
+def ours(names) -> set[str]:
+    return {n for n in names if n.split(".")[0] in ("autogemm", "kernels", "nn")}
+
+
+def test_autogemm_layers_import_only_downward():
+    wrong = []
+    for module, path in MODULES.items():
+        if not module.startswith("autogemm"):
+            continue
+        allowed = BELOW[layer(module)] | {layer(module)}
+        for name in ours(imports(path)):
+            if name.startswith("autogemm") and layer(name) not in allowed:
+                wrong.append(f"{module} ({layer(module)}) imports {name} ({layer(name)})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_kernels_import_nothing_of_autogemm_or_nn():
+    wrong = [f"{m} imports {n}" for m, p in MODULES.items() if m.startswith("kernels")
+             for n in ours(imports(p)) if not n.startswith("kernels")]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_nn_uses_only_autogemms_public_names():
+    wrong = []
+    for module, path in MODULES.items():
+        if not module.startswith("nn"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("autogemm", "kernels"):
+                names = [a.name for a in node.names]
+                if node.module != "autogemm" or not set(names) <= set(autogemm.__all__):
+                    wrong.append(f"{module}: from {node.module} import {', '.join(names)}")
+            if isinstance(node, ast.Import):
+                wrong += [f"{module}: import {a.name}" for a in node.names
+                          if a.name.split(".")[0] == "kernels" or a.name.startswith("autogemm.")]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_cycle():
+    graph = {m: {n for n in ours(imports(p)) if n in MODULES and n != m} for m, p in MODULES.items()}
+    # a package imports its own modules by being imported first: only module -> module edges count
+    state, cycles = {}, []
+
+    def visit(m, path):
+        state[m] = "open"
+        for n in graph[m]:
+            if state.get(n) == "open":
+                cycles.append(" -> ".join(path[path.index(n):] + [n]))
+            elif n not in state:
+                visit(n, path + [n])
+        state[m] = "done"
+
+    for m in graph:
+        if m not in state:
+            visit(m, [m])
+    assert not cycles, "\n".join(cycles)
