@@ -1,7 +1,9 @@
 """Column-sum family (colsum.cu.j2): bias gradients, optionally fused with the bias SGD step."""
-from kernels import DTYPES, ITEMSIZE, SHORT, Geometry, RowsProblem, ceil_div
+from kernels.contract import DTYPES, ITEMSIZE, SHORT, Geometry, RowsProblem, ceil_div
 
+NAME = "colsum"
 TEMPLATE = "colsum.cu.j2"
+SOURCE_PARAMS = ()
 
 PARAMS = {
     "tx": (8, 16, 32, 64, 128),    # columns per block
@@ -15,6 +17,10 @@ CONSTRAINTS = (
      lambda c, p, d: (c.tx * c.ty) % 32 == 0 and c.tx * c.ty <= d.max_threads_per_block),
     ("shared memory must fit 48 KB", lambda c, p, d: c.tx * c.ty * ITEMSIZE[p.dtype] <= 48 * 1024),
 )
+
+
+def sources(c) -> tuple[str, ...]:
+    return (TEMPLATE,)
 
 
 def template_args(c, p: Problem) -> dict:

@@ -4,9 +4,11 @@ These are the pieces a GEMM epilogue fuses; the cuBLAS baseline and MPI updates 
 """
 from dataclasses import dataclass
 
-from kernels import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div, check_problem
+from kernels.contract import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div, check_problem
 
+NAME = "elementwise"
 TEMPLATE = "elementwise.cu.j2"
+SOURCE_PARAMS = ()
 
 OPS = {
     "bias": "out = x + bias[col]",
@@ -58,6 +60,10 @@ def index_is_32bit(total: int) -> bool:
     """Whether every index (at most one block of the largest config past the end) fits an int32."""
     largest = max(PARAMS["block"]) * max(PARAMS["ept"]) * max(PARAMS["vec"])
     return total + largest < 2**31
+
+
+def sources(c) -> tuple[str, ...]:
+    return (TEMPLATE,)
 
 
 def template_args(c, p: Problem) -> dict:

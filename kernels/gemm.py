@@ -6,8 +6,9 @@ import itertools
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from kernels import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div, check_problem
+from kernels.contract import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div, check_problem
 
+NAME = "gemm"
 TEMPLATE = "gemm.cu.j2"
 SOURCE_PARAMS = ("math",)
 

@@ -2,10 +2,12 @@
 
 It takes the same arguments and Problem as the tiled family, so either launches the same way.
 """
-from kernels import DTYPES, SHORT, Geometry, ceil_div
+from kernels.contract import DTYPES, SHORT, Geometry, ceil_div
 from kernels.gemm import EPILOGUES, Problem, flops  # noqa: F401  (same problem, same work)
 
+NAME = "gemm_naive"
 TEMPLATE = "gemm_naive.cu.j2"
+SOURCE_PARAMS = ()
 
 PARAMS = {
     "by": (1, 2, 4, 8, 16, 32),   # thread-block shape: BY x BX threads, one per output

@@ -7,9 +7,11 @@ activation derivative). The last hidden activations A are read twice, W once per
 import itertools
 from dataclasses import dataclass
 
-from kernels import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div, check_problem
+from kernels.contract import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div, check_problem
 
+NAME = "linear_xent"
 TEMPLATE = "linear_xent.cu.j2"
+SOURCE_PARAMS = ()
 
 ACTIVATIONS = (None, "sigmoid", "relu")   # the layer input's activation (None: no input gradient)
 MAX_CLASSES = 32                          # a lane stores one class of each row
@@ -68,6 +70,10 @@ CONSTRAINTS = (
     ("unrolling past the column slices a lane has is pointless",
      lambda c, p, d: c.unroll <= ceil_div(p.inputs, 32 * c.vec)),
 )
+
+
+def sources(c) -> tuple[str, ...]:
+    return (TEMPLATE,)
 
 
 def template_args(c, p: Problem) -> dict:

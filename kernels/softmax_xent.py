@@ -1,7 +1,9 @@
 """Softmax + cross-entropy + gradient family (softmax_xent.cu.j2): the MLP's output layer in one kernel."""
-from kernels import DTYPES, SHORT, Geometry, RowsProblem, ceil_div
+from kernels.contract import DTYPES, SHORT, Geometry, RowsProblem, ceil_div
 
+NAME = "softmax_xent"
 TEMPLATE = "softmax_xent.cu.j2"
+SOURCE_PARAMS = ()
 
 PARAMS = {
     "block": (32, 64, 128, 256, 512),   # threads per block
@@ -14,6 +16,10 @@ CONSTRAINTS = (
     ("threads per row must divide the block", lambda c, p, d: c.block % c.tpr == 0),
     ("threads per block must fit the device", lambda c, p, d: c.block <= d.max_threads_per_block),
 )
+
+
+def sources(c) -> tuple[str, ...]:
+    return (TEMPLATE,)
 
 
 def template_args(c, p: Problem) -> dict:

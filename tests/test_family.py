@@ -14,7 +14,8 @@ from autogemm.ops.kernels import kernel
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import FAMILIES, family
 from autogemm.tuning.targets import mlp_shapes
-from kernels import ceil_div, colsum, elementwise, gemm, linear_xent, softmax_xent
+from kernels import colsum, elementwise, gemm, linear_xent, softmax_xent
+from kernels.contract import ceil_div
 
 GEMM = family("gemm")
 # Valid on every problem below, but for what a test changes.
@@ -376,3 +377,17 @@ def test_each_math_paths_rendered_code_is_pinned(math):
         problem = gemm.Problem.contiguous(*shape, dtype, ta, tb, epilogue=next(epilogues), use_c=i % 2 == 1)
         digest.update(autogemm.runtime.render.code_of(GEMM.instance(GEMM.config(values), problem).source).encode())
     assert digest.hexdigest()[:16] == RENDERED[math]
+
+
+def test_every_registered_family_keeps_the_contract():
+    """kernels.REGISTRY is the one list of families: each module declares all of KernelFamily, and
+    every template file it names is in the folder."""
+    from kernels import REGISTRY
+    from kernels.contract import TEMPLATE_DIR, KernelFamily
+
+    assert tuple(REGISTRY) == FAMILIES
+    for name, module in REGISTRY.items():
+        assert isinstance(module, KernelFamily) and module.NAME == name and module.TEMPLATE == f"{name}.cu.j2"
+        assert set(module.SOURCE_PARAMS) <= set(module.PARAMS)
+        fam = family(name)
+        assert all((TEMPLATE_DIR / source).is_file() for cfg in fam._variants() for source in fam.sources(cfg))

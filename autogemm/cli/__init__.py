@@ -13,7 +13,7 @@ from autogemm import files
 from autogemm.errors import AutogemmError
 from autogemm.store.keys import brief
 from autogemm.tuning.targets import TUNE_FAMILIES, parse_shapes, parse_targets
-from kernels import MAX_SIZE
+from kernels.contract import MAX_SIZE
 
 
 class _Parser(argparse.ArgumentParser):

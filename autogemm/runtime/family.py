@@ -1,4 +1,5 @@
-"""Kernel families: a template, its declared space, and the checks every value passes before rendering.
+"""Kernel families at run time: a registered family module (kernels.REGISTRY, each keeping the
+kernels.contract.KernelFamily protocol), its space as autogemm checks it, and its rendering.
 
 A tuned file or a user's `config=` is data: its values must be members of the declared choices,
 of the same type, before anything reaches Jinja, so no string can inject source into a kernel.
@@ -6,7 +7,6 @@ of the same type, before anything reaches Jinja, so no string can inject source 
 import copy
 import functools
 import hashlib
-import importlib
 import itertools
 import random
 from collections.abc import Iterator, Mapping
@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from autogemm.errors import InvalidConfig
 from autogemm.runtime.device import DeviceInfo
 from autogemm.runtime.render import code_hash, render
-from kernels import Geometry
+from kernels import REGISTRY
+from kernels.contract import Geometry, KernelFamily
 
-FAMILIES = ("gemm", "gemm_naive", "elementwise", "softmax_xent", "colsum", "linear_xent")
+FAMILIES = tuple(REGISTRY)
 
 
 class Config(Mapping):
@@ -69,7 +70,7 @@ class Instance:
 class Family:
     def __init__(self, name: str):
         self.name = name
-        self.module = importlib.import_module(f"kernels.{name}")
+        self.module: KernelFamily = REGISTRY[name]
         self.params: dict[str, tuple] = self.module.PARAMS
         self.restrictions: dict[str, tuple] = {}    # parameters limited by `restricted`
         self.constraints = self.module.CONSTRAINTS
@@ -95,16 +96,15 @@ class Family:
     # ---- template code -------------------------------------------------------------------
     @property
     def source_params(self) -> tuple[str, ...]:
-        """The parameters that choose the template files (the module's SOURCE_PARAMS, else none)."""
-        return getattr(self.module, "SOURCE_PARAMS", ())
+        """The parameters that choose the template files."""
+        return self.module.SOURCE_PARAMS
 
     def sources(self, cfg: Mapping) -> tuple[str, ...]:
-        """The template files `cfg`'s kernel is rendered from, in order (the module's `sources`, else
-        its TEMPLATE). The values of SOURCE_PARAMS name files: they must be declared ones."""
+        """The template files `cfg`'s kernel is rendered from, in order. The values of SOURCE_PARAMS
+        name files: they must be declared ones."""
         for key in self.source_params:
             self._check(key, cfg.get(key), "sources", self.module.PARAMS[key])
-        sources = getattr(self.module, "sources", None)
-        return sources(Config(cfg)) if sources else (self.module.TEMPLATE,)
+        return self.module.sources(Config(cfg))
 
     def code_hash(self, cfg: Mapping) -> str:
         """The hash of the code of `cfg`'s sources: a record tuned with another is stale."""

@@ -5,7 +5,7 @@ import re
 
 import jinja2
 
-from kernels import TEMPLATE_DIR
+from kernels.contract import TEMPLATE_DIR
 
 
 @functools.cache

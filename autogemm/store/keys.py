@@ -15,7 +15,7 @@ import re
 from typing import NamedTuple
 
 from autogemm.runtime.family import FAMILIES
-from kernels import DTYPES, MAX_SIZE
+from kernels.contract import DTYPES, MAX_SIZE
 from kernels import colsum as colsum_family
 from kernels import elementwise as ew_family
 from kernels import gemm as gemm_family

@@ -11,7 +11,7 @@ import numpy as np
 
 from autogemm.errors import AutogemmError
 from autogemm.store.keys import NO_OP, Key, make_key
-from kernels import MAX_SIZE
+from kernels.contract import MAX_SIZE
 
 OPS = ("nn", "nt", "tn", "tt")
 _SHAPE = re.compile(r"^([0-9]+)x([0-9]+)x([0-9]+)(?::([nt]{2}))?$")

@@ -1,0 +1,85 @@
+"""The contract of a kernel family, and what every family shares: dtypes, sizes, launch geometry.
+
+A family is one template (`<name>.cu.j2`, with its includes) and one module (`<name>.py`) that keeps
+the KernelFamily protocol below, as plain data and functions: this layer imports nothing of autogemm.
+Read a module top to bottom and a config's way to source is in order: the space (PARAMS), what can
+run (CONSTRAINTS), the untuned seeds (default_candidates), the values rendered (template_args) into
+the template files (sources), and the launch (instance_name, geometry).
+"""
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple, Protocol, runtime_checkable
+
+TEMPLATE_DIR = Path(__file__).resolve().parent
+DTYPES = {"float32": "float", "float64": "double"}
+ITEMSIZE = {"float32": 4, "float64": 8}
+SHORT = {"float32": "f32", "float64": "f64"}   # dtype in instance names
+MAX_SIZE = 2**31 - 1    # every kernel takes its sizes as 32-bit ints
+
+
+class Geometry(NamedTuple):
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem_bytes: int = 0
+    workspace_elems: int = 0   # scratch of the problem's dtype (split-K partial sums)
+    counters: int = 0          # int32 counters that must start at zero (split-K tiles)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def check_problem(problem, sizes: tuple[str, ...], what: str):
+    """ValueError unless `problem`'s dtype is one of DTYPES and each of its `sizes` an int in
+    1..MAX_SIZE."""
+    if problem.dtype not in DTYPES:
+        raise ValueError(f"dtype {problem.dtype!r} is not one of {', '.join(DTYPES)}")
+    for size in sizes:
+        value = getattr(problem, size)
+        if type(value) is not int or not 1 <= value <= MAX_SIZE:
+            raise ValueError(f"{what} {size}={value!r} must be an integer in 1..{MAX_SIZE}")
+
+
+@dataclass(frozen=True)
+class RowsProblem:
+    """A kernel over the rows of one (rows, cols) matrix (softmax_xent, colsum)."""
+
+    rows: int
+    cols: int
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        check_problem(self, ("rows", "cols"), "size")
+
+
+@runtime_checkable
+class KernelFamily(Protocol):
+    """What a family module declares (`cfg` arrives as a namespace whose values autogemm has already
+    checked against PARAMS; `device` is autogemm's DeviceInfo)."""
+
+    NAME: str                   # the family's name: registry key, tuned records' family, instance names
+    TEMPLATE: str               # the template file, in this folder
+    SOURCE_PARAMS: tuple        # the parameters that choose template files (sources reads only these)
+    PARAMS: dict                # {name: (allowed values, ...)}: every value a template may receive
+    CONSTRAINTS: tuple          # ((message, predicate(cfg, problem, device) -> bool), ...): what can run
+    Problem: type               # the frozen description of one call (shape, dtype, layout, epilogue)
+
+    def sources(self, cfg) -> tuple[str, ...]:
+        """Every template file of cfg's kernel, TEMPLATE first: a tuned record stays current while
+        their code (comments aside) is unchanged."""
+
+    def default_candidates(self, problem, device) -> Iterable[dict]:
+        """Sound untuned configs, best guess first (the default, and the search's first trials)."""
+
+    def template_args(self, cfg, problem) -> dict:
+        """The values rendered: cfg plus what is derived from it and the problem."""
+
+    def instance_name(self, cfg, problem) -> str:
+        """The compiled symbol, cache key and log name."""
+
+    def geometry(self, cfg, problem) -> Geometry:
+        """Grid, block, shared memory and scratch of a launch."""
+
+    def flops(self, problem) -> int:
+        """Floating-point operations of one call (GFLOP/s in tuned records)."""
