@@ -1,4 +1,4 @@
-"""The MLP and one SGD step on it, written against the Backend interface alone (DESIGN.md's GEMMs).
+"""The MLP and one SGD step on it, written against the Backend interface alone.
 
 Layer l maps n_l -> n_{l+1}: Z_l = A_{l-1} W_l^T + b_l, A_l = act(Z_l) for hidden layers (A_{-1} = X),
 softmax + cross-entropy on the last Z. Only the activations A_l are kept: act'(Z) is a function of A.
