@@ -13,12 +13,13 @@ from autogemm.ops.elementwise import (activation_grad, bias_activation, column_s
                                       sgd_update, softmax_xent)
 from autogemm.ops.gemm import GemmCall, gemm, plan_gemm
 from autogemm.store.locations import cache_dir
+from kernels.gemm import EPILOGUES as GEMM_EPILOGUES
 from kernels.linear_xent import MAX_CLASSES as LINEAR_XENT_MAX_CLASSES
 
 __all__ = [
     # the operations
-    "gemm", "plan_gemm", "GemmCall", "elementwise", "bias_activation", "activation_grad", "sgd_update",
-    "softmax_xent", "linear_xent", "LINEAR_XENT_MAX_CLASSES", "column_sums",
+    "gemm", "plan_gemm", "GemmCall", "GEMM_EPILOGUES", "elementwise", "bias_activation", "activation_grad",
+    "sgd_update", "softmax_xent", "linear_xent", "LINEAR_XENT_MAX_CLASSES", "column_sums",
     # errors: every one is a one-line message for the user
     "AutogemmError", "BadArguments", "CompileError", "InvalidConfig", "StoreError",
     # the user's files: read only if regular, written atomically; and autogemm's cache folder

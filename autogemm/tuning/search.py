@@ -24,7 +24,6 @@ max_rel_error); autogemm.tuning.measure has the GPU ones, tests inject their own
 import logging
 import math
 import random
-import statistics
 import time
 import warnings
 from collections.abc import Callable
@@ -39,6 +38,7 @@ from optuna.trial import TrialState
 from autogemm.errors import AutogemmError
 from autogemm.runtime.device import DeviceInfo
 from autogemm.runtime.family import Config, Family
+from autogemm.tuning.timing import interleaved, median_of
 
 try:
     from optuna.storages.journal import JournalFileBackend
@@ -220,21 +220,16 @@ def tune(fam: Family, problem, device: DeviceInfo, measure: Measure, settings: S
 
 
 def retime(configs: list, measure: Measure, rounds: int, reps: int) -> dict:
-    """{config: (median, p10, p90, error)} over `rounds` round-robin passes (each round starts one
-    config later, so drift spreads evenly); a config that fails is dropped."""
-    runs: dict = {cfg: [] for cfg in configs}
-    for r in range(rounds):
-        alive = [cfg for cfg in configs if cfg in runs]
-        for i in range(len(alive)):
-            cfg = alive[(i + r) % len(alive)]
-            try:
-                runs[cfg].append(measure(cfg, reps))
-            except Exception as exc:  # noqa: BLE001 - a failing finalist is dropped, not fatal
-                log.warning("autogemm: finalist %s failed when re-timed: %s", dict(cfg), _reason(exc))
-                del runs[cfg]
-    return {cfg: (statistics.median(t.median_us for t in ts), statistics.median(t.p10_us for t in ts),
-                  statistics.median(t.p90_us for t in ts), getattr(ts[0], "max_rel_error", None))
-            for cfg, ts in runs.items() if ts}
+    """{config: (median, p10, p90, error)} over `rounds` interleaved passes (timing.interleaved);
+    a config that fails is dropped."""
+    def dropped(cfg, exc):
+        log.warning("autogemm: finalist %s failed when re-timed: %s", dict(cfg), _reason(exc))
+
+    final = {}
+    for cfg, runs in interleaved(configs, lambda cfg: measure(cfg, reps), rounds, on_failure=dropped).items():
+        t = median_of(runs)
+        final[cfg] = (t.median_us, t.p10_us, t.p90_us, getattr(runs[0], "max_rel_error", None))
+    return final
 
 
 # ---- pieces of the search ---------------------------------------------------------------------

@@ -95,19 +95,36 @@ def time_gpu(fn: Callable[[], object], *, reps: int = 50, warmup: int = 5,
     return Timing(statistics.median(times), quantile(times, 0.1), quantile(times, 0.9), reps)
 
 
-def time_interleaved(fns: dict, *, reps: int = 50, rounds: int = 3, timer=None, **options) -> dict:
-    """{name: Timing} of several functions timed in `rounds` round-robin passes (each pass starts
-    one function later) of reps // rounds runs each; each result is the median over the passes,
-    so a disturbance during one function's turn (another process, clock changes) moves one pass,
-    not the comparison. `timer` defaults to time_gpu; `options` go to it."""
-    timer = timer or time_gpu
-    names = list(fns)
-    passes: dict = {name: [] for name in names}
-    per_pass = max(1, reps // rounds)
+def interleaved(items: list, run: Callable, rounds: int, on_failure: Callable | None = None) -> dict:
+    """{item: [run(item) of each pass]} over `rounds` round-robin passes, each starting one item
+    later: a disturbance during one item's turn (another process, clock changes) moves one pass of
+    it, not the comparison. With `on_failure`, an item whose run raises is dropped after
+    on_failure(item, exception); without, the exception propagates."""
+    results: dict = {item: [] for item in items}
     for r in range(rounds):
-        for i in range(len(names)):
-            name = names[(i + r) % len(names)]
-            passes[name].append(timer(fns[name], reps=per_pass, **options))
-    return {name: Timing(statistics.median(t.median_us for t in ts), statistics.median(t.p10_us for t in ts),
-                         statistics.median(t.p90_us for t in ts), sum(t.reps for t in ts))
-            for name, ts in passes.items()}
+        alive = [item for item in items if item in results]
+        for i in range(len(alive)):
+            item = alive[(i + r) % len(alive)]
+            try:
+                results[item].append(run(item))
+            except Exception as exc:  # noqa: BLE001 - the caller says whether a failure is fatal
+                if on_failure is None:
+                    raise
+                on_failure(item, exc)
+                del results[item]
+    return results
+
+
+def median_of(timings: list[Timing]) -> Timing:
+    """The passes of one item as one Timing: the median of their medians and quantiles."""
+    return Timing(statistics.median(t.median_us for t in timings), statistics.median(t.p10_us for t in timings),
+                  statistics.median(t.p90_us for t in timings), sum(t.reps for t in timings))
+
+
+def time_interleaved(fns: dict, *, reps: int = 50, rounds: int = 3, timer=None, **options) -> dict:
+    """{name: Timing} of several functions timed interleaved (see `interleaved`), reps // rounds
+    runs a pass. `timer` defaults to time_gpu; `options` go to it."""
+    timer = timer or time_gpu
+    per_pass = max(1, reps // rounds)
+    passes = interleaved(list(fns), lambda name: timer(fns[name], reps=per_pass, **options), rounds)
+    return {name: median_of(ts) for name, ts in passes.items()}

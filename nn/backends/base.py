@@ -10,12 +10,14 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
+from autogemm import GEMM_EPILOGUES
 from nn.errors import NNError
 
 ACTIVATIONS = ("sigmoid", "relu")
 DTYPES = ("float32", "float64")
-# Epilogues of `gemm`: None, "bias", "bias_<act>" (forward), "d<act>" (backward) for each activation.
-EPILOGUES = (None, "bias", *(f"bias_{a}" for a in ACTIVATIONS), *(f"d{a}" for a in ACTIVATIONS))
+# Epilogues of `gemm`, autogemm's: None, "bias", "bias_<act>" (forward), "d<act>" (backward) for each
+# activation. Every backend implements each of them.
+EPILOGUES = GEMM_EPILOGUES
 
 
 def host_free_bytes() -> int | None:
