@@ -98,8 +98,8 @@ def flops(p: Problem) -> int:
 
 def default_candidates(p: Problem, d):
     """Eight warps of one row each, 16-byte loads where they fit, W in shared memory where it fits,
-    loops unrolled as far as the space allows (H100: the tuner chose that on 800x10x1000 and
-    8192x10x4096, 1 row a warp, unroll 8). Then where the search starts as well: 1, 2 or 4 rows a
+    loops unrolled as far as the space allows (what the tuner chose on the MLP's output layers;
+    tuned/bench/). Then where the search starts as well: 1, 2 or 4 rows a
     warp on 8, 4 or 2 warps (W's shared reads, 16 bytes for 4 FMAs a row, serve more rows), each
     with the loops unrolled fully where they can be and twice."""
     vec = max(v for v in (1, 2, 4) if v * ITEMSIZE[p.dtype] <= 16 and p.inputs % v == 0 and v <= p.aligned)

@@ -14,7 +14,7 @@ from autogemm.ops.kernels import kernel
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import FAMILIES, family
 from autogemm.tuning.targets import mlp_shapes
-from kernels import colsum, elementwise, gemm, linear_xent, softmax_xent
+from kernels import colsum, elementwise, gemm, gemm_seeds, linear_xent, softmax_xent
 from kernels.contract import ceil_div
 
 GEMM = family("gemm")
@@ -177,11 +177,11 @@ def test_search_starts_from_tiles_that_fill_the_sms_in_whole_waves():
         return ceil_div(ceil_div(m, bm) * ceil_div(n, bn), H100.sm_count) * bm * bn
 
     z1 = gemm.Problem.contiguous(800, 1000, 784, trans_b=True, epilogue="bias_sigmoid")
-    assert gemm.wave_tiles(z1, H100) == [(64, 112, 16, 8), (96, 80, 16, 8)]
+    assert gemm_seeds.wave_tiles(z1, H100, gemm.PARAMS, gemm.CONSTRAINTS) == [(64, 112, 16, 8), (96, 80, 16, 8)]
     for m, n, k in ((800, 1000, 784), (1000, 784, 800), (8192, 4096, 784), (400, 100, 784)):
         problem = gemm.Problem.contiguous(m, n, k, trans_a=m == 1000)
         seeds = {(c.bm, c.bn, c.ty, c.tx) for c in family("gemm").candidates(problem, H100) if c.math == "3xtf32"}
-        for bm, bn, ty, tx in gemm.wave_tiles(problem, H100):
+        for bm, bn, ty, tx in gemm_seeds.wave_tiles(problem, H100, gemm.PARAMS, gemm.CONSTRAINTS):
             assert (bm, bn, ty, tx) in seeds
             assert busiest_sm(m, n, bm, bn) <= busiest_sm(m, n, 128, 64)
 

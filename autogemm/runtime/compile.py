@@ -6,8 +6,8 @@ from autogemm.runtime.family import Instance
 
 OPTIONS = ("--std=c++17",)
 # Every kernel asks for the largest shared-memory carveout: an SM whose carveout must change between
-# two kernels drains first. H100, cme213 epoch as one CUDA graph: 12.3 ms when one GEMM's tiles
-# were padded (26 KiB) and the rest were not, 8.1 ms with every kernel at 100%.
+# two kernels drains first, which cost a third of an epoch's time when kernels asked for different
+# carveouts (tuned/bench/README.md).
 CARVEOUT_PERCENT = 100
 _cache: dict[tuple, object] = {}
 

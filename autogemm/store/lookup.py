@@ -26,7 +26,7 @@ from autogemm.store.keys import Key, distance, key_of
 from autogemm.store.records import Record, Store, file_for, load
 
 # A tuned config stands in for another shape only if no size differs by more than this factor:
-# H100, 4096^3 on the config tuned for 1000x784x800 ran 2x slower than the default.
+# a config tuned for a shape much smaller can be slower than the default (tuned/bench/README.md).
 NEAR_RATIO = 4.0
 log = logging.getLogger("autogemm")
 
