@@ -1,5 +1,5 @@
 """Column-sum family (colsum.cu.j2): bias gradients, optionally fused with the bias SGD step."""
-from kernels.contract import DTYPES, ITEMSIZE, SHORT, Geometry, RowsProblem, ceil_div
+from kernels.contract import DTYPES, ITEMSIZE, NO_OP, SHORT, Geometry, RowsProblem, ceil_div
 
 NAME = "colsum"
 TEMPLATE = "colsum.cu.j2"
@@ -11,6 +11,8 @@ PARAMS = {
 }
 
 Problem = RowsProblem
+KEY_SIZES = ("rows", "cols")
+KEY_OPS = (NO_OP,)
 
 CONSTRAINTS = (
     ("threads per block must be a multiple of 32 and fit the device",
@@ -38,6 +40,14 @@ def geometry(c, p: Problem) -> Geometry:
 
 def flops(p: Problem) -> int:
     return p.rows * p.cols
+
+
+def key_of(p: Problem) -> tuple[tuple[int, ...], str]:
+    return (p.rows, p.cols), NO_OP
+
+
+def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
+    return Problem(*sizes, dtype)
 
 
 def default_candidates(p: Problem, d):

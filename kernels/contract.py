@@ -16,6 +16,7 @@ DTYPES = {"float32": "float", "float64": "double"}
 ITEMSIZE = {"float32": 4, "float64": 8}
 SHORT = {"float32": "f32", "float64": "f64"}   # dtype in instance names
 MAX_SIZE = 2**31 - 1    # every kernel takes its sizes as 32-bit ints
+NO_OP = "-"             # the op of a tuned key whose family has no ops
 
 
 class Geometry(NamedTuple):
@@ -64,6 +65,8 @@ class KernelFamily(Protocol):
     PARAMS: dict                # {name: (allowed values, ...)}: every value a template may receive
     CONSTRAINTS: tuple          # ((message, predicate(cfg, problem, device) -> bool), ...): what can run
     Problem: type               # the frozen description of one call (shape, dtype, layout, epilogue)
+    KEY_SIZES: tuple            # what the sizes of a tuned key stand for, e.g. ("m", "n", "k")
+    KEY_OPS: tuple              # the ops a tuned key may carry (NO_OP alone where the family has none)
 
     def sources(self, cfg) -> tuple[str, ...]:
         """Every template file of cfg's kernel, TEMPLATE first: a tuned record stays current while
@@ -83,3 +86,10 @@ class KernelFamily(Protocol):
 
     def flops(self, problem) -> int:
         """Floating-point operations of one call (GFLOP/s in tuned records)."""
+
+    def key_of(self, problem) -> tuple[tuple[int, ...], str]:
+        """(sizes, op) under which `problem` is tuned and looked up: what a tuned config serves
+        (the GEMM's epilogue and alignment are left out: one config serves them all)."""
+
+    def problem_of(self, sizes: tuple[int, ...], op: str, dtype: str):
+        """The Problem that a tuned key stands for: freshly allocated (contiguous, aligned) operands."""

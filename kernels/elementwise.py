@@ -19,6 +19,8 @@ OPS = {
     "sgd": "out -= lr * (x + reg * out): SGD with L2 on weights out and gradient x",
 }
 ROW_OPS = ("bias", "bias_sigmoid", "bias_relu")
+KEY_SIZES = ("rows", "cols")
+KEY_OPS = tuple(OPS)
 
 PARAMS = {
     "block": (64, 128, 256, 512, 1024),   # threads per block
@@ -83,6 +85,14 @@ def geometry(c, p: Problem) -> Geometry:
 
 def flops(p: Problem) -> int:
     return p.total
+
+
+def key_of(p: Problem) -> tuple[tuple[int, ...], str]:
+    return (p.rows, p.cols), p.op
+
+
+def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
+    return Problem(op, *sizes, dtype, aligned=4)
 
 
 def default_candidates(p: Problem, d):

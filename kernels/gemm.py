@@ -12,6 +12,8 @@ TEMPLATE = "gemm.cu.j2"
 SOURCE_PARAMS = ("math",)
 
 EPILOGUES = (None, "bias", "bias_sigmoid", "bias_relu", "dsigmoid", "drelu")
+KEY_SIZES = ("m", "n", "k")
+KEY_OPS = ("nn", "nt", "tn", "tt")      # op(A), op(B): N or T
 
 PARAMS = {
     # Block tiles: multiples of 16 up to 128, whose grids can fill the SMs in whole waves where powers
@@ -257,6 +259,14 @@ def geometry(c, p: Problem) -> Geometry:
 
 def flops(p: Problem) -> int:
     return 2 * p.m * p.n * p.k
+
+
+def key_of(p: Problem) -> tuple[tuple[int, ...], str]:
+    return (p.m, p.n, p.k), p.op
+
+
+def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
+    return Problem.contiguous(*sizes, dtype, op[0] == "t", op[1] == "t")
 
 
 def default_candidates(p: Problem, d):

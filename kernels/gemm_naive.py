@@ -3,7 +3,8 @@
 It takes the same arguments and Problem as the tiled family, so either launches the same way.
 """
 from kernels.contract import DTYPES, SHORT, Geometry, ceil_div
-from kernels.gemm import EPILOGUES, Problem, flops  # noqa: F401  (same problem, same work)
+from kernels.gemm import (EPILOGUES, KEY_OPS, KEY_SIZES, Problem, flops, key_of,  # noqa: F401  (same problem,
+                          problem_of)                                             # same work, same keys)
 
 NAME = "gemm_naive"
 TEMPLATE = "gemm_naive.cu.j2"

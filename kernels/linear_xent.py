@@ -7,13 +7,15 @@ activation derivative). The last hidden activations A are read twice, W once per
 import itertools
 from dataclasses import dataclass
 
-from kernels.contract import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div, check_problem
+from kernels.contract import DTYPES, ITEMSIZE, NO_OP, SHORT, Geometry, ceil_div, check_problem
 
 NAME = "linear_xent"
 TEMPLATE = "linear_xent.cu.j2"
 SOURCE_PARAMS = ()
 
 ACTIVATIONS = (None, "sigmoid", "relu")   # the layer input's activation (None: no input gradient)
+KEY_SIZES = ("rows", "classes", "inputs")
+KEY_OPS = tuple(a or NO_OP for a in ACTIVATIONS)
 MAX_CLASSES = 32                          # a lane stores one class of each row
 
 PARAMS = {
@@ -47,7 +49,7 @@ class Problem:
     @property
     def op(self) -> str:
         """The key's op: the activation whose derivative the input gradient takes, '-' for none."""
-        return self.activation or "-"
+        return self.activation or NO_OP
 
 
 STATIC_SMEM = 128   # bytes of __shared__ variables in the kernel (a loss per warp)
@@ -94,6 +96,14 @@ def geometry(c, p: Problem) -> Geometry:
 def flops(p: Problem) -> int:
     products = 2 if p.activation else 1
     return 2 * products * p.rows * p.classes * p.inputs
+
+
+def key_of(p: Problem) -> tuple[tuple[int, ...], str]:
+    return (p.rows, p.classes, p.inputs), p.op
+
+
+def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
+    return Problem(*sizes, dtype, None if op == NO_OP else op, aligned=4)
 
 
 def default_candidates(p: Problem, d):

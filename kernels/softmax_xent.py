@@ -1,5 +1,5 @@
 """Softmax + cross-entropy + gradient family (softmax_xent.cu.j2): the MLP's output layer in one kernel."""
-from kernels.contract import DTYPES, SHORT, Geometry, RowsProblem, ceil_div
+from kernels.contract import DTYPES, NO_OP, SHORT, Geometry, RowsProblem, ceil_div
 
 NAME = "softmax_xent"
 TEMPLATE = "softmax_xent.cu.j2"
@@ -11,6 +11,8 @@ PARAMS = {
 }
 
 Problem = RowsProblem
+KEY_SIZES = ("rows", "cols")
+KEY_OPS = (NO_OP,)
 
 CONSTRAINTS = (
     ("threads per row must divide the block", lambda c, p, d: c.block % c.tpr == 0),
@@ -37,6 +39,14 @@ def geometry(c, p: Problem) -> Geometry:
 
 def flops(p: Problem) -> int:
     return 5 * p.rows * p.cols
+
+
+def key_of(p: Problem) -> tuple[tuple[int, ...], str]:
+    return (p.rows, p.cols), NO_OP
+
+
+def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
+    return Problem(*sizes, dtype)
 
 
 def default_candidates(p: Problem, d):

@@ -391,3 +391,6 @@ def test_every_registered_family_keeps_the_contract():
         assert set(module.SOURCE_PARAMS) <= set(module.PARAMS)
         fam = family(name)
         assert all((TEMPLATE_DIR / source).is_file() for cfg in fam._variants() for source in fam.sources(cfg))
+        sizes = (800, 10, 784)[:len(module.KEY_SIZES)]
+        for op in module.KEY_OPS:          # a key's problem has that key
+            assert module.key_of(module.problem_of(sizes, op, "float64")) == (sizes, op)

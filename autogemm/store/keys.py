@@ -1,12 +1,10 @@
-"""How a kernel call is named in tuned/ files: (family, shape, op, dtype), and back to a Problem.
+"""How a kernel call is named in tuned files: (family, shape, op, dtype), and back to a Problem.
 
-    family              shape       op
-    gemm, gemm_naive    "MxNxK"     nn | nt | tn | tt   (epilogue, C and alignment left out: one
-                                                         tuned config serves all of them)
-    elementwise         "ROWSxCOLS" one of kernels.elementwise.OPS
-    softmax_xent        "ROWSxCOLS" "-"
-    colsum              "ROWSxCOLS" "-"
-    linear_xent         "ROWSxCLASSESxINPUTS"   sigmoid | relu (the input gradient's activation) | "-" (none)
+Each family declares its keys (kernels.contract.KernelFamily): what its sizes stand for
+(KEY_SIZES, joined by "x" in the shape: "800x1000x784" for a GEMM's m, n, k), the ops a key may
+carry (KEY_OPS: a GEMM's nn | nt | tn | tt, an elementwise op, the output layer's activation, or
+"-"), and key_of / problem_of between a Problem and its key. What a key leaves out (a GEMM's
+epilogue, C and alignment) one tuned config serves alike.
 
 The nearest-shape rule measures distance between keys as the sum of |log| ratios of their sizes.
 """
@@ -15,34 +13,18 @@ import re
 from typing import NamedTuple
 
 from autogemm.runtime.family import FAMILIES
-from kernels.contract import DTYPES, MAX_SIZE
-from kernels import colsum as colsum_family
-from kernels import elementwise as ew_family
-from kernels import gemm as gemm_family
-from kernels import linear_xent as lx_family
-from kernels import softmax_xent as sx_family
-
-GEMM_OPS = ("nn", "nt", "tn", "tt")
-NO_OP = "-"
-_GEMM_LIKE = ("gemm", "gemm_naive")
-_LX_OPS = tuple(a or NO_OP for a in lx_family.ACTIVATIONS)
+from kernels import REGISTRY
+from kernels.contract import DTYPES, MAX_SIZE, NO_OP
 
 
 def ops(family: str) -> tuple[str, ...]:
     """The op names a family's keys may carry."""
-    if family in _GEMM_LIKE:
-        return GEMM_OPS
-    if family == "elementwise":
-        return tuple(ew_family.OPS)
-    if family == "linear_xent":
-        return _LX_OPS
-    return (NO_OP,)
+    return REGISTRY[family].KEY_OPS
 
 
 def arity(family: str) -> int:
-    """How many sizes the family's shape has: 3 (M, N, K) for GEMMs and (rows, classes, inputs)
-    for linear_xent, else 2 (rows, cols)."""
-    return 3 if family in _GEMM_LIKE or family == "linear_xent" else 2
+    """How many sizes the family's shape has."""
+    return len(REGISTRY[family].KEY_SIZES)
 
 
 class Key(NamedTuple):
@@ -89,25 +71,13 @@ def parse_key(family, shape, op, dtype) -> Key:
 
 def key_of(family: str, problem) -> Key:
     """The key under which `problem` of `family` is tuned and looked up."""
-    if family in _GEMM_LIKE:
-        return make_key(family, (problem.m, problem.n, problem.k), problem.op, problem.dtype)
-    if family == "linear_xent":
-        return make_key(family, (problem.rows, problem.classes, problem.inputs), problem.op, problem.dtype)
-    op = problem.op if family == "elementwise" else NO_OP
-    return make_key(family, (problem.rows, problem.cols), op, problem.dtype)
+    sizes, op = REGISTRY[family].key_of(problem)
+    return make_key(family, sizes, op, problem.dtype)
 
 
 def problem_of(key: Key):
     """The Problem of freshly allocated (contiguous, aligned) operands of `key`."""
-    sizes = key.sizes
-    if key.family in _GEMM_LIKE:
-        return gemm_family.Problem.contiguous(*sizes, key.dtype, key.op[0] == "t", key.op[1] == "t")
-    if key.family == "elementwise":
-        return ew_family.Problem(key.op, *sizes, key.dtype, aligned=4)
-    if key.family == "linear_xent":
-        return lx_family.Problem(*sizes, key.dtype, None if key.op == NO_OP else key.op, aligned=4)
-    module = sx_family if key.family == "softmax_xent" else colsum_family
-    return module.Problem(*sizes, key.dtype)
+    return REGISTRY[key.family].problem_of(key.sizes, key.op, key.dtype)
 
 
 def distance(a: Key, b: Key) -> float:

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from autogemm.errors import AutogemmError
-from autogemm.store.keys import NO_OP, Key, make_key
-from kernels.contract import MAX_SIZE
+from autogemm.store.keys import Key, make_key
+from kernels.contract import MAX_SIZE, NO_OP
 
 OPS = ("nn", "nt", "tn", "tt")
 _SHAPE = re.compile(r"^([0-9]+)x([0-9]+)x([0-9]+)(?::([nt]{2}))?$")

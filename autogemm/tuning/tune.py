@@ -17,11 +17,12 @@ from autogemm.errors import AutogemmError
 from autogemm.runtime.device import DeviceInfo
 from autogemm.runtime.family import family
 from autogemm.store import locations
-from autogemm.store.keys import NO_OP, Key, distance, problem_of
+from autogemm.store.keys import Key, distance, problem_of
 from autogemm.store.lookup import Index
 from autogemm.store.records import Meta, Record, file_for, load, now, printable, save
 from autogemm.tuning.search import Progress, Result, SearchError, Settings, tune
 from autogemm.tuning.targets import Target
+from kernels.contract import NO_OP
 
 
 def study_path(device: DeviceInfo, key: Key, root: Path | None = None, space: str = "") -> Path:
