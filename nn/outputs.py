@@ -8,7 +8,6 @@ meanwhile. The JSON and PNG outputs of the benchmarks are claimed as they start 
 only an earlier output of the same command.
 """
 import json
-import os
 import shlex
 
 from autogemm import files
@@ -39,8 +38,7 @@ class Outputs:
             self._claim("--log", self.log, lambda path: self._own_log(path, fingerprint))
 
     def _claim(self, flag, path, ours):
-        self._replace[path] = os.path.lexists(path)
-        claim(flag, path, ours)
+        self._replace[path] = claim(flag, path, ours)
 
     def _own_log(self, path, fingerprint: dict) -> bool:
         """Whether the file at `path` is this run's log, which a resumed run continues; NNError for
@@ -89,10 +87,11 @@ class ResumeHint:
         return f"epochs 1..{self.epoch} are in {self.path}" + (f"; resume with: {shlex.join(resume)}" if command else "")
 
 
-def claim(flag: str, path, ours=None):
-    """NNError unless `path` can take an output (autogemm.files.claim_output), said in one line."""
+def claim(flag: str, path, ours=None) -> bool:
+    """NNError unless `path` can take an output (autogemm.files.claim_output), said in one line;
+    whether a file is there, to be replaced."""
     try:
-        files.claim_output(path, ours)
+        return files.claim_output(path, ours)
     except files.FileError as e:
         raise NNError(f"{flag} {path}: cannot be written: {e}") from None
 

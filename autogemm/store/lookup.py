@@ -61,7 +61,12 @@ class Index:
 
     def serving(self) -> dict[Key, Record]:
         """Per key, the record that lookup uses for it: the current one, else the stale one."""
-        return {**self.stale, **self.exact}
+        return {**self.stale_serving(), **self.exact}
+
+    def stale_serving(self) -> dict[Key, Record]:
+        """The stale records that lookup uses: those of keys without a current record (what
+        `autogemm tune --stale` tunes again)."""
+        return {key: r for key, r in self.stale.items() if key not in self.exact}
 
     def nearest(self, key: Key, usable) -> tuple[Record, float] | None:
         """The closest record of key's family, op and dtype (ties: smaller shape) that `usable` accepts,
@@ -97,7 +102,7 @@ def index_for(device: DeviceInfo, directories: list[Path] | None = None) -> Inde
     if stamp not in _indexes:
         _indexes.clear()           # the files changed: the index of the old ones is of no more use
         _indexes[stamp] = index = Index(stores)
-        stale = index.stale.keys() - index.exact.keys()
+        stale = index.stale_serving()
         if stale:
             log.warning("autogemm: %s: %d stale record(s): their kernels' templates changed since tuning; "
                         "their configs still serve their own shapes until `autogemm tune --stale` re-tunes them",

@@ -13,7 +13,6 @@ from autogemm.errors import AutogemmError
 from autogemm.store.keys import Key, make_key
 from kernels.contract import MAX_SIZE, NO_OP
 
-OPS = ("nn", "nt", "tn", "tt")
 _SHAPE = re.compile(r"^([0-9]+)x([0-9]+)x([0-9]+)(?::([nt]{2}))?$")
 
 

@@ -101,9 +101,8 @@ def stale_targets(paths: list[Path], dtype: str, families: tuple[str, ...]) -> l
     """The keys (of `dtype` and `families`) that lookup serves from a stale record of the tuned
     files at `paths` (read in lookup's order), as targets: what a template change has left to
     tune again."""
-    index = _index(paths)
-    return [Target(r.key.family, r.key.sizes, r.key.op, "stale") for key, r in index.stale.items()
-            if key not in index.exact and r.key.dtype == dtype and r.key.family in families]
+    return [Target(r.key.family, r.key.sizes, r.key.op, "stale") for r in _index(paths).stale_serving().values()
+            if r.key.dtype == dtype and r.key.family in families]
 
 
 def _known(existing: dict, key: Key, device: DeviceInfo, fam, nearby: int = 3) -> tuple:
