@@ -12,6 +12,7 @@ from autogemm.errors import AutogemmError, BadArguments, CompileError, InvalidCo
 from autogemm.ops.elementwise import (activation_grad, bias_activation, column_sums, elementwise, linear_xent,
                                       sgd_update, softmax_xent)
 from autogemm.ops.gemm import GemmCall, gemm, plan_gemm
+from autogemm.store.keys import Target
 from autogemm.store.locations import cache_dir
 from kernels.gemm import EPILOGUES as GEMM_EPILOGUES
 from kernels.linear_xent import MAX_CLASSES as LINEAR_XENT_MAX_CLASSES
@@ -24,4 +25,6 @@ __all__ = [
     "AutogemmError", "BadArguments", "CompileError", "InvalidConfig", "StoreError",
     # the user's files: read only if regular, written atomically; and autogemm's cache folder
     "files", "cache_dir",
+    # a kernel launch to tune, as a network's `autogemm.targets` entry point lists its step's
+    "Target",
 ]

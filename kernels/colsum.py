@@ -1,4 +1,6 @@
 """Column-sum family (colsum.cu.j2): bias gradients, optionally fused with the bias SGD step."""
+import numpy as np
+
 from kernels.contract import DTYPES, ITEMSIZE, NO_OP, SHORT, Geometry, RowsProblem, ceil_div
 
 NAME = "colsum"
@@ -53,3 +55,9 @@ def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
 def default_candidates(p: Problem, d):
     yield dict(tx=32, ty=8)
     yield dict(tx=32, ty=1)
+
+
+def reference(p: Problem, g) -> dict:
+    """{"out": the column sums of G}, as one row."""
+    g64 = np.asarray(g, np.float64)
+    return {"out": (g64.sum(0)[None, :], np.abs(g64).sum(0)[None, :], p.rows)}     # (1, cols)

@@ -4,7 +4,8 @@ A family is one template (`<name>.cu.j2`, with its includes) and one module (`<n
 the KernelFamily protocol below, as plain data and functions: this layer imports nothing of autogemm.
 Read a module top to bottom and a config's way to source is in order: the space (PARAMS), what can
 run (CONSTRAINTS), the untuned seeds (default_candidates), the values rendered (template_args) into
-the template files (sources), and the launch (instance_name, geometry).
+the template files (sources), and the launch (instance_name, geometry); last, what a call must compute
+(reference), in float64, that tuning checks each candidate against.
 """
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -93,3 +94,8 @@ class KernelFamily(Protocol):
 
     def problem_of(self, sizes: tuple[int, ...], op: str, dtype: str):
         """The Problem that a tuned key stands for: freshly allocated (contiguous, aligned) operands."""
+
+    def reference(self, problem, **operands) -> dict:
+        """The float64 result of one call on host (NumPy) operands, {output: (value, magnitude, k)}:
+        magnitude the term the error bound scales (sum of |products| etc.; autogemm/tuning/verify.py),
+        k the length of the longest sum behind an element (the tolerance grows with it)."""

@@ -4,6 +4,8 @@ These are the pieces a GEMM epilogue fuses; the cuBLAS baseline and MPI updates 
 """
 from dataclasses import dataclass
 
+import numpy as np
+
 from kernels.contract import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div, check_problem
 
 NAME = "elementwise"
@@ -65,13 +67,12 @@ def index_is_32bit(total: int) -> bool:
 
 
 def sources(c) -> tuple[str, ...]:
-    return (TEMPLATE,)
+    return TEMPLATE, "common.cuh"
 
 
 def template_args(c, p: Problem) -> dict:
     return dict(c, ctype=DTYPES[p.dtype], op=p.op, description=OPS[p.op],
-                index_type="int" if index_is_32bit(p.total) else "long long",
-                uses_y=p.op not in ("sgd",), y_is_row=p.op in ROW_OPS)
+                index_type="int" if index_is_32bit(p.total) else "long long")
 
 
 def instance_name(c, p: Problem) -> str:
@@ -98,3 +99,22 @@ def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
 def default_candidates(p: Problem, d):
     for vec in (4, 2, 1):
         yield dict(block=256, ept=2, vec=vec)
+
+
+def reference(p: Problem, x, y=None, w0=None, lr=0.0, reg=0.0) -> dict:
+    """{"out": OPS[p.op]} in float64: y the bias (cols,) or the saved activation (rows, cols), w0
+    sgd's weights before the update (with lr and reg)."""
+    x64 = np.asarray(x, np.float64)                                 # X: (rows, cols)
+    y64 = None if y is None else np.asarray(y, np.float64)
+    if p.op in ROW_OPS:
+        s = x64 + y64
+        value = {"bias": s, "bias_sigmoid": 1 / (1 + np.exp(-s)), "bias_relu": np.maximum(s, 0)}[p.op]
+        magnitude = np.abs(x64) + np.abs(y64) + np.abs(value)
+    elif p.op == "sgd":
+        w = np.asarray(w0, np.float64)
+        value = w - lr * (x64 + reg * w)
+        magnitude = np.abs(w) + lr * (np.abs(x64) + reg * np.abs(w))
+    else:
+        value = x64 * y64 * (1 - y64) if p.op == "dsigmoid" else x64 * (y64 > 0)
+        magnitude = np.abs(value)
+    return {"out": (value, magnitude, 4)}

@@ -4,6 +4,8 @@ D = epi(alpha * op(A) @ op(B) + beta * C), row-major, op in {N, T} on each side,
 """
 from dataclasses import dataclass
 
+import numpy as np
+
 from kernels import gemm_seeds
 from kernels.contract import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div, check_problem
 
@@ -29,8 +31,7 @@ PARAMS = {
     "copy": ("regs", "async"),         # global -> shared: through registers, or by cp.async
     "stages": (1, 2, 3, 4),            # shared-memory buffers (regs: 1 or 2; async: 2 to 4)
     "split_k": (1, 2, 3, 4, 6, 8, 16), # slices of K reduced by the last block of each tile
-    "pad": (0, 4),                     # shared-memory row padding against bank conflicts (elements;
-                                       # 3xtf32 needs 4 and then pads each tile its own way: pads())
+    "pad": (False, True),              # pad shared-memory rows against bank conflicts (by pads())
     "math": ("fma", "3xtf32"),         # FP32/FP64 FMAs, or float32 on tensor cores as three TF32 MMAs
 }
 # math="3xtf32" splits each float32 x into a TF32 part hi = tf32(x) and the exact rest lo = x - hi
@@ -95,7 +96,7 @@ STATIC_SMEM = 16   # bytes of __shared__ variables in the kernel (the split-K fl
 def sources(c) -> tuple[str, ...]:
     """The templates of a config's kernel: the shared ones and its own math path's include only, so
     that an edit of one path leaves the other's tuned records current."""
-    return TEMPLATE, "_gemm_epilogue.cuh.j2", f"_gemm_{c.math}.cuh.j2"
+    return TEMPLATE, "common.cuh", "gemm_epilogue.cuh", f"gemm_{c.math}.cuh"
 
 
 def threads(c) -> int:
@@ -115,13 +116,16 @@ def k_chunk(c, p: Problem) -> int:
 
 
 def pads(c, p: Problem) -> tuple[int, int]:
-    """Row padding (elements) of op(A)'s and op(B)'s shared tiles. Under 3xtf32, PAD=4 asks for the
-    padding that makes its fragment reads conflict-free (see gemm.cu.j2): rows 16 (mod 32) words long
-    where both operands are K-major (16-byte reads along k), 8 or 24 (mod 32) for a [k][row] tile
-    (BM + 8 or BN + 8, the tiles being multiples of 16; A's rows are then read in pairs), and BK + 4
-    for single reads along k."""
+    """Row padding (elements) of op(A)'s and op(B)'s shared tiles where c.pad asks for it: under fma
+    4 (one 16-byte vector, which keeps vector reads aligned); under 3xtf32 what makes its fragment
+    reads conflict-free (see gemm_3xtf32.cuh): rows 16 (mod 32) words long where both operands are
+    K-major (16-byte reads along k), 8 or 24 (mod 32) for a [k][row] tile (BM + 8 or BN + 8, the
+    tiles being multiples of 16; A's rows are then read in pairs), and BK + 4 for single reads
+    along k."""
+    if not c.pad:
+        return 0, 0
     if c.math == "fma":
-        return c.pad, c.pad
+        return 4, 4
     a_k, b_k = k_major(c, p)
     if a_k and b_k:
         return (16 - c.bk) % 32, (16 - c.bk) % 32
@@ -188,8 +192,8 @@ CONSTRAINTS = (
      _tf32x3(lambda c, p, d: c.ty % 8 == 0 and c.tx % 4 == 0)),
     ("3xtf32 warp tiles need a whole number of 16-row MMA tiles: BM/TY must be even",
      _tf32x3(lambda c, p, d: (c.bm // c.ty) % 2 == 0)),
-    ("3xtf32 reads K 16 at a time and pads its tiles itself: BK must be 16 or 32, PAD = 4",
-     _tf32x3(lambda c, p, d: c.bk % 16 == 0 and c.pad == 4)),
+    ("3xtf32 reads K 16 at a time from padded tiles: BK must be 16 or 32, and pad true",
+     _tf32x3(lambda c, p, d: c.bk % 16 == 0 and c.pad)),
 )
 
 
@@ -232,7 +236,7 @@ def template_args(c, p: Problem) -> dict:
 def instance_name(c, p: Problem) -> str:
     dt = SHORT[p.dtype]
     name = (f"gemm_{dt}_{p.op}_bm{c.bm}_bn{c.bn}_bk{c.bk}_ty{c.ty}_tx{c.tx}_tm{c.tm}_tn{c.tn}"
-            f"_v{c.vec}_{c.copy}{c.stages}_sk{c.split_k}_p{c.pad}_{c.math}")
+            f"_v{c.vec}_{c.copy}{c.stages}_sk{c.split_k}_p{int(c.pad)}_{c.math}")
     args = template_args(c, p)
     if p.epilogue:
         name += f"_{p.epilogue}"
@@ -273,3 +277,43 @@ def default_candidates(p: Problem, d):
     """Sound untuned configs, best first, then more places for the search to start from: the
     heuristics of kernels/gemm_seeds.py, over this space and these constraints."""
     return gemm_seeds.candidates(p, d, PARAMS, CONSTRAINTS)
+
+
+ACTIVATION_SLOPE = {None: 1.0, "bias": 1.0, "bias_sigmoid": 0.25, "bias_relu": 1.0}   # max |epi'|
+
+
+def reference(p: Problem, a, b, alpha=1.0, beta=0.0, c=None, bias=None, aux=None) -> dict:
+    """{"d": (value, magnitude, K)}: D in float64, and the bound's term |alpha| |op(A)| |op(B)| +
+    |beta C| + |bias| times the epilogue's slope."""
+    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    opa, opb = (a64.T if p.trans_a else a64), (b64.T if p.trans_b else b64)
+    value = alpha * (opa @ opb)                                     # D: (M, N)
+    magnitude = abs(alpha) * (np.abs(opa) @ np.abs(opb))
+    if beta != 0:
+        c64 = np.asarray(c, np.float64)
+        value += beta * c64
+        magnitude += abs(beta * c64)
+    return {"d": apply_epilogue(p.epilogue, value, magnitude, bias, aux) + (p.k,)}
+
+
+def apply_epilogue(name: str | None, value, magnitude, bias, aux) -> tuple:
+    """(value, magnitude) through the epilogue `name` (bias + activation, or an activation's
+    derivative at the saved outputs aux)."""
+    if name in ("bias", "bias_sigmoid", "bias_relu"):
+        bias64 = np.asarray(bias, np.float64)
+        value += bias64
+        magnitude += np.abs(bias64)
+        magnitude *= ACTIVATION_SLOPE[name]
+        if name == "bias_sigmoid":
+            value = 1.0 / (1.0 + np.exp(-value))
+        elif name == "bias_relu":
+            value = np.maximum(value, 0.0)
+    elif name == "dsigmoid":
+        s = np.asarray(aux, np.float64)
+        value *= s * (1 - s)
+        magnitude *= np.abs(s * (1 - s))
+    elif name == "drelu":
+        mask = np.asarray(aux) > 0
+        value *= mask
+        magnitude *= mask
+    return value, magnitude

@@ -4,7 +4,7 @@ It takes the same arguments and Problem as the tiled family, so either launches 
 """
 from kernels.contract import DTYPES, SHORT, Geometry, ceil_div
 from kernels.gemm import (EPILOGUES, KEY_OPS, KEY_SIZES, Problem, flops, key_of,  # noqa: F401  (same problem,
-                          problem_of)                                             # same work, same keys)
+                          problem_of, reference)                                  # same work, keys, reference)
 
 NAME = "gemm_naive"
 TEMPLATE = "gemm_naive.cu.j2"
@@ -23,7 +23,7 @@ CONSTRAINTS = (
 
 
 def sources(c) -> tuple[str, ...]:
-    return TEMPLATE, "_gemm_epilogue.cuh.j2"
+    return TEMPLATE, "common.cuh", "gemm_epilogue.cuh"
 
 
 def template_args(c, p: Problem) -> dict:

@@ -43,7 +43,7 @@ def candidates(p, d, params: dict, constraints: tuple):
         bk = 8 if p.itemsize == 8 else bk
         for s in dict.fromkeys((split, 1)):
             yield dict(bm=bm, bn=bn, bk=max(bk, vec), ty=ty, tx=tx, tm=tm, tn=_tn(tn, copy, p), vec=vec,
-                       copy=copy, stages=stages, split_k=s, pad=0 if big else 4, math="fma")
+                       copy=copy, stages=stages, split_k=s, pad=not big, math="fma")
     # Where the search starts as well: 3-stage cp.async pipelines on the chosen tile and the next
     # larger one, and on cuBLAS's mid-size tiles (128x64 and 64x128, 128 threads of 8x8, H100 ncu),
     # whole or split in two.
@@ -52,7 +52,7 @@ def candidates(p, d, params: dict, constraints: tuple):
     for (bm, bn, ty, tx, tm, tn), bk, split in itertools.product(tiles, (16, 32), (1, 2)):
         if split == 1 or bm * bn == 128 * 64:
             yield dict(bm=bm, bn=bn, bk=bk, ty=ty, tx=tx, tm=tm, tn=_tn(tn, "async", p), vec=vec,
-                       copy="async", stages=3, split_k=split, pad=4, math="fma")
+                       copy="async", stages=3, split_k=split, pad=True, math="fma")
     # 3xTF32 on tensor cores, where the dtype and GPU allow (the constraints drop them elsewhere):
     # warp tiles of 64x32 and 32x32 on the mid-size block tiles, whole or split in two; then the
     # tiles that fill the SMs in the fewest, fullest waves.
@@ -65,7 +65,7 @@ def candidates(p, d, params: dict, constraints: tuple):
 def _tc_seed(bm: int, bn: int, ty: int, tx: int, vec: int, split: int = 1) -> dict:
     """A 3xtf32 config on a block tile: BK 32, a 3-stage cp.async pipeline."""
     return dict(bm=bm, bn=bn, bk=32, ty=ty, tx=tx, tm=1, tn=2, vec=vec, copy="async", stages=3,
-                split_k=split, pad=4, math="3xtf32")
+                split_k=split, pad=True, math="3xtf32")
 
 
 # Thread blocks (TY, TX) of 3xtf32's seeds: 4 and 8 warps of 8 x 4 threads.

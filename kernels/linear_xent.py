@@ -7,7 +7,10 @@ activation derivative). The last hidden activations A are read twice, W once per
 import itertools
 from dataclasses import dataclass
 
+import numpy as np
+
 from kernels.contract import DTYPES, ITEMSIZE, NO_OP, SHORT, Geometry, ceil_div, check_problem
+from kernels.softmax_xent import softmax, xent_loss
 
 NAME = "linear_xent"
 TEMPLATE = "linear_xent.cu.j2"
@@ -75,7 +78,7 @@ CONSTRAINTS = (
 
 
 def sources(c) -> tuple[str, ...]:
-    return (TEMPLATE,)
+    return TEMPLATE, "common.cuh"
 
 
 def template_args(c, p: Problem) -> dict:
@@ -120,3 +123,22 @@ def default_candidates(p: Problem, d):
             yield dict(warps=8, rows=rows, vec=vec, unroll=unroll, w_smem=w_smem)
     for warps, rows, u in itertools.product((8, 4, 2), PARAMS["rows"], dict.fromkeys((unroll, min(2, slices)))):
         yield dict(warps=warps, rows=rows, vec=vec, unroll=u, w_smem=True)
+
+
+def reference(p: Problem, a, w, bias, labels, scale) -> dict:
+    """{"logits" | "grad" | "grad_in" (with an activation) | "loss"}: the layer in float64. An error
+    e in a row of Z moves P_c by at most 2 P_c max|e|, so G's and G_in's bounds carry Z's
+    (K-scaled) one."""
+    a64, w64, b64 = (np.asarray(x, np.float64) for x in (a, w, bias))
+    z = a64 @ w64.T + b64                                           # Z: (rows, C)
+    z_mag = np.abs(a64) @ np.abs(w64).T + np.abs(b64)
+    probs = softmax(z)
+    onehot = np.eye(p.classes)[labels]
+    g = (probs - onehot) * scale                                    # G: (rows, C)
+    g_mag = (probs + onehot + 2 * probs * z_mag.max(1, keepdims=True)) * abs(scale)
+    expected = {"logits": (z, z_mag, p.inputs), "grad": (g, g_mag, p.inputs)}
+    if p.activation:
+        slope = a64 * (1 - a64) if p.activation == "sigmoid" else (a64 > 0).astype(np.float64)
+        expected["grad_in"] = (g @ w64 * slope, g_mag @ np.abs(w64) * slope, p.inputs)   # G_in: (rows, K)
+    expected["loss"] = xent_loss(probs, labels)
+    return expected

@@ -1,4 +1,6 @@
 """Softmax + cross-entropy + gradient family (softmax_xent.cu.j2): the MLP's output layer in one kernel."""
+import numpy as np
+
 from kernels.contract import DTYPES, NO_OP, SHORT, Geometry, RowsProblem, ceil_div
 
 NAME = "softmax_xent"
@@ -52,3 +54,24 @@ def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
 def default_candidates(p: Problem, d):
     tpr = 1 if p.cols <= 32 else 32
     yield dict(block=128, tpr=tpr)
+
+
+def softmax(z):
+    """The rows of float64 logits Z as probabilities."""
+    probs = np.exp(z - z.max(1, keepdims=True))
+    return probs / probs.sum(1, keepdims=True)
+
+
+def xent_loss(probs, labels) -> tuple:
+    """The summed cross-entropy as an output (1 x 1, value, magnitude, k): a sum of `rows` logs."""
+    rows, classes = probs.shape
+    loss = -np.log(probs[np.arange(rows), labels]).sum()
+    return np.array([[loss]]), np.array([[abs(loss) + rows]]), rows * classes
+
+
+def reference(p: Problem, z, labels, scale) -> dict:
+    """{"grad": (softmax(Z) - onehot(labels)) * scale, "loss": the summed cross-entropy}."""
+    probs = softmax(np.asarray(z, np.float64))                      # P: (rows, cols)
+    onehot = np.eye(p.cols)[labels]
+    grad = ((probs - onehot) * scale, (probs + onehot) * abs(scale), p.cols)
+    return {"grad": grad, "loss": xent_loss(probs, labels)}

@@ -32,8 +32,9 @@ def edit_template(tmp_path, monkeypatch):
     kernels/<name>; autogemm hashes the copies of every template instead of kernels/ for the test."""
     folder = tmp_path / "kernels"
     folder.mkdir()
-    for path in autogemm.runtime.render.TEMPLATE_DIR.glob("*.j2"):
-        shutil.copy(path, folder)
+    for pattern in ("*.j2", "*.cuh"):
+        for path in autogemm.runtime.render.TEMPLATE_DIR.glob(pattern):
+            shutil.copy(path, folder)
     monkeypatch.setattr(autogemm.runtime.render, "TEMPLATE_DIR", folder)
     autogemm.runtime.render.code_hash.cache_clear()
 

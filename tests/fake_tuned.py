@@ -10,7 +10,7 @@ from autogemm.store.records import Meta, Record, file_for, save
 from autogemm.tuning.timing import Timing
 
 SOFTWARE = {"driver": "13.0", "cuda_runtime": "13.2", "cupy": "14.2.0"}
-GEMM = dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=4, copy="regs", stages=2, split_k=1, pad=4, math="fma")
+GEMM = dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=4, copy="regs", stages=2, split_k=1, pad=True, math="fma")
 TF32X3 = dict(GEMM, copy="async", stages=3, tm=1, tn=2, math="3xtf32")
 
 
@@ -79,4 +79,4 @@ def gemm_model(cfg) -> float:
     if "bm" not in cfg:
         return 5 + sum(abs(math.log2(v)) % 3 for v in cfg.values())
     return (10 + abs(math.log2(cfg.bm / 64)) + abs(math.log2(cfg.bn / 64)) + abs(math.log2(cfg.tm * cfg.tn / 16))
-            + abs(math.log2(cfg.split_k / 2)) + (0 if cfg.stages == 2 else 1) + 0.1 * cfg.pad)
+            + abs(math.log2(cfg.split_k / 2)) + (0 if cfg.stages == 2 else 1) + 0.4 * cfg.pad)

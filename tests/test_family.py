@@ -6,6 +6,7 @@ import itertools
 import re
 
 import jinja2
+import numpy as np
 import pytest
 
 import autogemm.runtime.render
@@ -13,13 +14,13 @@ from autogemm.errors import InvalidConfig
 from autogemm.ops.kernels import kernel
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import FAMILIES, family
-from autogemm.tuning.targets import mlp_shapes
+from autogemm.tuning.targets import parse_shapes
 from kernels import colsum, elementwise, gemm, gemm_seeds, linear_xent, softmax_xent
 from kernels.contract import ceil_div
 
 GEMM = family("gemm")
 # Valid on every problem below, but for what a test changes.
-BASE = dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=1, copy="regs", stages=2, split_k=1, pad=4, math="fma")
+BASE = dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=1, copy="regs", stages=2, split_k=1, pad=True, math="fma")
 SQUARE = gemm.Problem.contiguous(1024, 1024, 1024)
 HOSTILE = ("128; } __global__ void evil() {", "{{ 7*7 }}", "{% raw %}", "4\n#define T int")
 ODD_SHAPES = ((1, 1, 1), (17, 33, 65), (2, 3, 5), (131, 67, 257), (7919, 13, 101), (1, 4096, 3))
@@ -52,7 +53,7 @@ def problems_of(name: str, dtype: str) -> list:
     (dict(ty=32, tx=16, tm=4), SQUARE, "TY*TM must divide BM"),
     (dict(tn=8), SQUARE, "TX*TN must divide BN"),
     (dict(ty=4, tx=4, tm=4, tn=4, bm=16, bn=16), SQUARE, "multiple of 32"),
-    (dict(bm=256, bn=256, bk=32, ty=32, tx=32, tm=8, tn=8, pad=4),
+    (dict(bm=256, bn=256, bk=32, ty=32, tx=32, tm=8, tn=8, pad=True),
      gemm.Problem.contiguous(1024, 1024, 1024, "float64"), "shared memory"),
     (dict(bm=128, bn=128, ty=8, tx=8), SQUARE, "register estimate"),
     (dict(vec=4), gemm.Problem.contiguous(1024, 1024, 1024, "float64"), "at most 16 bytes"),
@@ -84,7 +85,7 @@ TF32X3 = dict(BASE, copy="async", stages=3, tm=1, tn=2, math="3xtf32")
     (dict(ty=4, tx=64 // 2, bn=64), SQUARE, H100, "warps of 8 x 4 threads"),
     (dict(ty=32, tx=8, bm=32), SQUARE, H100, "BM/TY must be even"),
     (dict(bk=8), SQUARE, H100, "BK must be 16 or 32"),
-    (dict(pad=0), SQUARE, H100, "PAD = 4"),
+    (dict(pad=False), SQUARE, H100, "pad true"),
 ])
 def test_3xtf32_rejects_what_tensor_cores_cannot_run(change, problem, device, message):
     assert not GEMM.violations(GEMM.config(TF32X3), SQUARE, H100)
@@ -131,7 +132,7 @@ def test_output_vectors_stay_inside_n_and_the_alignment():
 
 
 def test_gemm_smem_limit_is_the_devices():
-    values = {**BASE, "bm": 128, "bn": 128, "bk": 32, "ty": 16, "tx": 16, "tm": 4, "tn": 4, "pad": 0, "vec": 4}
+    values = {**BASE, "bm": 128, "bn": 128, "bk": 32, "ty": 16, "tx": 16, "tm": 4, "tn": 4, "pad": False, "vec": 4}
     needs = gemm.smem_bytes(GEMM.config(values), SQUARE)                 # 2 * 32 * 256 * 4 = 64 KiB
     assert not GEMM.violations(GEMM.config(values), SQUARE, H100)
     small = dataclasses.replace(H100, smem_per_block=needs - 1)
@@ -160,7 +161,7 @@ def test_small_families_reject_configs_that_cannot_run(name, values, problem, de
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_gemm_defaults_are_valid_for_many_shapes(dtype):
-    shapes = [(s.m, s.n, s.k, s.trans_a, s.trans_b) for s in mlp_shapes() + mlp_shapes(128, (512, 256))]
+    shapes = [(s.m, s.n, s.k, s.trans_a, s.trans_b) for s in parse_shapes("nn") + parse_shapes("nn", 128, (512, 256))]
     shapes += [(*s, ta, tb) for s in ODD_SHAPES for ta, tb in itertools.product((False, True), repeat=2)]
     for (m, n, k, ta, tb), epilogue in itertools.product(shapes, gemm.EPILOGUES):
         problem = gemm.Problem.contiguous(m, n, k, dtype, ta, tb, epilogue=epilogue)
@@ -295,8 +296,8 @@ def test_cp_async_keeps_each_operand_in_its_global_layout():
 def test_gemm_name_spells_every_parameter():
     cfg = GEMM.config(BASE)
     name = GEMM.instance_name(cfg, gemm.Problem.contiguous(100, 100, 100, "float64", True, False, epilogue="drelu"))
-    assert name == "gemm_f64_tn_bm64_bn64_bk16_ty16_tx16_tm4_tn4_v1_regs2_sk1_p4_fma_drelu_o2"
-    assert GEMM.instance_name(cfg, SQUARE).endswith("_p4_fma_even_o4")
+    assert name == "gemm_f64_tn_bm64_bn64_bk16_ty16_tx16_tm4_tn4_v1_regs2_sk1_p1_fma_drelu_o2"
+    assert GEMM.instance_name(cfg, SQUARE).endswith("_p1_fma_even_o4")
     assert GEMM.instance_name(cfg, gemm.Problem.contiguous(100, 98, 100)).endswith("_fma_o2")   # 98 = 2 * 49
     assert GEMM.instance_name(cfg, gemm.Problem.contiguous(100, 99, 100)).endswith("_fma")
 
@@ -306,7 +307,7 @@ def test_a_gemm_configs_code_hash_is_that_of_its_math_paths_templates():
     assert all(re.fullmatch(r"[0-9a-f]{16}", h) for h in (fma, tf32, GEMM.template_hash))
     assert GEMM.code_hashes() == {fma, tf32} and GEMM.template_hash not in (fma, tf32)
     assert GEMM.code_hash(dict(BASE, bm=128, copy="async")) == fma        # only math chooses files
-    assert GEMM.sources(GEMM.config(TF32X3)) == ("gemm.cu.j2", "_gemm_epilogue.cuh.j2", "_gemm_3xtf32.cuh.j2")
+    assert GEMM.sources(GEMM.config(TF32X3)) == ("gemm.cu.j2", "common.cuh", "gemm_epilogue.cuh", "gemm_3xtf32.cuh")
     assert family("softmax_xent").code_hashes() == {family("softmax_xent").template_hash}
     with pytest.raises(InvalidConfig, match="math='../fma' is not in the gemm space"):
         GEMM.code_hash(dict(BASE, math="../fma"))
@@ -315,10 +316,11 @@ def test_a_gemm_configs_code_hash_is_that_of_its_math_paths_templates():
 @pytest.mark.parametrize("template, old, new, changed", [
     ("gemm.cu.j2", "// accumulators per thread: RM x RN", "// RM x RN accumulators a thread", ""),
     ("gemm.cu.j2", "constexpr int THREADS = TY * TX;", "constexpr int THREADS = TY * TX;   \n\n{# note #}", ""),
-    ("_gemm_3xtf32.cuh.j2", "// lo*hi, hi*lo, then hi*hi", "// lo*hi and hi*lo, then hi*hi", ""),
-    ("_gemm_3xtf32.cuh.j2", "pass < 3", "pass != 3", "3xtf32 gemm"),
-    ("_gemm_fma.cuh.j2", "acc[i][j] = fma(a[k][i], b[k][j], acc[i][j])", "acc[i][j] += a[k][i] * b[k][j]", "fma gemm"),
-    ("_gemm_epilogue.cuh.j2", "v += bias[n];", "v += 2 * bias[n];", "fma 3xtf32 gemm naive"),
+    ("gemm_3xtf32.cuh", "// lo*hi, hi*lo, then hi*hi", "// lo*hi and hi*lo, then hi*hi", ""),
+    ("gemm_3xtf32.cuh", "pass < 3", "pass != 3", "3xtf32 gemm"),
+    ("gemm_fma.cuh", "acc[i][j] = fma(a[k][i], b[k][j], acc[i][j])", "acc[i][j] += a[k][i] * b[k][j]", "fma gemm"),
+    ("gemm_epilogue.cuh", "v + bias[n]", "v + 2 * bias[n]", "fma 3xtf32 gemm naive"),
+    ("common.cuh", "x > T(0) ? x : T(0)", "x >= T(0) ? x : T(0)", "fma 3xtf32 gemm naive elementwise"),
     ("gemm.cu.j2", "VEC = {{ vec }};", "VEC = {{ vec // 1 }};", "fma 3xtf32 gemm"),     # // in a tag is code
     ("elementwise.cu.j2", "typedef {{ ctype }} T;", "typedef {{ ctype }} T_;", "elementwise"),
 ])
@@ -358,13 +360,13 @@ def test_code_of_keeps_strings_and_jinja_division():
 
 
 # ---- the rendered code, pinned ---------------------------------------------------------------
-PINNED = {"fma": (BASE, dict(BASE, copy="async", stages=3, vec=2, split_k=2, pad=0),
+PINNED = {"fma": (BASE, dict(BASE, copy="async", stages=3, vec=2, split_k=2, pad=False),
                   dict(BASE, bm=128, bn=128, bk=8, tm=8, tn=8, stages=1)),
           "3xtf32": (TF32X3, dict(TF32X3, bm=128, bk=32, ty=16, tx=8, split_k=2))}
 # SHA-256 (16 digits) of the rendered code of each math path's PINNED configs on every op, even and
 # uneven shapes, every epilogue, with and without C: an edit of one path's template must leave the
 # other path's kernels as they are. Update a digest only for a change of its path's kernels.
-RENDERED = {"fma": "70213a2def9952af", "3xtf32": "f8e04b70da446867"}
+RENDERED = {"fma": "cedb7d55ab1d3481", "3xtf32": "a112fa195898fdd8"}
 
 
 @pytest.mark.parametrize("math", PINNED)
@@ -394,3 +396,39 @@ def test_every_registered_family_keeps_the_contract():
         sizes = (800, 10, 784)[:len(module.KEY_SIZES)]
         for op in module.KEY_OPS:          # a key's problem has that key
             assert module.key_of(module.problem_of(sizes, op, "float64")) == (sizes, op)
+
+
+def reference_operands(name: str, p, rng) -> dict:
+    """Random float64 operands of one call of family `name` on problem p, as its reference takes them."""
+    normal = rng.standard_normal
+    if name in ("gemm", "gemm_naive"):
+        return {"a": normal((p.k, p.m) if p.trans_a else (p.m, p.k)), "b": normal((p.n, p.k) if p.trans_b else (p.k, p.n)),
+                "alpha": 1.5, "beta": -2.0, "c": normal((p.m, p.n)), "bias": normal(p.n),
+                "aux": rng.uniform(0, 1, (p.m, p.n))}
+    if name == "elementwise":
+        y = normal(p.cols) if p.op in elementwise.ROW_OPS else rng.uniform(0, 1, (p.rows, p.cols))
+        return {"x": normal((p.rows, p.cols)), "y": y, "w0": normal((p.rows, p.cols)), "lr": 0.1, "reg": 0.01}
+    if name == "linear_xent":
+        return {"a": rng.uniform(0, 1, (p.rows, p.inputs)), "w": normal((p.classes, p.inputs)),
+                "bias": normal(p.classes), "labels": rng.integers(0, p.classes, p.rows), "scale": 1 / p.rows}
+    if name == "softmax_xent":
+        return {"z": normal((p.rows, p.cols)), "labels": rng.integers(0, p.cols, p.rows), "scale": 1 / p.rows}
+    return {"g": normal((p.rows, p.cols))}                            # colsum
+
+
+def test_every_registered_family_has_a_float64_reference():
+    """Each family's reference, on random float64 operands of a small problem of each op (and GEMM
+    epilogue), is {output: (value, magnitude, k)}: magnitudes of the values' shapes, never negative."""
+    from kernels import REGISTRY
+
+    rng = np.random.default_rng(0)
+    for name, module in REGISTRY.items():
+        assert callable(module.reference)
+        problems = [module.problem_of((5, 7, 3)[:len(module.KEY_SIZES)], op, "float64") for op in module.KEY_OPS]
+        problems += [dataclasses.replace(problems[0], epilogue=e) for e in getattr(module, "EPILOGUES", ())[1:]]
+        for problem in problems:
+            assert isinstance(problem, module.Problem)
+            expected = module.reference(problem, **reference_operands(name, problem, rng))
+            assert expected, (name, problem)
+            for output, (value, magnitude, k) in expected.items():
+                assert value.shape == magnitude.shape and (magnitude >= 0).all() and k >= 1, (problem, output)

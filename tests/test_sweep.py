@@ -12,7 +12,7 @@ from fake_tuned import FakeMeasure
 from kernels.gemm import PARAMS, Problem
 
 PROBLEM = Problem.contiguous(800, 1000, 784, "float32", False, True)
-SPACE = dict(copy=("async",), stages=(3,), vec=(4,), pad=(4,), split_k=(1, 2), bk=(16,), bm=(64, 128),
+SPACE = dict(copy=("async",), stages=(3,), vec=(4,), pad=(True,), split_k=(1, 2), bk=(16,), bm=(64, 128),
              bn=(64, 128))
 FAST = Settings(trials=12, timeout=None, rounds=2, final_reps=5)
 

@@ -6,45 +6,20 @@ from autogemm.errors import AutogemmError
 from autogemm.runtime.device import H100
 from autogemm.store.records import file_for, load
 from autogemm.tuning.search import Settings
-from autogemm.tuning.targets import Target, batch_rows, mlp_targets, parse_targets
+from autogemm.store.keys import Target
+from autogemm.tuning.targets import networks, parse_targets
 from autogemm.tuning.tune import study_path, tune_targets
 from fake_tuned import GEMM, FakeMeasure, meta, record, write_store
 
 FAST = Settings(trials=10, timeout=None, top=3, rounds=2, final_reps=5, quick_reps=3)
 
 
-# ---- targets -------------------------------------------------------------------------------------
-def test_batch_rows_full_partial_and_per_rank():
-    assert batch_rows(800, 54_000) == [800, 400]
-    assert batch_rows(800, 54_000, (1, 4)) == [800, 400, 200, 100]
-    assert batch_rows(800, 54_000, (3,)) == [267, 266, 134, 133]       # np.array_split sizes
-    assert batch_rows(800, 1600) == [800]                                # no partial batch
-    assert batch_rows(800, 500) == [500]                                 # one short batch
-    assert batch_rows(4, 10, (8,)) == [1]                                # zero shares left out
+# ---- targets: a network's launches come from its entry point (nn.targets, tested in test_nn_targets) --
+def test_nn_is_the_entry_point_of_the_mlp_step():
+    from nn.targets import step_targets
 
-
-def test_mlp_targets_of_the_default_network():
-    targets = mlp_targets()
-    gemms = [(t.sizes, t.op) for t in targets if t.family == "gemm"]
-    assert gemms == [(s, op) for b in (800, 400) for s, op in (
-        ((b, 1000, 784), "nt"),     # Z1 = A0 W1^T
-        ((b, 10, 1000), "nt"),      # Z2 = A1 W2^T
-        ((10, 1000, b), "tn"),      # dW2 = G2^T A1
-        ((1000, 784, b), "tn"))]    # dW1 = G1^T A0 (and the fused W1 update)
-    others = {(t.family, t.sizes, t.op) for t in targets if t.family != "gemm"}
-    assert others == {("linear_xent", (800, 10, 1000), "sigmoid"), ("linear_xent", (400, 10, 1000), "sigmoid"),
-                      ("colsum", (800, 1000), "-"), ("colsum", (800, 10), "-"),
-                      ("colsum", (400, 1000), "-"), ("colsum", (400, 10), "-"),
-                      ("elementwise", (1, 1000), "sgd"), ("elementwise", (1, 10), "sgd")}
-    assert targets[0].role == "Z1 = A0 W1^T" and str(targets[0]) == "gemm 800x1000x784:nt"
-
-
-def test_more_ranks_add_their_shares_and_the_weight_updates():
-    targets = mlp_targets(ranks=(1, 4))
-    assert Target("gemm", (200, 1000, 784), "nt") in [Target(t.family, t.sizes, t.op) for t in targets]
-    updates = [t.sizes for t in targets if t.family == "elementwise"]
-    assert (1000, 784) in updates and (10, 1000) in updates
-    assert len({(t.family, t.sizes, t.op) for t in targets}) == len(targets)
+    assert "nn" in networks()
+    assert parse_targets("nn", ranks=(1, 4), hidden=(100,)) == step_targets(ranks=(1, 4), hidden=(100,))
 
 
 def test_parse_targets_lists_and_families():
@@ -53,12 +28,10 @@ def test_parse_targets_lists_and_families():
     assert [str(t) for t in only] == ["linear_xent 800x10x100:sigmoid", "linear_xent 400x10x100:sigmoid"]
     relu = parse_targets("nn", families=("linear_xent",), activation="relu")
     assert [t.op for t in relu] == ["relu", "relu"]
-    no_hidden = mlp_targets(hidden=())
-    assert [str(t) for t in no_hidden if t.family == "linear_xent"] == ["linear_xent 800x10x784", "linear_xent 400x10x784"]
-    assert len(parse_targets("nn,800x1000x784:nt")) == len(mlp_targets())      # no repeats
+    assert len(parse_targets("nn,800x1000x784:nt")) == len(parse_targets("nn"))      # no repeats
     with pytest.raises(AutogemmError, match="nothing to tune"):
         parse_targets("800x10x1000", families=("colsum",))
-    with pytest.raises(AutogemmError, match="is not MxNxK"):
+    with pytest.raises(AutogemmError, match=r"is not MxNxK\[:op\] \(e.g. 800x1000x784:nt\) or a network \(nn\)"):
         parse_targets("nn,12x12")
 
 

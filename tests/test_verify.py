@@ -1,9 +1,10 @@
-"""autogemm.tuning.verify on the CPU: the float64 reference, its epilogues, and the K- and dtype-scaled check."""
+"""autogemm.tuning.verify on the CPU: the GEMM's float64 reference (kernels/gemm.py), its epilogues, and the
+K- and dtype-scaled check."""
 import numpy as np
 import pytest
 
-from autogemm.tuning.verify import compare, reference_gemm
-from kernels.gemm import EPILOGUES
+from autogemm.tuning.verify import compare
+from kernels.gemm import EPILOGUES, Problem, reference
 
 M, N, K = 37, 23, 301
 
@@ -23,7 +24,8 @@ def test_a_result_in_the_dtype_passes(dtype, trans_a, trans_b):
     a, b, c, _ = operands(dtype)
     a_in, b_in = (a.T.copy() if trans_a else a), (b.T.copy() if trans_b else b)
     out = (np.float32(1.5) * (a @ b) + np.float32(-2) * c).astype(dtype)     # computed in dtype
-    verdict = compare(out, *reference_gemm(a_in, b_in, 1.5, -2.0, trans_a, trans_b, c), K, dtype)
+    problem = Problem(M, N, K, trans_a=trans_a, trans_b=trans_b)
+    verdict = compare(out, *reference(problem, a_in, b_in, 1.5, -2.0, c)["d"], dtype)
     assert verdict.ok and not verdict.mismatches and verdict.unwritten == 0, verdict.describe()
     assert verdict.max_rel_error < 1e-5 and verdict.worst_ratio <= 1
     assert verdict.describe().startswith("ok")
@@ -31,7 +33,7 @@ def test_a_result_in_the_dtype_passes(dtype, trans_a, trans_b):
 
 def test_the_tolerance_follows_the_dtype():
     a, b, _, _ = operands(np.float64)
-    value, magnitude = reference_gemm(a, b)
+    value, magnitude, _ = reference(Problem(M, N, K), a, b)["d"]
     out32 = a.astype(np.float32) @ b.astype(np.float32)
     assert compare(out32, value, magnitude, K, np.float32).ok
     assert not compare(out32, value, magnitude, K, np.float64).ok
@@ -39,7 +41,7 @@ def test_the_tolerance_follows_the_dtype():
 
 def test_a_shifted_result_fails_with_indices():
     a, b, _, _ = operands()
-    value, magnitude = reference_gemm(a, b)
+    value, magnitude, _ = reference(Problem(M, N, K), a, b)["d"]
     out = np.roll(a @ b, 1, axis=1)                        # every column off by one
     verdict = compare(out, value, magnitude, K, np.float32, show=3)
     assert not verdict.ok and verdict.unwritten == 0
@@ -51,7 +53,7 @@ def test_a_shifted_result_fails_with_indices():
 
 def test_poison_left_behind_fails_and_is_counted():
     a, b, _, _ = operands()
-    value, magnitude = reference_gemm(a, b)
+    value, magnitude, _ = reference(Problem(M, N, K), a, b)["d"]
     out = a @ b
     out[5:7, :] = np.nan                                   # two rows the kernel never wrote
     verdict = compare(out, value, magnitude, K, np.float32)
@@ -77,7 +79,7 @@ def test_each_epilogue_matches_numpy(epilogue):
         "dsigmoid": z * sigmoid(c) * (1 - sigmoid(c)),
         "drelu": np.where(c > 0, z, 0),
     }[epilogue]
-    value, magnitude = reference_gemm(a, b, 0.5, 3.0, c=c, epilogue=epilogue, bias=bias, aux=aux)
+    value, magnitude, k = reference(Problem(M, N, K, epilogue=epilogue), a, b, 0.5, 3.0, c, bias, aux)["d"]
     np.testing.assert_allclose(value, want, rtol=1e-12, atol=1e-12)
-    assert magnitude.shape == (M, N) and (magnitude >= 0).all()
+    assert magnitude.shape == (M, N) and (magnitude >= 0).all() and k == K
     assert compare(want.astype(np.float32), value, magnitude, K, np.float32).ok

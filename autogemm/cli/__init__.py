@@ -346,7 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="time default and tuned kernels against cuBLAS")
     bench.add_argument("--shapes", default="nn",
-                       help="'nn' (the MLP's GEMMs) or MxNxK[:op],... with op nn|nt|tn|tt (default: nn)")
+                       help="'nn' (the GEMMs of the MLP's training step) or MxNxK[:op],... with op nn|nt|tn|tt (default: nn)")
     bench.add_argument("--batch", type=_size, default=800, help="batch size for --shapes nn (800)")
     bench.add_argument("--hidden", type=_sizes, default=(1000,),
                        help="hidden sizes for --shapes nn, comma-separated (1000)")

@@ -10,6 +10,7 @@ The nearest-shape rule measures distance between keys as the sum of |log| ratios
 """
 import math
 import re
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from autogemm.runtime.family import FAMILIES
@@ -54,6 +55,24 @@ def make_key(family: str, sizes, op: str, dtype: str) -> Key:
     if len(sizes) != arity(family) or not all(type(s) is int and 1 <= s <= MAX_SIZE for s in sizes):
         raise ValueError(f"{family} needs {arity(family)} sizes, integers in 1..{MAX_SIZE}, got {brief(sizes)}")
     return Key(family, "x".join(map(str, sizes)), op, dtype)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One kernel launch to tune: a family, its sizes ((M, N, K), (rows, cols), ...), its op, and
+    its role in the program that launches it (shown beside its results)."""
+
+    family: str
+    sizes: tuple[int, ...]
+    op: str
+    role: str = ""
+
+    def key(self, dtype: str) -> Key:
+        return make_key(self.family, self.sizes, self.op, dtype)
+
+    def __str__(self) -> str:
+        op = f":{self.op}" if self.op != NO_OP else ""
+        return f"{self.family} {'x'.join(map(str, self.sizes))}{op}"
 
 
 _SHAPE = re.compile(r"[1-9][0-9]{0,9}(?:x[1-9][0-9]{0,9})*")

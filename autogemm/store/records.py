@@ -279,14 +279,14 @@ def _record(obj, where: str) -> Record:
 
 def _stale_config(obj, where: str) -> Config:
     """A stale record's config, kept to be shown and written back: parameter names and values
-    must be short words or integers (the space may have gained or lost parameters since)."""
+    must be short words, integers or booleans (the space may have gained or lost parameters since)."""
     if not isinstance(obj, dict) or len(obj) > 32:
         raise StoreError(f"{where}: expected an object of at most 32 parameters")
     for name, value in obj.items():
-        plain = type(value) is int or (type(value) is str and _WORD.fullmatch(value))
+        plain = type(value) in (int, bool) or (type(value) is str and _WORD.fullmatch(value))
         if not _WORD.fullmatch(name) or not plain:
-            raise StoreError(f"{where}: {brief(name, 24)}: {brief(value, 24)} is not a plain word "
-                             "or integer")
+            raise StoreError(f"{where}: {brief(name, 24)}: {brief(value, 24)} is not a plain word, "
+                             "integer or boolean")
     return Config(obj)
 
 

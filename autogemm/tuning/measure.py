@@ -1,13 +1,13 @@
 """Measuring candidate configs on the GPU for the search: compile, verify, time.
 
-    measure = measure_for(key, device)      # operands and the float64 reference, built once
+    measure = measure_for(key, device)      # operands and their float64 reference, built once
     measure.prepare(configs)                # compile a batch in parallel (NVRTC releases the GIL)
     t = measure(config, reps)               # verify once (poisoned output), then time: Measured
     measure.baseline(reps)                  # cuBLAS on the same operands (GEMMs), else None
 
-Operands are random normal (never zeros, which would hide wrong indexing). A config that fails to
-compile, launch or match raises (CompileError, a CUDA error, Mismatch): the search records the
-reason and goes on.
+Operands are random normal (never zeros, which would hide wrong indexing); the expected outputs are
+the family's float64 reference (kernels/<family>.py). A config that fails to compile, launch or
+match raises (CompileError, a CUDA error, Mismatch): the search records the reason and goes on.
 """
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +22,8 @@ from autogemm.runtime.device import DeviceInfo
 from autogemm.runtime.family import Config, family
 from autogemm.store.keys import Key, problem_of
 from autogemm.tuning.timing import Timing, time_gpu
-from autogemm.tuning.verify import compare, reference_gemm, reference_linear_xent
+from autogemm.tuning.verify import compare
+from kernels import REGISTRY
 
 QUICK_WARMUP = 2
 
@@ -55,6 +56,7 @@ class KernelMeasure:
         self.problem = problem_of(key)
         self.rng = np.random.default_rng(seed)
         self.dtype = np.dtype(key.dtype).type
+        self.reference = REGISTRY[key.family].reference
         self._verified: dict[Config, float] = {}     # config -> max-norm relative error
         self._broken: dict[Config, Exception] = {}   # compile errors found by prepare
 
@@ -132,7 +134,7 @@ class GemmMeasure(KernelMeasure):
         self.trans_a, self.trans_b = key.op[0] == "t", key.op[1] == "t"
         host_a = self.normal(*((k, m) if self.trans_a else (m, k)))   # A: op(A) is (M, K)
         host_b = self.normal(*((n, k) if self.trans_b else (k, n)))   # B: op(B) is (K, N)
-        self.value, self.magnitude = reference_gemm(host_a, host_b, trans_a=self.trans_a, trans_b=self.trans_b)
+        self.expected = self.reference(self.problem, a=host_a, b=host_b)["d"]
         self.a, self.b = cupy.asarray(host_a), cupy.asarray(host_b)
         self.out = cupy.empty((m, n), dtype=self.dtype)               # D: (M, N)
 
@@ -145,7 +147,7 @@ class GemmMeasure(KernelMeasure):
     def verify(self, run) -> float:
         self.out.fill(np.nan)
         run()
-        return self.check(self.out, self.value, self.magnitude, self.key.sizes[2])
+        return self.check(self.out, *self.expected)
 
     def baseline(self, reps: int) -> Timing:
         from autogemm.tuning.targets import Shape
@@ -176,19 +178,7 @@ class ElementwiseMeasure(KernelMeasure):
         else:
             y = None
         self.w0 = self.normal(rows, cols) if op == "sgd" else None    # weights updated in place
-        x64, y64 = x.astype(np.float64), (y.astype(np.float64) if y is not None else None)
-        if op.startswith("bias"):
-            s = x64 + y64
-            value = {"bias": s, "bias_sigmoid": 1 / (1 + np.exp(-s)), "bias_relu": np.maximum(s, 0)}[op]
-            magnitude = np.abs(x64) + np.abs(y64) + np.abs(value)
-        elif op == "sgd":
-            w = self.w0.astype(np.float64)
-            value = w - self.LR * (x64 + self.REG * w)
-            magnitude = np.abs(w) + self.LR * (np.abs(x64) + self.REG * np.abs(w))
-        else:
-            value = x64 * y64 * (1 - y64) if op == "dsigmoid" else x64 * (y64 > 0)
-            magnitude = np.abs(value)
-        self.value, self.magnitude = value, magnitude
+        self.expected = self.reference(self.problem, x=x, y=y, w0=self.w0, lr=self.LR, reg=self.REG)["out"]
         self.x = cupy.asarray(x)
         self.y = cupy.asarray(y) if y is not None else None
         self.out = cupy.empty((rows, cols), dtype=self.dtype)
@@ -207,7 +197,7 @@ class ElementwiseMeasure(KernelMeasure):
         else:
             self.out.fill(np.nan)
         run()
-        return self.check(self.out, self.value, self.magnitude, 4)
+        return self.check(self.out, *self.expected)
 
 
 class SoftmaxXentMeasure(KernelMeasure):
@@ -221,12 +211,7 @@ class SoftmaxXentMeasure(KernelMeasure):
         z = (self.rng.standard_normal((rows, cols)) * 3).astype(self.dtype)  # Z: (rows, cols)
         labels = self.rng.integers(0, cols, rows).astype(np.int32)          # (rows,)
         self.scale = 1.0 / rows
-        z64 = z.astype(np.float64)
-        p = np.exp(z64 - z64.max(1, keepdims=True))
-        p /= p.sum(1, keepdims=True)
-        onehot = np.eye(cols)[labels]
-        self.value, self.magnitude = (p - onehot) * self.scale, (p + onehot) * self.scale
-        self.loss = -np.log(p[np.arange(rows), labels]).sum()
+        self.expected = self.reference(self.problem, z=z, labels=labels, scale=self.scale)
         self.z, self.labels = cupy.asarray(z), cupy.asarray(labels)
         self.grad = cupy.empty((rows, cols), dtype=self.dtype)
         self.loss_acc = cupy.zeros(1, dtype=self.dtype)
@@ -237,12 +222,11 @@ class SoftmaxXentMeasure(KernelMeasure):
         return lambda: softmax_xent(self.z, self.labels, self.grad, self.scale, self.loss_acc, config=cfg)
 
     def verify(self, run) -> float:
-        rows, cols = self.key.sizes
         self.grad.fill(np.nan)
         self.loss_acc.fill(0)
         run()
-        error = self.check(self.grad, self.value, self.magnitude, cols)
-        self.check(self.loss_acc, np.array([[self.loss]]), np.array([[abs(self.loss) + rows]]), rows * cols)
+        error = self.check(self.grad, *self.expected["grad"])
+        self.check(self.loss_acc, *self.expected["loss"])
         return error
 
 
@@ -264,9 +248,10 @@ class LinearXentMeasure(KernelMeasure):
         b = self.normal(classes)                                                 # b: (C,)
         labels = self.rng.integers(0, classes, rows).astype(np.int32)           # (rows,)
         self.scale = 1.0 / rows
-        self.expected, self.loss = reference_linear_xent(a, w, b, labels, self.scale, act)
+        self.expected = self.reference(self.problem, a=a, w=w, bias=b, labels=labels, scale=self.scale)
         self.a, self.w, self.b, self.labels = (cupy.asarray(x) for x in (a, w, b, labels))
-        self.out = {name: cupy.empty(value.shape, dtype=self.dtype) for name, (value, _, _) in self.expected.items()}
+        self.out = {name: cupy.empty(value.shape, dtype=self.dtype)
+                    for name, (value, _, _) in self.expected.items() if name != "loss"}
         self.loss_acc = cupy.zeros(1, dtype=self.dtype)
 
     def launcher(self, cfg: Config):
@@ -277,14 +262,12 @@ class LinearXentMeasure(KernelMeasure):
                                    self.loss_acc, out.get("grad_in"), act, config=cfg)
 
     def verify(self, run) -> float:
-        rows, classes, _ = self.key.sizes
         for out in self.out.values():
             out.fill(np.nan)
         self.loss_acc.fill(0)
         run()
-        error = max(self.check(self.out[name], value, magnitude, k)
-                    for name, (value, magnitude, k) in self.expected.items())
-        self.check(self.loss_acc, np.array([[self.loss]]), np.array([[abs(self.loss) + rows]]), rows * classes)
+        error = max(self.check(out, *self.expected[name]) for name, out in self.out.items())
+        self.check(self.loss_acc, *self.expected["loss"])
         return error
 
 
@@ -297,8 +280,7 @@ class ColsumMeasure(KernelMeasure):
         super().__init__(key, device, seed)
         rows, cols = key.sizes
         g = self.normal(rows, cols)                                    # G: (rows, cols)
-        g64 = g.astype(np.float64)
-        self.value, self.magnitude = g64.sum(0)[None, :], np.abs(g64).sum(0)[None, :]
+        self.expected = self.reference(self.problem, g=g)["out"]
         self.g = cupy.asarray(g)
         self.out = cupy.empty(cols, dtype=self.dtype)                  # (cols,)
 
@@ -310,7 +292,7 @@ class ColsumMeasure(KernelMeasure):
     def verify(self, run) -> float:
         self.out.fill(np.nan)
         run()
-        return self.check(self.out, self.value, self.magnitude, self.key.sizes[0])
+        return self.check(self.out, *self.expected)
 
 
 MEASURES = {"gemm": GemmMeasure, "gemm_naive": GemmMeasure, "elementwise": ElementwiseMeasure,

@@ -1,7 +1,6 @@
-{# The FMA math path of gemm.cu.j2: the macros it calls where each part of the kernel goes. #}
-{% macro header() %}{% endmacro %}
-{% macro constants() %}{% endmacro %}
-{% macro functions() %}
+// The GEMM family's FMA math path (math="fma"): the interface that gemm.cu.j2 declares, on CUDA
+// cores in the element type (float32 or float64).
+
 // ---- shared memory -> registers -> FMAs -----------------------------------------------------
 // One operand's R values that a thread multiplies, for KC consecutive k from kk: rows t*TILE..
 // of its TILE-row micro-tiles, which repeat every THR*TILE rows. From a tile stored [k][row]:
@@ -11,7 +10,7 @@ __device__ __forceinline__ void read_fragment(const T* __restrict__ s, int kk, i
     if constexpr (KMAJOR) {
 #pragma unroll
         for (int i = 0; i < R; ++i) {
-            const Vec<KC> v = *reinterpret_cast<const Vec<KC>*>(
+            const Vec<KC> v = load_vec<KC>(
                 s + ((i / TILE) * THR * TILE + t * TILE + i % TILE) * LDS + kk);
 #pragma unroll
             for (int k = 0; k < KC; ++k) f[k][i] = v.v[k];
@@ -21,8 +20,8 @@ __device__ __forceinline__ void read_fragment(const T* __restrict__ s, int kk, i
         for (int k = 0; k < KC; ++k)
 #pragma unroll
             for (int i = 0; i < R; i += RV)
-                *reinterpret_cast<Vec<RV>*>(&f[k][i]) = *reinterpret_cast<const Vec<RV>*>(
-                    s + (kk + k) * LDS + (i / TILE) * THR * TILE + t * TILE + i % TILE);
+                store_vec<RV>(&f[k][i], load_vec<RV>(
+                    s + (kk + k) * LDS + (i / TILE) * THR * TILE + t * TILE + i % TILE));
     }
 }
 
@@ -47,4 +46,3 @@ __device__ __forceinline__ void multiply_tiles(const T* __restrict__ as, const T
 // Row and column, in the block tile, of accumulator acc[i][j] of thread tid.
 __device__ __forceinline__ int acc_row(int tid, int i) { return (i / TM) * TY * TM + (tid / TX) * TM + i % TM; }
 __device__ __forceinline__ int acc_col(int tid, int j) { return (j / TN) * TX * TN + (tid % TX) * TN + j % TN; }
-{% endmacro %}

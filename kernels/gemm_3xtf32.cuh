@@ -1,10 +1,9 @@
-{# The 3xTF32 math path of gemm.cu.j2: the macros it calls where each part of the kernel goes. #}
-{% macro header() %}
-// Math: 3xTF32 on tensor cores. Each float x is split into hi = tf32(x) and the exact rest lo, and
+// The GEMM family's 3xTF32 math path (math="3xtf32"): the interface that gemm.cu.j2 declares.
+//
+// 3xTF32 on tensor cores. Each float x is split into hi = tf32(x) and the exact rest lo, and
 // lo*hi + hi*lo + hi*hi is accumulated in float32 by mma.sync m16n8k8: a warp is an 8 x 4 patch
 // of the TY x TX threads and owns a WM x WN tile of 16 x 8 MMA tiles.
-{% endmacro %}
-{% macro constants() %}
+
 constexpr int WARPS_M = TY / 8, WARPS_N = TX / 4;   // a warp is 8 x 4 threads of the block
 constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N; // its tile: (WM/16) x (WN/8) MMA tiles
 // Fragment reads as vectors. The sum over k does not care which k goes to which MMA slot, nor the
@@ -12,8 +11,7 @@ constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N; // its tile: (WM/16) x (WN/8
 // 4t+2s+1 (one 16-byte read serves two steps); with A stored [k][m], MMA rows g and g+8 read rows
 // 2g and 2g+1 (one 8-byte read). Each tile's padding (gemm.pads) makes these reads conflict-free.
 constexpr bool KVEC = A_KMAJOR && B_KMAJOR, ROW_PAIRS = !A_KMAJOR;
-{% endmacro %}
-{% macro functions() %}
+
 // ---- shared memory -> registers -> tensor cores (3xTF32) -----------------------------------
 // x = hi + lo: hi is x rounded to TF32, lo the exact rest, a float whose low 13 bits the MMA
 // ignores (|lo| <= 2^-11 |x|, so x is kept to about 2^-21 |x|). hi rounds as cvt.rna.tf32.f32
@@ -29,9 +27,9 @@ __device__ __forceinline__ void split_tf32(float x, unsigned& hi, unsigned& lo) 
 __device__ __forceinline__ void mma_tf32(float& d0, float& d1, float& d2, float& d3,
                                          const unsigned (&a)[4], const unsigned (&b)[2]) {
     asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                 "{ %0, %1, %2, %3 }, { %4, %5, %6, %7 }, { %8, %9 }, { %0, %1, %2, %3 };\n"
-                 : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+        "{ %0, %1, %2, %3 }, { %4, %5, %6, %7 }, { %8, %9 }, { %0, %1, %2, %3 };\n"
+        : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
 // The raw fragments of the k steps kc and kc+8 of a warp's MMA tiles: a[s][i] = A rows g, g+8 at
@@ -44,13 +42,13 @@ __device__ __forceinline__ void read_fragments(const T* __restrict__ as, const T
         for (int i = 0; i < MT; ++i)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const Vec<4> v = *reinterpret_cast<const Vec<4>*>(as + (wm + i * 16 + g + h * 8) * LDS_A + kc + 4 * t);
+                const Vec<4> v = load_vec<4>(as + (wm + i * 16 + g + h * 8) * LDS_A + kc + 4 * t);
 #pragma unroll
                 for (int st = 0; st < 2; ++st) { a[st][i][h] = v.v[2 * st]; a[st][i][h + 2] = v.v[2 * st + 1]; }
             }
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
-            const Vec<4> v = *reinterpret_cast<const Vec<4>*>(bs + (wn + j * 8 + g) * LDS_B + kc + 4 * t);
+            const Vec<4> v = load_vec<4>(bs + (wn + j * 8 + g) * LDS_B + kc + 4 * t);
 #pragma unroll
             for (int st = 0; st < 2; ++st) { b[st][j][0] = v.v[2 * st]; b[st][j][1] = v.v[2 * st + 1]; }
         }
@@ -63,7 +61,7 @@ __device__ __forceinline__ void read_fragments(const T* __restrict__ as, const T
 #pragma unroll
                 for (int q = 0; q < 2; ++q) {          // k slot t + 4q
                     if constexpr (ROW_PAIRS) {
-                        const Vec<2> v = *reinterpret_cast<const Vec<2>*>(as + (k + 4 * q) * LDS_A + wm + i * 16 + 2 * g);
+                        const Vec<2> v = load_vec<2>(as + (k + 4 * q) * LDS_A + wm + i * 16 + 2 * g);
                         a[st][i][2 * q] = v.v[0];
                         a[st][i][2 * q + 1] = v.v[1];
                     } else {
@@ -125,4 +123,3 @@ __device__ __forceinline__ int acc_row(int tid, int i) {
 __device__ __forceinline__ int acc_col(int tid, int j) {
     return (tid / 32 % WARPS_N) * WN + (j / 2) * 8 + (tid % 4) * 2 + j % 2;
 }
-{% endmacro %}

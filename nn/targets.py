@@ -1,0 +1,130 @@
+"""The kernel launches of the MLP's training step, as autogemm tuning targets.
+
+They are recorded from the Step itself (nn/mlp.py), run on a backend that does no arithmetic and
+only notes the kernel each operation launches on the GPU backend: change the step and the targets
+follow. autogemm finds `step_targets` through the `autogemm.targets` entry point named `nn`
+(pyproject.toml), so `autogemm tune --shapes nn` tunes what `python -m nn.train` runs.
+"""
+import numpy as np
+
+import autogemm
+from nn.backends.base import Backend
+from nn.mlp import MLP, Step, init_params
+
+NO_OP = "-"   # the op of a launch whose family has none (autogemm's tuned keys)
+
+
+class LaunchRecorder(Backend):
+    """A backend of shapes: each operation appends the autogemm launch that the GPU backend makes
+    for it (nothing for an empty one), named by the step's arrays (`names`, by start address)."""
+
+    name = "record"
+    xp = np
+
+    def __init__(self, dtype="float32"):
+        super().__init__(dtype)
+        self.launches: list[autogemm.Target] = []
+        self.names: dict[int, str] = {}
+
+    def name_of(self, a) -> str:
+        return self.names.get(a.__array_interface__["data"][0], "?")
+
+    def _record(self, family: str, sizes, op: str, role: str):
+        if min(sizes) > 0:
+            self.launches.append(autogemm.Target(family, tuple(int(s) for s in sizes), op, role))
+
+    # ---- storage: host arrays, never filled ---------------------------------------------------
+    def asarray(self, a):
+        return np.asarray(a, dtype=self.dtype if np.issubdtype(a.dtype, np.floating) else a.dtype)
+
+    def to_numpy(self, a):
+        return a
+
+    def empty(self, shape):
+        return np.empty(shape, self.dtype)
+
+    def zeros(self, shape):
+        return np.zeros(shape, self.dtype)
+
+    # ---- the step's operations, as launches -----------------------------------------------------
+    def gemm(self, a, b, out, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,
+             epilogue=None, bias=None, aux=None):
+        k = a.shape[0] if trans_a else a.shape[1]
+        role = (f"{self.name_of(out)} = {self.name_of(a)}{'^T' if trans_a else ''} "
+                f"{self.name_of(b)}{'^T' if trans_b else ''}")
+        self._record("gemm", (*out.shape, k), ("t" if trans_a else "n") + ("t" if trans_b else "n"), role)
+        return out
+
+    def softmax_xent(self, z, labels, grad_out, scale, loss_acc):
+        self._record("softmax_xent", z.shape, NO_OP, f"{self.name_of(grad_out)} = softmax({self.name_of(z)}) - Y")
+
+    def linear_xent(self, a, w, bias, labels, logits, grad_out, scale, loss_acc, grad_in=None, activation=None):
+        if w.shape[0] > autogemm.LINEAR_XENT_MAX_CLASSES:     # the GPU backend composes it, as here
+            super().linear_xent(a, w, bias, labels, logits, grad_out, scale, loss_acc, grad_in, activation)
+            return
+        outputs = [self.name_of(grad_out)] + ([self.name_of(grad_in)] if grad_in is not None else [])
+        role = f"{self.name_of(logits)}, {', '.join(outputs)} from {self.name_of(a)} {self.name_of(w)}^T"
+        self._record("linear_xent", (a.shape[0], w.shape[0], a.shape[1]), activation or NO_OP, role)
+
+    def column_sums(self, g, out, scale=1.0, accumulate=False):
+        role = f"{self.name_of(out)} {'+=' if accumulate else '='} column sums of {self.name_of(g)}"
+        self._record("colsum", g.shape, NO_OP, role)
+        return out
+
+    def sgd_update(self, w, grad, lr, reg):
+        rows, cols = (1, w.shape[0]) if w.ndim == 1 else w.shape
+        self._record("elementwise", (rows, cols), "sgd", f"{self.name_of(w)} -= lr {self.name_of(grad)}")
+        return w
+
+    def mark(self):
+        return 0.0
+
+    def elapsed_ms(self, start, end) -> float:
+        return 0.0
+
+
+def _name_arrays(recorder: LaunchRecorder, step: Step, x):
+    """Names of the step's arrays as the module docstring of nn/mlp.py writes them: A0 = X, A_l,
+    Z (logits), G_l, W_l, b_l, dW_l, db_l (layers from 1)."""
+    m = step.model
+    arrays = {"A0": x, "Z": step.logits}
+    for l in range(m.layers):
+        arrays.update({f"W{l + 1}": m.W[l], f"b{l + 1}": m.b[l], f"G{l + 1}": step.deltas[l],
+                       f"dW{l + 1}": step.dW[l], f"db{l + 1}": step.db[l]})
+    arrays.update({f"A{l + 1}": a for l, a in enumerate(step.acts)})
+    recorder.names = {a.__array_interface__["data"][0]: name for name, a in arrays.items()}
+
+
+def record_step(rows: int, batch: int, sizes, activation: str, ranks: int) -> list[autogemm.Target]:
+    """The launches of one rank's training step on `rows` rows of a `batch`-row batch: the fused
+    one-rank step, or with ranks > 1 the step whose gradients are all-reduced before the update."""
+    recorder = LaunchRecorder()
+    model = MLP(recorder, sizes, activation, init_params(sizes, "he"))
+    step = Step(model, rows, batch, lr=0.1, reg=0.0)
+    x = np.empty((rows, sizes[0]), recorder.dtype)     # X: (rows, inputs), never read
+    labels = np.zeros(rows, np.int32)
+    _name_arrays(recorder, step, x)
+    step.train_batch(x, labels, allreduce=None if ranks == 1 else lambda grads: None)
+    return recorder.launches
+
+
+def step_rows(batch: int, train_size: int, ranks: int) -> list[int]:
+    """Rows a rank's step sees with `ranks` ranks: each rank's share (np.array_split) of the full
+    batch and of the last, partial batch of an epoch; largest first, zero shares left out."""
+    batches = {min(batch, train_size)} | ({train_size % batch} if train_size % batch else set())
+    rows = {len(part) for b in batches for part in np.array_split(np.empty(b), ranks)}
+    return sorted((r for r in rows if r > 0), reverse=True)
+
+
+def step_targets(batch: int = 800, hidden: tuple[int, ...] = (1000,), train_size: int = 54_000,
+                 ranks: tuple[int, ...] = (1,), activation: str = "sigmoid", inputs: int = 784,
+                 classes: int = 10) -> list[autogemm.Target]:
+    """Every launch of the MLP's training step (784-hidden-10 on Fashion-MNIST's shapes) for each
+    rank count and each row count a rank sees, the first of each (family, sizes, op) kept."""
+    sizes = (inputs, *hidden, classes)
+    first = {}
+    for r in ranks:
+        for rows in step_rows(batch, train_size, r):
+            for launch in record_step(rows, min(batch, train_size), sizes, activation, r):
+                first.setdefault((launch.family, launch.sizes, launch.op), launch)
+    return list(first.values())

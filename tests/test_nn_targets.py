@@ -1,0 +1,74 @@
+"""nn.targets: the tuning targets of `autogemm tune --shapes nn`, recorded from the MLP's Step."""
+import time
+
+import pytest
+
+from autogemm import Target
+from nn.targets import record_step, step_rows, step_targets
+
+
+def launches(targets) -> set:
+    return {(t.family, t.sizes, t.op) for t in targets}
+
+
+def test_step_rows_full_partial_and_per_rank():
+    assert step_rows(800, 54_000, 1) == [800, 400]
+    assert step_rows(800, 54_000, 4) == [200, 100]
+    assert step_rows(800, 54_000, 3) == [267, 266, 134, 133]       # np.array_split sizes
+    assert step_rows(800, 1600, 1) == [800]                          # no partial batch
+    assert step_rows(800, 500, 1) == [500]                           # one short batch
+    assert step_rows(4, 10, 8) == [1]                                # zero shares left out
+
+
+def test_the_one_rank_step_of_the_default_network():
+    """One rank: the forward GEMM with its fused bias and sigmoid, the output layer in one kernel,
+    and the fused updates (in-place GEMMs, bias column sums); no gradient buffer, no SGD kernel."""
+    targets = record_step(800, 800, (784, 1000, 10), "sigmoid", ranks=1)
+    assert [(str(t), t.role) for t in targets] == [
+        ("gemm 800x1000x784:nt", "A1 = A0 W1^T"),
+        ("linear_xent 800x10x1000:sigmoid", "Z, G2, G1 from A1 W2^T"),
+        ("gemm 10x1000x800:tn", "W2 = G2^T A1"),
+        ("colsum 800x1000", "b1 += column sums of G1"),
+        ("colsum 800x10", "b2 += column sums of G2"),
+        ("gemm 1000x784x800:tn", "W1 = G1^T A0"),
+    ]
+
+
+def test_more_ranks_add_their_shares_gradients_and_sgd_updates():
+    targets = step_targets(ranks=(1, 4))
+    assert launches(step_targets()) < launches(targets)
+    four = launches(record_step(200, 800, (784, 1000, 10), "sigmoid", ranks=4))
+    assert {("gemm", (1000, 784, 200), "tn"), ("colsum", (200, 1000), "-"),
+            ("elementwise", (1000, 784), "sgd"), ("elementwise", (1, 1000), "sgd"),
+            ("elementwise", (10, 1000), "sgd"), ("elementwise", (1, 10), "sgd")} <= four
+    assert four <= launches(targets)
+    assert len(launches(targets)) == len(targets)                   # each launch once
+
+
+def test_the_step_decides_the_launches():
+    """What the Step does shows up without a second copy of it: deeper networks add G GEMMs with the
+    activation's derivative fused, no hidden layer drops the input gradient, and more classes than
+    one linear_xent kernel holds go through the composed output layer (GEMM, softmax, GEMM)."""
+    deep = launches(record_step(64, 64, (784, 512, 256, 10), "relu", ranks=1))
+    assert ("gemm", (64, 512, 256), "nn") in deep and ("linear_xent", (64, 10, 256), "relu") in deep
+    assert ("linear_xent", (64, 10, 784), "-") in launches(record_step(64, 64, (784, 10), "relu", ranks=1))
+    wide = launches(record_step(64, 64, (784, 100, 40), "sigmoid", ranks=1))
+    assert {("gemm", (64, 40, 100), "nt"), ("softmax_xent", (64, 40), "-"), ("gemm", (64, 100, 40), "nn")} <= wide
+    assert not any(f == "linear_xent" for f, _, _ in wide)
+
+
+def test_targets_are_autogemm_targets_with_valid_keys():
+    for t in step_targets(batch=8192, hidden=(4096,), ranks=(1, 2)):
+        assert isinstance(t, Target) and t.key("float32").family == t.family
+
+
+def test_a_large_network_is_recorded_from_shapes_alone():
+    """The 8192 x 4096 step allocates lazily and computes nothing: recorded in well under a second."""
+    start = time.perf_counter()
+    assert step_targets(batch=8192, hidden=(4096,))[0].sizes == (8192, 4096, 784)
+    assert time.perf_counter() - start < 5
+
+
+@pytest.mark.parametrize("activation", ["sigmoid", "relu"])
+def test_the_output_layer_takes_the_hidden_activation(activation):
+    assert {t.op for t in step_targets(activation=activation) if t.family == "linear_xent"} == {activation}
