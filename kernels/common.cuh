@@ -1,6 +1,6 @@
 // What every autogemm kernel uses, one definition each: vector types and their loads and stores,
 // ceil_div, and the pointwise operations of a layer (activations and their derivatives).
-// Plain CUDA, included by each template after its preamble has defined T, the element type.
+// Plain CUDA, included by the templates that use it, after their preamble has defined T, the element type.
 
 // ---- vectors ----------------------------------------------------------------------------------
 // N elements of T as one aligned load or store (N * sizeof(T) <= 16 bytes).

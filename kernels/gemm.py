@@ -117,7 +117,7 @@ def k_chunk(c, p: Problem) -> int:
 
 def pads(c, p: Problem) -> tuple[int, int]:
     """Row padding (elements) of op(A)'s and op(B)'s shared tiles where c.pad asks for it: under fma
-    4 (one 16-byte vector, which keeps vector reads aligned); under 3xtf32 what makes its fragment
+    4 (a multiple of every vector width, so vector reads stay aligned); under 3xtf32 what makes its fragment
     reads conflict-free (see gemm_3xtf32.cuh): rows 16 (mod 32) words long where both operands are
     K-major (16-byte reads along k), 8 or 24 (mod 32) for a [k][row] tile (BM + 8 or BN + 8, the
     tiles being multiples of 16; A's rows are then read in pairs), and BK + 4 for single reads

@@ -3,7 +3,8 @@
 They are recorded from the Step itself (nn/mlp.py), run on a backend that does no arithmetic and
 only notes the kernel each operation launches on the GPU backend: change the step and the targets
 follow. autogemm finds `step_targets` through the `autogemm.targets` entry point named `nn`
-(pyproject.toml), so `autogemm tune --shapes nn` tunes what `python -m nn.train` runs.
+(pyproject.toml), so `autogemm tune --shapes nn` tunes what each training step of `python -m
+nn.train` launches (evaluation's 1000-row forward passes are left to lookup's nearest shape).
 """
 import numpy as np
 

@@ -6,7 +6,7 @@ import pytest
 
 from autogemm.errors import StoreError
 from autogemm.runtime.device import H100
-from autogemm.runtime.family import family
+from autogemm.runtime.family import Config, family
 from autogemm.store import records as store
 from autogemm.store.records import file_for, load, save
 from fake_tuned import GEMM, TF32X3, edit, meta, record, write_store
@@ -253,6 +253,16 @@ def test_a_stale_record_from_an_older_space_is_kept_and_shown_not_rejected(tmp_p
     assert dict(load(path).records[old.key].config) == old_config
     save(path, [record(old.key.sizes, median_us=80.0)], meta())
     assert not load(path).records[old.key].stale
+
+
+@pytest.mark.parametrize("old_pad, pad", [(4, True), (0, False)])
+def test_a_stale_record_from_before_pad_was_a_bool_reads_in_todays_spelling(tmp_path, old_pad, pad):
+    """pad was a padding in elements (0 or 4): a record tuned then is stale and still serves its shape."""
+    path = write_store(tmp_path, [record()])
+    edit(path, lambda d: d["records"][0].update(config=dict(GEMM, pad=old_pad), template_hash="0123456789abcdef"))
+    old, = load(path).records.values()
+    assert old.stale and old.config.pad is pad
+    assert family("gemm").holds(old.config) == Config(dict(GEMM, pad=pad))
 
 
 @pytest.mark.parametrize("config", [{"bm": "{{ evil }}"}, {"bm": 1.5}, {"b m": 1}, {"bm": [1]}, [1, 2]])

@@ -263,10 +263,10 @@ def test_a_tuned_file_of_another_gpu_is_refused_before_tuning(fake_gpu, tmp_path
 def test_tune_fix_searches_only_those_choices(fake_gpu, tmp_path, capsys):
     out = tmp_path / "tuned"
     status = cli.main(["tune", "--shapes", "800x1000x784:nt", "--fix", "copy=async", "--fix", "bk=16,32",
-                       "--trials", "8", "--out", str(out)])
+                       "--fix", "pad=true", "--trials", "8", "--out", str(out)])
     assert status == 0, capsys.readouterr().err
     measured = [cfg for m in fake_gpu for cfg in m.measured()]
-    assert len(measured) >= 8 and all(c.copy == "async" and c.bk in (16, 32) for c in measured)
+    assert len(measured) >= 8 and all(c.copy == "async" and c.bk in (16, 32) and c.pad is True for c in measured)
     record, = load(file_for(out, H100)).records.values()
     assert record.config.copy == "async" and "--fix copy=async" in record.command
 

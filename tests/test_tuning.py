@@ -22,6 +22,19 @@ def test_nn_is_the_entry_point_of_the_mlp_step():
     assert parse_targets("nn", ranks=(1, 4), hidden=(100,)) == step_targets(ranks=(1, 4), hidden=(100,))
 
 
+def test_a_network_that_is_missing_or_broken_is_one_line(monkeypatch):
+    import importlib.metadata
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
+    with pytest.raises(AutogemmError, match=r"or a network \(none is installed: `pip install -e \.`"):
+        parse_targets("nn")
+    broken = importlib.metadata.EntryPoint("nn", "nn.no_such_module:step_targets", "autogemm.targets")
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [broken])
+    with pytest.raises(AutogemmError, match=r"^--shapes nn: cannot load its entry point nn.no_such_module:step_targets: "
+                                            r"ModuleNotFoundError"):
+        parse_targets("nn")
+
+
 def test_parse_targets_lists_and_families():
     assert [str(t) for t in parse_targets("800x10x1000:tn, 1x2x3")] == ["gemm 800x10x1000:tn", "gemm 1x2x3:nn"]
     only = parse_targets("nn", families=("linear_xent",), hidden=(100,))

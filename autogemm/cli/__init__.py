@@ -268,13 +268,17 @@ def cmd_sweep(args) -> int:
 
 
 def _fix(text: str) -> tuple[str, tuple]:
-    """NAME=V[,V...] of --fix: integers where they are ASCII digits, words otherwise (checked by
-    the family)."""
+    """NAME=V[,V...] of --fix: integers where they are ASCII digits, true/false as booleans, words
+    otherwise (checked by the family)."""
     name, sep, values = text.partition("=")
     if not sep or not name.strip() or not values.strip():
         raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=VALUE[,VALUE...], e.g. copy=async or bk=16,32")
-    parsed = tuple(int(v) if re.fullmatch(r"-?[0-9]+", v.strip()) else v.strip() for v in values.split(","))
-    return name.strip(), parsed
+    def value(v: str):
+        if re.fullmatch(r"-?[0-9]+", v):
+            return int(v)
+        return {"true": True, "false": False}.get(v.lower(), v)
+
+    return name.strip(), tuple(value(v.strip()) for v in values.split(","))
 
 
 def cmd_show(args) -> int:

@@ -259,7 +259,7 @@ def _record(obj, where: str) -> Record:
         raise StoreError(f"{where}: {exc}") from None
     template_hash = _string(obj, "template_hash", where, _HASH)
     if template_hash not in family(key.family).code_hashes():
-        config = _stale_config(obj["config"], f"{where}: config")
+        config = _stale_config(key.family, obj["config"], f"{where}: config")
     else:
         try:
             config = family(key.family).config(obj["config"], f"{where}: config")
@@ -277,7 +277,12 @@ def _record(obj, where: str) -> Record:
     )
 
 
-def _stale_config(obj, where: str) -> Config:
+# Values that older spaces wrote and today's spells otherwise, read in today's spelling so that a
+# stale record still serves its shape: the GEMM's pad was a padding in elements (0 or 4).
+RESPELLED = {("gemm", "pad"): {0: False, 4: True}}
+
+
+def _stale_config(family_name: str, obj, where: str) -> Config:
     """A stale record's config, kept to be shown and written back: parameter names and values
     must be short words, integers or booleans (the space may have gained or lost parameters since)."""
     if not isinstance(obj, dict) or len(obj) > 32:
@@ -287,7 +292,12 @@ def _stale_config(obj, where: str) -> Config:
         if not _WORD.fullmatch(name) or not plain:
             raise StoreError(f"{where}: {brief(name, 24)}: {brief(value, 24)} is not a plain word, "
                              "integer or boolean")
-    return Config(obj)
+    return Config({name: _respelled(family_name, name, value) for name, value in obj.items()})
+
+
+def _respelled(family_name: str, name: str, value):
+    table = RESPELLED.get((family_name, name), {})
+    return table[value] if type(value) is int and value in table else value
 
 
 # ---- writing ---------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ class Shape:
     n: int
     k: int
     op: str = "nn"
-    role: str = ""      # where the MLP uses it (Z1 = X W1^T, ...), empty for explicit shapes
+    role: str = ""      # where the step uses it (A1 = A0 W1^T, ...), empty for explicit shapes
 
     @property
     def trans_a(self) -> bool:
@@ -48,7 +48,7 @@ def parse_shapes(text: str, batch: int = 800, hidden: tuple[int, ...] = (1000,))
         match = _SHAPE.match(item)
         if not match:
             raise AutogemmError(f"--shapes: {item!r} is not MxNxK[:op] (e.g. 800x1000x784:nt) or a network "
-                                f"({', '.join(networks()) or 'none is installed'})")
+                                f"({', '.join(networks()) or NO_NETWORK})")
         m, n, k = (int(g) for g in match.groups()[:3])
         if min(m, n, k) < 1:
             raise AutogemmError(f"--shapes: {item!r} has a zero size; every size must be >= 1")
@@ -64,6 +64,7 @@ def parse_shapes(text: str, batch: int = 800, hidden: tuple[int, ...] = (1000,))
 # ---- tuning targets: every kernel launch of a network's training step --------------------------
 TUNE_FAMILIES = ("gemm", "elementwise", "softmax_xent", "colsum", "linear_xent")
 TARGETS_GROUP = "autogemm.targets"   # entry points: name -> f(batch, hidden, train_size, ranks, activation)
+NO_NETWORK = "none is installed: `pip install -e .` in the checkout registers nn"
 
 
 def networks() -> dict:
@@ -75,8 +76,14 @@ def networks() -> dict:
 def network_targets(name: str, batch: int = 800, hidden: tuple[int, ...] = (1000,), train_size: int = 54_000,
                     ranks: tuple[int, ...] = (1,), activation: str = "sigmoid") -> list[Target]:
     """Every kernel launch of network `name`'s training step, as that network records it."""
-    return list(networks()[name].load()(batch=batch, hidden=tuple(hidden), train_size=train_size,
-                                        ranks=tuple(ranks), activation=activation))
+    entry = networks()[name]
+    try:
+        record = entry.load()
+    except Exception as exc:   # a broken plugin is the user's one-line error, not a traceback
+        raise AutogemmError(f"--shapes {name}: cannot load its entry point {entry.value}: "
+                            f"{type(exc).__name__}: {exc}") from None
+    return list(record(batch=batch, hidden=tuple(hidden), train_size=train_size, ranks=tuple(ranks),
+                       activation=activation))
 
 
 def _unique(targets: list[Target]) -> list[Target]:

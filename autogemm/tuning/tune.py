@@ -21,7 +21,7 @@ from autogemm.store.keys import Key, distance, problem_of
 from autogemm.store.lookup import Index
 from autogemm.store.records import Meta, Record, file_for, load, now, printable, save
 from autogemm.tuning.search import Progress, Result, SearchError, Settings, tune
-from autogemm.tuning.targets import Target
+from autogemm.store.keys import Target
 from kernels.contract import NO_OP
 
 
