@@ -3,6 +3,7 @@ import time
 
 import numpy as np
 
+from nn.backends import numpy_cnn
 from nn.backends.base import EPILOGUES, Backend, host_free_bytes
 
 
@@ -70,14 +71,7 @@ class NumpyBackend(Backend):
             return
         if epilogue.startswith("bias"):
             out += bias
-            if epilogue == "bias_sigmoid":
-                with np.errstate(over="ignore"):  # exp(-z) = inf for very negative z gives sigmoid 0
-                    np.negative(out, out=out)
-                    np.exp(out, out=out)
-                out += 1
-                np.reciprocal(out, out=out)
-            elif epilogue == "bias_relu":
-                np.maximum(out, 0, out=out)
+            self._activate(out, epilogue[5:] or None)
         elif epilogue == "dsigmoid":
             slope = self._work(out.shape)  # aux * (1 - aux): (M, N)
             np.subtract(1, aux, out=slope)
@@ -119,6 +113,49 @@ class NumpyBackend(Backend):
         np.multiply(grad, lr, out=step)
         w -= step
         return w
+
+    # ---- the CNN's operations: the plain reference of numpy_cnn ------------------------------
+
+    @staticmethod
+    def _activate(out, activation):
+        """out = act(out) in place, activation None, "sigmoid" or "relu"."""
+        if activation == "sigmoid":
+            with np.errstate(over="ignore"):  # exp(-z) = inf for very negative z gives sigmoid 0
+                np.negative(out, out=out)
+                np.exp(out, out=out)
+            out += 1
+            np.reciprocal(out, out=out)
+        elif activation == "relu":
+            np.maximum(out, 0, out=out)
+
+    def _activation_grad(self, out, aux, activation):
+        if aux is not None:
+            self._epilogue(out, f"d{activation}", None, aux)
+
+    def conv2d(self, x, w, b, out, activation=None):
+        out[...] = numpy_cnn.conv2d(x, w, b)
+        self._activate(out, activation)
+        return out
+
+    def conv2d_backward_data(self, g, w, out, aux=None, activation=None):
+        out[...] = numpy_cnn.conv2d_backward_data(g, w)
+        self._activation_grad(out, aux, activation)
+        return out
+
+    def conv2d_backward_weights(self, g, x, dw, db):
+        dw[...], db[...] = numpy_cnn.conv2d_backward_weights(g, x)
+
+    def maxpool2x2(self, x, out, where):
+        out[...], where[...] = numpy_cnn.maxpool2x2(x)
+        return out
+
+    def maxpool2x2_backward(self, g, where, out, aux=None, activation=None):
+        out[...] = numpy_cnn.maxpool2x2_backward(g, where, out.shape)
+        self._activation_grad(out, aux, activation)
+        return out
+
+    def adam_update(self, w, g, m, v, step, lr, beta1, beta2, eps):
+        return numpy_cnn.adam_update(w, g, m, v, step, lr, beta1, beta2, eps)
 
     # ---- timing ---------------------------------------------------------------------------
 
