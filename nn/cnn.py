@@ -51,6 +51,76 @@ class CNN:
         """Whether A_l is an activation's output (conv and hidden dense layers; not pools, not the logits)."""
         return self.layers[l].kind != "pool" and l < len(self.layers) - 1
 
+    def buffers(self, rows: int):
+        """(acts, wheres) for `rows` rows: A_l (rows, C, H, W) or (rows, N), and each pool's
+        positions of its maxima (rows, C, H, W) int8 (None for other layers)."""
+        bk = self.backend
+        shapes = [(rows, *layer.shape_out) if layer.kind != "dense" else (rows, layer.width) for layer in self.layers]
+        acts = [bk.empty(s) for s in shapes]
+        wheres = [bk.xp.empty(s, np.int8) if layer.kind == "pool" else None for s, layer in zip(shapes, self.layers)]
+        return acts, wheres
+
+    def forward(self, x, acts, wheres):
+        """Fill every A_l from x (n, C, H, W); returns the logits (n, classes), the last A."""
+        bk, last = self.backend, len(self.layers) - 1
+        n = x.shape[0]
+        a = x
+        for l, layer in enumerate(self.layers):
+            out = acts[l][:n]
+            if layer.kind == "conv":
+                bk.conv2d(a, self.W[l], self.b[l], out, self.activation)
+            elif layer.kind == "pool":
+                bk.maxpool2x2(a, out, wheres[l][:n])
+            else:
+                epilogue = "bias" if l == last else f"bias_{self.activation}"
+                bk.gemm(a.reshape(n, -1), self.W[l], out, trans_b=True, epilogue=epilogue, bias=self.b[l])
+            a = out
+        return a
+
+    def images(self, x):
+        """Rows x (n, features) viewed as images (n, C, H, W)."""
+        return x.reshape(x.shape[0], *self.layers[0].shape_in)
+
+    def count_correct(self, x, labels, chunk=1000) -> int:
+        """How many rows of x (n, features) the model classifies as `labels` (host (n,) ints); syncs the host."""
+        bk, n = self.backend, x.shape[0]
+        rows = min(chunk, n)
+        acts, wheres = self.buffers(rows)
+        correct = 0
+        for start in range(0, n, rows):
+            m = min(rows, n - start)
+            z = self.forward(self.images(x[start:start + m]), acts, wheres)
+            guess = bk.to_numpy(bk.xp.argmax(z, axis=1))  # (m,) int
+            correct += int(np.count_nonzero(guess == labels[start:start + m]))
+        return correct
+
+    def params(self):
+        """The conv and dense layers' (W, b), in order."""
+        return [(w, b) for w, b in zip(self.W, self.b) if w is not None]
+
+    def params_numpy(self):
+        """Host copies [(W_l, b_l), ...] of the conv and dense layers."""
+        bk = self.backend
+        return [(bk.to_numpy(w).copy(), bk.to_numpy(b).copy()) for w, b in self.params()]
+
+    def finite(self) -> bool:
+        """Whether every weight and bias is finite (syncs the host)."""
+        xp = self.backend.xp
+        return all(bool(xp.isfinite(x).all()) for pair in self.params() for x in pair)
+
+    def reg_term(self, reg) -> float:
+        """0.5 * reg * sum_l ||W_l||^2 (syncs the host)."""
+        xp = self.backend.xp
+        return 0.5 * reg * sum(float(xp.vdot(w, w)) for w, _ in self.params())
+
+
+def bytes_needed(layers: list[Layer], rows: int, itemsize: int, optimizer: str) -> int:
+    """Backend memory of a CNN of `layers` and its step on `rows` rows: the parameters, their flat
+    gradient and Adam's two moments, and per row every layer's activations and deltas."""
+    params = sum(layer.params for layer in layers)
+    per_row = sum(math.prod(layer.shape_out) for layer in layers)
+    return itemsize * (params * (4 if optimizer == "adam" else 2) + 2 * rows * per_row)
+
 
 class CNNStep:
     """One step of Adam or SGD on at most `max_rows` rows of a `batch`-row batch; buffers allocated once."""
@@ -61,16 +131,18 @@ class CNNStep:
             raise ValueError(f"unknown optimizer {optimizer!r}")
         bk = model.backend
         self.model, self.batch, self.optimizer, self.lr, self.reg = model, batch, optimizer, lr, reg
-        shapes = [(max_rows, *layer.shape_out) if layer.kind != "dense" else (max_rows, layer.width)
-                  for layer in model.layers]
-        self.acts = [bk.empty(s) for s in shapes]            # A_l: (rows, C, H, W) or (rows, N) dtype
-        self.deltas = [bk.empty(s) for s in shapes]          # G_l = dLoss/d(layer l's output before act)
-        self.where = [bk.xp.empty(s, np.int8) if layer.kind == "pool" else None   # pool: (rows, C, H, W) int8
-                      for s, layer in zip(shapes, model.layers)]
-        self.dW = [None if w is None else bk.zeros(w.shape) for w in model.W]
-        self.db = [None if b is None else bk.zeros(b.shape) for b in model.b]
-        moments = [(bk.zeros(p.shape), bk.zeros(p.shape)) for p in (*model.W, *model.b) if p is not None]
-        self.moments = moments if optimizer == "adam" else []  # Adam's (m, v) per parameter, W's then b's
+        self.acts, self.where = model.buffers(max_rows)     # A_l and each pool's positions of its maxima
+        self.deltas = [bk.empty(a.shape) for a in self.acts]   # G_l = dLoss/d(layer l's output before act)
+        shapes = [s for w, b in model.params() for s in (w.shape, b.shape)]
+        self.grads = bk.zeros(sum(math.prod(s) for s in shapes))   # flat [dW, db, ...] in layer order: one all-reduce
+        views, start = [], 0
+        for s in shapes:
+            views.append(self.grads[start:start + math.prod(s)].reshape(s))
+            start += math.prod(s)
+        grads = iter(zip(views[0::2], views[1::2]))
+        self.dW, self.db = map(list, zip(*[next(grads) if w is not None else (None, None) for w in model.W]))
+        # Adam's moments (m, v) of each parameter, in the order of params(): W_l, b_l, W_{l+1}, ...
+        self.moments = [(bk.zeros(s), bk.zeros(s)) for s in shapes] if optimizer == "adam" else []
         self.steps = 0
         self.loss_sum = bk.zeros((1,))
         self._x = None
@@ -85,20 +157,11 @@ class CNNStep:
     def forward(self, x, labels):
         """x (n, features) images as rows: every A_l, the logits, the loss into loss_sum and
         G_last = (softmax(Z) - Y) / batch."""
-        m, bk = self.model, self.model.backend
+        m = self.model
         n = x.shape[0]
-        self._x = x.reshape(n, *m.layers[0].shape_in)
-        last = len(m.layers) - 1
-        for l, layer in enumerate(m.layers):
-            a, out = self._input(l, n), self.acts[l][:n]
-            if layer.kind == "conv":
-                bk.conv2d(a, m.W[l], m.b[l], out, m.activation)
-            elif layer.kind == "pool":
-                bk.maxpool2x2(a, out, self.where[l][:n])
-            else:
-                epilogue = "bias" if l == last else f"bias_{m.activation}"
-                bk.gemm(a.reshape(n, -1), m.W[l], out, trans_b=True, epilogue=epilogue, bias=m.b[l])
-        bk.softmax_xent(self.acts[last][:n], labels, self.deltas[last][:n], 1.0 / self.batch, self.loss_sum)
+        self._x = m.images(x)
+        logits = m.forward(self._x, self.acts, self.where)
+        m.backend.softmax_xent(logits, labels, self.deltas[-1][:n], 1.0 / self.batch, self.loss_sum)
 
     def backward(self):
         """dW_l, db_l of every conv and dense layer, and each G_{l-1} = the gradient carried down,
@@ -123,18 +186,38 @@ class CNNStep:
                 bk.maxpool2x2_backward(g, self.where[l][:n], below, aux, m.activation)
 
     def update(self):
-        """Adam (its defaults beyond lr) or SGD with L2 on every weight and bias."""
+        """Adam (its defaults beyond lr) or SGD with L2 on the weights, from the (all-reduced) gradients."""
         m, bk = self.model, self.model.backend
-        params = [(p, g) for p, g in zip((*m.W, *m.b), (*self.dW, *self.db)) if p is not None]
+        grads = [g for w, b in zip(self.dW, self.db) if w is not None for g in (w, b)]
+        params = [p for pair in m.params() for p in pair]
         self.steps += 1
-        if self.optimizer == "adam":
-            for (p, g), (mom, var) in zip(params, self.moments):
+        for i, (p, g) in enumerate(zip(params, grads)):
+            if self.optimizer == "adam":
+                mom, var = self.moments[i]
                 bk.adam_update(p, g, mom, var, self.steps, self.lr, ADAM["beta1"], ADAM["beta2"], ADAM["eps"])
-        else:
-            for i, (p, g) in enumerate(params):
-                bk.sgd_update(p, g, self.lr, self.reg if i < sum(w is not None for w in m.W) else 0.0)
+            else:
+                bk.sgd_update(p, g, self.lr, self.reg if i % 2 == 0 else 0.0)    # L2 on weights only
 
-    def train_batch(self, x, labels):
+    def state_numpy(self) -> dict:
+        """The optimizer's state as host arrays, for a checkpoint: Adam's steps and moments."""
+        bk = self.model.backend
+        return {"steps": self.steps, "moments": [(bk.to_numpy(m).copy(), bk.to_numpy(v).copy())
+                                                 for m, v in self.moments]}
+
+    def load_state(self, state: dict):
+        """Continue from state_numpy()'s dict (the shapes are the caller's to have checked)."""
+        self.steps = state["steps"]
+        for (m, v), (m_host, v_host) in zip(self.moments, state["moments"]):
+            m[...], v[...] = self.model.backend.asarray(m_host), self.model.backend.asarray(v_host)
+
+    def train_batch(self, x, labels, allreduce=None, lap=lambda phase: None):
+        """forward, backward, [all-reduce the flat gradient], update; lap(phase) after each phase."""
         self.forward(x, labels)
+        lap("forward")
         self.backward()
+        lap("backward")
+        if allreduce is not None:
+            allreduce(self.grads)
+            lap("comm")
         self.update()
+        lap("update")
