@@ -1,7 +1,7 @@
 """Checkpoints: all weights, the last finished epoch and the settings that produced them, written atomically.
 
-A checkpoint is one uncompressed .npz (arrays W0, b0, W1, ...; `meta`, a JSON string) read without
-pickle. Reading checks everything before the weights are used: the file is a regular file, no
+A checkpoint is one uncompressed .npz (arrays W0, b0, W1, ...; an optimizer's state m0, v0, m1, ...
+for Adam; `meta`, a JSON string) read without pickle. Reading checks everything before the weights are used: the file is a regular file, no
 member is compressed (so nothing inflates past the file's own size), the settings match the run's,
 and every array has the run's shape and dtype and finite values.
 """
@@ -24,10 +24,11 @@ MAX_META_BYTES = 64 << 20
 
 @dataclass
 class Checkpoint:
-    params: list  # [(W_l (n_out, n_in), b_l (n_out,)), ...] host arrays
+    params: list  # [(W_l (n_out, n_in) or (F, C, K, K), b_l (n_out,)), ...] host arrays
     epoch: int  # epochs finished
     fingerprint: dict  # the settings that determine the weights (see nn.train)
     history: list = field(default_factory=list)  # per-epoch records of the run so far, one per epoch
+    state: dict | None = None  # the optimizer's: {"steps": n, "moments": [(m, v) per parameter]} (Adam)
 
 
 def save(path, ckpt: Checkpoint, replace: bool = True):
@@ -37,6 +38,10 @@ def save(path, ckpt: Checkpoint, replace: bool = True):
     arrays = {}
     for l, (w, b) in enumerate(ckpt.params):
         arrays[f"W{l}"], arrays[f"b{l}"] = w, b
+    if ckpt.state is not None:
+        meta["optimizer"] = {"steps": ckpt.state["steps"], "moments": len(ckpt.state["moments"])}
+        for i, (m, v) in enumerate(ckpt.state["moments"]):
+            arrays[f"m{i}"], arrays[f"v{i}"] = m, v
     buf = io.BytesIO()
     np.savez(buf, meta=np.array(json.dumps(meta)), **arrays)
     try:
@@ -45,10 +50,11 @@ def save(path, ckpt: Checkpoint, replace: bool = True):
         raise NNError(f"cannot write checkpoint {path}: {e}") from None
 
 
-def load(path, fingerprint: dict | None = None, dtype=None) -> Checkpoint:
-    """Read and check a checkpoint: with `fingerprint`, one written by the same settings (its
-    "sizes" give every array's shape), with `dtype`, of that dtype. Anything unreadable,
-    inconsistent or different is an NNError naming the file."""
+def load(path, fingerprint: dict | None = None, dtype=None, shapes=None) -> Checkpoint:
+    """Read and check a checkpoint: with `fingerprint`, one written by the same settings, whose
+    arrays have `shapes` ([(W shape, b shape), ...]; by default the MLP's of the fingerprint's
+    "sizes"), with `dtype`, of that dtype. Anything unreadable, inconsistent or different is an
+    NNError naming the file."""
     try:
         with files.open_regular(path) as f:
             with zipfile.ZipFile(f) as z:
@@ -57,6 +63,12 @@ def load(path, fingerprint: dict | None = None, dtype=None) -> Checkpoint:
                 if fingerprint is not None:
                     _check_compatible(ckpt, fingerprint, path)
                 ckpt.params = [(_array(z, f"W{l}"), _array(z, f"b{l}")) for l in range(meta["layers"])]
+                if "optimizer" in meta:
+                    steps, count = meta["optimizer"]["steps"], meta["optimizer"]["moments"]
+                    if type(steps) is not int or steps < 0 or count != 2 * len(ckpt.params):
+                        raise ValueError(f"an optimizer state of {count!r} moments after {steps!r} steps")
+                    ckpt.state = {"steps": steps, "moments": [(_array(z, f"m{i}"), _array(z, f"v{i}"))
+                                                              for i in range(count)]}
     except files.FileError as e:
         raise NNError(f"no checkpoint at {path}" if e.errno == errno.ENOENT
                       else f"cannot read checkpoint {path}: {e}") from None
@@ -64,7 +76,18 @@ def load(path, fingerprint: dict | None = None, dtype=None) -> Checkpoint:
         raise
     except Exception as e:  # zip, npy, JSON and key errors all mean the same: not a readable checkpoint
         raise NNError(f"checkpoint {path} is corrupted or not a checkpoint of nn.train ({type(e).__name__}: {e})") from None
-    _check_params(ckpt.params, path, fingerprint["sizes"] if fingerprint is not None else None, dtype)
+    if shapes is None and fingerprint is not None:
+        sizes = fingerprint["sizes"]
+        shapes = [((n_out, n_in), (n_out,)) for n_in, n_out in zip(sizes[:-1], sizes[1:])]
+    _check_params(ckpt.params, path, shapes, dtype)
+    if ckpt.state is not None:
+        wanted = [p.shape for pair in ckpt.params for p in pair]      # W0, b0, W1, ...: one (m, v) each
+        for i, (m, v) in enumerate(ckpt.state["moments"]):
+            if m.shape != wanted[i] or v.shape != wanted[i]:
+                raise NNError(f"checkpoint {path} is corrupted: the optimizer's m{i}/v{i} are {m.shape}/{v.shape}, "
+                              f"their parameter {wanted[i]}")
+        _check_values([(x, f"{name}{i}") for i, pair in enumerate(ckpt.state["moments"]) for name, x in zip("mv", pair)],
+                      path, dtype)
     return ckpt
 
 
@@ -98,26 +121,34 @@ def _array(z: zipfile.ZipFile, name: str) -> np.ndarray:
         return np.lib.format.read_array(member, allow_pickle=False)
 
 
-def _check_params(params, path, sizes=None, dtype=None):
-    """NNError unless every layer's W (n_out, n_in) and b (n_out,) chain, match `sizes` and
-    `dtype` where given, and hold finite numbers."""
-    dtype = np.dtype(dtype) if dtype is not None else None
-    if sizes is not None and len(params) != len(sizes) - 1:
-        raise NNError(f"checkpoint {path} holds {len(params)} layers, the run has {len(sizes) - 1}")
+def _check_params(params, path, shapes=None, dtype=None):
+    """NNError unless every layer's W (2-D dense, 4-D convolution) and b (n_out,) agree and chain
+    (a layer's inputs are the outputs of the one before, where both are dense or both convolutions),
+    match `shapes` and `dtype` where given, and hold finite numbers."""
+    if shapes is not None and len(params) != len(shapes):
+        raise NNError(f"checkpoint {path} holds {len(params)} layers, the run has {len(shapes)}")
     for l, (w, b) in enumerate(params):
-        if w.ndim != 2 or b.shape != w.shape[:1] or (l and w.shape[1] != params[l - 1][0].shape[0]):
+        prev = params[l - 1][0] if l else None
+        chained = prev is None or prev.ndim != w.ndim or w.shape[1] == prev.shape[0]   # inputs are the last outputs
+        if w.ndim not in (2, 4) or b.shape != w.shape[:1] or not chained:
             raise NNError(f"checkpoint {path} is corrupted: layer {l} has W {w.shape} and b {b.shape}")
-        if sizes is not None and w.shape != (sizes[l + 1], sizes[l]):
-            raise NNError(f"checkpoint {path} is corrupted: layer {l} has W {w.shape}, the run's sizes "
-                          f"{'-'.join(map(str, sizes))} need {(sizes[l + 1], sizes[l])}")
-        for name, x in ((f"W{l}", w), (f"b{l}", b)):
-            if x.dtype.kind != "f" or (dtype is not None and x.dtype != dtype):
-                raise NNError(f"checkpoint {path} is corrupted: {name} is {x.dtype}, the run computes in "
-                              f"{dtype or 'floating point'}")
-            if not np.isfinite(x).all():
-                bad = np.flatnonzero(~np.isfinite(x))[0]
-                raise NNError(f"checkpoint {path} holds {x.flat[bad]} in {name} at index {bad}: "
-                              "resume from a checkpoint of a run that had not diverged")
+        if shapes is not None and (w.shape, b.shape) != tuple(map(tuple, shapes[l])):
+            raise NNError(f"checkpoint {path} is corrupted: layer {l} has W {w.shape}, the run's network "
+                          f"needs {tuple(shapes[l][0])}")
+    _check_values([(x, f"{name}{l}") for l, pair in enumerate(params) for name, x in zip("Wb", pair)], path, dtype)
+
+
+def _check_values(named, path, dtype=None):
+    """NNError unless each (array, name) is floating point of `dtype` (where given) and finite."""
+    dtype = np.dtype(dtype) if dtype is not None else None
+    for x, name in named:
+        if x.dtype.kind != "f" or (dtype is not None and x.dtype != dtype):
+            raise NNError(f"checkpoint {path} is corrupted: {name} is {x.dtype}, the run computes in "
+                          f"{dtype or 'floating point'}")
+        if not np.isfinite(x).all():
+            bad = np.flatnonzero(~np.isfinite(x))[0]
+            raise NNError(f"checkpoint {path} holds {x.flat[bad]} in {name} at index {bad}: "
+                          "resume from a checkpoint of a run that had not diverged")
 
 
 def _check_compatible(ckpt: Checkpoint, fingerprint: dict, path):

@@ -2,6 +2,7 @@
 
     python -m nn.train                         # 784-1000-10 sigmoid on Fashion-MNIST, float32, a few minutes
     python -m nn.train --preset cme213         # CME 213's starter setup (raw pixels, lr 0.001, float64)
+    python -m nn.train --model lenet           # the LeNet-like CNN, Adam, batch 1000 (NumPy backend for now)
     mpirun -n 4 python -m nn.train --grading-mode 2 --checkpoint ck.npz
 """
 import argparse
@@ -34,14 +35,19 @@ from nn.data import DATASETS, SCALES, load_dataset
 from nn.dist import (Dist, Interrupt, Interrupted, NcclAllreduce, RanksFailed, maybe_init_dist, nccl_usable, print0,
                      rank_rows, split_sizes)
 from nn.errors import ArgumentParser, NNError
+from nn import cnn
+from nn.layers import LENET, describe, parse_layers
 from nn.mlp import INITS, MLP, Epoch, Step, bytes_needed, init_params, param_count
 from nn.outputs import Outputs, ResumeHint
 
 # ---------------------------------------------------------------- settings
 
-DEFAULTS = dict(hidden=(1000,), activation="sigmoid", batch=800, epochs=30, lr=1.0, reg=1e-4,
-                dtype="float32", dataset="fashion-mnist", data_dir=None, seed=0, scale="unit",
-                init="cme213", train_size=None, backend="numpy")
+DEFAULTS = dict(model="mlp", layers=None, hidden=(1000,), activation="sigmoid", optimizer="sgd", batch=800,
+                epochs=30, lr=1.0, reg=1e-4, dtype="float32", dataset="fashion-mnist", data_dir=None, seed=0,
+                scale="unit", init="cme213", train_size=None, backend="numpy")
+# A CNN's defaults (--model lenet, or --layers): the reports' Keras recipe.
+CNN_DEFAULTS = dict(activation="relu", optimizer="adam", batch=1000, epochs=20, lr=1e-3, reg=0.0, init="he")
+MODELS = ("mlp", "lenet")
 PRESETS = {"cme213": dict(hidden=(1000,), reg=1e-4, lr=0.001, epochs=20, batch=800, scale="raw", dtype="float64")}
 _GRADING = dict(hidden=(100,), batch=800, reg=1e-4, scale="raw", dtype="float64")
 GRADING_MODES = {1: dict(_GRADING, lr=0.001, epochs=40), 2: dict(_GRADING, lr=0.01, epochs=10),
@@ -53,8 +59,11 @@ _NOT_FINGERPRINTED = ("epochs", "data_dir", "backend", "hidden")
 
 @dataclass(frozen=True)
 class Config:
+    model: str              # "mlp", or "cnn" (of `layers`)
+    layers: str | None      # a CNN's --layers spec (nn.layers)
     hidden: tuple
     activation: str
+    optimizer: str
     batch: int
     epochs: int
     lr: float
@@ -106,9 +115,18 @@ def build_parser() -> argparse.ArgumentParser:
                 epilog="Explicit flags override --preset and --grading-mode. Under mpirun, rank 0 alone "
                        "prints and writes; every global batch is split across ranks.")
     # Every value defaults to None here, so that a preset can tell what the user set explicitly.
+    p.add_argument("--model", choices=MODELS,
+                   help="mlp: the dense network of --hidden; lenet: the LeNet-like CNN "
+                        f"({LENET}), Adam, relu, batch 1000, 20 epochs, He init (default: mlp)")
+    p.add_argument("--layers", metavar="SPEC",
+                   help="a CNN of these layers, comma-separated: convCxK (C filters K x K, valid), pool2, denseN "
+                        "(e.g. conv16x5,pool2,conv32x3,pool2,dense256; the output layer is added); "
+                        "the CNN defaults of --model lenet apply")
     p.add_argument("--hidden", type=positive_int, nargs="+", metavar="N",
                    help=f"hidden layer sizes (default: {' '.join(map(str, d['hidden']))})")
     p.add_argument("--activation", choices=ACTIVATIONS, help=f"hidden activation (default: {d['activation']})")
+    p.add_argument("--optimizer", choices=cnn.OPTIMIZERS,
+                   help="adam (CNNs only, Keras' betas and eps) or sgd with L2 (default: sgd; adam for a CNN)")
     p.add_argument("--batch", type=positive_int, help=f"global batch size (default: {d['batch']})")
     p.add_argument("--epochs", type=positive_int, help=f"epochs to train in all, counting resumed ones (default: {d['epochs']})")
     p.add_argument("--lr", type=positive_float, help=f"learning rate (default: {d['lr']})")
@@ -147,12 +165,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def resolve(args) -> Config:
     """Explicit flags, else the preset's or grading mode's values, else DEFAULTS."""
-    preset = PRESETS.get(args.preset) or GRADING_MODES.get(args.grading_mode) or {}
+    is_cnn = args.model == "lenet" or args.layers is not None
+    if is_cnn:
+        _check_cnn_flags(args)
+        args.model, args.layers = "cnn", args.layers or LENET
+    preset = PRESETS.get(args.preset) or GRADING_MODES.get(args.grading_mode) or (CNN_DEFAULTS if is_cnn else {})
     values = {}
     for f in fields(Config):
         given = getattr(args, f.name)
         values[f.name] = given if given is not None else preset.get(f.name, DEFAULTS[f.name])
     values["hidden"] = tuple(values["hidden"])
+    if not is_cnn and values["optimizer"] == "adam":
+        raise NNError("--optimizer adam is for CNNs (--model lenet or --layers); the MLP trains with sgd")
     if len(values["hidden"]) >= checkpoint.MAX_LAYERS:
         raise NNError(f"--hidden: {len(values['hidden'])} hidden layers; at most {checkpoint.MAX_LAYERS - 1}")
     if args.use_tuned:
@@ -163,7 +187,25 @@ def resolve(args) -> Config:
         raise NNError("--resume needs --checkpoint PATH")
     if args.log and args.no_log:
         raise NNError("--log and --no-log contradict each other")
+    if is_cnn and values["backend"] != "numpy":
+        raise NNError(f"--model lenet and --layers run on the numpy backend for now (the {values['backend']} backend "
+                      "has no convolution kernels yet); drop --backend and --use-tuned")
     return Config(**values)
+
+
+def _check_cnn_flags(args):
+    """NNError for flags that do not apply to a CNN, naming them."""
+    if args.model == "lenet" and args.layers is not None:
+        raise NNError("--model lenet and --layers both name the layers; give one")
+    if args.model == "mlp":
+        raise NNError("--layers builds a CNN; it cannot be combined with --model mlp")
+    clashes = [flag for flag, given in (("--hidden", args.hidden), ("--preset", args.preset),
+                                        ("--grading-mode", args.grading_mode)) if given is not None]
+    if args.init not in (None, "he"):
+        clashes.append(f"--init {args.init}")
+    if clashes:
+        raise NNError(f"{', '.join(clashes)} {'is' if len(clashes) == 1 else 'are'} for the MLP; a CNN takes "
+                      "--layers, He init, and the other flags")
 
 
 # ---------------------------------------------------------------- training
@@ -242,16 +284,30 @@ def _setup(cfg, args, backend):
     known to fit in memory."""
     ds = load_dataset(name=cfg.dataset, data_dir=cfg.data_dir, scale=cfg.scale, dtype=np.dtype(cfg.dtype),
                       train_size=cfg.train_size)
-    sizes = (ds.train.x.shape[1], *cfg.hidden, ds.classes)
-    _check_memory(cfg, sizes, backend)
+    features = ds.train.x.shape[1]
+    if cfg.model == "cnn":
+        side = math.isqrt(features)
+        if side * side != features:
+            raise NNError(f"--layers: the data set's {features} features are not a square image")
+        layers = parse_layers(cfg.layers, ds.classes, (1, side, side))
+        sizes = (features, ds.classes)                  # the layers spec in the config holds the rest
+        fresh = cnn.init_cnn_params(layers, cfg.seed)
+        _check_memory(cfg, sizes, backend, cnn.bytes_needed(layers, cfg.batch, backend.dtype.itemsize, cfg.optimizer),
+                      8 * sum(layer.params for layer in layers))
+    else:
+        layers, sizes = None, (features, *cfg.hidden, ds.classes)
+        fresh = None
+        _check_memory(cfg, sizes, backend, bytes_needed(sizes, cfg.batch, backend.dtype.itemsize), 8 * param_count(sizes))
     if args.resume:
-        ckpt = checkpoint.load(args.checkpoint, cfg.fingerprint(sizes), cfg.dtype)
+        shapes = [(w.shape, b.shape) for w, b in fresh] if fresh is not None else None
+        ckpt = checkpoint.load(args.checkpoint, cfg.fingerprint(sizes), cfg.dtype, shapes)
     else:
         if args.checkpoint and os.path.lexists(args.checkpoint):
             raise NNError(f"checkpoint {args.checkpoint} exists; pass --resume to continue it, "
                           "or choose another path (it is never overwritten by a fresh run)")
-        ckpt = checkpoint.Checkpoint(init_params(sizes, cfg.init, cfg.seed), 0, cfg.fingerprint(sizes))
-    return ds, sizes, ckpt
+        params = fresh if fresh is not None else init_params(sizes, cfg.init, cfg.seed)
+        ckpt = checkpoint.Checkpoint(params, 0, cfg.fingerprint(sizes))
+    return ds, sizes, ckpt, layers
 
 
 def _sample_hash(ds) -> str:
@@ -263,20 +319,20 @@ def _sample_hash(ds) -> str:
     return digest.hexdigest()[:16]
 
 
-def _check_memory(cfg, sizes, backend):
-    """NNError when the network cannot fit: the backend holds the weights, their gradient and a
-    batch of activations; the host draws the float64 initial weights (one memory on NumPy)."""
-    on_backend = bytes_needed(sizes, cfg.batch, backend.dtype.itemsize)
-    on_host = 8 * param_count(sizes)
+def _check_memory(cfg, sizes, backend, on_backend: int, on_host: int):
+    """NNError when the network cannot fit: the backend holds `on_backend` bytes (the weights,
+    their gradient, a batch of activations), the host `on_host` (the float64 initial weights; one
+    memory on NumPy)."""
     if backend.name == "numpy":
         needs = [("host", on_host + on_backend, host_free_bytes())]
     else:
         needs = [(backend.name, on_backend, backend.free_bytes()), ("host", on_host, host_free_bytes())]
     for where, need, free in needs:
         if free is not None and need > free:
-            raise NNError(f"the network {'-'.join(map(str, sizes))} in {cfg.dtype} with batch {cfg.batch} needs "
+            network = cfg.layers if cfg.model == "cnn" else "-".join(map(str, sizes))
+            raise NNError(f"the network {network} in {cfg.dtype} with batch {cfg.batch} needs "
                           f"about {_bytes(need)} of {where} memory and {_bytes(free)} is free; choose a smaller "
-                          "--hidden or --batch")
+                          f"{'network' if cfg.model == 'cnn' else '--hidden'} or --batch")
 
 
 def _bytes(n: int) -> str:
@@ -323,19 +379,26 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
     # Rank 0 reads the files first: a bad file fails there alone, and a download happens once.
     first = _agreed(dist, setup, lambda rank: rank == 0)
     others = _agreed(dist, setup, lambda rank: rank != 0)
-    ds, sizes, ckpt = first or others
+    ds, sizes, ckpt, layers = first or others
     if dist.size > 1:
         dist.same_everywhere({"data set sizes": [len(ds.train.y), len(ds.val.y), len(ds.test.y)],
                               "data set (a hash of every 31st image)": _sample_hash(ds),
                               "network": list(sizes), "checkpoint epoch": ckpt.epoch},
                              "every rank must read the same data set and checkpoint")
 
-    model = MLP(backend, sizes, cfg.activation, ckpt.params)
     n_train = len(ds.train.y)
     index, spans = rank_rows(n_train, cfg.batch, dist.rank, dist.size)
     x_train = backend.asarray(ds.train.x[index])  # X: (rows of this rank, D) dtype
     y_train = backend.asarray(ds.train.y[index])  # (rows of this rank,) int64
-    step = Step(model, max(count for _, count in spans), cfg.batch, cfg.lr, cfg.reg)
+    max_rows = max(count for _, count in spans)
+    if layers is not None:
+        model = cnn.CNN(backend, layers, cfg.activation, ckpt.params)
+        step = cnn.CNNStep(model, max_rows, cfg.batch, cfg.optimizer, cfg.lr, cfg.reg)
+        if ckpt.state is not None:
+            step.load_state(ckpt.state)
+    else:
+        model = MLP(backend, sizes, cfg.activation, ckpt.params)
+        step = Step(model, max_rows, cfg.batch, cfg.lr, cfg.reg)
     allreduce = _agreed(dist, lambda: _allreduce(args.allreduce, dist, backend))
     epoch_pass = Epoch(step, spans, x_train, y_train, allreduce, graph=not args.no_graph)
     dist.barrier()  # ranks set up one after another; the first epoch's times should not count that
@@ -344,7 +407,9 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
            "data": {"source": ds.source, "train": n_train, "val": len(ds.val.y), "test": len(ds.test.y)},
            "environment": _environment(backend, dist), "epochs": ckpt.history, "final": None}
     if not args.quiet:
-        print0(f"{'-'.join(map(str, sizes))} {cfg.activation}, {cfg.dtype}, {backend.name} backend, "
+        network = describe(layers) if layers is not None else "-".join(map(str, sizes))
+        optimizer = f", {cfg.optimizer}" if layers is not None else ""
+        print0(f"{network} {cfg.activation}{optimizer}, {cfg.dtype}, {backend.name} backend, "
                f"{dist.size} rank{'s' * (dist.size > 1)}; {cfg.dataset} {n_train}/{len(ds.val.y)}/{len(ds.test.y)} "
                f"from {ds.source}; batch {cfg.batch} ({len(spans)} steps), lr {cfg.lr:g}, reg {cfg.reg:g}"
                + (f"; resumed after epoch {ckpt.epoch}" if args.resume else ""), flush=True)
@@ -405,6 +470,7 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
                     try:
                         if args.checkpoint:
                             ckpt.params, ckpt.epoch = model.params_numpy(), epoch
+                            ckpt.state = step.state_numpy() if layers is not None and cfg.optimizer == "adam" else None
                             outputs.save_checkpoint(ckpt)
                         outputs.write_log(log)
                     except NNError as e:

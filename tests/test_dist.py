@@ -52,7 +52,9 @@ def fake_dir(tmp_path_factory):
     ["--batch", "30", "--train-size", "70", "--hidden", "16", "8", "--activation", "sigmoid"],
     # batch 3 over 4 ranks: one rank has no rows in every batch; the last batch has 1 row
     ["--batch", "3", "--train-size", "10", "--hidden", "12", "--activation", "relu", "--init", "he"],
-], ids=["uneven-split", "more-ranks-than-rows"])
+    # the LeNet-like CNN with Adam: its gradients all-reduced in one flat buffer before each update
+    ["--batch", "30", "--train-size", "70", "--model", "lenet", "--lr", "0.01"],
+], ids=["uneven-split", "more-ranks-than-rows", "lenet-adam"])
 def test_four_ranks_give_the_one_process_weights(tmp_path, fake_dir, case):
     common = ["--data-dir", fake_dir, "--dataset", "mnist", "--dtype", "float64", "--scale", "unit",
               "--epochs", "3", "--lr", "0.5", "--reg", "0.01", "--no-log", "--quiet", *case]

@@ -7,10 +7,12 @@ import signal
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from fake_idx import write_dataset
 from nn import checkpoint
+from nn.errors import NNError
 from nn.train import DEFAULTS, build_parser, resolve
 from run_train import env, run_train
 
@@ -188,3 +190,52 @@ def test_ctrl_c_is_one_line_exit_130_and_the_resume_it_names_works(tmp_path, fak
     resumed = subprocess.run([sys.executable, *command[1:]], cwd=tmp_path, env=env(tmp_path), capture_output=True,
                              text=True, timeout=60)
     assert resumed.returncode == 0 and checkpoint.load(tmp_path / "ck.npz").epoch == done + 1, resumed.stderr
+
+
+# ---------------------------------------------------------------- the CNN (issue 15: NumPy backend)
+
+def test_cnn_settings_and_what_does_not_apply():
+    c = config("--model", "lenet")
+    assert (c.model, c.layers, c.activation, c.optimizer, c.batch, c.epochs, c.lr, c.init) == (
+        "cnn", "conv6x3,pool2,conv10x3,pool2,dense128,dense100,dense80", "relu", "adam", 1000, 20, 1e-3, "he")
+    c = config("--layers", "conv4x5,pool2,dense32", "--optimizer", "sgd", "--lr", "0.1")
+    assert (c.model, c.layers, c.optimizer, c.lr) == ("cnn", "conv4x5,pool2,dense32", "sgd", 0.1)
+    assert config().model == "mlp" and config().optimizer == "sgd"
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--model", "lenet", "--layers", "dense8"], "--model lenet and --layers both name the layers"),
+    (["--model", "mlp", "--layers", "dense8"], "--layers builds a CNN; it cannot be combined with --model mlp"),
+    (["--model", "lenet", "--hidden", "10"], "--hidden is for the MLP"),
+    (["--model", "lenet", "--preset", "cme213", "--init", "cme213"], "--preset, --init cme213 are for the MLP"),
+    (["--optimizer", "adam"], "--optimizer adam is for CNNs"),
+    (["--model", "lenet", "--backend", "cupy"], "run on the numpy backend for now"),
+])
+def test_cnn_flags_that_cannot_apply_are_one_line(args, words):
+    with pytest.raises(NNError, match=re.escape(words)):
+        config(*args)
+
+
+def test_a_layers_spec_that_does_not_fit_is_one_line(tmp_path, fake_dir):
+    r = run_train(tmp_path, "--data-dir", fake_dir, "--dataset", "mnist", "--quiet",
+                  "--layers", "conv4x3,pool2,pool2,pool2,pool2,pool2", "--checkpoint", tmp_path / "c.npz")
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr
+    assert "--layers: layer 6 ('pool2'): its 1x1 input is smaller than the 2x2 window" in r.stderr
+    assert not (tmp_path / "c.npz").exists()
+
+
+def test_lenet_trains_and_resumes_bit_for_bit(tmp_path, fake_dir):
+    """Two epochs in one run equal one epoch, then --resume for the second: weights and Adam's state."""
+    common = ["--data-dir", fake_dir, "--dataset", "mnist", "--model", "lenet", "--dtype", "float64",
+              "--batch", "40", "--no-log", "--quiet"]
+    straight = run_train(tmp_path, *common, "--epochs", "2", "--checkpoint", tmp_path / "straight.npz")
+    assert straight.returncode == 0, straight.stderr
+    assert re.search(r"test accuracy [0-9.]+%", straight.stdout)
+    first = run_train(tmp_path, *common, "--epochs", "1", "--checkpoint", tmp_path / "split.npz")
+    second = run_train(tmp_path, *common, "--epochs", "2", "--checkpoint", tmp_path / "split.npz", "--resume")
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    with np.load(tmp_path / "straight.npz") as a, np.load(tmp_path / "split.npz") as b:
+        assert sorted(a.files) == sorted(b.files) and {"m0", "v0", "W4"} <= set(a.files)
+        for name in a.files:
+            if name != "meta":
+                assert np.array_equal(a[name], b[name]), name
