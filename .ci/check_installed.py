@@ -19,7 +19,7 @@ def main(checkout: Path) -> int:
     if checkout.resolve() in Path(autogemm.__file__).resolve().parents:
         return fail(f"autogemm was imported from the checkout ({autogemm.__file__}), not the wheel")
     missing = sorted(p.name for p in (checkout / "kernels").iterdir()
-                     if p.suffix in (".j2", ".py") and not (installed / p.name).is_file())
+                     if p.suffix in (".j2", ".cuh", ".py") and not (installed / p.name).is_file())
     if missing:
         return fail(f"the installed kernels/ ({installed}) lacks {', '.join(missing)}")
     shipped = sorted(p.name for p in locations.shipped_dir().glob("*.json"))
@@ -32,13 +32,14 @@ def main(checkout: Path) -> int:
         fam = family(name)
         for op in ops(name):
             for dtype in ("float32", "float64"):
-                problem = problem_of(make_key(name, (800, 10, 784)[:arity(name)], op, dtype))
+                sizes = (1000, 1, 28, 28, 6, 3) if name == "conv2d" else (800, 10, 784)[:arity(name)]
+                problem = problem_of(make_key(name, sizes, op, dtype))
                 for cfg in fam.candidates(problem, H100) + fam.sample(problem, H100, 8):
                     source = fam.instance(cfg, problem).source
                     if f"{fam.instance_name(cfg, problem)}(" not in source:
                         return fail(f"{name}: the kernel rendered for {dict(cfg)} does not define its symbol")
                     used.update(fam.sources(cfg))
-    unused = sorted(p.name for p in installed.glob("*.j2") if p.name not in used)
+    unused = sorted(p.name for p in installed.iterdir() if p.suffix in (".j2", ".cuh") and p.name not in used)
     if unused:
         return fail(f"no config of any family rendered {', '.join(unused)}")
     print(f"installed autogemm at {Path(autogemm.__file__).parent}: {len(used)} templates render, "

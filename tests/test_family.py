@@ -15,7 +15,7 @@ from autogemm.ops.kernels import kernel
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import FAMILIES, family
 from autogemm.tuning.targets import parse_shapes
-from kernels import colsum, elementwise, gemm, gemm_seeds, linear_xent, softmax_xent
+from kernels import colsum, conv2d, elementwise, gemm, gemm_seeds, linear_xent, softmax_xent
 from kernels.contract import ceil_div
 
 GEMM = family("gemm")
@@ -45,6 +45,9 @@ def problems_of(name: str, dtype: str) -> list:
     if name == "linear_xent":
         return [linear_xent.Problem(rows, classes, inputs, dtype, act) for rows, classes, inputs, act in
                 ((800, 10, 1000, "sigmoid"), (1, 1, 4, None), (33, 32, 4096, "relu"))]
+    if name == "conv2d":
+        return [conv2d.Problem(*sizes, dtype, act) for *sizes, act in
+                ((1000, 1, 28, 28, 6, 3, "relu"), (1, 1, 1, 1, 1, 1, None), (7, 6, 13, 13, 10, 3, "sigmoid"))]
     return [family(name).Problem(rows, cols, dtype) for rows, cols in ((800, 10), (1, 1), (33, 1000))]
 
 
@@ -393,9 +396,16 @@ def test_every_registered_family_keeps_the_contract():
         assert set(module.SOURCE_PARAMS) <= set(module.PARAMS)
         fam = family(name)
         assert all((TEMPLATE_DIR / source).is_file() for cfg in fam._variants() for source in fam.sources(cfg))
-        sizes = (800, 10, 784)[:len(module.KEY_SIZES)]
+        sizes = key_sizes(name, (800, 10, 784))
         for op in module.KEY_OPS:          # a key's problem has that key
             assert module.key_of(module.problem_of(sizes, op, "float64")) == (sizes, op)
+
+
+def key_sizes(name: str, small: tuple) -> tuple:
+    """Sizes of a valid tuned key of family `name`: `small` cut to the key's length, or a convolution's."""
+    from kernels import REGISTRY
+
+    return (2, 3, 9, 8, 4, 3) if name == "conv2d" else small[:len(REGISTRY[name].KEY_SIZES)]
 
 
 def reference_operands(name: str, p, rng) -> dict:
@@ -413,6 +423,8 @@ def reference_operands(name: str, p, rng) -> dict:
                 "bias": normal(p.classes), "labels": rng.integers(0, p.classes, p.rows), "scale": 1 / p.rows}
     if name == "softmax_xent":
         return {"z": normal((p.rows, p.cols)), "labels": rng.integers(0, p.cols, p.rows), "scale": 1 / p.rows}
+    if name == "conv2d":
+        return {"x": rng.uniform(0, 1, (p.n, p.c, p.h, p.w)), "w": normal((p.f, p.c, p.k, p.k)), "b": normal(p.f)}
     return {"g": normal((p.rows, p.cols))}                            # colsum
 
 
@@ -424,7 +436,8 @@ def test_every_registered_family_has_a_float64_reference():
     rng = np.random.default_rng(0)
     for name, module in REGISTRY.items():
         assert callable(module.reference)
-        problems = [module.problem_of((5, 7, 3)[:len(module.KEY_SIZES)], op, "float64") for op in module.KEY_OPS]
+        sizes = key_sizes(name, (5, 7, 3))
+        problems = [module.problem_of(sizes, op, "float64") for op in module.KEY_OPS]
         problems += [dataclasses.replace(problems[0], epilogue=e) for e in getattr(module, "EPILOGUES", ())[1:]]
         for problem in problems:
             assert isinstance(problem, module.Problem)

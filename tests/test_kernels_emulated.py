@@ -276,3 +276,31 @@ def test_autogemm_linear_xent_binds_the_arguments_its_kernel_takes(tmp_path, mon
     expected = linear_xent.reference(problem, a, w, b, labels, 1 / 29)
     for name, got in (("logits", logits), ("grad", grad), ("grad_in", grad_in), ("loss", loss)):
         check(got, expected[name][:2], expected[name][2], "float32")
+
+
+# ---- conv2d: the implicit-GEMM forward convolution -------------------------------------------------
+CONVS = [(3, 1, 28, 28, 6, 3, "relu", "float32"),     # LeNet's first layer, 3 images
+         (2, 6, 13, 13, 10, 3, "relu", "float64"),    # its second, on the pooled maps
+         (2, 3, 9, 7, 5, 5, None, "float32"),         # odd channels, a non-square image, K = 5
+         (1, 2, 4, 5, 33, 2, "sigmoid", "float64"),   # more filters than a tile holds
+         (5, 1, 3, 3, 1, 3, None, "float32")]         # one output pixel an image
+
+
+def test_conv2d_matches_float64_on_the_cpu(tmp_path):
+    from kernels import conv2d
+
+    rng, cases = np.random.default_rng(11), []
+    fam = family("conv2d")
+    for seed, (n, c, h, w, f, k, activation, dtype) in enumerate(CONVS):
+        t = np.dtype(dtype).type
+        p = conv2d.Problem(n, c, h, w, f, k, dtype, activation)
+        x = rng.uniform(0, 1, (n, c, h, w)).astype(t)                       # X: (N, C, H, W) pixels
+        wt = (rng.standard_normal((f, c, k, k)) / k).astype(t)               # W: (F, C, K, K)
+        b = rng.standard_normal(f).astype(t)                                 # b: (F,)
+        for cfg in fam.candidates(p, H100)[:1] + fam.sample(p, H100, 3, seed=seed):
+            z = np.full((n, f, p.out_h, p.out_w), np.nan, t)                 # Z: (N, F, OH, OW), poisoned
+            cases.append((Launch(fam.instance(cfg, p), [x, wt, b, z, np.int32(n)]), z,
+                          conv2d.reference(p, x, wt, b)["z"], dtype))
+    run([launch for launch, *_ in cases], tmp_path)
+    for _, got, (value, magnitude, k), dtype in cases:
+        check(got, (value, magnitude), k, dtype)
