@@ -1,0 +1,37 @@
+"""GPU check of the conv2d family (the implicit-GEMM forward convolution) against its float64 reference:
+the default and sampled configs of LeNet's layers and of odd sizes, compiled with NVRTC and launched."""
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+CONVS = [(1000, 1, 28, 28, 6, 3, "relu"), (1000, 6, 13, 13, 10, 3, "relu"), (128, 1, 28, 28, 6, 3, "relu"),
+         (3, 5, 9, 7, 33, 5, None), (7, 2, 4, 5, 3, 2, "sigmoid")]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("n, c, h, w, f, k, activation", CONVS)
+def test_conv2d_configs_match_float64(n, c, h, w, f, k, activation, dtype):
+    import cupy
+
+    from autogemm.runtime import compile as compiler
+    from autogemm.runtime.device import this_device
+    from autogemm.runtime.family import family
+    from autogemm.tuning.verify import compare
+    from kernels import conv2d
+
+    rng = np.random.default_rng(n + c + f)
+    p = conv2d.Problem(n, c, h, w, f, k, dtype, activation)
+    x = rng.uniform(0, 1, (n, c, h, w)).astype(dtype)                       # X: (N, C, H, W)
+    wt = (rng.standard_normal((f, c, k, k)) / k).astype(dtype)               # W: (F, C, K, K)
+    b = rng.standard_normal(f).astype(dtype)                                 # b: (F,)
+    value, magnitude, depth = conv2d.reference(p, x, wt, b)["z"]
+    fam, device = family("conv2d"), this_device()
+    for cfg in fam.candidates(p, device)[:2] + fam.sample(p, device, 4, seed=n):
+        inst = fam.instance(cfg, p)
+        z = cupy.full((n, f, p.out_h, p.out_w), cupy.nan, dtype)            # Z: (N, F, OH, OW), poisoned
+        g = inst.geometry
+        compiler.load(inst)(g.grid, g.block, (cupy.asarray(x), cupy.asarray(wt), cupy.asarray(b), z, np.int32(n)),
+                            shared_mem=g.smem_bytes)
+        verdict = compare(cupy.asnumpy(z), value, magnitude, depth, dtype)
+        assert verdict.ok, f"{inst.name}: {verdict.describe()}"
