@@ -15,7 +15,7 @@ from autogemm.ops.kernels import kernel
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import FAMILIES, family
 from autogemm.tuning.targets import parse_shapes
-from kernels import colsum, conv2d, elementwise, gemm, gemm_seeds, linear_xent, softmax_xent
+from kernels import colsum, elementwise, gemm, gemm_seeds, linear_xent, softmax_xent
 from kernels.contract import ceil_div
 
 GEMM = family("gemm")
@@ -45,8 +45,8 @@ def problems_of(name: str, dtype: str) -> list:
     if name == "linear_xent":
         return [linear_xent.Problem(rows, classes, inputs, dtype, act) for rows, classes, inputs, act in
                 ((800, 10, 1000, "sigmoid"), (1, 1, 4, None), (33, 32, 4096, "relu"))]
-    if name == "conv2d":
-        return [conv2d.Problem(*sizes, dtype, act) for *sizes, act in
+    if name in ("conv2d", "conv2d_dgrad"):
+        return [family(name).Problem(*sizes, dtype, act) for *sizes, act in
                 ((1000, 1, 28, 28, 6, 3, "relu"), (1, 1, 1, 1, 1, 1, None), (7, 6, 13, 13, 10, 3, "sigmoid"))]
     return [family(name).Problem(rows, cols, dtype) for rows, cols in ((800, 10), (1, 1), (33, 1000))]
 
@@ -405,7 +405,7 @@ def key_sizes(name: str, small: tuple) -> tuple:
     """Sizes of a valid tuned key of family `name`: `small` cut to the key's length, or a convolution's."""
     from kernels import REGISTRY
 
-    return (2, 3, 9, 8, 4, 3) if name == "conv2d" else small[:len(REGISTRY[name].KEY_SIZES)]
+    return (2, 3, 9, 8, 4, 3) if name.startswith("conv2d") else small[:len(REGISTRY[name].KEY_SIZES)]
 
 
 def reference_operands(name: str, p, rng) -> dict:
@@ -425,6 +425,9 @@ def reference_operands(name: str, p, rng) -> dict:
         return {"z": normal((p.rows, p.cols)), "labels": rng.integers(0, p.cols, p.rows), "scale": 1 / p.rows}
     if name == "conv2d":
         return {"x": rng.uniform(0, 1, (p.n, p.c, p.h, p.w)), "w": normal((p.f, p.c, p.k, p.k)), "b": normal(p.f)}
+    if name == "conv2d_dgrad":
+        return {"g": normal((p.n, p.f, p.out_h, p.out_w)), "w": normal((p.f, p.c, p.k, p.k)),
+                "aux": rng.uniform(0, 1, (p.n, p.c, p.h, p.w))}
     return {"g": normal((p.rows, p.cols))}                            # colsum
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import family
-from kernels import conv2d, elementwise, gemm, linear_xent
+from kernels import elementwise, gemm, linear_xent
 
 NVCC = shutil.which("nvcc")
 if NVCC is None:
@@ -70,7 +70,7 @@ TF32X3_SPACE = family("gemm").restricted({"math": ("3xtf32",), "copy": ("async",
 
 def small_families() -> list:
     """gemm_naive, elementwise (every op), softmax_xent, colsum, linear_xent (with and without the
-    input gradient, K with and without a ragged last slice) and conv2d (LeNet's layers, odd sizes),
+    input gradient, K with and without a ragged last slice) and the convolutions (LeNet's layers, odd sizes),
     both dtypes, sampled configs."""
     out = []
     for dtype in DTYPES:
@@ -90,11 +90,12 @@ def small_families() -> list:
             problem = linear_xent.Problem(800, 10, inputs, dtype, activation)
             out += [lx.instance(cfg, problem) for cfg in lx.sample(problem, H100, 4, seed=inputs)]
         out += [lx.instance(cfg, problem) for cfg in lx.candidates(problem, H100)]
-        cv = family("conv2d")
-        for sizes, activation in (((1000, 1, 28, 28, 6, 3), "relu"), ((1000, 6, 13, 13, 10, 3), "sigmoid"),
-                                  ((3, 5, 9, 7, 33, 5), None)):
-            problem = conv2d.Problem(*sizes, dtype, activation)
-            out += [cv.instance(cfg, problem) for cfg in cv.candidates(problem, H100)[:2] + cv.sample(problem, H100, 4)]
+        for name in ("conv2d", "conv2d_dgrad"):
+            cv = family(name)
+            for sizes, activation in (((1000, 1, 28, 28, 6, 3), "relu"), ((1000, 6, 13, 13, 10, 3), "sigmoid"),
+                                      ((3, 5, 9, 7, 33, 5), None)):
+                problem = cv.Problem(*sizes, dtype, activation)
+                out += [cv.instance(cfg, problem) for cfg in cv.candidates(problem, H100)[:2] + cv.sample(problem, H100, 4)]
     return out
 
 
@@ -165,7 +166,8 @@ def test_sample_covers_the_space():
     assert any(c.split_k > 1 for c in configs)
     assert {"_even_" in i.name for i in GEMM_SAMPLE} == {True, False}
     assert {"_even_" in i.name for i in GEMM_MATRIX} == {True, False}
-    assert {i.family for i in SMALL} == {"gemm_naive", "elementwise", "softmax_xent", "colsum", "linear_xent", "conv2d"}
+    assert {i.family for i in SMALL} == {"gemm_naive", "elementwise", "softmax_xent", "colsum", "linear_xent", "conv2d",
+                                         "conv2d_dgrad"}
     heads = [i.config for i in SMALL if i.family == "linear_xent"]
     assert {c.w_smem for c in heads} == {False, True} and {c.vec for c in heads} == {1, 2, 4}
 

@@ -304,3 +304,26 @@ def test_conv2d_matches_float64_on_the_cpu(tmp_path):
     run([launch for launch, *_ in cases], tmp_path)
     for _, got, (value, magnitude, k), dtype in cases:
         check(got, (value, magnitude), k, dtype)
+
+
+def test_conv2d_dgrad_matches_float64_on_the_cpu(tmp_path):
+    from kernels import conv2d_dgrad
+
+    rng, cases = np.random.default_rng(12), []
+    fam = family("conv2d_dgrad")
+    for seed, (n, c, h, w, f, k, activation, dtype) in enumerate(CONVS):
+        t = np.dtype(dtype).type
+        p = conv2d_dgrad.Problem(n, c, h, w, f, k, dtype, activation)
+        g = rng.standard_normal((n, f, p.out_h, p.out_w)).astype(t)          # G: (N, F, OH, OW)
+        wt = (rng.standard_normal((f, c, k, k)) / k).astype(t)               # W: (F, C, K, K)
+        if activation == "relu":
+            aux = np.maximum(rng.standard_normal((n, c, h, w)), 0).astype(t)  # the layer below's relu output
+        else:
+            aux = rng.uniform(0.01, 0.99, (n, c, h, w)).astype(t)             # a sigmoid output
+        for cfg in fam.candidates(p, H100)[:1] + fam.sample(p, H100, 3, seed=seed):
+            dx = np.full((n, c, h, w), np.nan, t)                            # dX: (N, C, H, W), poisoned
+            args = [g, wt, aux if activation else np.uint64(0), dx, np.int32(n)]
+            cases.append((Launch(fam.instance(cfg, p), args), dx, conv2d_dgrad.reference(p, g, wt, aux)["dx"], dtype))
+    run([launch for launch, *_ in cases], tmp_path)
+    for _, got, (value, magnitude, k), dtype in cases:
+        check(got, (value, magnitude), k, dtype)

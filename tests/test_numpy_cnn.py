@@ -82,3 +82,24 @@ def test_adam_is_keras_update():
     np.testing.assert_allclose(v, 1e-3 * g * g, rtol=1e-12)
     adam_update(w, g, m, v, step=2)
     np.testing.assert_allclose(m, 0.19 * g, rtol=1e-12)
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "sigmoid"])
+def test_the_kernel_families_references_are_this_reference(activation):
+    """kernels.conv2d and conv2d_dgrad check the GPU kernels against references of their own (kernels/
+    imports nothing of nn): they must compute what these finite-difference-checked functions do."""
+    from kernels import conv2d as conv_family
+    from kernels import conv2d_dgrad as dgrad_family
+
+    x, wt, b = rng.standard_normal((2, 3, 9, 7)), rng.standard_normal((4, 3, 3, 3)), rng.standard_normal(4)
+    z = conv2d(x, wt, b)
+    act = {None: z, "relu": np.maximum(z, 0), "sigmoid": 1 / (1 + np.exp(-z))}[activation]
+    value, _, k = conv_family.reference(conv_family.Problem(2, 3, 9, 7, 4, 3, "float64", activation), x, wt, b)["z"]
+    np.testing.assert_allclose(value, act, rtol=1e-12, atol=1e-12)
+    assert k == 27
+    g, aux = rng.standard_normal(z.shape), rng.uniform(0, 1, x.shape)
+    slope = {None: 1.0, "relu": aux > 0, "sigmoid": aux * (1 - aux)}[activation]
+    p = dgrad_family.Problem(2, 3, 9, 7, 4, 3, "float64", activation)
+    value, _, k = dgrad_family.reference(p, g, wt, aux)["dx"]
+    np.testing.assert_allclose(value, conv2d_backward_data(g, wt) * slope, rtol=1e-12, atol=1e-12)
+    assert k == 36
