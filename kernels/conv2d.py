@@ -97,12 +97,13 @@ CONSTRAINTS = (
      lambda c, p, d: registers_estimate(c, p) <= min(224, d.regs_per_block // threads(c))),
     ("a thread gathers at most 16 elements of the two tiles per K step (the loads unroll; more spill)",
      lambda c, p, d: (c.bm + c.bn) * c.bk <= 16 * threads(c)),
-    ("grid rows ceil(N*OH*OW/BM) must be at most 65535", lambda c, p, d: ceil_div(p.m, c.bm) <= 65535),
+    ("grid rows ceil(M/BM) (M: the implicit GEMM's rows) must be at most 65535",
+     lambda c, p, d: ceil_div(p.m, c.bm) <= 65535),
 )
 
 
 def sources(c) -> tuple[str, ...]:
-    return TEMPLATE, "common.cuh", "gemm_fma.cuh"
+    return TEMPLATE, "common.cuh", "gemm_fma.cuh", "implicit_gemm.cuh"
 
 
 def default_candidates(p: Problem, d):
@@ -124,8 +125,8 @@ def template_args(c, p: Problem) -> dict:
                 epilogue=epilogue, smem_vec_a=min(c.tm, widest), smem_vec_b=min(c.tn, widest))
 
 
-def instance_name(c, p: Problem) -> str:
-    return (f"conv2d_{SHORT[p.dtype]}_c{p.c}_h{p.h}_w{p.w}_f{p.f}_k{p.k}_{p.activation or 'linear'}"
+def instance_name(c, p: Problem, family: str = NAME) -> str:
+    return (f"{family}_{SHORT[p.dtype]}_c{p.c}_h{p.h}_w{p.w}_f{p.f}_k{p.k}_{p.activation or 'linear'}"
             f"_bm{c.bm}_bn{c.bn}_bk{c.bk}_ty{c.ty}_tx{c.tx}_tm{c.tm}_tn{c.tn}_p{int(c.pad)}")
 
 

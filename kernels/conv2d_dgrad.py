@@ -11,45 +11,21 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from kernels import conv2d
-from kernels.contract import DTYPES, ITEMSIZE, NO_OP, SHORT, Geometry, ceil_div, check_problem
+from kernels.contract import Geometry, ceil_div
 
 NAME = "conv2d_dgrad"
 TEMPLATE = "conv2d_dgrad.cu.j2"
 SOURCE_PARAMS = ()
 
-ACTIVATIONS = (None, "relu", "sigmoid")   # the activation whose derivative multiplies dx (None: none)
 KEY_SIZES = conv2d.KEY_SIZES              # (n, c, h, w, f, k) of the forward convolution
-KEY_OPS = (NO_OP,)
+KEY_OPS = conv2d.KEY_OPS
 PARAMS = conv2d.PARAMS                    # the same tiles: bm input pixels by bn channels, bk of F*K*K
 
 
 @dataclass(frozen=True)
-class Problem:
+class Problem(conv2d.Problem):
     """The backward pass to x of the forward convolution (n, c, h, w, f, k); `activation` names the
     layer below's, whose derivative dx takes (None: dx alone)."""
-
-    n: int
-    c: int
-    h: int
-    w: int
-    f: int
-    k: int
-    dtype: str = "float32"
-    activation: str | None = None
-
-    def __post_init__(self):
-        check_problem(self, KEY_SIZES, "conv2d_dgrad")
-        conv2d.Problem(self.n, self.c, self.h, self.w, self.f, self.k, self.dtype)   # the same limits
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation {self.activation!r} is not one of relu, sigmoid or None")
-
-    @property
-    def out_h(self) -> int:
-        return self.h - self.k + 1
-
-    @property
-    def out_w(self) -> int:
-        return self.w - self.k + 1
 
     @property
     def m(self) -> int:
@@ -62,17 +38,12 @@ class Problem:
         return self.f * self.k * self.k
 
 
-def smem_bytes(c, p: Problem) -> int:
-    return conv2d.smem_bytes(c, p)
-
-
-CONSTRAINTS = tuple((message, check) for message, check in conv2d.CONSTRAINTS if "N*OH*OW" not in message) + (
-    ("grid rows ceil(N*H*W/BM) must be at most 65535", lambda c, p, d: ceil_div(p.m, c.bm) <= 65535),
-)
+CONSTRAINTS = conv2d.CONSTRAINTS
+key_of = conv2d.key_of
 
 
 def sources(c) -> tuple[str, ...]:
-    return TEMPLATE, "common.cuh", "gemm_fma.cuh"
+    return TEMPLATE, "common.cuh", "gemm_fma.cuh", "implicit_gemm.cuh"
 
 
 def default_candidates(p: Problem, d):
@@ -82,28 +53,21 @@ def default_candidates(p: Problem, d):
 
 
 def template_args(c, p: Problem) -> dict:
-    widest = 16 // ITEMSIZE[p.dtype]
     grad = {None: "none", "relu": "drelu", "sigmoid": "dsigmoid"}[p.activation]
-    return dict(c, ctype=DTYPES[p.dtype], channels=p.c, height=p.h, width=p.w, filters=p.f, kernel=p.k,
-                epilogue=grad, smem_vec_a=min(c.tm, widest), smem_vec_b=min(c.tn, widest))
+    return dict(conv2d.template_args(c, p), epilogue=grad)
 
 
 def instance_name(c, p: Problem) -> str:
-    return (f"conv2d_dgrad_{SHORT[p.dtype]}_c{p.c}_h{p.h}_w{p.w}_f{p.f}_k{p.k}_{p.activation or 'linear'}"
-            f"_bm{c.bm}_bn{c.bn}_bk{c.bk}_ty{c.ty}_tx{c.tx}_tm{c.tm}_tn{c.tn}_p{int(c.pad)}")
+    return conv2d.instance_name(c, p, NAME)
 
 
 def geometry(c, p: Problem) -> Geometry:
     return Geometry(grid=(ceil_div(p.c, c.bn), ceil_div(p.m, c.bm), 1), block=(conv2d.threads(c), 1, 1),
-                    smem_bytes=smem_bytes(c, p))
+                    smem_bytes=conv2d.smem_bytes(c, p))
 
 
 def flops(p: Problem) -> int:
     return 2 * p.n * p.out_h * p.out_w * p.f * p.c * p.k * p.k
-
-
-def key_of(p: Problem) -> tuple[tuple[int, ...], str]:
-    return (p.n, p.c, p.h, p.w, p.f, p.k), NO_OP
 
 
 def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:

@@ -146,8 +146,9 @@ def test_the_3xtf32_split_rounds_to_nearest_ties_away_as_cvt_rna_does():
         assert np.array_equal(hi, want.astype(np.float32))
 
 
-def run_and_check_gemms(launches, tmp_path):
-    """Run gemm_launches' launches and check each D against float64, naming the kernel that fails."""
+def run_and_check(launches, tmp_path):
+    """Run (launch, output, (value, magnitude), k, dtype) launches and check each output against
+    float64, naming the kernel that fails."""
     run([launch for launch, *_ in launches], tmp_path)
     for launch, d, want, k, dtype in launches:
         verdict = compare(d, *want, k, dtype)
@@ -159,7 +160,7 @@ def test_gemm_both_math_paths_every_layout_on_the_cpu(tmp_path, monkeypatch):
     configs = [launch.instance.config for launch, *_ in cases]
     assert {c.math for c in configs} == {"fma", "3xtf32"} and {c.copy for c in configs} == {"regs", "async"}
     assert max(c.split_k for c in configs if c.math == "3xtf32") > 1 and max(c.split_k for c in configs) > 1
-    run_and_check_gemms(cases, tmp_path)
+    run_and_check(cases, tmp_path)
 
 
 def tuned_gemm_cases() -> list:
@@ -186,7 +187,7 @@ def test_every_tuned_gemm_config_on_the_cpu(tmp_path, monkeypatch):
     """The configs the trainer runs (stale records' too) compute their ops right with today's templates."""
     cases = tuned_gemm_cases()
     assert len(cases) >= 30
-    run_and_check_gemms(gemm_launches(monkeypatch, cases), tmp_path)
+    run_and_check(gemm_launches(monkeypatch, cases), tmp_path)
 
 
 # ---- the naive GEMM and the small families -----------------------------------------------------
@@ -299,11 +300,9 @@ def test_conv2d_matches_float64_on_the_cpu(tmp_path):
         b = rng.standard_normal(f).astype(t)                                 # b: (F,)
         for cfg in fam.candidates(p, H100)[:1] + fam.sample(p, H100, 3, seed=seed):
             z = np.full((n, f, p.out_h, p.out_w), np.nan, t)                 # Z: (N, F, OH, OW), poisoned
-            cases.append((Launch(fam.instance(cfg, p), [x, wt, b, z, np.int32(n)]), z,
-                          conv2d.reference(p, x, wt, b)["z"], dtype))
-    run([launch for launch, *_ in cases], tmp_path)
-    for _, got, (value, magnitude, k), dtype in cases:
-        check(got, (value, magnitude), k, dtype)
+            value, magnitude, depth = conv2d.reference(p, x, wt, b)["z"]
+            cases.append((Launch(fam.instance(cfg, p), [x, wt, b, z, np.int32(n)]), z, (value, magnitude), depth, dtype))
+    run_and_check(cases, tmp_path)
 
 
 def test_conv2d_dgrad_matches_float64_on_the_cpu(tmp_path):
@@ -323,7 +322,6 @@ def test_conv2d_dgrad_matches_float64_on_the_cpu(tmp_path):
         for cfg in fam.candidates(p, H100)[:1] + fam.sample(p, H100, 3, seed=seed):
             dx = np.full((n, c, h, w), np.nan, t)                            # dX: (N, C, H, W), poisoned
             args = [g, wt, aux if activation else np.uint64(0), dx, np.int32(n)]
-            cases.append((Launch(fam.instance(cfg, p), args), dx, conv2d_dgrad.reference(p, g, wt, aux)["dx"], dtype))
-    run([launch for launch, *_ in cases], tmp_path)
-    for _, got, (value, magnitude, k), dtype in cases:
-        check(got, (value, magnitude), k, dtype)
+            value, magnitude, depth = conv2d_dgrad.reference(p, g, wt, aux)["dx"]
+            cases.append((Launch(fam.instance(cfg, p), args), dx, (value, magnitude), depth, dtype))
+    run_and_check(cases, tmp_path)
