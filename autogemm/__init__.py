@@ -14,6 +14,7 @@ from autogemm.ops.elementwise import (activation_grad, bias_activation, column_s
 from autogemm.ops.gemm import GemmCall, gemm, plan_gemm
 from autogemm.store.keys import Target
 from autogemm.store.locations import cache_dir
+from kernels.contract import NO_OP
 from kernels.gemm import EPILOGUES as GEMM_EPILOGUES
 from kernels.linear_xent import MAX_CLASSES as LINEAR_XENT_MAX_CLASSES
 
@@ -25,6 +26,7 @@ __all__ = [
     "AutogemmError", "BadArguments", "CompileError", "InvalidConfig", "StoreError",
     # the user's files: read only if regular, written atomically; and autogemm's cache folder
     "files", "cache_dir",
-    # a kernel launch to tune, as a network's `autogemm.targets` entry point lists its step's
-    "Target",
+    # a kernel launch to tune, as a network's `autogemm.targets` entry point lists its step's, and
+    # the op of a launch whose family has none
+    "Target", "NO_OP",
 ]

@@ -143,6 +143,9 @@ class CNNStep:
         self.dW, self.db = map(list, zip(*[next(grads) if w is not None else (None, None) for w in model.W]))
         # Adam's moments (m, v) of each parameter, in the order of params(): W_l, b_l, W_{l+1}, ...
         self.moments = [(bk.zeros(s), bk.zeros(s)) for s in shapes] if optimizer == "adam" else []
+        # (parameter, its gradient, the L2 coefficient SGD applies: weights only), in that order
+        params = [p for pair in model.params() for p in pair]
+        self._updates = [(p, g, reg if i % 2 == 0 else 0.0) for i, (p, g) in enumerate(zip(params, views))]
         self.steps = 0
         self.loss_sum = bk.zeros((1,))
         self._x = None
@@ -187,16 +190,14 @@ class CNNStep:
 
     def update(self):
         """Adam (its defaults beyond lr) or SGD with L2 on the weights, from the (all-reduced) gradients."""
-        m, bk = self.model, self.model.backend
-        grads = [g for w, b in zip(self.dW, self.db) if w is not None for g in (w, b)]
-        params = [p for pair in m.params() for p in pair]
+        bk = self.model.backend
         self.steps += 1
-        for i, (p, g) in enumerate(zip(params, grads)):
+        for i, (p, g, reg) in enumerate(self._updates):
             if self.optimizer == "adam":
                 mom, var = self.moments[i]
                 bk.adam_update(p, g, mom, var, self.steps, self.lr, ADAM["beta1"], ADAM["beta2"], ADAM["eps"])
             else:
-                bk.sgd_update(p, g, self.lr, self.reg if i % 2 == 0 else 0.0)    # L2 on weights only
+                bk.sgd_update(p, g, self.lr, reg)
 
     def state_numpy(self) -> dict:
         """The optimizer's state as host arrays, for a checkpoint: Adam's steps and moments."""

@@ -9,10 +9,9 @@ nn.train` launches (evaluation's 1000-row forward passes are left to lookup's ne
 import numpy as np
 
 import autogemm
+from autogemm import NO_OP
 from nn.backends.base import Backend
 from nn.mlp import MLP, Step, init_params
-
-NO_OP = "-"   # the op of a launch whose family has none (autogemm's tuned keys)
 
 
 class LaunchRecorder(Backend):

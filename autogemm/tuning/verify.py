@@ -16,13 +16,13 @@ class Verdict:
     ok: bool
     max_rel_error: float                  # ||out - ref||_inf / ||ref||_inf
     worst_ratio: float                    # max over elements of |out - ref| / tolerance
-    mismatches: list = field(default_factory=list)   # first few (i, j, got, want)
+    mismatches: list = field(default_factory=list)   # first few (*index, got, want): (i, j, got, want) in 2-D
     unwritten: int = 0                    # elements still holding the poison value (NaN)
 
     def describe(self) -> str:
         if self.ok:
             return f"ok (max-norm relative error {self.max_rel_error:.2e})"
-        first = ", ".join(f"[{i},{j}] got {g:.6g} want {w:.6g}" for i, j, g, w in self.mismatches)
+        first = ", ".join(f"[{','.join(map(str, at))}] got {g:.6g} want {w:.6g}" for *at, g, w in self.mismatches)
         extra = f", {self.unwritten} never written" if self.unwritten else ""
         return f"mismatch (max-norm relative error {self.max_rel_error:.2e}{extra}): {first}"
 
@@ -39,7 +39,7 @@ def compare(out, value, magnitude, k: int, dtype, show: int = 5) -> Verdict:
     if np.isnan(out).any():
         max_rel = float("nan")
     idx = np.argwhere(bad)[:show]
-    mismatches = [(int(i), int(j), float(out[i, j]), float(value[i, j])) for i, j in idx]
+    mismatches = [(*map(int, at), float(out[tuple(at)]), float(value[tuple(at)])) for at in idx]
     with np.errstate(invalid="ignore", divide="ignore"):
         worst = float(np.nanmax(np.where(bad & np.isnan(err), np.inf, err / tol))) if err.size else 0.0
     return Verdict(not bad.any(), max_rel, worst, mismatches, int(np.isnan(out).sum()))
