@@ -1,0 +1,125 @@
+"""Entry points of the CNN's families (CuPy arrays, NCHW, C-contiguous): the convolution forward and
+its two backward passes, 2 x 2 max-pooling and its backward pass.
+
+Each checks its arrays, takes the tuned config of its problem (or the one given) and launches one
+kernel on the current stream, writing into the caller's arrays: nothing is allocated but split-K
+scratch, once per stream.
+"""
+import numpy as np
+
+from autogemm.errors import BadArguments
+from autogemm.ops.kernels import launch, scratch
+from autogemm.runtime.device import require_cupy
+from kernels import conv2d as conv_family
+from kernels import conv2d_dgrad as dgrad_family
+from kernels import conv2d_wgrad as wgrad_family
+from kernels import pool2x2 as pool_family
+
+_NULL = np.uint64(0)
+
+
+def _check(what: str, arrays: dict, shapes: dict, dtype):
+    """BadArguments unless each named array is a C-contiguous cupy array of its shape, in `dtype`
+    (a floating dtype), or int8 where its name starts with "where"."""
+    cupy = require_cupy()
+    if np.dtype(dtype) not in (np.float32, np.float64):
+        raise BadArguments(f"{what}: arrays must be float32 or float64, got {np.dtype(dtype)}")
+    for name, x in arrays.items():
+        want = np.int8 if name.startswith("where") else dtype
+        if not isinstance(x, cupy.ndarray) or not x.flags.c_contiguous:
+            raise BadArguments(f"{what}: {name} must be a C-contiguous cupy array, got {type(x).__name__}")
+        if x.dtype != want or x.shape != shapes[name]:
+            raise BadArguments(f"{what}: {name} must be {np.dtype(want)} of shape {shapes[name]}, "
+                               f"got {x.dtype} {x.shape}")
+
+
+def _conv_sizes(what: str, x_shape, w) -> tuple:
+    """(n, c, h, w, f, k) of a convolution of images x_shape by filters w."""
+    if len(x_shape) != 4 or w.ndim != 4 or w.shape[2] != w.shape[3] or w.shape[1] != x_shape[1]:
+        raise BadArguments(f"{what}: images must be (N, C, H, W) and filters (F, C, K, K) with the same C, "
+                           f"got {tuple(x_shape)} and {w.shape}")
+    n, c, h, width = x_shape
+    f, _, k, _ = w.shape
+    if k > min(h, width):
+        raise BadArguments(f"{what}: a {k}x{k} filter does not fit a {h}x{width} image")
+    return n, c, h, width, f, k
+
+
+def _problem(family, sizes, dtype, activation):
+    try:
+        return family.Problem(*sizes, str(np.dtype(dtype)), activation)
+    except ValueError as exc:
+        raise BadArguments(f"{family.NAME}: {exc}") from None
+
+
+def conv2d(x, w, b, out, activation=None, config=None):
+    """out (N, F, H-K+1, W-K+1) = act(x (N, C, H, W) correlated with w (F, C, K, K), plus b (F,));
+    activation None, "relu" or "sigmoid"."""
+    sizes = _conv_sizes("conv2d", x.shape, w)
+    n, c, h, width, f, k = sizes
+    _check("conv2d", {"x": x, "w": w, "b": b, "out": out},
+           {"x": x.shape, "w": w.shape, "b": (f,), "out": (n, f, h - k + 1, width - k + 1)}, x.dtype)
+    problem = _problem(conv_family, sizes, x.dtype, activation)
+    launch("conv2d", problem, config, lambda g: (x, w, b, out, np.int32(n)))
+    return out
+
+
+def conv2d_backward_data(g, w, out, aux=None, activation=None, config=None):
+    """out (N, C, H, W) = dL/dx from g = dL/dz (N, F, H-K+1, W-K+1) and the filters w (F, C, K, K),
+    times act'(aux) with an activation: aux (N, C, H, W) the saved output of the layer below's."""
+    sizes = _conv_sizes("conv2d_backward_data", out.shape, w)
+    n, c, h, width, f, k = sizes
+    arrays = {"g": g, "w": w, "out": out} | ({"aux": aux} if activation else {})
+    _check("conv2d_backward_data", arrays,
+           {"g": (n, f, h - k + 1, width - k + 1), "w": w.shape, "out": out.shape, "aux": out.shape}, out.dtype)
+    problem = _problem(dgrad_family, sizes, out.dtype, activation)
+    launch("conv2d_dgrad", problem, config, lambda geo: (g, w, aux if activation else _NULL, out, np.int32(n)))
+    return out
+
+
+def conv2d_backward_weights(g, x, dw, db, config=None):
+    """dw (F, C, K, K) and db (F,) from g = dL/dz (N, F, H-K+1, W-K+1) and the input x (N, C, H, W):
+    sums over the batch and the output pixels, split-K across the GPU and reduced in a fixed order."""
+    sizes = _conv_sizes("conv2d_backward_weights", x.shape, dw)
+    n, c, h, width, f, k = sizes
+    _check("conv2d_backward_weights", {"g": g, "x": x, "dw": dw, "db": db},
+           {"g": (n, f, h - k + 1, width - k + 1), "x": x.shape, "dw": dw.shape, "db": (f,)}, x.dtype)
+    problem = _problem(wgrad_family, sizes, x.dtype, None)
+
+    def args(geo):
+        workspace = scratch("workspace", x.dtype, geo.workspace_elems) if geo.workspace_elems else _NULL
+        counters = scratch("counters", np.int32, geo.counters) if geo.counters else _NULL
+        return g, x, dw, db, workspace, counters, np.int32(n)
+
+    launch("conv2d_wgrad", problem, config, args)
+    return dw, db
+
+
+def _pool_problem(shape, dtype, op, activation=None):
+    if len(shape) != 4:
+        raise BadArguments(f"maxpool2x2: maps must be (N, C, H, W), got {tuple(shape)}")
+    try:
+        return pool_family.Problem(*shape, str(np.dtype(dtype)), op, activation)
+    except ValueError as exc:
+        raise BadArguments(f"maxpool2x2: {exc}") from None
+
+
+def maxpool2x2(x, out, where, config=None):
+    """out (N, C, H//2, W//2): each 2 x 2 window's maximum of x (N, C, H, W); where (same shape,
+    int8): its position in the window, 0..3 row by row."""
+    p = _pool_problem(x.shape, x.dtype, "forward")
+    pooled = (p.n, p.c, p.h // 2, p.w // 2)
+    _check("maxpool2x2", {"x": x, "out": out, "where": where}, {"x": x.shape, "out": pooled, "where": pooled}, x.dtype)
+    launch("pool2x2", p, config, lambda geo: (x, _NULL, _NULL, out, where, np.int32(p.n)))
+    return out
+
+
+def maxpool2x2_backward(g, where, out, y=None, activation=None, config=None):
+    """out (N, C, H, W) = dL/dx from g = dL/dy and where (N, C, H//2, W//2): g at each window's
+    maximum, zero elsewhere; times act'(y) with an activation, y the pooled outputs."""
+    p = _pool_problem(out.shape, out.dtype, "backward", activation)
+    pooled = (p.n, p.c, p.h // 2, p.w // 2)
+    arrays = {"g": g, "where": where, "out": out} | ({"y": y} if activation else {})
+    _check("maxpool2x2_backward", arrays, {"g": pooled, "where": pooled, "out": out.shape, "y": pooled}, out.dtype)
+    launch("pool2x2", p, config, lambda geo: (g, where, y if activation else _NULL, out, _NULL, np.int32(p.n)))
+    return out
