@@ -32,7 +32,8 @@ def main(checkout: Path) -> int:
         fam = family(name)
         for op in ops(name):
             for dtype in ("float32", "float64"):
-                sizes = (1000, 1, 28, 28, 6, 3) if name.startswith("conv2d") else (800, 10, 784)[:arity(name)]
+                sizes = {"conv2d": (1000, 1, 28, 28, 6, 3), "pool2x2": (1000, 6, 26, 26)}.get(
+                    name.split("_")[0], (800, 10, 784)[:arity(name)])
                 problem = problem_of(make_key(name, sizes, op, dtype))
                 for cfg in fam.candidates(problem, H100) + fam.sample(problem, H100, 8):
                     source = fam.instance(cfg, problem).source

@@ -9,8 +9,9 @@ docs/ARCHITECTURE.md; a user of autogemm (nn, the trainer, is one) needs only th
 """
 from autogemm import files
 from autogemm.errors import AutogemmError, BadArguments, CompileError, InvalidConfig, StoreError
-from autogemm.ops.elementwise import (activation_grad, bias_activation, column_sums, elementwise, linear_xent,
-                                      sgd_update, softmax_xent)
+from autogemm.ops.conv import conv2d, conv2d_backward_data, conv2d_backward_weights, maxpool2x2, maxpool2x2_backward
+from autogemm.ops.elementwise import (activation_grad, adam_update, bias_activation, column_sums, elementwise,
+                                      linear_xent, sgd_update, softmax_xent)
 from autogemm.ops.gemm import GemmCall, gemm, plan_gemm
 from autogemm.store.keys import Target
 from autogemm.store.locations import cache_dir
@@ -21,7 +22,9 @@ from kernels.linear_xent import MAX_CLASSES as LINEAR_XENT_MAX_CLASSES
 __all__ = [
     # the operations
     "gemm", "plan_gemm", "GemmCall", "GEMM_EPILOGUES", "elementwise", "bias_activation", "activation_grad",
-    "sgd_update", "softmax_xent", "linear_xent", "LINEAR_XENT_MAX_CLASSES", "column_sums",
+    "sgd_update", "adam_update", "softmax_xent", "linear_xent", "LINEAR_XENT_MAX_CLASSES", "column_sums",
+    # the CNN's: NCHW images, (F, C, K, K) filters
+    "conv2d", "conv2d_backward_data", "conv2d_backward_weights", "maxpool2x2", "maxpool2x2_backward",
     # errors: every one is a one-line message for the user
     "AutogemmError", "BadArguments", "CompileError", "InvalidConfig", "StoreError",
     # the user's files: read only if regular, written atomically; and autogemm's cache folder

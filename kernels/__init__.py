@@ -3,9 +3,10 @@
 Every family module keeps the contract of kernels.contract.KernelFamily; a new family is a template,
 a module, and a line here.
 """
-from kernels import colsum, conv2d, conv2d_dgrad, elementwise, gemm, gemm_naive, linear_xent, softmax_xent
+from kernels import (adam, colsum, conv2d, conv2d_dgrad, conv2d_wgrad, elementwise, gemm, gemm_naive, linear_xent,
+                     pool2x2, softmax_xent)
 from kernels.contract import KernelFamily
 
 REGISTRY: dict[str, KernelFamily] = {
     module.NAME: module for module in (gemm, gemm_naive, elementwise, softmax_xent, colsum, linear_xent, conv2d,
-                                       conv2d_dgrad)}
+                                       conv2d_dgrad, conv2d_wgrad, pool2x2, adam)}

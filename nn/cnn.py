@@ -40,12 +40,15 @@ class CNN:
         if activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {activation!r}")
         self.backend, self.layers, self.activation = backend, list(layers), activation
-        arrays = iter(params)
+        shapes = [s for w, b in params for s in (np.shape(w), np.shape(b))]
+        # Every parameter in one flat array [W, b, W, b, ...] (one optimizer launch); W[l], b[l] are views.
+        self.flat = backend.asarray(np.concatenate([np.ravel(x) for pair in params for x in pair]))
+        views = iter(flat_views(self.flat, shapes))
         self.W, self.b = [], []
         for layer in self.layers:
-            w, b = next(arrays) if layer.kind != "pool" else (None, None)
-            self.W.append(None if w is None else backend.asarray(w))   # conv (F, C, K, K), dense (N, features)
-            self.b.append(None if b is None else backend.asarray(b))   # (F,) or (N,)
+            w, b = (next(views), next(views)) if layer.kind != "pool" else (None, None)
+            self.W.append(w)     # conv (F, C, K, K), dense (N, features)
+            self.b.append(b)     # (F,) or (N,)
 
     def activated(self, l: int) -> bool:
         """Whether A_l is an activation's output (conv and hidden dense layers; not pools, not the logits)."""
@@ -114,6 +117,15 @@ class CNN:
         return 0.5 * reg * sum(float(xp.vdot(w, w)) for w, _ in self.params())
 
 
+def flat_views(flat, shapes) -> list:
+    """Consecutive views of the flat array `flat`, one per shape."""
+    views, start = [], 0
+    for shape in shapes:
+        views.append(flat[start:start + math.prod(shape)].reshape(shape))
+        start += math.prod(shape)
+    return views
+
+
 def bytes_needed(layers: list[Layer], rows: int, itemsize: int, optimizer: str) -> int:
     """Backend memory of a CNN of `layers` and its step on `rows` rows: the parameters, their flat
     gradient and Adam's two moments, and per row every layer's activations and deltas."""
@@ -133,20 +145,19 @@ class CNNStep:
         self.model, self.batch, self.optimizer, self.lr, self.reg = model, batch, optimizer, lr, reg
         self.acts, self.where = model.buffers(max_rows)     # A_l and each pool's positions of its maxima
         self.deltas = [bk.empty(a.shape) for a in self.acts]   # G_l = dLoss/d(layer l's output before act)
-        shapes = [s for w, b in model.params() for s in (w.shape, b.shape)]
-        self.grads = bk.zeros(sum(math.prod(s) for s in shapes))   # flat [dW, db, ...] in layer order: one all-reduce
-        views, start = [], 0
-        for s in shapes:
-            views.append(self.grads[start:start + math.prod(s)].reshape(s))
-            start += math.prod(s)
+        shapes = [p.shape for pair in model.params() for p in pair]   # W_l, b_l, W_{l+1}, ... as in model.flat
+        self.grads = bk.zeros(model.flat.shape)   # flat like the parameters: one all-reduce, one optimizer launch
+        views = flat_views(self.grads, shapes)
         grads = iter(zip(views[0::2], views[1::2]))
         self.dW, self.db = map(list, zip(*[next(grads) if w is not None else (None, None) for w in model.W]))
-        # Adam's moments (m, v) of each parameter, in the order of params(): W_l, b_l, W_{l+1}, ...
-        self.moments = [(bk.zeros(s), bk.zeros(s)) for s in shapes] if optimizer == "adam" else []
-        # (parameter, its gradient, the L2 coefficient SGD applies: weights only), in that order
+        # Adam's moments (m, v), flat like the parameters, and its steps done (on the backend, so
+        # a captured graph replays the right bias correction)
+        self.moments = (bk.zeros(model.flat.shape), bk.zeros(model.flat.shape)) if optimizer == "adam" else None
+        self.steps = bk.asarray(np.zeros(1, np.int32))
+        # SGD's (parameter, its gradient, the L2 coefficient: weights only), in that order
         params = [p for pair in model.params() for p in pair]
-        self._updates = [(p, g, reg if i % 2 == 0 else 0.0) for i, (p, g) in enumerate(zip(params, views))]
-        self.steps = 0
+        self._sgd = [(p, g, reg if i % 2 == 0 else 0.0) for i, (p, g) in enumerate(zip(params, views))]
+        self._shapes = shapes
         self.loss_sum = bk.zeros((1,))
         self._x = None
 
@@ -185,31 +196,38 @@ class CNNStep:
                 bk.conv2d_backward_weights(g, a, self.dW[l], self.db[l])
                 if below is not None:
                     bk.conv2d_backward_data(g, m.W[l], below, aux, m.activation)
-            elif below is not None:
-                bk.maxpool2x2_backward(g, self.where[l][:n], below, aux, m.activation)
+            elif below is not None:   # act' of the pooled layer at each maximum: a function of the pooled value
+                pooled = self.acts[l][:n] if aux is not None else None
+                bk.maxpool2x2_backward(g, self.where[l][:n], below, pooled, m.activation)
 
     def update(self):
-        """Adam (its defaults beyond lr) or SGD with L2 on the weights, from the (all-reduced) gradients."""
+        """Adam (its defaults beyond lr) in one launch, or SGD with L2 on the weights, from the
+        (all-reduced) gradients."""
         bk = self.model.backend
-        self.steps += 1
-        for i, (p, g, reg) in enumerate(self._updates):
-            if self.optimizer == "adam":
-                mom, var = self.moments[i]
-                bk.adam_update(p, g, mom, var, self.steps, self.lr, ADAM["beta1"], ADAM["beta2"], ADAM["eps"])
-            else:
+        if self.optimizer == "adam":
+            m, v = self.moments
+            bk.adam_update(self.model.flat, self.grads, m, v, self.steps, self.lr, ADAM["beta1"], ADAM["beta2"],
+                           ADAM["eps"])
+        else:
+            for p, g, reg in self._sgd:
                 bk.sgd_update(p, g, self.lr, reg)
 
     def state_numpy(self) -> dict:
-        """The optimizer's state as host arrays, for a checkpoint: Adam's steps and moments."""
+        """The optimizer's state as host arrays, for a checkpoint: Adam's steps and each parameter's moments."""
         bk = self.model.backend
-        return {"steps": self.steps, "moments": [(bk.to_numpy(m).copy(), bk.to_numpy(v).copy())
-                                                 for m, v in self.moments]}
+        steps = int(bk.to_numpy(self.steps)[0])
+        if self.moments is None:
+            return {"steps": steps, "moments": []}
+        m, v = (flat_views(bk.to_numpy(x).copy(), self._shapes) for x in self.moments)
+        return {"steps": steps, "moments": list(zip(m, v))}
 
     def load_state(self, state: dict):
         """Continue from state_numpy()'s dict (the shapes are the caller's to have checked)."""
-        self.steps = state["steps"]
-        for (m, v), (m_host, v_host) in zip(self.moments, state["moments"]):
-            m[...], v[...] = self.model.backend.asarray(m_host), self.model.backend.asarray(v_host)
+        bk = self.model.backend
+        self.steps[...] = bk.asarray(np.array([state["steps"]], np.int32))
+        if self.moments is not None and state["moments"]:
+            for flat, i in zip(self.moments, (0, 1)):
+                flat[...] = bk.asarray(np.concatenate([np.ravel(pair[i]) for pair in state["moments"]]))
 
     def train_batch(self, x, labels, allreduce=None, lap=lambda phase: None):
         """forward, backward, [all-reduce the flat gradient], update; lap(phase) after each phase."""

@@ -1,16 +1,19 @@
-"""The kernel launches of the MLP's training step, as autogemm tuning targets.
+"""The kernel launches of the MLP's and the CNN's training steps, as autogemm tuning targets.
 
-They are recorded from the Step itself (nn/mlp.py), run on a backend that does no arithmetic and
-only notes the kernel each operation launches on the GPU backend: change the step and the targets
-follow. autogemm finds `step_targets` through the `autogemm.targets` entry point named `nn`
-(pyproject.toml), so `autogemm tune --shapes nn` tunes what each training step of `python -m
-nn.train` launches (evaluation's 1000-row forward passes are left to lookup's nearest shape).
+They are recorded from the steps themselves (nn/mlp.py, nn/cnn.py), run on a backend that does no
+arithmetic and only notes the kernel each operation launches on the GPU backend: change a step and
+its targets follow. autogemm finds `step_targets` and `cnn_step_targets` through the
+`autogemm.targets` entry points named `nn` and `lenet` (pyproject.toml), so `autogemm tune --shapes
+nn` (or `--model lenet`) tunes what each training step of `python -m nn.train` launches
+(evaluation's forward passes are left to lookup's nearest shape).
 """
 import numpy as np
 
 import autogemm
 from autogemm import NO_OP
 from nn.backends.base import Backend
+from nn.cnn import CNN, CNNStep, init_cnn_params
+from nn.layers import LENET, parse_layers
 from nn.mlp import MLP, Step, init_params
 
 
@@ -76,6 +79,33 @@ class LaunchRecorder(Backend):
         self._record("elementwise", (rows, cols), "sgd", f"{self.name_of(w)} -= lr {self.name_of(grad)}")
         return w
 
+    def conv2d(self, x, w, b, out, activation=None):
+        role = f"{self.name_of(out)} = {activation or 'linear'}(conv({self.name_of(x)}, {self.name_of(w)}) + {self.name_of(b)})"
+        self._record("conv2d", (*x.shape, *w.shape[::2]), NO_OP, role)
+        return out
+
+    def conv2d_backward_data(self, g, w, out, aux=None, activation=None):
+        role = f"{self.name_of(out)} = conv^T({self.name_of(g)}, {self.name_of(w)})" + (
+            f" {activation}'({self.name_of(aux)})" if aux is not None else "")
+        self._record("conv2d_dgrad", (*out.shape, *w.shape[::2]), NO_OP, role)
+        return out
+
+    def conv2d_backward_weights(self, g, x, dw, db):
+        role = f"{self.name_of(dw)}, {self.name_of(db)} from {self.name_of(g)}, {self.name_of(x)}"
+        self._record("conv2d_wgrad", (*x.shape, *dw.shape[::2]), NO_OP, role)
+
+    def maxpool2x2(self, x, out, where):
+        self._record("pool2x2", x.shape, "forward", f"{self.name_of(out)} = maxpool({self.name_of(x)})")
+        return out
+
+    def maxpool2x2_backward(self, g, where, out, y=None, activation=None):
+        self._record("pool2x2", out.shape, "backward", f"{self.name_of(out)} = maxpool^T({self.name_of(g)})")
+        return out
+
+    def adam_update(self, w, g, m, v, steps, lr, beta1, beta2, eps):
+        self._record("adam", w.shape, NO_OP, f"Adam on every parameter ({w.size})")
+        return w
+
     def mark(self):
         return 0.0
 
@@ -126,5 +156,42 @@ def step_targets(batch: int = 800, hidden: tuple[int, ...] = (1000,), train_size
     for r in ranks:
         for rows in step_rows(batch, train_size, r):
             for launch in record_step(rows, min(batch, train_size), sizes, activation, r):
+                first.setdefault((launch.family, launch.sizes, launch.op), launch)
+    return list(first.values())
+
+
+def _name_cnn_arrays(recorder: LaunchRecorder, step: CNNStep, x):
+    """Names of the CNN step's arrays, layers counted from 1: A0 = X, A_l, G_l, W_l, b_l, dW_l, db_l."""
+    m = step.model
+    arrays = {"A0": x}
+    for l in range(len(m.layers)):
+        arrays.update({f"A{l + 1}": step.acts[l], f"G{l + 1}": step.deltas[l]})
+        if m.W[l] is not None:
+            arrays.update({f"W{l + 1}": m.W[l], f"b{l + 1}": m.b[l], f"dW{l + 1}": step.dW[l], f"db{l + 1}": step.db[l]})
+    recorder.names = {a.__array_interface__["data"][0]: name for name, a in arrays.items()}
+
+
+def record_cnn_step(rows: int, batch: int, layers: str, ranks: int, optimizer: str = "adam") -> list[autogemm.Target]:
+    """The launches of one rank's CNN training step (nn.layers spec `layers` on 28 x 28 images, 10
+    classes) on `rows` rows of a `batch`-row batch."""
+    recorder = LaunchRecorder()
+    net = parse_layers(layers)
+    model = CNN(recorder, net, "relu", init_cnn_params(net))
+    step = CNNStep(model, rows, batch, optimizer)
+    x = np.empty((rows, 28 * 28), recorder.dtype)     # X: (rows, pixels), never read
+    _name_cnn_arrays(recorder, step, model.images(x))
+    step.train_batch(x, np.zeros(rows, np.int32), allreduce=None if ranks == 1 else lambda grads: None)
+    return recorder.launches
+
+
+def cnn_step_targets(batch: int = 1000, train_size: int = 54_000, ranks: tuple[int, ...] = (1,),
+                     layers: str = LENET, **_mlp_only) -> list[autogemm.Target]:
+    """Every launch of the CNN's training step (the LeNet-like network, or nn.layers spec `layers`)
+    for each rank count and each row count a rank sees, the first of each (family, sizes, op) kept.
+    The MLP's arguments (hidden, activation) do not apply."""
+    first = {}
+    for r in ranks:
+        for rows in step_rows(batch, train_size, r):
+            for launch in record_cnn_step(rows, min(batch, train_size), layers, r):
                 first.setdefault((launch.family, launch.sizes, launch.op), launch)
     return list(first.values())

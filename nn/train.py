@@ -2,7 +2,7 @@
 
     python -m nn.train                         # 784-1000-10 sigmoid on Fashion-MNIST, float32, a few minutes
     python -m nn.train --preset cme213         # CME 213's starter setup (raw pixels, lr 0.001, float64)
-    python -m nn.train --model lenet           # the LeNet-like CNN, Adam, batch 1000 (NumPy backend for now)
+    python -m nn.train --model lenet           # the LeNet-like CNN, Adam, batch 1000
     mpirun -n 4 python -m nn.train --grading-mode 2 --checkpoint ck.npz
 """
 import argparse
@@ -187,9 +187,6 @@ def resolve(args) -> Config:
         raise NNError("--resume needs --checkpoint PATH")
     if args.log and args.no_log:
         raise NNError("--log and --no-log contradict each other")
-    if is_cnn and values["backend"] != "numpy":
-        raise NNError(f"--model lenet and --layers run on the numpy backend for now (the {values['backend']} backend "
-                      "has no convolution kernels yet); drop --backend and --use-tuned")
     return Config(**values)
 
 

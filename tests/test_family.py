@@ -15,7 +15,7 @@ from autogemm.ops.kernels import kernel
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import FAMILIES, family
 from autogemm.tuning.targets import parse_shapes
-from kernels import colsum, elementwise, gemm, gemm_seeds, linear_xent, softmax_xent
+from kernels import adam, colsum, elementwise, gemm, gemm_seeds, linear_xent, pool2x2, softmax_xent
 from kernels.contract import ceil_div
 
 GEMM = family("gemm")
@@ -45,9 +45,14 @@ def problems_of(name: str, dtype: str) -> list:
     if name == "linear_xent":
         return [linear_xent.Problem(rows, classes, inputs, dtype, act) for rows, classes, inputs, act in
                 ((800, 10, 1000, "sigmoid"), (1, 1, 4, None), (33, 32, 4096, "relu"))]
-    if name in ("conv2d", "conv2d_dgrad"):
+    if name.startswith("conv2d"):
         return [family(name).Problem(*sizes, dtype, act) for *sizes, act in
                 ((1000, 1, 28, 28, 6, 3, "relu"), (1, 1, 1, 1, 1, 1, None), (7, 6, 13, 13, 10, 3, "sigmoid"))]
+    if name == "pool2x2":
+        return [pool2x2.Problem(*sizes, dtype, op, act) for *sizes, op, act in
+                ((1000, 6, 26, 26, "forward", None), (3, 1, 2, 3, "backward", "relu"), (7, 10, 11, 11, "backward", None))]
+    if name == "adam":
+        return [adam.Problem(n, dtype) for n in (54528, 1, 4099)]
     return [family(name).Problem(rows, cols, dtype) for rows, cols in ((800, 10), (1, 1), (33, 1000))]
 
 
@@ -405,7 +410,9 @@ def key_sizes(name: str, small: tuple) -> tuple:
     """Sizes of a valid tuned key of family `name`: `small` cut to the key's length, or a convolution's."""
     from kernels import REGISTRY
 
-    return (2, 3, 9, 8, 4, 3) if name.startswith("conv2d") else small[:len(REGISTRY[name].KEY_SIZES)]
+    if name.startswith("conv2d"):
+        return 2, 3, 9, 8, 4, 3
+    return (2, 3, 9, 8) if name == "pool2x2" else small[:len(REGISTRY[name].KEY_SIZES)]
 
 
 def reference_operands(name: str, p, rng) -> dict:
@@ -428,6 +435,16 @@ def reference_operands(name: str, p, rng) -> dict:
     if name == "conv2d_dgrad":
         return {"g": normal((p.n, p.f, p.out_h, p.out_w)), "w": normal((p.f, p.c, p.k, p.k)),
                 "aux": rng.uniform(0, 1, (p.n, p.c, p.h, p.w))}
+    if name == "conv2d_wgrad":
+        return {"g": normal((p.n, p.f, p.out_h, p.out_w)), "x": rng.uniform(0, 1, (p.n, p.c, p.h, p.w))}
+    if name == "pool2x2":
+        pooled = (p.n, p.c, p.h // 2, p.w // 2)
+        if p.op == "forward":
+            return {"x": normal((p.n, p.c, p.h, p.w))}
+        return {"g": normal(pooled), "where": rng.integers(0, 4, pooled), "y": rng.uniform(0, 1, pooled)}
+    if name == "adam":
+        return {"w": normal(p.n), "g": normal(p.n), "m": normal(p.n), "v": rng.uniform(0, 1, p.n), "steps": 3,
+                "lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-7}
     return {"g": normal((p.rows, p.cols))}                            # colsum
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import family
-from kernels import elementwise, gemm, linear_xent
+from kernels import adam, elementwise, gemm, linear_xent, pool2x2
 
 NVCC = shutil.which("nvcc")
 if NVCC is None:
@@ -70,7 +70,8 @@ TF32X3_SPACE = family("gemm").restricted({"math": ("3xtf32",), "copy": ("async",
 
 def small_families() -> list:
     """gemm_naive, elementwise (every op), softmax_xent, colsum, linear_xent (with and without the
-    input gradient, K with and without a ragged last slice) and the convolutions (LeNet's layers, odd sizes),
+    input gradient, K with and without a ragged last slice), the convolutions (LeNet's layers, odd sizes),
+    pooling both ways and Adam,
     both dtypes, sampled configs."""
     out = []
     for dtype in DTYPES:
@@ -90,12 +91,19 @@ def small_families() -> list:
             problem = linear_xent.Problem(800, 10, inputs, dtype, activation)
             out += [lx.instance(cfg, problem) for cfg in lx.sample(problem, H100, 4, seed=inputs)]
         out += [lx.instance(cfg, problem) for cfg in lx.candidates(problem, H100)]
-        for name in ("conv2d", "conv2d_dgrad"):
+        for name in ("conv2d", "conv2d_dgrad", "conv2d_wgrad"):
             cv = family(name)
             for sizes, activation in (((1000, 1, 28, 28, 6, 3), "relu"), ((1000, 6, 13, 13, 10, 3), "sigmoid"),
                                       ((3, 5, 9, 7, 33, 5), None)):
                 problem = cv.Problem(*sizes, dtype, activation)
                 out += [cv.instance(cfg, problem) for cfg in cv.candidates(problem, H100)[:2] + cv.sample(problem, H100, 4)]
+        pool = family("pool2x2")
+        for op, activation in (("forward", None), ("backward", "relu"), ("backward", None)):
+            problem = pool2x2.Problem(1000, 6, 26, 26, dtype, op, activation)
+            out += [pool.instance(cfg, problem) for cfg in pool.candidates(problem, H100)[:1] + pool.sample(problem, H100, 2)]
+        opt = family("adam")
+        problem = adam.Problem(54528, dtype)
+        out += [opt.instance(cfg, problem) for cfg in opt.candidates(problem, H100)[:1] + opt.sample(problem, H100, 2)]
     return out
 
 
@@ -167,7 +175,7 @@ def test_sample_covers_the_space():
     assert {"_even_" in i.name for i in GEMM_SAMPLE} == {True, False}
     assert {"_even_" in i.name for i in GEMM_MATRIX} == {True, False}
     assert {i.family for i in SMALL} == {"gemm_naive", "elementwise", "softmax_xent", "colsum", "linear_xent", "conv2d",
-                                         "conv2d_dgrad"}
+                                         "conv2d_dgrad", "conv2d_wgrad", "pool2x2", "adam"}
     heads = [i.config for i in SMALL if i.family == "linear_xent"]
     assert {c.w_smem for c in heads} == {False, True} and {c.vec for c in heads} == {1, 2, 4}
 

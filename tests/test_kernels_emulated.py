@@ -106,7 +106,7 @@ def gemm_launches(monkeypatch, cases) -> list:
     from kernels import gemm
 
     entry = importlib.import_module("autogemm.ops.gemm")           # the package's `gemm` is the function
-    monkeypatch.setattr(entry, "_scratch_buffer", lambda kind, dtype, size: np.zeros(size, dtype))
+    monkeypatch.setattr(entry, "scratch", lambda kind, dtype, size: np.zeros(size, dtype))
     rng, out = np.random.default_rng(7), []
     for m, n, k, dtype, ta, tb, epilogue, use_c, configs in cases:
         t = np.dtype(dtype).type
@@ -325,3 +325,97 @@ def test_conv2d_dgrad_matches_float64_on_the_cpu(tmp_path):
             value, magnitude, depth = conv2d_dgrad.reference(p, g, wt, aux)["dx"]
             cases.append((Launch(fam.instance(cfg, p), args), dx, (value, magnitude), depth, dtype))
     run_and_check(cases, tmp_path)
+
+
+def test_conv2d_wgrad_matches_float64_on_the_cpu(tmp_path):
+    """The weight and bias gradients, with split-K slices reduced by the last block (ragged slices,
+    several tiles) and without."""
+    from kernels import conv2d_wgrad
+
+    rng, cases = np.random.default_rng(13), []
+    fam = family("conv2d_wgrad")
+    split = dict(bm=4, bn=16, bk=8, ty=4, tx=8, tm=1, tn=2, pad=False, split_k=4)   # 4 ragged slices
+    for seed, (n, c, h, w, f, k, _, dtype) in enumerate(CONVS):
+        t = np.dtype(dtype).type
+        p = conv2d_wgrad.Problem(n, c, h, w, f, k, dtype)
+        g = rng.standard_normal((n, f, p.out_h, p.out_w)).astype(t)          # G: (N, F, OH, OW)
+        x = rng.uniform(0, 1, (n, c, h, w)).astype(t)                       # X: (N, C, H, W)
+        want = conv2d_wgrad.reference(p, g, x)
+        configs = fam.candidates(p, H100)[:1] + fam.sample(p, H100, 2, seed=seed)
+        configs += [fam.config(split)] if not fam.violations(fam.config(split), p, H100) else []
+        for cfg in configs:
+            inst = fam.instance(cfg, p)
+            dw = np.full((f, c, k, k), np.nan, t)                           # dW: (F, C, K, K), poisoned
+            db = np.full(f, np.nan, t)                                       # db: (F,)
+            geo = inst.geometry
+            args = [g, x, dw, db, np.zeros(max(geo.workspace_elems, 1), t), np.zeros(max(geo.counters, 1), np.int32),
+                    np.int32(n)]
+            launch = Launch(inst, args)
+            cases += [(launch, dw, want["dw"][:2], p.depth, dtype), (launch, db, want["db"][:2], p.depth, dtype)]
+    assert any(launch.instance.config.split_k > 1 for launch, *_ in cases)
+    run_and_check_once(cases, tmp_path)
+
+
+def run_and_check_once(cases, tmp_path):
+    """run_and_check for launches that write several outputs: each launch runs once."""
+    launches = list({id(launch): launch for launch, *_ in cases}.values())
+    run(launches, tmp_path)
+    for launch, out, want, k, dtype in cases:
+        verdict = compare(out, *want, k, dtype)
+        assert verdict.ok, f"{launch.instance.name}: {verdict.describe()}"
+
+
+POOLS = [(2, 3, 6, 8, None, "float32"),        # even sides
+         (3, 2, 7, 5, "relu", "float64"),      # odd sides: the last row and column dropped
+         (1, 10, 11, 11, "sigmoid", "float32")]
+
+
+def test_pool2x2_forward_and_backward_match_float64_on_the_cpu(tmp_path):
+    from kernels import pool2x2
+
+    rng, cases = np.random.default_rng(14), []
+    fam = family("pool2x2")
+    for seed, (n, c, h, w, activation, dtype) in enumerate(POOLS):
+        t = np.dtype(dtype).type
+        x = rng.standard_normal((n, c, h, w)).astype(t)                     # X: (N, C, H, W)
+        x[0, 0, 0, :2] = x[0, 0, 1, :2] = 0.5                               # a window of equal values: the first wins
+        forward = pool2x2.Problem(n, c, h, w, dtype)
+        want = pool2x2.reference(forward, x=x)
+        pooled = (n, c, h // 2, w // 2)
+        for cfg in fam.candidates(forward, H100)[:1] + fam.sample(forward, H100, 2, seed=seed):
+            y, where = np.full(pooled, np.nan, t), np.full(pooled, -1, np.int8)   # poisoned
+            launch = Launch(fam.instance(cfg, forward), [x, np.uint64(0), np.uint64(0), y, where, np.int32(n)])
+            cases += [(launch, y, want["y"][:2], 1, dtype), (launch, where, want["where"][:2], 1, dtype)]
+        backward = pool2x2.Problem(n, c, h, w, dtype, "backward", activation)
+        g = rng.standard_normal(pooled).astype(t)                           # G: (N, C, H/2, W/2)
+        where = want["where"][0].astype(np.int8)
+        y = want["y"][0].astype(t)
+        dx_want = pool2x2.reference(backward, g=g, where=where, y=y)["dx"][:2]
+        for cfg in fam.candidates(backward, H100)[:1] + fam.sample(backward, H100, 2, seed=seed):
+            dx = np.full((n, c, h, w), np.nan, t)                           # dX: (N, C, H, W), poisoned
+            args = [g, where, y if activation else np.uint64(0), dx, np.uint64(0), np.int32(n)]
+            cases.append((Launch(fam.instance(cfg, backward), args), dx, dx_want, 1, dtype))
+    run_and_check_once(cases, tmp_path)
+
+
+def test_adam_matches_float64_and_advances_the_step_count_on_the_cpu(tmp_path):
+    from kernels import adam
+
+    rng, cases, counts = np.random.default_rng(15), [], []
+    fam = family("adam")
+    for seed, (n, dtype, done) in enumerate(((1000, "float32", 0), (4099, "float64", 7), (1, "float32", 2))):
+        t = np.dtype(dtype).type
+        w0, g = rng.standard_normal(n).astype(t), rng.standard_normal(n).astype(t)
+        m0, v0 = (rng.standard_normal(n) * 0.1).astype(t), rng.uniform(0, 0.1, n).astype(t)
+        hyper = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-7)
+        p = adam.Problem(n, dtype)
+        want = adam.reference(p, w0, g, m0, v0, done, **hyper)
+        for cfg in fam.candidates(p, H100)[:1] + fam.sample(p, H100, 2, seed=seed):
+            w, m, v = w0.copy(), m0.copy(), v0.copy()
+            steps, arrivals = np.array([done], np.int32), np.zeros(1, np.int32)
+            launch = Launch(fam.instance(cfg, p), [w, g, m, v, steps, arrivals, np.int32(n),
+                                                   *map(np.float64, hyper.values())])
+            cases += [(launch, out, want[name][:2], 4, dtype) for name, out in (("w", w), ("m", m), ("v", v))]
+            counts.append((steps, arrivals, done))
+    run_and_check_once(cases, tmp_path)
+    assert all(steps[0] == done + 1 and arrivals[0] == 0 for steps, arrivals, done in counts)

@@ -72,3 +72,28 @@ def test_a_large_network_is_recorded_from_shapes_alone():
 @pytest.mark.parametrize("activation", ["sigmoid", "relu"])
 def test_the_output_layer_takes_the_hidden_activation(activation):
     assert {t.op for t in step_targets(activation=activation) if t.family == "linear_xent"} == {activation}
+
+
+def test_the_cnn_step_launches_every_convolution_direction_pooling_and_one_adam():
+    """LeNet at batch 1000: each convolution forward and backward to its weights; backward to the
+    data only above the first layer; both pools both ways; one Adam launch over all 54,528 parameters."""
+    from nn.targets import cnn_step_targets
+
+    targets = cnn_step_targets()
+    conv = [(str(t), t.role) for t in targets if t.family.startswith(("conv2d", "pool2x2", "adam"))]
+    assert conv == [
+        ("conv2d 1000x1x28x28x6x3", "A1 = relu(conv(A0, W1) + b1)"),
+        ("pool2x2 1000x6x26x26:forward", "A2 = maxpool(A1)"),
+        ("conv2d 1000x6x13x13x10x3", "A3 = relu(conv(A2, W3) + b3)"),
+        ("pool2x2 1000x10x11x11:forward", "A4 = maxpool(A3)"),
+        ("pool2x2 1000x10x11x11:backward", "G3 = maxpool^T(G4)"),
+        ("conv2d_wgrad 1000x6x13x13x10x3", "dW3, db3 from G3, A2"),
+        ("conv2d_dgrad 1000x6x13x13x10x3", "G2 = conv^T(G3, W3)"),
+        ("pool2x2 1000x6x26x26:backward", "G1 = maxpool^T(G2)"),
+        ("conv2d_wgrad 1000x1x28x28x6x3", "dW1, db1 from G1, A0"),
+        ("adam 54528", "Adam on every parameter (54528)")]
+    assert ("gemm", (1000, 128, 250), "nt") in launches(targets)          # the flattened maps into dense128
+    four = launches(cnn_step_targets(batch=128, ranks=(4,), layers="conv4x5,dense16"))
+    assert ("conv2d", (32, 1, 28, 28, 4, 5), "-") in four and ("conv2d", (28, 1, 28, 28, 4, 5), "-") in four
+    for target in targets:                                               # every key is a valid problem
+        target.key("float32")

@@ -209,7 +209,6 @@ def test_cnn_settings_and_what_does_not_apply():
     (["--model", "lenet", "--hidden", "10"], "--hidden is for the MLP"),
     (["--model", "lenet", "--preset", "cme213", "--init", "cme213"], "--preset, --init cme213 are for the MLP"),
     (["--optimizer", "adam"], "--optimizer adam is for CNNs"),
-    (["--model", "lenet", "--backend", "cupy"], "run on the numpy backend for now"),
 ])
 def test_cnn_flags_that_cannot_apply_are_one_line(args, words):
     with pytest.raises(NNError, match=re.escape(words)):

@@ -44,7 +44,7 @@ def test_parse_targets_lists_and_families():
     assert len(parse_targets("nn,800x1000x784:nt")) == len(parse_targets("nn"))      # no repeats
     with pytest.raises(AutogemmError, match="nothing to tune"):
         parse_targets("800x10x1000", families=("colsum",))
-    with pytest.raises(AutogemmError, match=r"is not MxNxK\[:op\] \(e.g. 800x1000x784:nt\) or a network \(nn\)"):
+    with pytest.raises(AutogemmError, match=r"is not MxNxK\[:op\] \(e.g. 800x1000x784:nt\) or a network \(lenet, nn\)"):
         parse_targets("nn,12x12")
 
 

@@ -136,10 +136,13 @@ def cmd_tune(args) -> int:
     from autogemm.tuning.search import Settings
     from autogemm.tuning.tune import stale_targets, tune_targets
 
-    if args.stale and args.shapes is not None:
-        raise AutogemmError("--stale tunes the stale records of the tuned file; it takes no --shapes")
-    targets = None if args.stale else parse_targets(args.shapes or "nn", args.batch, args.hidden, args.train_size,
-                                                     args.ranks, args.families, args.activation)
+    if args.model is not None and args.shapes is not None:
+        raise AutogemmError("--model and --shapes both name what to tune; give one")
+    shapes = args.model or args.shapes or ("lenet" if args.layers else "nn")
+    if args.stale and (args.shapes, args.model, args.layers) != (None, None, None):
+        raise AutogemmError("--stale tunes the stale records of the tuned file; it takes no --shapes, --model or --layers")
+    targets = None if args.stale else parse_targets(shapes, args.batch, args.hidden, args.train_size, args.ranks,
+                                                     args.families, args.activation, args.layers)
     gemm_space = _fixed(args.fix)
     family("gemm").restricted(gemm_space)      # an unknown name or value fails here, in one line
     out = Path(args.out) if args.out else locations.tune_dir()
@@ -371,9 +374,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     tune = sub.add_parser("tune", help="search each shape's best config with Optuna; store it in tuned/")
     tune.add_argument("--shapes",
-                      help="'nn' (every kernel of the MLP's training step) or MxNxK[:op],... GEMMs (default: nn)")
+                      help="'nn' (every kernel of the MLP's training step), 'lenet' (the CNN's) or MxNxK[:op],... "
+                           "GEMMs (default: nn)")
+    tune.add_argument("--model", metavar="NETWORK",
+                      help="every kernel of this network's training step: the same as --shapes NETWORK (nn, lenet)")
+    tune.add_argument("--layers", metavar="SPEC",
+                      help="the CNN of these layers (python -m nn.train's --layers) in place of lenet's")
     tune.add_argument("--hidden", type=_sizes, default=(1000,), help="hidden sizes for nn, comma-separated (1000)")
-    tune.add_argument("--batch", type=_size, default=800, help="batch size for nn (800)")
+    tune.add_argument("--batch", type=_size, help="batch size of a network (its default: 800 for nn, 1000 for lenet)")
     tune.add_argument("--train-size", type=_size, default=54_000,
                       help="training images for nn: its remainder modulo --batch is the last batch (54000)")
     tune.add_argument("--ranks", type=_ranks, default=(1,),

@@ -4,5 +4,6 @@ config through the store's lookup (or take the one given), render and compile it
 
     kernels.py      the kernel of a call: its config chosen, rendered, cached per problem
     gemm.py         autogemm.gemm, and plan_gemm: a GEMM checked and bound once, launched many times
-    elementwise.py  the elementwise family, softmax + cross-entropy, the output layer, column sums
+    elementwise.py  the elementwise family, softmax + cross-entropy, the output layer, column sums, Adam
+    conv.py         the CNN's: convolution forward and backward (data, weights), 2 x 2 max-pooling
 """

@@ -1,10 +1,10 @@
-"""Entry points of the elementwise, softmax + cross-entropy, output-layer and column-sum families (CuPy arrays)."""
+"""Entry points of the elementwise, softmax + cross-entropy, output-layer, column-sum and Adam families (CuPy arrays)."""
 import numpy as np
 
 from autogemm.errors import BadArguments
-from autogemm.ops.kernels import kernel
-from autogemm.runtime import compile as compiler
-from autogemm.runtime.device import require_cupy, this_device
+from autogemm.ops.kernels import launch, scratch
+from autogemm.runtime.device import require_cupy
+from kernels import adam as adam_family
 from kernels import colsum as colsum_family
 from kernels import elementwise as ew_family
 from kernels import linear_xent as lx_family
@@ -36,9 +36,7 @@ def _index(total: int):
 
 
 def _run(name, problem, args, config):
-    inst = kernel(name, problem, config, this_device())
-    g = inst.geometry
-    compiler.load(inst)(g.grid, g.block, args, shared_mem=g.smem_bytes)
+    launch(name, problem, config, lambda geometry: args)
 
 
 def elementwise(op: str, out, x, y=None, s0=0.0, s1=0.0, config=None):
@@ -152,3 +150,26 @@ def column_sums(g, out=None, alpha=1.0, beta=0.0, config=None):
     _run("colsum", problem, (g, out, np.int32(rows), np.int32(cols),
                              np.int32(g.strides[0] // g.itemsize), s(alpha), s(beta)), config)
     return out
+
+
+def adam_update(w, g, m, v, steps, lr, beta1, beta2, eps, config=None):
+    """One Adam step in place on the flat parameters w with their moments m, v (kernels/adam.py):
+    steps, a (1,) int32 cupy array, counts the steps done, and the launch advances it, so a captured
+    CUDA graph replays the right bias correction."""
+    cupy = require_cupy()
+
+    for x, what in ((w, "w"), (g, "g"), (m, "m"), (v, "v")):
+        _contiguous(x, what)
+        if x.shape != w.shape or x.dtype != w.dtype or x.ndim != 1:
+            raise BadArguments(f"adam_update: w, g, m and v must be 1-D of one shape and dtype, got {what} "
+                               f"{x.dtype} {x.shape}")
+    if not isinstance(steps, cupy.ndarray) or steps.shape != (1,) or steps.dtype != np.int32:
+        raise BadArguments("adam_update: steps must be a (1,) int32 cupy array")
+    problem = adam_family.Problem(w.size, str(w.dtype))
+
+    def args(geo):
+        arrivals = scratch("counters", np.int32, geo.counters)
+        return w, g, m, v, steps, arrivals, np.int32(w.size), *map(np.float64, (lr, beta1, beta2, eps))
+
+    launch("adam", problem, config, args)
+    return w

@@ -9,14 +9,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from autogemm.errors import BadArguments
-from autogemm.ops.kernels import kernel
+from autogemm.ops.kernels import kernel, scratch
 from autogemm.runtime import compile as compiler
 from autogemm.runtime.device import require_cupy, this_device
 from autogemm.runtime.family import Instance
 from kernels.gemm import EPILOGUES, Problem
-
-_scratch: dict[tuple, object] = {}
-
 
 def leading_dim(x, what: str) -> int:
     """Leading dimension (elements) of a row-major 2-D array; BadArguments for other layouts."""
@@ -47,18 +44,6 @@ def _span(x) -> tuple[int, int]:
 def _overlaps(x, y) -> bool:
     (a0, a1), (b0, b1) = _span(x), _span(y)
     return a0 < b1 and b0 < a1
-
-
-def _scratch_buffer(kind: str, dtype, size: int):
-    """Per-device, per-stream scratch that only grows; counters start (and stay) at zero."""
-    import cupy
-
-    key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, kind, np.dtype(dtype).str)
-    buf = _scratch.get(key)
-    if buf is None or buf.size < size:
-        buf = cupy.zeros(max(size, 1), dtype=dtype)
-        _scratch[key] = buf
-    return buf
 
 
 def gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,
@@ -147,8 +132,8 @@ def launch_args(instance: Instance, a, b, c, d, bias, aux, sizes, alpha, beta) -
     """The kernel arguments of a GEMM-family instance, scratch for split-K included."""
     g = instance.geometry
     scalar = np.float32 if d.dtype == np.float32 else np.float64
-    workspace = _scratch_buffer("workspace", d.dtype, g.workspace_elems) if g.workspace_elems else None
-    counters = _scratch_buffer("counters", np.int32, g.counters) if g.counters else None
+    workspace = scratch("workspace", d.dtype, g.workspace_elems) if g.workspace_elems else None
+    counters = scratch("counters", np.int32, g.counters) if g.counters else None
     null = np.uint64(0)
     return (a, b, c, d,
             bias if bias is not None else null, aux if aux is not None else null,

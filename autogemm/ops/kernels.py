@@ -1,10 +1,15 @@
 """The kernel of a call: its config (given, the family's default, or the store's choice), rendered
-once per problem and kept, so that a repeated call costs one dict lookup."""
-from collections.abc import Mapping
+once per problem and kept, so that a repeated call costs one dict lookup; its launch, and the
+scratch that split-K and step counters need."""
+from collections.abc import Callable, Mapping
 
-from autogemm.runtime.device import DeviceInfo
+import numpy as np
+
+from autogemm.runtime import compile as compiler
+from autogemm.runtime.device import DeviceInfo, this_device
 from autogemm.runtime.family import Config, Instance, family
 from autogemm.store import lookup
+from kernels.contract import Geometry
 
 _instances: dict[tuple, Instance] = {}
 _generation = lookup.generation
@@ -30,4 +35,31 @@ def kernel(family_name: str, problem, config: Mapping | str | None, device: Devi
         else:
             cfg = lookup.choose(family_name, problem, device).config
         inst = _instances[key] = fam.instance(cfg, problem)
+    return inst
+
+
+_scratch: dict[tuple, object] = {}
+_outgrown: list = []     # scratch replaced by a larger buffer: a captured CUDA graph may still use it
+
+
+def scratch(kind: str, dtype, size: int):
+    """Per-device, per-stream scratch that only grows and is never freed; counters start (and stay)
+    at zero."""
+    import cupy
+
+    key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, kind, np.dtype(dtype).str)
+    buf = _scratch.get(key)
+    if buf is None or buf.size < size:
+        if buf is not None:
+            _outgrown.append(buf)
+        buf = cupy.zeros(max(size, 1), dtype=dtype)
+        _scratch[key] = buf
+    return buf
+
+
+def launch(family_name: str, problem, config: Mapping | str | None, args: Callable[[Geometry], tuple]) -> Instance:
+    """Launch `problem`'s kernel (see `kernel` for `config`) on the current stream with args(geometry)."""
+    inst = kernel(family_name, problem, config, this_device())
+    g = inst.geometry
+    compiler.load(inst)(g.grid, g.block, args(g), shared_mem=g.smem_bytes)
     return inst

@@ -295,8 +295,112 @@ class ColsumMeasure(KernelMeasure):
         return self.check(self.out, *self.expected)
 
 
+class ConvMeasure(KernelMeasure):
+    """One convolution direction (conv2d, conv2d_dgrad, conv2d_wgrad) of a LeNet-like layer: pixels
+    in [0, 1), filters and gradients random normal; its outputs against the family's float64 reference."""
+
+    def __init__(self, key: Key, device: DeviceInfo, seed: int = 0):
+        import cupy
+
+        super().__init__(key, device, seed)
+        p = self.problem
+        host = {"x": self.rng.uniform(0, 1, (p.n, p.c, p.h, p.w)).astype(self.dtype),    # X: (N, C, H, W)
+                "w": (self.normal(p.f, p.c, p.k, p.k) / p.k).astype(self.dtype),        # W: (F, C, K, K)
+                "b": self.normal(p.f),                                                  # b: (F,)
+                "g": self.normal(p.n, p.f, p.out_h, p.out_w)}                           # G: (N, F, OH, OW)
+        inputs = {"conv2d": ("x", "w", "b"), "conv2d_dgrad": ("g", "w"), "conv2d_wgrad": ("g", "x")}[key.family]
+        self.expected = self.reference(p, **{name: host[name] for name in inputs})
+        self.args = {name: cupy.asarray(host[name]) for name in inputs}
+        self.out = {name: cupy.empty(value.shape, self.dtype) for name, (value, _, _) in self.expected.items()}
+
+    def launcher(self, cfg: Config):
+        from autogemm.ops import conv
+
+        a, out = self.args, self.out
+        if self.key.family == "conv2d":
+            return lambda: conv.conv2d(a["x"], a["w"], a["b"], out["z"], config=cfg)
+        if self.key.family == "conv2d_dgrad":
+            return lambda: conv.conv2d_backward_data(a["g"], a["w"], out["dx"], config=cfg)
+        return lambda: conv.conv2d_backward_weights(a["g"], a["x"], out["dw"], out["db"], config=cfg)
+
+    def verify(self, run) -> float:
+        for out in self.out.values():
+            out.fill(np.nan)
+        run()
+        return max(self.check(out, *self.expected[name]) for name, out in self.out.items())
+
+
+class PoolMeasure(KernelMeasure):
+    """2 x 2 max-pooling forward (random normal maps) or backward (random gradients at the maxima of
+    random positions), against the family's reference."""
+
+    def __init__(self, key: Key, device: DeviceInfo, seed: int = 0):
+        import cupy
+
+        super().__init__(key, device, seed)
+        p = self.problem
+        pooled = (p.n, p.c, p.h // 2, p.w // 2)
+        if p.op == "forward":
+            host = {"x": self.normal(p.n, p.c, p.h, p.w)}                              # X: (N, C, H, W)
+        else:
+            host = {"g": self.normal(*pooled), "where": self.rng.integers(0, 4, pooled).astype(np.int8)}
+        self.expected = self.reference(p, **host)
+        self.args = {name: cupy.asarray(x) for name, x in host.items()}
+        self.out = {name: cupy.empty(value.shape, np.int8 if name == "where" else self.dtype)
+                    for name, (value, _, _) in self.expected.items()}
+
+    def launcher(self, cfg: Config):
+        from autogemm.ops import conv
+
+        a, out = self.args, self.out
+        if self.problem.op == "forward":
+            return lambda: conv.maxpool2x2(a["x"], out["y"], out["where"], config=cfg)
+        return lambda: conv.maxpool2x2_backward(a["g"], a["where"], out["dx"], config=cfg)
+
+    def verify(self, run) -> float:
+        for name, out in self.out.items():
+            out.fill(-1 if name == "where" else np.nan)
+        run()
+        return max(self.check(out, *self.expected[name]) for name, out in self.out.items())
+
+
+class AdamMeasure(KernelMeasure):
+    """One Adam step on random parameters, gradients and moments, after 9 steps done."""
+
+    HYPER = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-7)
+    DONE = 9
+
+    def __init__(self, key: Key, device: DeviceInfo, seed: int = 0):
+        import cupy
+
+        super().__init__(key, device, seed)
+        (n,) = key.sizes
+        self.host = {"w": self.normal(n), "g": self.normal(n), "m": (self.normal(n) * 0.1).astype(self.dtype),
+                     "v": self.rng.uniform(0, 0.1, n).astype(self.dtype)}      # each (n,)
+        self.expected = self.reference(self.problem, **self.host, steps=self.DONE, **self.HYPER)
+        self.arrays = {name: cupy.asarray(x) for name, x in self.host.items()}
+        self.steps = cupy.zeros(1, np.int32)
+
+    def launcher(self, cfg: Config):
+        from autogemm.ops.elementwise import adam_update
+
+        a = self.arrays
+        return lambda: adam_update(a["w"], a["g"], a["m"], a["v"], self.steps, **self.HYPER, config=cfg)
+
+    def verify(self, run) -> float:
+        for name in ("w", "m", "v"):
+            self.arrays[name].set(self.host[name])
+        self.steps.fill(self.DONE)
+        run()
+        if int(self.steps.get()[0]) != self.DONE + 1:
+            raise Mismatch(f"adam left the step count at {int(self.steps.get()[0])}, not {self.DONE + 1}")
+        return max(self.check(self.arrays[name], *self.expected[name]) for name in ("w", "m", "v"))
+
+
 MEASURES = {"gemm": GemmMeasure, "gemm_naive": GemmMeasure, "elementwise": ElementwiseMeasure,
-            "softmax_xent": SoftmaxXentMeasure, "colsum": ColsumMeasure, "linear_xent": LinearXentMeasure}
+            "softmax_xent": SoftmaxXentMeasure, "colsum": ColsumMeasure, "linear_xent": LinearXentMeasure,
+            "conv2d": ConvMeasure, "conv2d_dgrad": ConvMeasure, "conv2d_wgrad": ConvMeasure, "pool2x2": PoolMeasure,
+            "adam": AdamMeasure}
 
 
 def measure_for(key: Key, device: DeviceInfo, seed: int = 0) -> KernelMeasure:

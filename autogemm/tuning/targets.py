@@ -62,28 +62,38 @@ def parse_shapes(text: str, batch: int = 800, hidden: tuple[int, ...] = (1000,))
 
 
 # ---- tuning targets: every kernel launch of a network's training step --------------------------
-TUNE_FAMILIES = ("gemm", "elementwise", "softmax_xent", "colsum", "linear_xent")
-TARGETS_GROUP = "autogemm.targets"   # entry points: name -> f(batch, hidden, train_size, ranks, activation)
+TUNE_FAMILIES = ("gemm", "elementwise", "softmax_xent", "colsum", "linear_xent", "conv2d", "conv2d_dgrad",
+                 "conv2d_wgrad", "pool2x2", "adam")
+# entry points: name -> f(batch, hidden, train_size, ranks, activation[, layers]) -> [Target]; the
+# network's own default batch where none is given, and layers only where given
+TARGETS_GROUP = "autogemm.targets"
 NO_NETWORK = "none is installed: `pip install -e .` in the checkout registers nn"
 
 
 def networks() -> dict:
     """The networks whose training steps can be tuned by name: the `autogemm.targets` entry points
-    (nn registers `nn`, its MLP)."""
+    (nn registers `nn`, its MLP, and `lenet`, its CNN)."""
     return {ep.name: ep for ep in importlib.metadata.entry_points(group=TARGETS_GROUP)}
 
 
-def network_targets(name: str, batch: int = 800, hidden: tuple[int, ...] = (1000,), train_size: int = 54_000,
-                    ranks: tuple[int, ...] = (1,), activation: str = "sigmoid") -> list[Target]:
-    """Every kernel launch of network `name`'s training step, as that network records it."""
+def network_targets(name: str, batch: int | None = None, hidden: tuple[int, ...] = (1000,),
+                    train_size: int = 54_000, ranks: tuple[int, ...] = (1,), activation: str = "sigmoid",
+                    layers: str | None = None) -> list[Target]:
+    """Every kernel launch of network `name`'s training step, as that network records it (batch
+    None: the network's own default)."""
     entry = networks()[name]
     try:
         record = entry.load()
     except Exception as exc:   # a broken plugin is the user's one-line error, not a traceback
         raise AutogemmError(f"--shapes {name}: cannot load its entry point {entry.value}: "
                             f"{type(exc).__name__}: {exc}") from None
-    return list(record(batch=batch, hidden=tuple(hidden), train_size=train_size, ranks=tuple(ranks),
-                       activation=activation))
+    given = {"batch": batch} if batch is not None else {}
+    given |= {"layers": layers} if layers is not None else {}
+    try:
+        return list(record(hidden=tuple(hidden), train_size=train_size, ranks=tuple(ranks), activation=activation,
+                           **given))
+    except Exception as exc:   # a network's own error (a bad --layers spec) is one line too
+        raise AutogemmError(f"--shapes {name}: {exc}") from None
 
 
 def _unique(targets: list[Target]) -> list[Target]:
@@ -94,15 +104,15 @@ def _unique(targets: list[Target]) -> list[Target]:
     return list(first.values())
 
 
-def parse_targets(text: str, batch: int = 800, hidden: tuple[int, ...] = (1000,), train_size: int = 54_000,
+def parse_targets(text: str, batch: int | None = None, hidden: tuple[int, ...] = (1000,), train_size: int = 54_000,
                   ranks: tuple[int, ...] = (1,), families: tuple[str, ...] = TUNE_FAMILIES,
-                  activation: str = "sigmoid") -> list[Target]:
-    """A network's name (`nn`) for every launch of its training step, or MxNxK[:op],... for GEMMs;
-    kept to `families`."""
+                  activation: str = "sigmoid", layers: str | None = None) -> list[Target]:
+    """A network's name (`nn`, `lenet`) for every launch of its training step, or MxNxK[:op],... for
+    GEMMs; kept to `families`."""
     targets = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         if item in networks():
-            targets += network_targets(item, batch, hidden, train_size, ranks, activation)
+            targets += network_targets(item, batch, hidden, train_size, ranks, activation, layers)
         else:
             shape = parse_shapes(item)[0]
             targets.append(Target("gemm", (shape.m, shape.n, shape.k), shape.op))

@@ -109,29 +109,31 @@ class Backend(ABC):
     def conv2d(self, x, w, b, out, activation=None):
         """out (N, F, H-K+1, W-K+1) = act(x (N, C, H, W) correlated with w, plus b): a valid
         convolution, stride 1; activation None, "relu" or "sigmoid"."""
-        raise NNError(f"the {self.name} backend has no convolution kernels yet; use --backend numpy")
+        raise NNError(f"the {self.name} backend has no convolution kernels; use --backend numpy or cupy")
 
     def conv2d_backward_data(self, g, w, out, aux=None, activation=None):
         """out (N, C, H, W) = dL/dx from g = dL/dz (N, F, H', W'), times act'(aux) when aux, the
         saved output of the layer below's activation, is given."""
-        raise NNError(f"the {self.name} backend has no convolution kernels yet; use --backend numpy")
+        raise NNError(f"the {self.name} backend has no convolution kernels; use --backend numpy or cupy")
 
     def conv2d_backward_weights(self, g, x, dw, db):
         """dw (F, C, K, K) and db (F,) from g = dL/dz (N, F, H', W') and the input x (N, C, H, W)."""
-        raise NNError(f"the {self.name} backend has no convolution kernels yet; use --backend numpy")
+        raise NNError(f"the {self.name} backend has no convolution kernels; use --backend numpy or cupy")
 
     def maxpool2x2(self, x, out, where):
         """out (N, C, H//2, W//2): each 2 x 2 window's maximum; where (same shape, int8): its position."""
-        raise NNError(f"the {self.name} backend has no pooling kernels yet; use --backend numpy")
+        raise NNError(f"the {self.name} backend has no pooling kernels; use --backend numpy or cupy")
 
-    def maxpool2x2_backward(self, g, where, out, aux=None, activation=None):
+    def maxpool2x2_backward(self, g, where, out, y=None, activation=None):
         """out (N, C, H, W) = dL/dx from g = dL/dy: each window's gradient at its maximum, times
-        act'(aux) when aux (the pooled layer's saved activation output) is given."""
-        raise NNError(f"the {self.name} backend has no pooling kernels yet; use --backend numpy")
+        act'(y) when the pooled outputs y are given (the pooled layer's activation derivative at each
+        maximum, which its value there decides)."""
+        raise NNError(f"the {self.name} backend has no pooling kernels; use --backend numpy or cupy")
 
-    def adam_update(self, w, g, m, v, step, lr, beta1, beta2, eps):
-        """One Adam step in place on w with its moments m, v (nn/backends/numpy_cnn.adam_update)."""
-        raise NNError(f"the {self.name} backend has no Adam kernel yet; use --backend numpy")
+    def adam_update(self, w, g, m, v, steps, lr, beta1, beta2, eps):
+        """One Adam step in place on w with its moments m, v (nn/backends/numpy_cnn.adam_update);
+        steps, a (1,) int32 backend array of the steps done, is advanced by one."""
+        raise NNError(f"the {self.name} backend has no Adam kernel; use --backend numpy or cupy")
 
     def synchronize(self) -> None:
         """Wait until queued work has finished (a no-op on a synchronous backend)."""

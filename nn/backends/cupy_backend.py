@@ -120,6 +120,38 @@ class CupyBackend(Backend):
                             grad.reshape(1, -1) if grad.ndim == 1 else grad, lr, reg, config=self.config)
         return w
 
+    # ---- the CNN's operations: autogemm's convolution, pooling and Adam kernels ---------------
+
+    def conv2d(self, x, w, b, out, activation=None):
+        if out.size:
+            autogemm.conv2d(x, w, b, out, activation, config=self.config)
+        return out
+
+    def conv2d_backward_data(self, g, w, out, aux=None, activation=None):
+        if out.size:
+            autogemm.conv2d_backward_data(g, w, out, aux, activation, config=self.config)
+        return out
+
+    def conv2d_backward_weights(self, g, x, dw, db):
+        if x.shape[0] == 0:  # no rows: the sums are zero
+            dw.fill(0)
+            db.fill(0)
+        else:
+            autogemm.conv2d_backward_weights(g, x, dw, db, config=self.config)
+
+    def maxpool2x2(self, x, out, where):
+        if out.size:
+            autogemm.maxpool2x2(x, out, where, config=self.config)
+        return out
+
+    def maxpool2x2_backward(self, g, where, out, y=None, activation=None):
+        if out.size:
+            autogemm.maxpool2x2_backward(g, where, out, y, activation if y is not None else None, config=self.config)
+        return out
+
+    def adam_update(self, w, g, m, v, steps, lr, beta1, beta2, eps):
+        return autogemm.adam_update(w, g, m, v, steps, lr, beta1, beta2, eps, config=self.config)
+
     def synchronize(self):
         self.stream.synchronize()
 

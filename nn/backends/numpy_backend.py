@@ -149,13 +149,16 @@ class NumpyBackend(Backend):
         out[...], where[...] = numpy_cnn.maxpool2x2(x)
         return out
 
-    def maxpool2x2_backward(self, g, where, out, aux=None, activation=None):
+    def maxpool2x2_backward(self, g, where, out, y=None, activation=None):
+        if y is not None:
+            g = g.copy()
+            self._activation_grad(g, y, activation)
         out[...] = numpy_cnn.maxpool2x2_backward(g, where, out.shape)
-        self._activation_grad(out, aux, activation)
         return out
 
-    def adam_update(self, w, g, m, v, step, lr, beta1, beta2, eps):
-        return numpy_cnn.adam_update(w, g, m, v, step, lr, beta1, beta2, eps)
+    def adam_update(self, w, g, m, v, steps, lr, beta1, beta2, eps):
+        steps += 1
+        return numpy_cnn.adam_update(w, g, m, v, int(steps[0]), lr, beta1, beta2, eps)
 
     # ---- timing ---------------------------------------------------------------------------
 

@@ -1,0 +1,107 @@
+"""The CNN on the GPU: every configs of its kernel families against float64 (through the tuner's
+measures), each backend operation against NumPy, and whole training runs against the NumPy trainer."""
+import numpy as np
+import pytest
+
+from nn.backends import get_backend
+from nn.data import locate
+from run_train import max_rel_diff, run_train, weights
+
+pytestmark = pytest.mark.gpu
+
+# LeNet's launches at batch 1000 and 128, and odd sizes (ragged tiles, odd maps, K = 5)
+KEYS = [("conv2d", (1000, 1, 28, 28, 6, 3), "-"), ("conv2d", (1000, 6, 13, 13, 10, 3), "-"),
+        ("conv2d_wgrad", (1000, 1, 28, 28, 6, 3), "-"), ("conv2d_wgrad", (1000, 6, 13, 13, 10, 3), "-"),
+        ("conv2d_wgrad", (128, 1, 28, 28, 6, 3), "-"), ("conv2d_wgrad", (3, 5, 9, 7, 33, 5), "-"),
+        ("conv2d_dgrad", (7, 2, 4, 5, 3, 2), "-"),
+        ("pool2x2", (1000, 6, 26, 26), "forward"), ("pool2x2", (1000, 10, 11, 11), "forward"),
+        ("pool2x2", (1000, 6, 26, 26), "backward"), ("pool2x2", (3, 5, 7, 9), "backward"),
+        ("adam", (54528,), "-"), ("adam", (1,), "-"), ("adam", (1 << 20,), "-")]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("family, sizes, op", KEYS)
+def test_family_configs_match_float64(family, sizes, op, dtype):
+    """The default and sampled configs, each verified by the measure that tuning uses (raises on a mismatch)."""
+    from autogemm.runtime.device import this_device
+    from autogemm.runtime.family import family as family_of
+    from autogemm.store.keys import make_key, problem_of
+    from autogemm.tuning.measure import measure_for
+
+    key, device = make_key(family, sizes, op, dtype), this_device()
+    measure, fam = measure_for(key, device), family_of(family)
+    problem = problem_of(key)
+    for cfg in fam.candidates(problem, device)[:2] + fam.sample(problem, device, 6, seed=sum(sizes)):
+        measure(cfg, reps=1)
+
+
+def test_cnn_operations_match_numpy():
+    gpu, ref = get_backend("cupy", "float64"), get_backend("numpy", "float64")
+    rng = np.random.default_rng(1)
+    x = rng.uniform(0, 1, (5, 3, 12, 11))                      # X: (N, C, H, W)
+    w = rng.standard_normal((4, 3, 3, 3))                      # W: (F, C, K, K)
+    b = rng.standard_normal(4)                                 # b: (F,)
+    g = rng.standard_normal((5, 4, 10, 9))                     # G: (N, F, H', W')
+    relu_out = np.maximum(rng.standard_normal(x.shape), 0)     # the layer below's saved ReLU output
+    pooled = rng.standard_normal((5, 3, 6, 5))                 # a pool's gradient and outputs (N, C, H/2, W/2)
+
+    def run(bk):
+        out = {}
+        out["z"] = bk.conv2d(bk.asarray(x), bk.asarray(w), bk.asarray(b), bk.empty((5, 4, 10, 9)), "relu")
+        out["dx"] = bk.conv2d_backward_data(bk.asarray(g), bk.asarray(w), bk.empty(x.shape), bk.asarray(relu_out), "relu")
+        dw, db = bk.empty(w.shape), bk.empty(b.shape)
+        bk.conv2d_backward_weights(bk.asarray(g), bk.asarray(x), dw, db)
+        out["dw"], out["db"] = dw, db
+        y, where = bk.empty((5, 3, 6, 5)), bk.xp.empty((5, 3, 6, 5), np.int8)
+        out["y"], out["where"] = bk.maxpool2x2(bk.asarray(x), y, where), where
+        out["unpooled"] = bk.maxpool2x2_backward(bk.asarray(pooled), where, bk.empty(x.shape), y, "relu")
+        params, steps = bk.asarray(w.ravel()), bk.asarray(np.array([4], np.int32))
+        m, v = bk.asarray(w.ravel() * 0.1), bk.asarray(np.abs(w.ravel()) * 0.01)
+        bk.adam_update(params, bk.asarray(g.ravel()[:params.size]), m, v, steps, 1e-3, 0.9, 0.999, 1e-7)
+        out.update(adam_w=params, adam_m=m, adam_v=v, steps=steps)
+        return {name: bk.to_numpy(a) for name, a in out.items()}
+
+    got, want = run(gpu), run(ref)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-12, atol=1e-13, err_msg=name)
+    assert got["steps"][0] == 5
+
+
+@pytest.fixture(scope="module")
+def data_dir():
+    return str(locate("fashion-mnist"))
+
+
+def _train(tmp_path, name, *args, ranks=None):
+    ckpt = tmp_path / f"{name}.npz"
+    out = run_train(tmp_path, *args, "--checkpoint", ckpt, "--no-log", "--quiet", ranks=ranks, timeout=900)
+    assert out.returncode == 0, out.stderr
+    return weights(ckpt), out.stdout
+
+
+def test_lenet_in_float64_equals_the_numpy_trainer_after_two_epochs(tmp_path, data_dir):
+    common = ("--model", "lenet", "--dtype", "float64", "--epochs", 2, "--train-size", 12000, "--data-dir", data_dir)
+    ref, _ = _train(tmp_path, "numpy", *common, "--backend", "numpy")
+    gpu, _ = _train(tmp_path, "cupy", *common, "--backend", "cupy")
+    assert max_rel_diff(gpu, ref) <= 1e-7
+
+
+def test_lenet_graph_replay_equals_eager_steps_and_four_ranks_one_process(tmp_path, data_dir):
+    common = ("--model", "lenet", "--dtype", "float64", "--epochs", 2, "--train-size", 3000, "--batch", 250,
+              "--data-dir", data_dir, "--backend", "cupy")
+    graph, _ = _train(tmp_path, "graph", *common)
+    eager, _ = _train(tmp_path, "eager", *common, "--no-graph")
+    assert max_rel_diff(graph, eager) == 0.0
+    four, _ = _train(tmp_path, "four", *common, ranks=4)
+    assert max_rel_diff(four, graph) <= 1e-7
+
+
+def test_lenet_resume_on_the_gpu_equals_an_uninterrupted_run(tmp_path, data_dir):
+    common = ("--model", "lenet", "--dtype", "float64", "--train-size", 3000, "--batch", 250, "--data-dir", data_dir,
+              "--backend", "cupy", "--no-log", "--quiet")
+    whole, _ = _train(tmp_path, "whole", *common, "--epochs", 3)
+    first = run_train(tmp_path, *common, "--epochs", 1, "--checkpoint", tmp_path / "part.npz", timeout=600)
+    assert first.returncode == 0, first.stderr
+    rest = run_train(tmp_path, *common, "--epochs", 3, "--checkpoint", tmp_path / "part.npz", "--resume", timeout=600)
+    assert rest.returncode == 0, rest.stderr
+    assert max_rel_diff(weights(tmp_path / "part.npz"), whole) == 0.0
