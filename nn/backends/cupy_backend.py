@@ -129,7 +129,7 @@ class CupyBackend(Backend):
 
     def conv2d_backward_data(self, g, w, out, aux=None, activation=None):
         if out.size:
-            autogemm.conv2d_backward_data(g, w, out, aux, activation, config=self.config)
+            autogemm.conv2d_backward_data(g, w, out, aux, activation if aux is not None else None, config=self.config)
         return out
 
     def conv2d_backward_weights(self, g, x, dw, db):
