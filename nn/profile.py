@@ -1,7 +1,8 @@
-"""Where a training step's time goes: each operation of one step of an MLP, timed on its own.
+"""Where a training step's time goes: each operation of one step of an MLP or the CNN, timed on its own.
 
     python -m nn.profile                                  # the CME 213 network, tuned kernels, on the GPU
     python -m nn.profile --network grading --backend cupy-default --json profile.json
+    python -m nn.profile --network lenet                  # the LeNet-like CNN, batch 1000
 
 The step's operations are recorded as the step enqueues them (one rank, so the weight updates are
 the fused in-place GEMMs). Each is then run `--reps` times in a row, captured in one CUDA graph
@@ -16,11 +17,15 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from nn.bench import BACKEND_NAMES, available_backends, make_backend, networks
+from nn.cnn import CNN, CNNStep, init_cnn_params
 from nn.errors import ArgumentParser, NNError, exit_status
+from nn.layers import LENET, parse_layers
 from nn.mlp import MLP, Step, init_params
 from nn.outputs import claim_json, write_json
 
-OPERATIONS = ("gemm", "linear_xent", "softmax_xent", "column_sums", "sgd_update")
+OPERATIONS = ("gemm", "linear_xent", "softmax_xent", "column_sums", "sgd_update", "conv2d", "conv2d_backward_data",
+              "conv2d_backward_weights", "maxpool2x2", "maxpool2x2_backward", "adam_update")
+LENET_BATCH = 1000
 
 
 @dataclass
@@ -46,10 +51,13 @@ def describe(name: str, args, kwargs) -> str:
         a, w = args[:2]
         activation = kwargs.get("activation", args[9] if len(args) > 9 else None)
         return f"linear_xent {a.shape[0]}x{w.shape[0]}x{a.shape[1]}" + (f" {activation}" if activation else "")
+    if name.startswith("conv2d"):
+        w = args[1] if name != "conv2d_backward_weights" else args[2]
+        return f"{name} {shape(args[1] if name == 'conv2d_backward_weights' else args[0])} by {shape(w)}"
     return f"{name} {shape(args[0])}"
 
 
-def record_step(step: Step, x, labels) -> list[tuple[str, callable]]:
+def record_step(step, x, labels) -> list[tuple[str, callable]]:
     """(description, replay) of each operation that one `step.train_batch(x, labels)` enqueues;
     operations a backend composes of others count once."""
     backend = step.model.backend
@@ -99,28 +107,35 @@ def time_calls(what: str, backend, fn, reps: int, replays: int) -> Timed:
 
 def profile(network: str, backend_name: str, reps: int, replays: int, dtype: str = "float32"):
     """(each operation of one step timed alone, the whole step timed the same way)."""
-    net = networks()[network]
     backend = make_backend(backend_name, dtype)
-    sizes = (784, net.hidden, 10)
-    model = MLP(backend, sizes, net.activation, init_params(sizes, "he" if net.activation == "relu" else "cme213"))
     rng = np.random.default_rng(0)
-    x = backend.asarray(rng.random((net.batch, 784)))                 # X: (B, 784) dtype
-    labels = backend.asarray(rng.integers(0, 10, net.batch))          # (B,) int
-    step = Step(model, net.batch, net.batch, net.lr, 1e-4)
+    batch = LENET_BATCH if network == "lenet" else networks()[network].batch
+    x = backend.asarray(rng.random((batch, 784)))                     # X: (B, 784) dtype
+    labels = backend.asarray(rng.integers(0, 10, batch))              # (B,) int
+    if network == "lenet":
+        layers = parse_layers(LENET)
+        step = CNNStep(CNN(backend, layers, "relu", init_cnn_params(layers)), batch, batch)
+    else:
+        net = networks()[network]
+        sizes = (784, net.hidden, 10)
+        model = MLP(backend, sizes, net.activation, init_params(sizes, "he" if net.activation == "relu" else "cme213"))
+        step = Step(model, net.batch, net.batch, net.lr, 1e-4)
     operations = [time_calls(what, backend, fn, reps, replays) for what, fn in record_step(step, x, labels)]
     return operations, time_calls("whole step", backend, lambda: step.train_batch(x, labels), reps, replays)
 
 
 def report(network: str, backend_name: str, operations: list[Timed], whole: Timed) -> str:
-    net = networks()[network]
+    if network == "lenet":
+        shape, steps = f"{LENET}, batch {LENET_BATCH}", 54000 / LENET_BATCH
+    else:
+        net = networks()[network]
+        shape, steps = f"784-{net.hidden}-10, batch {net.batch}", net.images / net.batch
     total = sum(t.median_us for t in operations)
     width = max(len(t.operation) for t in operations + [whole])
-    lines = [f"{network} (784-{net.hidden}-10, batch {net.batch}) on {backend_name}: µs per call, "
-             "median [p10, p90]"]
+    lines = [f"{network} ({shape}) on {backend_name}: µs per call, median [p10, p90]"]
     for t in operations:
         lines.append(f"  {t.operation:<{width}}  {t.median_us:9.2f}  [{t.p10_us:.2f}, {t.p90_us:.2f}]  "
                      f"{100 * t.median_us / total:5.1f}%")
-    steps = net.images / net.batch
     lines.append(f"  {'sum of the operations':<{width}}  {total:9.2f}")
     lines.append(f"  {whole.operation:<{width}}  {whole.median_us:9.2f}  [{whole.p10_us:.2f}, {whole.p90_us:.2f}]"
                  f"  ({steps:g} steps an epoch: {whole.median_us * steps / 1e3:.2f} ms)")
@@ -129,7 +144,7 @@ def report(network: str, backend_name: str, operations: list[Timed], whole: Time
 
 def main(argv=None) -> int:
     p = ArgumentParser(prog="python -m nn.profile", description=__doc__.splitlines()[0])
-    p.add_argument("--network", default="cme213", help=f"one of {', '.join(networks())} (default: cme213)")
+    p.add_argument("--network", default="cme213", help=f"one of {', '.join(networks())}, lenet (default: cme213)")
     p.add_argument("--backend", help="numpy, cublas, cupy-default or cupy-tuned (default: cupy-tuned on a GPU, "
                                      "else numpy)")
     p.add_argument("--reps", type=int, default=20, help="calls in a row per replay (default: 20)")
@@ -139,8 +154,8 @@ def main(argv=None) -> int:
 
     def command():
         args = p.parse_args(argv)
-        if args.network not in networks():
-            raise NNError(f"--network: unknown {args.network}; choose from {', '.join(networks())}")
+        if args.network not in networks() and args.network != "lenet":
+            raise NNError(f"--network: unknown {args.network}; choose from {', '.join(networks())}, lenet")
         backend = args.backend or ("cupy-tuned" if "cupy-tuned" in available_backends() else "numpy")
         if backend not in BACKEND_NAMES or backend.startswith("torch"):
             raise NNError(f"--backend: unknown {backend}; choose from numpy, cublas, cupy-default, cupy-tuned")

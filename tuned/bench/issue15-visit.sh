@@ -12,10 +12,25 @@ tests)
     python -m pytest -q -m gpu -p no:cacheprovider tests/test_cnn_gpu.py tests/test_conv_gpu.py ${2:+-k "$2"} 2>&1 |
         tee "$out/gpu-tests.log" | tail -25
     ;;
-time)
+time)      # ${2:-untuned}: a tag; with "tuned", the trainer looks up the tuned file
+    flag=$([ "${2:-}" = tuned ] && echo --use-tuned || echo "--backend cupy")
     for batch in 1000 128; do
-        python -m nn.train --model lenet --backend cupy --batch "$batch" --epochs 4 --data-dir "$data" \
-            --log "$out/lenet-b$batch.json" 2>&1 | tee "$out/lenet-b$batch.txt" | grep -v "^\s*$" | tail -6
+        python -m nn.train --model lenet $flag --batch "$batch" --epochs 4 --data-dir "$data" \
+            --log "$out/lenet-b$batch-${2:-untuned}.json" 2>&1 | tee "$out/lenet-b$batch-${2:-untuned}.txt" |
+            grep -v "^\s*$" | tail -3
     done
+    ;;
+profile)   # ${2:-cupy-default} or cupy-tuned: each operation of one LeNet step at batch 1000
+    python -m nn.profile --network lenet --backend "${2:-cupy-default}" --json "$out/profile-${2:-cupy-default}.json" |
+        tee "$out/profile-${2:-cupy-default}.txt"
+    ;;
+tune)      # every CNN-family launch of LeNet's step at batches 1000 and 128, into tuned/
+    t0=$(date +%s)
+    for batch in 1000 128; do
+        python -m autogemm.cli tune --model lenet --batch "$batch" --families conv2d,conv2d_dgrad,conv2d_wgrad,pool2x2,adam \
+            --trials ${TRIALS:-40} --timeout ${TIMEOUT:-15} >> "$out/tune-lenet.log" 2>&1
+        echo "tune lenet batch $batch rc=$? $(( $(date +%s) - t0 )) s"
+    done
+    cp tuned/*.json "$out/"
     ;;
 esac
