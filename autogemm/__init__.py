@@ -15,6 +15,7 @@ from autogemm.ops.elementwise import (activation_grad, adam_update, bias_activat
 from autogemm.ops.gemm import GemmCall, gemm, plan_gemm
 from autogemm.store.keys import Target
 from autogemm.store.locations import cache_dir
+from kernels import IMPLEMENTATIONS
 from kernels.contract import NO_OP
 from kernels.gemm import EPILOGUES as GEMM_EPILOGUES
 from kernels.linear_xent import MAX_CLASSES as LINEAR_XENT_MAX_CLASSES
@@ -29,7 +30,7 @@ __all__ = [
     "AutogemmError", "BadArguments", "CompileError", "InvalidConfig", "StoreError",
     # the user's files: read only if regular, written atomically; and autogemm's cache folder
     "files", "cache_dir",
-    # a kernel launch to tune, as a network's `autogemm.targets` entry point lists its step's, and
-    # the op of a launch whose family has none
-    "Target", "NO_OP",
+    # a kernel launch to tune, as a network's `autogemm.targets` entry point lists its step's; the
+    # op of a launch whose family has none; the families that compute one call (all tuned, the fastest runs)
+    "Target", "NO_OP", "IMPLEMENTATIONS",
 ]

@@ -32,9 +32,12 @@ class LaunchRecorder(Backend):
     def name_of(self, a) -> str:
         return self.names.get(a.__array_interface__["data"][0], "?")
 
-    def _record(self, family: str, sizes, op: str, role: str):
+    def _record(self, call: str, sizes, op: str, role: str):
+        """The launch of `call`: one target for each family that can compute it (all are tuned,
+        the fastest runs)."""
         if min(sizes) > 0:
-            self.launches.append(autogemm.Target(family, tuple(int(s) for s in sizes), op, role))
+            self.launches += [autogemm.Target(family, tuple(int(s) for s in sizes), op, role)
+                              for family in autogemm.IMPLEMENTATIONS.get(call, (call,))]
 
     # ---- storage: host arrays, never filled ---------------------------------------------------
     def asarray(self, a):

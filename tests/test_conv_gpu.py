@@ -1,4 +1,4 @@
-"""GPU checks of the convolution families (forward, backward to the input) against their float64 references:
+"""GPU checks of the convolution families (forward, backward to the input; implicit GEMM and direct) against their float64 references:
 the default and sampled configs of LeNet's layers and of odd sizes, compiled with NVRTC and launched."""
 import numpy as np
 import pytest
@@ -11,7 +11,8 @@ CONVS = [(1000, 1, 28, 28, 6, 3, "relu"), (1000, 6, 13, 13, 10, 3, "relu"), (128
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("n, c, h, w, f, k, activation", CONVS)
-def test_conv2d_configs_match_float64(n, c, h, w, f, k, activation, dtype):
+@pytest.mark.parametrize("name", ["conv2d", "conv2d_direct"])
+def test_conv2d_configs_match_float64(name, n, c, h, w, f, k, activation, dtype):
     import cupy
 
     from autogemm.runtime import compile as compiler
@@ -26,7 +27,7 @@ def test_conv2d_configs_match_float64(n, c, h, w, f, k, activation, dtype):
     wt = (rng.standard_normal((f, c, k, k)) / k).astype(dtype)               # W: (F, C, K, K)
     b = rng.standard_normal(f).astype(dtype)                                 # b: (F,)
     value, magnitude, depth = conv2d.reference(p, x, wt, b)["z"]
-    fam, device = family("conv2d"), this_device()
+    fam, device = family(name), this_device()
     for cfg in fam.candidates(p, device)[:2] + fam.sample(p, device, 4, seed=n):
         inst = fam.instance(cfg, p)
         z = cupy.full((n, f, p.out_h, p.out_w), cupy.nan, dtype)            # Z: (N, F, OH, OW), poisoned
@@ -39,7 +40,8 @@ def test_conv2d_configs_match_float64(n, c, h, w, f, k, activation, dtype):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("n, c, h, w, f, k, activation", CONVS)
-def test_conv2d_dgrad_configs_match_float64(n, c, h, w, f, k, activation, dtype):
+@pytest.mark.parametrize("name", ["conv2d_dgrad", "conv2d_dgrad_direct"])
+def test_conv2d_dgrad_configs_match_float64(name, n, c, h, w, f, k, activation, dtype):
     import cupy
 
     from autogemm.runtime import compile as compiler
@@ -54,7 +56,7 @@ def test_conv2d_dgrad_configs_match_float64(n, c, h, w, f, k, activation, dtype)
     wt = (rng.standard_normal((f, c, k, k)) / k).astype(dtype)               # W: (F, C, K, K)
     aux = rng.uniform(0, 1, (n, c, h, w)).astype(dtype)                      # the layer below's output
     value, magnitude, depth = conv2d_dgrad.reference(p, g, wt, aux)["dx"]
-    fam, device = family("conv2d_dgrad"), this_device()
+    fam, device = family(name), this_device()
     for cfg in fam.candidates(p, device)[:2] + fam.sample(p, device, 4, seed=n):
         inst = fam.instance(cfg, p)
         dx = cupy.full((n, c, h, w), cupy.nan, dtype)                        # dX: (N, C, H, W), poisoned

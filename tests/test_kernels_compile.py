@@ -91,7 +91,8 @@ def small_families() -> list:
             problem = linear_xent.Problem(800, 10, inputs, dtype, activation)
             out += [lx.instance(cfg, problem) for cfg in lx.sample(problem, H100, 4, seed=inputs)]
         out += [lx.instance(cfg, problem) for cfg in lx.candidates(problem, H100)]
-        for name in ("conv2d", "conv2d_dgrad", "conv2d_wgrad"):
+        for name in ("conv2d", "conv2d_dgrad", "conv2d_wgrad", "conv2d_direct", "conv2d_dgrad_direct",
+                     "conv2d_wgrad_direct"):
             cv = family(name)
             for sizes, activation in (((1000, 1, 28, 28, 6, 3), "relu"), ((1000, 6, 13, 13, 10, 3), "sigmoid"),
                                       ((3, 5, 9, 7, 33, 5), None)):
@@ -175,7 +176,8 @@ def test_sample_covers_the_space():
     assert {"_even_" in i.name for i in GEMM_SAMPLE} == {True, False}
     assert {"_even_" in i.name for i in GEMM_MATRIX} == {True, False}
     assert {i.family for i in SMALL} == {"gemm_naive", "elementwise", "softmax_xent", "colsum", "linear_xent", "conv2d",
-                                         "conv2d_dgrad", "conv2d_wgrad", "pool2x2", "adam"}
+                                         "conv2d_dgrad", "conv2d_wgrad", "conv2d_direct", "conv2d_dgrad_direct",
+                                         "conv2d_wgrad_direct", "pool2x2", "adam"}
     heads = [i.config for i in SMALL if i.family == "linear_xent"]
     assert {c.w_smem for c in heads} == {False, True} and {c.vec for c in heads} == {1, 2, 4}
 

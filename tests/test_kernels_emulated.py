@@ -287,11 +287,12 @@ CONVS = [(3, 1, 28, 28, 6, 3, "relu", "float32"),     # LeNet's first layer, 3 i
          (5, 1, 3, 3, 1, 3, None, "float32")]         # one output pixel an image
 
 
-def test_conv2d_matches_float64_on_the_cpu(tmp_path):
+@pytest.mark.parametrize("name", ["conv2d", "conv2d_direct"])
+def test_conv2d_matches_float64_on_the_cpu(name, tmp_path):
     from kernels import conv2d
 
     rng, cases = np.random.default_rng(11), []
-    fam = family("conv2d")
+    fam = family(name)
     for seed, (n, c, h, w, f, k, activation, dtype) in enumerate(CONVS):
         t = np.dtype(dtype).type
         p = conv2d.Problem(n, c, h, w, f, k, dtype, activation)
@@ -305,11 +306,12 @@ def test_conv2d_matches_float64_on_the_cpu(tmp_path):
     run_and_check(cases, tmp_path)
 
 
-def test_conv2d_dgrad_matches_float64_on_the_cpu(tmp_path):
+@pytest.mark.parametrize("name", ["conv2d_dgrad", "conv2d_dgrad_direct"])
+def test_conv2d_dgrad_matches_float64_on_the_cpu(name, tmp_path):
     from kernels import conv2d_dgrad
 
     rng, cases = np.random.default_rng(12), []
-    fam = family("conv2d_dgrad")
+    fam = family(name)
     for seed, (n, c, h, w, f, k, activation, dtype) in enumerate(CONVS):
         t = np.dtype(dtype).type
         p = conv2d_dgrad.Problem(n, c, h, w, f, k, dtype, activation)
@@ -327,14 +329,16 @@ def test_conv2d_dgrad_matches_float64_on_the_cpu(tmp_path):
     run_and_check(cases, tmp_path)
 
 
-def test_conv2d_wgrad_matches_float64_on_the_cpu(tmp_path):
+@pytest.mark.parametrize("name, split", [
+    ("conv2d_wgrad", dict(bm=4, bn=16, bk=8, ty=4, tx=8, tm=1, tn=2, pad=False, split_k=4)),   # 4 ragged slices
+    ("conv2d_wgrad_direct", dict(threads=64, fpt=2, split_k=4))])
+def test_conv2d_wgrad_matches_float64_on_the_cpu(name, split, tmp_path):
     """The weight and bias gradients, with split-K slices reduced by the last block (ragged slices,
     several tiles) and without."""
     from kernels import conv2d_wgrad
 
     rng, cases = np.random.default_rng(13), []
-    fam = family("conv2d_wgrad")
-    split = dict(bm=4, bn=16, bk=8, ty=4, tx=8, tm=1, tn=2, pad=False, split_k=4)   # 4 ragged slices
+    fam = family(name)
     for seed, (n, c, h, w, f, k, _, dtype) in enumerate(CONVS):
         t = np.dtype(dtype).type
         p = conv2d_wgrad.Problem(n, c, h, w, f, k, dtype)

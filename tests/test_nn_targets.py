@@ -80,7 +80,10 @@ def test_the_cnn_step_launches_every_convolution_direction_pooling_and_one_adam(
     from nn.targets import cnn_step_targets
 
     targets = cnn_step_targets()
-    conv = [(str(t), t.role) for t in targets if t.family.startswith(("conv2d", "pool2x2", "adam"))]
+    conv = [(str(t), t.role) for t in targets
+            if t.family.startswith(("conv2d", "pool2x2", "adam")) and not t.family.endswith("_direct")]
+    direct = [(str(t).replace("_direct", ""), t.role) for t in targets if t.family.endswith("_direct")]
+    assert direct == [launch for launch in conv if launch[0].startswith("conv2d")]   # both algorithms, each launch
     assert conv == [
         ("conv2d 1000x1x28x28x6x3", "A1 = relu(conv(A0, W1) + b1)"),
         ("pool2x2 1000x6x26x26:forward", "A2 = maxpool(A1)"),

@@ -9,6 +9,7 @@ from autogemm.runtime import compile as compiler
 from autogemm.runtime.device import DeviceInfo, this_device
 from autogemm.runtime.family import Config, Instance, family
 from autogemm.store import lookup
+from kernels import IMPLEMENTATIONS
 from kernels.contract import Geometry
 
 _instances: dict[tuple, Instance] = {}
@@ -38,6 +39,35 @@ def kernel(family_name: str, problem, config: Mapping | str | None, device: Devi
     return inst
 
 
+_RANK = {"exact": 0, "stale": 1, "nearest": 2, "default": 3}   # how well a lookup's choice is known
+_implementations: dict[tuple, str] = {}
+
+
+def implementation(call: str, problem, config: Mapping | str | None, device: DeviceInfo) -> str:
+    """The family that runs `call` (a key of kernels.IMPLEMENTATIONS, else the family itself): with
+    config None, the one whose lookup is best known (exact, stale, nearest, default), the faster
+    tuned record between two exact ones, the first listed on a tie; "default": the first listed; a
+    mapping: the family whose parameters it names."""
+    global _generation
+    names = IMPLEMENTATIONS.get(call, (call,))
+    if len(names) == 1:
+        return names[0]
+    if config == "default":
+        return names[0]
+    if config is not None:
+        return next((n for n in names if set(config) == set(family(n).params)), names[0])
+    if _generation != lookup.generation:
+        _instances.clear()
+        _implementations.clear()
+        _generation = lookup.generation
+    key = (call, problem, device)
+    if key not in _implementations:
+        choices = [(name, lookup.choose(name, problem, device)) for name in names]
+        _implementations[key] = min(choices, key=lambda nc: (_RANK[nc[1].source],
+                                                             nc[1].record.median_us if nc[1].record else 0.0))[0]
+    return _implementations[key]
+
+
 _scratch: dict[tuple, object] = {}
 _outgrown: list = []     # scratch replaced by a larger buffer: a captured CUDA graph may still use it
 
@@ -57,9 +87,11 @@ def scratch(kind: str, dtype, size: int):
     return buf
 
 
-def launch(family_name: str, problem, config: Mapping | str | None, args: Callable[[Geometry], tuple]) -> Instance:
-    """Launch `problem`'s kernel (see `kernel` for `config`) on the current stream with args(geometry)."""
-    inst = kernel(family_name, problem, config, this_device())
+def launch(call: str, problem, config: Mapping | str | None, args: Callable[[Geometry], tuple]) -> Instance:
+    """Launch `problem`'s kernel of the family `implementation` picks for `call` (see `kernel` for
+    `config`) on the current stream with args(geometry)."""
+    device = this_device()
+    inst = kernel(implementation(call, problem, config, device), problem, config, device)
     g = inst.geometry
     compiler.load(inst)(g.grid, g.block, args(g), shared_mem=g.smem_bytes)
     return inst

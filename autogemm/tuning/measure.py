@@ -296,7 +296,7 @@ class ColsumMeasure(KernelMeasure):
 
 
 class ConvMeasure(KernelMeasure):
-    """One convolution direction (conv2d, conv2d_dgrad, conv2d_wgrad) of a LeNet-like layer: pixels
+    """One convolution direction (conv2d, conv2d_dgrad, conv2d_wgrad, each by either algorithm) of a LeNet-like layer: pixels
     in [0, 1), filters and gradients random normal; its outputs against the family's float64 reference."""
 
     def __init__(self, key: Key, device: DeviceInfo, seed: int = 0):
@@ -308,7 +308,8 @@ class ConvMeasure(KernelMeasure):
                 "w": (self.normal(p.f, p.c, p.k, p.k) / p.k).astype(self.dtype),        # W: (F, C, K, K)
                 "b": self.normal(p.f),                                                  # b: (F,)
                 "g": self.normal(p.n, p.f, p.out_h, p.out_w)}                           # G: (N, F, OH, OW)
-        inputs = {"conv2d": ("x", "w", "b"), "conv2d_dgrad": ("g", "w"), "conv2d_wgrad": ("g", "x")}[key.family]
+        self.call = key.family.removesuffix("_direct")           # the call both implementations compute
+        inputs = {"conv2d": ("x", "w", "b"), "conv2d_dgrad": ("g", "w"), "conv2d_wgrad": ("g", "x")}[self.call]
         self.expected = self.reference(p, **{name: host[name] for name in inputs})
         self.args = {name: cupy.asarray(host[name]) for name in inputs}
         self.out = {name: cupy.empty(value.shape, self.dtype) for name, (value, _, _) in self.expected.items()}
@@ -317,9 +318,9 @@ class ConvMeasure(KernelMeasure):
         from autogemm.ops import conv
 
         a, out = self.args, self.out
-        if self.key.family == "conv2d":
+        if self.call == "conv2d":
             return lambda: conv.conv2d(a["x"], a["w"], a["b"], out["z"], config=cfg)
-        if self.key.family == "conv2d_dgrad":
+        if self.call == "conv2d_dgrad":
             return lambda: conv.conv2d_backward_data(a["g"], a["w"], out["dx"], config=cfg)
         return lambda: conv.conv2d_backward_weights(a["g"], a["x"], out["dw"], out["db"], config=cfg)
 
@@ -399,8 +400,9 @@ class AdamMeasure(KernelMeasure):
 
 MEASURES = {"gemm": GemmMeasure, "gemm_naive": GemmMeasure, "elementwise": ElementwiseMeasure,
             "softmax_xent": SoftmaxXentMeasure, "colsum": ColsumMeasure, "linear_xent": LinearXentMeasure,
-            "conv2d": ConvMeasure, "conv2d_dgrad": ConvMeasure, "conv2d_wgrad": ConvMeasure, "pool2x2": PoolMeasure,
-            "adam": AdamMeasure}
+            "conv2d": ConvMeasure, "conv2d_dgrad": ConvMeasure, "conv2d_wgrad": ConvMeasure,
+            "conv2d_direct": ConvMeasure, "conv2d_dgrad_direct": ConvMeasure, "conv2d_wgrad_direct": ConvMeasure,
+            "pool2x2": PoolMeasure, "adam": AdamMeasure}
 
 
 def measure_for(key: Key, device: DeviceInfo, seed: int = 0) -> KernelMeasure:

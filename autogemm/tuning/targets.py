@@ -63,7 +63,7 @@ def parse_shapes(text: str, batch: int = 800, hidden: tuple[int, ...] = (1000,))
 
 # ---- tuning targets: every kernel launch of a network's training step --------------------------
 TUNE_FAMILIES = ("gemm", "elementwise", "softmax_xent", "colsum", "linear_xent", "conv2d", "conv2d_dgrad",
-                 "conv2d_wgrad", "pool2x2", "adam")
+                 "conv2d_wgrad", "conv2d_direct", "conv2d_dgrad_direct", "conv2d_wgrad_direct", "pool2x2", "adam")
 # entry points: name -> f(batch, hidden, train_size, ranks, activation[, layers]) -> [Target]; the
 # network's own default batch where none is given, and layers only where given
 TARGETS_GROUP = "autogemm.targets"

@@ -24,10 +24,11 @@ profile)   # ${2:-cupy-default} or cupy-tuned: each operation of one LeNet step 
     python -m nn.profile --network lenet --backend "${2:-cupy-default}" --json "$out/profile-${2:-cupy-default}.json" |
         tee "$out/profile-${2:-cupy-default}.txt"
     ;;
-tune)      # every CNN-family launch of LeNet's step at batches 1000 and 128, into tuned/
+tune)      # every CNN-family launch of LeNet's step at batch ${2:-1000 128}, into tuned/
     t0=$(date +%s)
-    for batch in 1000 128; do
-        python -m autogemm.cli tune --model lenet --batch "$batch" --families conv2d,conv2d_dgrad,conv2d_wgrad,pool2x2,adam \
+    for batch in ${2:-1000 128}; do
+        python -m autogemm.cli tune --model lenet --batch "$batch" \
+            --families conv2d,conv2d_dgrad,conv2d_wgrad,conv2d_direct,conv2d_dgrad_direct,conv2d_wgrad_direct,pool2x2,adam \
             --trials ${TRIALS:-40} --timeout ${TIMEOUT:-15} >> "$out/tune-lenet.log" 2>&1
         echo "tune lenet batch $batch rc=$? $(( $(date +%s) - t0 )) s"
     done
