@@ -24,11 +24,11 @@ profile)   # ${2:-cupy-default} or cupy-tuned: each operation of one LeNet step 
     python -m nn.profile --network lenet --backend "${2:-cupy-default}" --json "$out/profile-${2:-cupy-default}.json" |
         tee "$out/profile-${2:-cupy-default}.txt"
     ;;
-tune)      # every CNN-family launch of LeNet's step at batch ${2:-1000 128}, into tuned/
+tune)      # LeNet's step at batch ${2:-1000 128}, the families $FAMILIES (default: the CNN's own), into tuned/
     t0=$(date +%s)
+    cnn=conv2d,conv2d_dgrad,conv2d_wgrad,conv2d_direct,conv2d_dgrad_direct,conv2d_wgrad_direct,pool2x2,adam
     for batch in ${2:-1000 128}; do
-        python -m autogemm.cli tune --model lenet --batch "$batch" \
-            --families conv2d,conv2d_dgrad,conv2d_wgrad,conv2d_direct,conv2d_dgrad_direct,conv2d_wgrad_direct,pool2x2,adam \
+        python -m autogemm.cli tune --model lenet --batch "$batch" --families ${FAMILIES:-$cnn} \
             --trials ${TRIALS:-40} --timeout ${TIMEOUT:-15} >> "$out/tune-lenet.log" 2>&1
         echo "tune lenet batch $batch rc=$? $(( $(date +%s) - t0 )) s"
     done
