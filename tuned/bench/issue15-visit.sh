@@ -20,6 +20,12 @@ time)      # ${2:-untuned}: a tag; with "tuned", the trainer looks up the tuned 
             grep -v "^\s*$" | tail -3
     done
     ;;
+accuracy)  # the default 20 epochs in float32: the tuned GPU run, then the NumPy trainer's
+    python -m nn.train --model lenet --use-tuned --data-dir "$data" --log "$out/lenet-20-epochs-cupy.json" 2>&1 |
+        tail -2
+    timeout ${NUMPY_LIMIT:-540} python -m nn.train --model lenet --backend numpy --data-dir "$data" \
+        --log "$out/lenet-20-epochs-numpy.json" 2>&1 | tail -2
+    ;;
 profile)   # ${2:-cupy-default} or cupy-tuned: each operation of one LeNet step at batch 1000
     python -m nn.profile --network lenet --backend "${2:-cupy-default}" --json "$out/profile-${2:-cupy-default}.json" |
         tee "$out/profile-${2:-cupy-default}.txt"
