@@ -5,7 +5,7 @@ A thread computes whole input pixels for a group of CPT channels: it reads the o
 that the pixel fed (F x K x K, neighbouring threads sharing them through L1) and multiplies them with
 the group's filter taps, held in shared memory; the layer below's activation derivative is fused.
 """
-from kernels import conv2d_dgrad
+from kernels import conv2d_dgrad, conv2d_direct
 from kernels.contract import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div
 
 NAME = "conv2d_dgrad_direct"
@@ -40,8 +40,8 @@ def sources(c) -> tuple[str, ...]:
 
 
 def default_candidates(p, d):
-    """Every channel in one group where it fits in 16, else groups of 16 or 8; 256 threads, 2 pixels each."""
-    for cpt in sorted(PARAMS["cpt"], key=lambda v: (v < min(p.c, 16), abs(v - min(p.c, 16)))):
+    """Every channel in one group where it fits in 16, else groups of 16 or fewer; 256 threads, 2 pixels each."""
+    for cpt in conv2d_direct.groups_first(PARAMS["cpt"], p.c, 16):
         for threads, ppt in ((256, 2), (128, 1)):
             yield dict(threads=threads, cpt=cpt, ppt=ppt)
 

@@ -40,9 +40,16 @@ def sources(c) -> tuple[str, ...]:
     return TEMPLATE, "common.cuh"
 
 
+def groups_first(choices, size: int, widest: int) -> list[int]:
+    """Group sizes, best guess first: those that hold min(size, widest) in one group, closest first,
+    then the smaller ones, closest first."""
+    want = min(size, widest)
+    return sorted(choices, key=lambda v: (v < want, abs(v - want)))
+
+
 def default_candidates(p, d):
-    """Every filter in one group where it fits in 16, else groups of 16 or 8; 256 threads, 2 pixels each."""
-    for fpt in sorted(PARAMS["fpt"], key=lambda v: (v < min(p.f, 16), abs(v - min(p.f, 16)))):
+    """Every filter in one group where it fits in 16, else groups of 16 or fewer; 256 threads, 2 pixels each."""
+    for fpt in groups_first(PARAMS["fpt"], p.f, 16):
         for threads, ppt in ((256, 2), (128, 1)):
             yield dict(threads=threads, fpt=fpt, ppt=ppt)
 

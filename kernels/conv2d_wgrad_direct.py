@@ -6,7 +6,7 @@ FPT filters' output gradients with input channel c's K x K window: each thread k
 sums in registers (the last column: the bias), one pixel at a time, then the block adds its threads'
 sums and the last slice to finish adds every slice's in slice order (the same sums on every run).
 """
-from kernels import conv2d_wgrad
+from kernels import conv2d_direct, conv2d_wgrad
 from kernels.contract import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div
 
 NAME = "conv2d_wgrad_direct"
@@ -50,7 +50,7 @@ def sources(c) -> tuple[str, ...]:
 def default_candidates(p, d):
     """All filters a block where their sums fit, 256 threads, about 2 blocks an SM."""
     fits = [v for v in PARAMS["fpt"] if v * (p.k * p.k + 1) <= 128]
-    for fpt in sorted(fits, key=lambda v: (v < min(p.f, fits[-1]), abs(v - min(p.f, fits[-1])))):
+    for fpt in conv2d_direct.groups_first(fits, p.f, fits[-1]):
         tiles = p.c * ceil_div(p.f, fpt)
         for threads in (256, 128):
             for split in sorted(PARAMS["split_k"], key=lambda s: abs(s * tiles - 2 * d.sm_count)):

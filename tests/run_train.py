@@ -36,3 +36,14 @@ def weights(path) -> list[np.ndarray]:
 def max_rel_diff(a, b) -> float:
     """max over arrays of ||a - b||_inf / ||b||_inf."""
     return max(float(np.max(np.abs(x - y)) / max(np.max(np.abs(y)), 1e-300)) for x, y in zip(a, b, strict=True))
+
+
+def resume_difference(tmp_path, *common, epochs: int = 3) -> float:
+    """max_rel_diff between `epochs` epochs run whole and run as 1, then resumed from its checkpoint
+    (`common`: the run's flags, with --no-log and --quiet)."""
+    whole, part = tmp_path / "whole.npz", tmp_path / "part.npz"
+    for args in (("--epochs", epochs, "--checkpoint", whole), ("--epochs", 1, "--checkpoint", part),
+                 ("--epochs", epochs, "--checkpoint", part, "--resume")):
+        out = run_train(tmp_path, *common, *args, timeout=600)
+        assert out.returncode == 0, out.stderr
+    return max_rel_diff(weights(part), weights(whole))

@@ -5,7 +5,7 @@ import pytest
 
 from nn.backends import get_backend
 from nn.data import locate
-from run_train import max_rel_diff, run_train, weights
+from run_train import max_rel_diff, resume_difference, run_train, weights
 
 pytestmark = pytest.mark.gpu
 
@@ -102,9 +102,4 @@ def test_lenet_graph_replay_equals_eager_steps_and_four_ranks_one_process(tmp_pa
 def test_lenet_resume_on_the_gpu_equals_an_uninterrupted_run(tmp_path, data_dir):
     common = ("--model", "lenet", "--dtype", "float64", "--train-size", 3000, "--batch", 250, "--data-dir", data_dir,
               "--backend", "cupy", "--no-log", "--quiet")
-    whole, _ = _train(tmp_path, "whole", *common, "--epochs", 3)
-    first = run_train(tmp_path, *common, "--epochs", 1, "--checkpoint", tmp_path / "part.npz", timeout=600)
-    assert first.returncode == 0, first.stderr
-    rest = run_train(tmp_path, *common, "--epochs", 3, "--checkpoint", tmp_path / "part.npz", "--resume", timeout=600)
-    assert rest.returncode == 0, rest.stderr
-    assert max_rel_diff(weights(tmp_path / "part.npz"), whole) == 0.0
+    assert resume_difference(tmp_path, *common) == 0.0
