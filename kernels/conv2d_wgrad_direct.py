@@ -29,6 +29,11 @@ def sums(c, p) -> int:
     return c.fpt * (p.k * p.k + 1)
 
 
+def registers_estimate(c, p) -> int:
+    """32-bit registers a thread needs: its sums and the window in the element type, ~32 for the rest."""
+    return ITEMSIZE[p.dtype] // 4 * (sums(c, p) + p.k * p.k) + 32
+
+
 def slice_pixels(c, p) -> int:
     return ceil_div(p.depth, c.split_k)
 
@@ -36,6 +41,8 @@ def slice_pixels(c, p) -> int:
 CONSTRAINTS = (
     ("threads per block must fit the device", lambda c, p, d: c.threads <= d.max_threads_per_block),
     ("a thread's FPT x (K*K + 1) sums must fit its registers (at most 128)", lambda c, p, d: sums(c, p) <= 128),
+    ("the sums, the K x K window and ~32 for addresses must fit a thread's registers (224, and the block's file)",
+     lambda c, p, d: registers_estimate(c, p) <= min(224, d.regs_per_block // c.threads)),
     ("FPT must not exceed the filters rounded up to a choice", lambda c, p, d: c.fpt < 2 * p.f or c.fpt == 1),
     ("every slice must hold at least one pixel a thread", lambda c, p, d: slice_pixels(c, p) >= c.threads
      or c.split_k == 1),
