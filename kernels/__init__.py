@@ -20,3 +20,8 @@ IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
     "conv2d_dgrad": ("conv2d_dgrad_direct", "conv2d_dgrad"),
     "conv2d_wgrad": ("conv2d_wgrad_direct", "conv2d_wgrad"),
 }
+
+
+def call_of(family_name: str) -> str:
+    """The call that family `family_name` computes: its key in IMPLEMENTATIONS, else its own name."""
+    return next((call for call, names in IMPLEMENTATIONS.items() if family_name in names), family_name)

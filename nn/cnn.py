@@ -186,19 +186,20 @@ class CNNStep:
             layer, g, a = m.layers[l], self.deltas[l][:n], self._input(l, n)
             below = self.deltas[l - 1][:n] if l > 0 else None
             aux = a if l > 0 and m.activated(l - 1) else None
+            act = m.activation if aux is not None else None     # the derivative to apply, with aux
             if layer.kind == "dense":
                 bk.gemm(g, a.reshape(n, -1), self.dW[l], trans_a=True)
                 bk.column_sums(g, self.db[l])
                 if below is not None:
-                    bk.gemm(g, m.W[l], below.reshape(n, -1), epilogue=f"d{m.activation}" if aux is not None else None,
+                    bk.gemm(g, m.W[l], below.reshape(n, -1), epilogue=f"d{act}" if act else None,
                             aux=None if aux is None else aux.reshape(n, -1))
             elif layer.kind == "conv":
                 bk.conv2d_backward_weights(g, a, self.dW[l], self.db[l])
                 if below is not None:
-                    bk.conv2d_backward_data(g, m.W[l], below, aux, m.activation)
+                    bk.conv2d_backward_data(g, m.W[l], below, aux, act)
             elif below is not None:   # act' of the pooled layer at each maximum: a function of the pooled value
                 pooled = self.acts[l][:n] if aux is not None else None
-                bk.maxpool2x2_backward(g, self.where[l][:n], below, pooled, m.activation)
+                bk.maxpool2x2_backward(g, self.where[l][:n], below, pooled, act)
 
     def update(self):
         """Adam (its defaults beyond lr) in one launch, or SGD with L2 on the weights, from the

@@ -51,9 +51,9 @@ def describe(name: str, args, kwargs) -> str:
         a, w = args[:2]
         activation = kwargs.get("activation", args[9] if len(args) > 9 else None)
         return f"linear_xent {a.shape[0]}x{w.shape[0]}x{a.shape[1]}" + (f" {activation}" if activation else "")
-    if name.startswith("conv2d"):
-        w = args[1] if name != "conv2d_backward_weights" else args[2]
-        return f"{name} {shape(args[1] if name == 'conv2d_backward_weights' else args[0])} by {shape(w)}"
+    if name.startswith("conv2d"):   # the maps it reads by the filters (or their gradient)
+        maps, filters = args[1:3] if name == "conv2d_backward_weights" else args[:2]
+        return f"{name} {shape(maps)} by {shape(filters)}"
     return f"{name} {shape(args[0])}"
 
 

@@ -15,7 +15,7 @@ from autogemm.ops.kernels import kernel
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import FAMILIES, family
 from autogemm.tuning.targets import parse_shapes
-from kernels import adam, colsum, elementwise, gemm, gemm_seeds, linear_xent, pool2x2, softmax_xent
+from kernels import adam, call_of, colsum, elementwise, gemm, gemm_seeds, linear_xent, pool2x2, softmax_xent
 from kernels.contract import ceil_div
 
 GEMM = family("gemm")
@@ -418,7 +418,7 @@ def key_sizes(name: str, small: tuple) -> tuple:
 def reference_operands(name: str, p, rng) -> dict:
     """Random float64 operands of one call of family `name` on problem p, as its reference takes them."""
     normal = rng.standard_normal
-    name = name.removesuffix("_direct")               # the call both convolution algorithms compute
+    name = call_of(name)                              # the call both convolution algorithms compute
     if name in ("gemm", "gemm_naive"):
         return {"a": normal((p.k, p.m) if p.trans_a else (p.m, p.k)), "b": normal((p.n, p.k) if p.trans_b else (p.k, p.n)),
                 "alpha": 1.5, "beta": -2.0, "c": normal((p.m, p.n)), "bias": normal(p.n),

@@ -147,9 +147,9 @@ def test_the_3xtf32_split_rounds_to_nearest_ties_away_as_cvt_rna_does():
 
 
 def run_and_check(launches, tmp_path):
-    """Run (launch, output, (value, magnitude), k, dtype) launches and check each output against
-    float64, naming the kernel that fails."""
-    run([launch for launch, *_ in launches], tmp_path)
+    """Run (launch, output, (value, magnitude), k, dtype) launches, each once however many outputs
+    it lists, and check each output against float64, naming the kernel that fails."""
+    run(list({id(launch): launch for launch, *_ in launches}.values()), tmp_path)
     for launch, d, want, k, dtype in launches:
         verdict = compare(d, *want, k, dtype)
         assert verdict.ok, f"{launch.instance.name}: {verdict.describe()}"
@@ -299,9 +299,9 @@ def test_conv2d_matches_float64_on_the_cpu(name, tmp_path):
         x = rng.uniform(0, 1, (n, c, h, w)).astype(t)                       # X: (N, C, H, W) pixels
         wt = (rng.standard_normal((f, c, k, k)) / k).astype(t)               # W: (F, C, K, K)
         b = rng.standard_normal(f).astype(t)                                 # b: (F,)
+        value, magnitude, depth = conv2d.reference(p, x, wt, b)["z"]
         for cfg in fam.candidates(p, H100)[:1] + fam.sample(p, H100, 3, seed=seed):
             z = np.full((n, f, p.out_h, p.out_w), np.nan, t)                 # Z: (N, F, OH, OW), poisoned
-            value, magnitude, depth = conv2d.reference(p, x, wt, b)["z"]
             cases.append((Launch(fam.instance(cfg, p), [x, wt, b, z, np.int32(n)]), z, (value, magnitude), depth, dtype))
     run_and_check(cases, tmp_path)
 
@@ -321,10 +321,10 @@ def test_conv2d_dgrad_matches_float64_on_the_cpu(name, tmp_path):
             aux = np.maximum(rng.standard_normal((n, c, h, w)), 0).astype(t)  # the layer below's relu output
         else:
             aux = rng.uniform(0.01, 0.99, (n, c, h, w)).astype(t)             # a sigmoid output
+        value, magnitude, depth = conv2d_dgrad.reference(p, g, wt, aux)["dx"]
         for cfg in fam.candidates(p, H100)[:1] + fam.sample(p, H100, 3, seed=seed):
             dx = np.full((n, c, h, w), np.nan, t)                            # dX: (N, C, H, W), poisoned
             args = [g, wt, aux if activation else np.uint64(0), dx, np.int32(n)]
-            value, magnitude, depth = conv2d_dgrad.reference(p, g, wt, aux)["dx"]
             cases.append((Launch(fam.instance(cfg, p), args), dx, (value, magnitude), depth, dtype))
     run_and_check(cases, tmp_path)
 
@@ -357,16 +357,7 @@ def test_conv2d_wgrad_matches_float64_on_the_cpu(name, split, tmp_path):
             launch = Launch(inst, args)
             cases += [(launch, dw, want["dw"][:2], p.depth, dtype), (launch, db, want["db"][:2], p.depth, dtype)]
     assert any(launch.instance.config.split_k > 1 for launch, *_ in cases)
-    run_and_check_once(cases, tmp_path)
-
-
-def run_and_check_once(cases, tmp_path):
-    """run_and_check for launches that write several outputs: each launch runs once."""
-    launches = list({id(launch): launch for launch, *_ in cases}.values())
-    run(launches, tmp_path)
-    for launch, out, want, k, dtype in cases:
-        verdict = compare(out, *want, k, dtype)
-        assert verdict.ok, f"{launch.instance.name}: {verdict.describe()}"
+    run_and_check(cases, tmp_path)
 
 
 POOLS = [(2, 3, 6, 8, None, "float32"),        # even sides
@@ -399,7 +390,7 @@ def test_pool2x2_forward_and_backward_match_float64_on_the_cpu(tmp_path):
             dx = np.full((n, c, h, w), np.nan, t)                           # dX: (N, C, H, W), poisoned
             args = [g, where, y if activation else np.uint64(0), dx, np.uint64(0), np.int32(n)]
             cases.append((Launch(fam.instance(cfg, backward), args), dx, dx_want, 1, dtype))
-    run_and_check_once(cases, tmp_path)
+    run_and_check(cases, tmp_path)
 
 
 def test_adam_matches_float64_and_advances_the_step_count_on_the_cpu(tmp_path):
@@ -421,5 +412,5 @@ def test_adam_matches_float64_and_advances_the_step_count_on_the_cpu(tmp_path):
                                                    *map(np.float64, hyper.values())])
             cases += [(launch, out, want[name][:2], 4, dtype) for name, out in (("w", w), ("m", m), ("v", v))]
             counts.append((steps, arrivals, done))
-    run_and_check_once(cases, tmp_path)
+    run_and_check(cases, tmp_path)
     assert all(steps[0] == done + 1 and arrivals[0] == 0 for steps, arrivals, done in counts)

@@ -229,3 +229,24 @@ def test_keys_of_problems():
     with pytest.raises(ValueError, match="gemm needs 3 sizes"):
         make_key("gemm", (800, 0, 1), "nn", "float32")
     assert file_for(locations.tune_dir(), H100).name == "nvidia-h100-80gb-hbm3.json"
+
+
+def test_the_family_a_call_runs_is_the_best_known_and_follows_a_reloaded_store(monkeypatch):
+    """Of a call's two convolution algorithms, the one tuned exactly runs; after lookup.reload the
+    choice is made again, even when another kernel was looked up first."""
+    from types import SimpleNamespace
+
+    from autogemm.ops.kernels import implementation
+    from kernels import conv2d
+
+    problem = conv2d.Problem(1000, 1, 28, 28, 6, 3)
+    known = {"conv2d_direct": "default", "conv2d": "exact"}
+    monkeypatch.setattr(lookup, "choose", lambda name, p, device: lookup.Choice(
+        None, known[name], SimpleNamespace(median_us=1.0) if known[name] == "exact" else None))
+    lookup.reload()
+    assert implementation("conv2d", problem, None, H100) == "conv2d"
+    assert implementation("conv2d", problem, "default", H100) == "conv2d_direct"
+    known.update(conv2d_direct="exact", conv2d="nearest")
+    lookup.reload()
+    kernel("conv2d_direct", problem, "default", H100)          # a kernel looked up first after the reload
+    assert implementation("conv2d", problem, None, H100) == "conv2d_direct"

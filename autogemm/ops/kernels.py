@@ -13,7 +13,17 @@ from kernels import IMPLEMENTATIONS
 from kernels.contract import Geometry
 
 _instances: dict[tuple, Instance] = {}
+_implementations: dict[tuple, str] = {}
 _generation = lookup.generation
+
+
+def _follow_lookup():
+    """Forget the kernels and families chosen with a store that lookup has since reloaded."""
+    global _generation
+    if _generation != lookup.generation:
+        _instances.clear()
+        _implementations.clear()
+        _generation = lookup.generation
 
 
 def kernel(family_name: str, problem, config: Mapping | str | None, device: DeviceInfo) -> Instance:
@@ -21,10 +31,7 @@ def kernel(family_name: str, problem, config: Mapping | str | None, device: Devi
     family's untuned default; None: the config autogemm.store.lookup chooses for this shape and GPU.
 
     Kept per (family, problem, config, device) until the store is reloaded (lookup.reload)."""
-    global _generation
-    if _generation != lookup.generation:
-        _instances.clear()
-        _generation = lookup.generation
+    _follow_lookup()
     key = (family_name, problem, config if config is None or config == "default" else Config(config), device)
     inst = _instances.get(key)
     if inst is None:
@@ -40,7 +47,6 @@ def kernel(family_name: str, problem, config: Mapping | str | None, device: Devi
 
 
 _RANK = {"exact": 0, "stale": 1, "nearest": 2, "default": 3}   # how well a lookup's choice is known
-_implementations: dict[tuple, str] = {}
 
 
 def implementation(call: str, problem, config: Mapping | str | None, device: DeviceInfo) -> str:
@@ -48,7 +54,6 @@ def implementation(call: str, problem, config: Mapping | str | None, device: Dev
     config None, the one whose lookup is best known (exact, stale, nearest, default), the faster
     tuned record between two exact ones, the first listed on a tie; "default": the first listed; a
     mapping: the family whose parameters it names."""
-    global _generation
     names = IMPLEMENTATIONS.get(call, (call,))
     if len(names) == 1:
         return names[0]
@@ -56,10 +61,7 @@ def implementation(call: str, problem, config: Mapping | str | None, device: Dev
         return names[0]
     if config is not None:
         return next((n for n in names if set(config) == set(family(n).params)), names[0])
-    if _generation != lookup.generation:
-        _instances.clear()
-        _implementations.clear()
-        _generation = lookup.generation
+    _follow_lookup()
     key = (call, problem, device)
     if key not in _implementations:
         choices = [(name, lookup.choose(name, problem, device)) for name in names]

@@ -23,7 +23,7 @@ from autogemm.runtime.family import Config, family
 from autogemm.store.keys import Key, problem_of
 from autogemm.tuning.timing import Timing, time_gpu
 from autogemm.tuning.verify import compare
-from kernels import REGISTRY
+from kernels import REGISTRY, call_of
 
 QUICK_WARMUP = 2
 
@@ -296,21 +296,23 @@ class ColsumMeasure(KernelMeasure):
 
 
 class ConvMeasure(KernelMeasure):
-    """One convolution direction (conv2d, conv2d_dgrad, conv2d_wgrad, each by either algorithm) of a LeNet-like layer: pixels
-    in [0, 1), filters and gradients random normal; its outputs against the family's float64 reference."""
+    """One convolution direction (conv2d, conv2d_dgrad, conv2d_wgrad, each by either algorithm) of a
+    LeNet-like layer: pixels in [0, 1), filters and gradients random normal; its outputs against the
+    family's float64 reference."""
 
     def __init__(self, key: Key, device: DeviceInfo, seed: int = 0):
         import cupy
 
         super().__init__(key, device, seed)
         p = self.problem
-        host = {"x": self.rng.uniform(0, 1, (p.n, p.c, p.h, p.w)).astype(self.dtype),    # X: (N, C, H, W)
-                "w": (self.normal(p.f, p.c, p.k, p.k) / p.k).astype(self.dtype),        # W: (F, C, K, K)
-                "b": self.normal(p.f),                                                  # b: (F,)
-                "g": self.normal(p.n, p.f, p.out_h, p.out_w)}                           # G: (N, F, OH, OW)
-        self.call = key.family.removesuffix("_direct")           # the call both implementations compute
+        self.call = call_of(key.family)                           # the call both algorithms compute
         inputs = {"conv2d": ("x", "w", "b"), "conv2d_dgrad": ("g", "w"), "conv2d_wgrad": ("g", "x")}[self.call]
-        self.expected = self.reference(p, **{name: host[name] for name in inputs})
+        make = {"x": lambda: self.rng.uniform(0, 1, (p.n, p.c, p.h, p.w)).astype(self.dtype),   # X: (N, C, H, W)
+                "w": lambda: (self.normal(p.f, p.c, p.k, p.k) / p.k).astype(self.dtype),       # W: (F, C, K, K)
+                "b": lambda: self.normal(p.f),                                                 # b: (F,)
+                "g": lambda: self.normal(p.n, p.f, p.out_h, p.out_w)}                          # G: (N, F, OH, OW)
+        host = {name: make[name]() for name in inputs}            # only what the call reads
+        self.expected = self.reference(p, **host)
         self.args = {name: cupy.asarray(host[name]) for name in inputs}
         self.out = {name: cupy.empty(value.shape, self.dtype) for name, (value, _, _) in self.expected.items()}
 

@@ -129,7 +129,7 @@ class CupyBackend(Backend):
 
     def conv2d_backward_data(self, g, w, out, aux=None, activation=None):
         if out.size:
-            autogemm.conv2d_backward_data(g, w, out, aux, activation if aux is not None else None, config=self.config)
+            autogemm.conv2d_backward_data(g, w, out, aux, activation, config=self.config)
         return out
 
     def conv2d_backward_weights(self, g, x, dw, db):
@@ -146,7 +146,7 @@ class CupyBackend(Backend):
 
     def maxpool2x2_backward(self, g, where, out, y=None, activation=None):
         if out.size:
-            autogemm.maxpool2x2_backward(g, where, out, y, activation if y is not None else None, config=self.config)
+            autogemm.maxpool2x2_backward(g, where, out, y, activation, config=self.config)
         return out
 
     def adam_update(self, w, g, m, v, steps, lr, beta1, beta2, eps):
