@@ -63,22 +63,29 @@ class CNN:
         wheres = [bk.xp.empty(s, np.int8) if layer.kind == "pool" else None for s, layer in zip(shapes, self.layers)]
         return acts, wheres
 
-    def forward(self, x, acts, wheres):
-        """Fill every A_l from x (n, C, H, W); returns the logits (n, classes), the last A."""
-        bk, last = self.backend, len(self.layers) - 1
+    def hidden(self, x, acts, wheres):
+        """Fill A_l of every layer but the last from x (n, C, H, W); returns the last layer's input
+        (x itself when the last layer is the only one)."""
+        bk = self.backend
         n = x.shape[0]
         a = x
-        for l, layer in enumerate(self.layers):
+        for l, layer in enumerate(self.layers[:-1]):
             out = acts[l][:n]
             if layer.kind == "conv":
                 bk.conv2d(a, self.W[l], self.b[l], out, self.activation)
             elif layer.kind == "pool":
                 bk.maxpool2x2(a, out, wheres[l][:n])
             else:
-                epilogue = "bias" if l == last else f"bias_{self.activation}"
-                bk.gemm(a.reshape(n, -1), self.W[l], out, trans_b=True, epilogue=epilogue, bias=self.b[l])
+                bk.gemm(a.reshape(n, -1), self.W[l], out, trans_b=True, epilogue=f"bias_{self.activation}",
+                        bias=self.b[l])
             a = out
         return a
+
+    def forward(self, x, acts, wheres):
+        """Fill every A_l from x (n, C, H, W); returns the logits (n, classes), the last A."""
+        n = x.shape[0]
+        a = self.hidden(x, acts, wheres).reshape(n, -1)
+        return self.backend.gemm(a, self.W[-1], acts[-1][:n], trans_b=True, epilogue="bias", bias=self.b[-1])
 
     def images(self, x):
         """Rows x (n, features) viewed as images (n, C, H, W)."""
@@ -159,6 +166,9 @@ class CNNStep:
         self._sgd = [(p, g, reg if i % 2 == 0 else 0.0) for i, (p, g) in enumerate(zip(params, views))]
         self._shapes = shapes
         self.loss_sum = bk.zeros((1,))
+        # the output layer's operation also gives G_{last-1} when act' applies to it
+        last = len(model.layers) - 1
+        self._output_carries_down = last > 0 and model.activated(last - 1)
         self._x = None
 
     def reset_loss(self):
@@ -170,36 +180,47 @@ class CNNStep:
 
     def forward(self, x, labels):
         """x (n, features) images as rows: every A_l, the logits, the loss into loss_sum and
-        G_last = (softmax(Z) - Y) / batch."""
+        G_last = (softmax(Z) - Y) / batch; also G_{last-1} when the last layer's input is activated
+        (one fused output-layer operation, Backend.linear_xent)."""
         m = self.model
-        n = x.shape[0]
+        n, last = x.shape[0], len(m.layers) - 1
         self._x = m.images(x)
-        logits = m.forward(self._x, self.acts, self.where)
-        m.backend.softmax_xent(logits, labels, self.deltas[-1][:n], 1.0 / self.batch, self.loss_sum)
+        a = m.hidden(self._x, self.acts, self.where).reshape(n, -1)
+        below = self.deltas[last - 1][:n].reshape(n, -1) if self._output_carries_down else None
+        m.backend.linear_xent(a, m.W[last], m.b[last], labels, self.acts[last][:n], self.deltas[last][:n],
+                              1.0 / self.batch, self.loss_sum, below, m.activation if below is not None else None)
 
     def backward(self):
         """dW_l, db_l of every conv and dense layer, and each G_{l-1} = the gradient carried down,
-        times act'(A_{l-1}) where layer l-1 is activated."""
+        times act'(A_{l-1}) where layer l-1 is activated.
+
+        The gradient carried down is the critical path; each layer's weight gradient goes on a side
+        branch beside it (it only reads G_l and A_{l-1}), joined before the step ends."""
         m, bk = self.model, self.model.backend
-        n = self._x.shape[0]
+        n, last = self._x.shape[0], len(m.layers) - 1
         for l in reversed(range(len(m.layers))):
             layer, g, a = m.layers[l], self.deltas[l][:n], self._input(l, n)
-            below = self.deltas[l - 1][:n] if l > 0 else None
+            below = self.deltas[l - 1][:n] if l > 0 and not (l == last and self._output_carries_down) else None
             aux = a if l > 0 and m.activated(l - 1) else None
             act = m.activation if aux is not None else None     # the derivative to apply, with aux
+            if layer.kind != "pool":
+                with bk.side_branch():
+                    if layer.kind == "dense":
+                        bk.gemm(g, a.reshape(n, -1), self.dW[l], trans_a=True)
+                        bk.column_sums(g, self.db[l])
+                    else:
+                        bk.conv2d_backward_weights(g, a, self.dW[l], self.db[l])
+            if below is None:
+                continue
             if layer.kind == "dense":
-                bk.gemm(g, a.reshape(n, -1), self.dW[l], trans_a=True)
-                bk.column_sums(g, self.db[l])
-                if below is not None:
-                    bk.gemm(g, m.W[l], below.reshape(n, -1), epilogue=f"d{act}" if act else None,
-                            aux=None if aux is None else aux.reshape(n, -1))
+                bk.gemm(g, m.W[l], below.reshape(n, -1), epilogue=f"d{act}" if act else None,
+                        aux=None if aux is None else aux.reshape(n, -1))
             elif layer.kind == "conv":
-                bk.conv2d_backward_weights(g, a, self.dW[l], self.db[l])
-                if below is not None:
-                    bk.conv2d_backward_data(g, m.W[l], below, aux, act)
-            elif below is not None:   # act' of the pooled layer at each maximum: a function of the pooled value
+                bk.conv2d_backward_data(g, m.W[l], below, aux, act)
+            else:   # act' of the pooled layer at each maximum: a function of the pooled value
                 pooled = self.acts[l][:n] if aux is not None else None
                 bk.maxpool2x2_backward(g, self.where[l][:n], below, pooled, act)
+        bk.join_branch()
 
     def update(self):
         """Adam (its defaults beyond lr) in one launch, or SGD with L2 on the weights, from the

@@ -1,6 +1,5 @@
 """The NumPy backend against plain NumPy expressions, the MLP's gradients against finite differences,
 the fused single-rank update against gradient-then-SGD, and training accuracy on Fashion-MNIST."""
-import contextlib
 import itertools
 import json
 import warnings
@@ -9,8 +8,8 @@ import numpy as np
 import pytest
 
 from nn.backends import ACTIVATIONS, EPILOGUES, get_backend
-from nn.backends.numpy_backend import NumpyBackend
 from nn.mlp import MLP, Step, init_params
+from late_branch import LateBranchBackend
 
 DTYPES = (np.float32, np.float64)
 TOL = {np.float32: 1e-5, np.float64: 1e-13}
@@ -180,36 +179,6 @@ def test_fused_update_equals_grad_then_sgd(activation, hidden):
             step.update() if weight_grads else step.update_fused()
     for (wf, bf), (wp, bp) in zip(fused.params_numpy(), plain.params_numpy()):
         assert rel_err(wf, wp) < 1e-15 * 8 and rel_err(bf, bp) == 0
-
-
-class LateBranchBackend(NumpyBackend):
-    """Runs the side branch's work only at join_branch, after the main work enqueued meanwhile:
-    a step whose results depend on when its branch runs (a hazard on a GPU) fails against this."""
-
-    def __init__(self, dtype):
-        super().__init__(dtype)
-        self.inside, self.deferred = False, []
-
-    @contextlib.contextmanager
-    def side_branch(self):
-        self.inside = True
-        yield
-        self.inside = False
-
-    def join_branch(self):
-        for op in self.deferred:
-            op()
-        self.deferred.clear()
-
-    def gemm(self, *args, **kw):
-        if not self.inside:
-            return super().gemm(*args, **kw)
-        self.deferred.append(lambda: NumpyBackend.gemm(self, *args, **kw))
-
-    def column_sums(self, *args, **kw):
-        if not self.inside:
-            return super().column_sums(*args, **kw)
-        self.deferred.append(lambda: NumpyBackend.column_sums(self, *args, **kw))
 
 
 @pytest.mark.parametrize("hidden", [(4,), (4, 3)])
