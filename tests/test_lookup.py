@@ -250,3 +250,21 @@ def test_the_family_a_call_runs_is_the_best_known_and_follows_a_reloaded_store(m
     lookup.reload()
     kernel("conv2d_direct", problem, "default", H100)          # a kernel looked up first after the reload
     assert implementation("conv2d", problem, None, H100) == "conv2d_direct"
+
+
+def test_a_stale_record_competes_on_time_with_an_exact_one(monkeypatch):
+    """A template change must not hand a call to a slower algorithm: a stale record's time counts."""
+    from types import SimpleNamespace
+
+    from autogemm.ops.kernels import implementation
+    from kernels import conv2d
+
+    problem = conv2d.Problem(1000, 1, 28, 28, 6, 3)
+    known = {"conv2d_direct": ("stale", 8.0), "conv2d": ("exact", 25.0)}
+    monkeypatch.setattr(lookup, "choose", lambda name, p, device: lookup.Choice(
+        None, known[name][0], SimpleNamespace(median_us=known[name][1])))
+    lookup.reload()
+    assert implementation("conv2d", problem, None, H100) == "conv2d_direct"
+    known.update(conv2d_direct=("stale", 30.0))
+    lookup.reload()
+    assert implementation("conv2d", problem, None, H100) == "conv2d"

@@ -46,13 +46,15 @@ def kernel(family_name: str, problem, config: Mapping | str | None, device: Devi
     return inst
 
 
-_RANK = {"exact": 0, "stale": 1, "nearest": 2, "default": 3}   # how well a lookup's choice is known
+# How well a lookup's choice is known: a stale record's time is still a measurement of its own shape
+# (its template has changed since), so it competes with exact ones on time.
+_RANK = {"exact": 0, "stale": 0, "nearest": 1, "default": 2}
 
 
 def implementation(call: str, problem, config: Mapping | str | None, device: DeviceInfo) -> str:
     """The family that runs `call` (a key of kernels.IMPLEMENTATIONS, else the family itself): with
-    config None, the one whose lookup is best known (exact, stale, nearest, default), the faster
-    tuned record between two exact ones, the first listed on a tie; "default": the first listed; a
+    config None, the one whose lookup is best known (a record of this shape, exact or stale, then
+    nearest, then default), the faster record between two of this shape, the first listed on a tie; "default": the first listed; a
     mapping: the family whose parameters it names."""
     names = IMPLEMENTATIONS.get(call, (call,))
     if len(names) == 1:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 15 on a GPU: the CNN's gpu tests, then LeNet's epoch time on the cupy backend (one CUDA graph
 # an epoch) at batch 1000 and 128. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue15-visit.sh tests [PYTEST -k EXPRESSION] | time
+#   source .device/env.sh && bash tuned/bench/issue15-visit.sh tests [PYTEST -k EXPRESSION] | time [tuned] |
+#       accuracy | profile [BACKEND] | tune [BATCHES] | stale
 set -uo pipefail
 out=${OUT:-/tmp/issue15}
 mkdir -p "$out"
@@ -38,6 +39,11 @@ tune)      # LeNet's step at batch ${2:-1000 128}, the families $FAMILIES (defau
             --trials ${TRIALS:-40} --timeout ${TIMEOUT:-15} >> "$out/tune-lenet.log" 2>&1
         echo "tune lenet batch $batch rc=$? $(( $(date +%s) - t0 )) s"
     done
+    cp tuned/*.json "$out/"
+    ;;
+stale)     # re-tune this GPU's stale records (their templates changed since)
+    python -m autogemm.cli tune --stale --trials ${TRIALS:-40} --timeout ${TIMEOUT:-15} > "$out/tune-stale.log" 2>&1
+    echo "tune --stale rc=$?"; tail -4 "$out/tune-stale.log"
     cp tuned/*.json "$out/"
     ;;
 esac
