@@ -1,10 +1,12 @@
-"""Training benchmark: ms per epoch of the same MLP on each backend, and PyTorch when importable.
+"""Training benchmark: ms per epoch of the same network on each backend, and PyTorch when importable.
 
     python -m nn.bench                      # every network below, every backend that runs here
-    python -m nn.bench --networks cme213 --backends cupy,cublas --json out.json --png out.png
+    python -m nn.bench --networks cme213,lenet --backends cupy-tuned,torch-graph --json out.json --png out.png
 
-Data: the first N Fashion-MNIST training images (unit-scaled), resident on the GPU. Each backend
-runs one untimed epoch (compiles, captures), then `--epochs` timed ones; the median is reported.
+The networks: MLPs (784-hidden-10, SGD) and the LeNet-like CNN (nn.layers.LENET, Adam) at batch
+1000 and 128. Data: the first N Fashion-MNIST training images (unit-scaled), resident on the GPU.
+Each backend runs one untimed epoch (compiles, captures), then `--epochs` timed ones; the median is
+reported. The NumPy trainer runs a CNN on a slice of the images, its time scaled to the epoch.
 """
 import statistics
 import sys
@@ -14,15 +16,19 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from nn.backends import cuda_available, get_backend
+from nn.backends.numpy_cnn import ADAM
+from nn.cnn import CNN, CNNStep, init_cnn_params
 from nn.data import load_dataset
 from nn.dist import rank_rows
 from nn.errors import ArgumentParser, NNError, exit_status
+from nn.layers import LENET, parse_layers
 from nn.mlp import MLP, Epoch, Step, init_params
 from nn.outputs import claim, claim_json, write_json
 
 
 @dataclass(frozen=True)
 class Network:
+    """An MLP 784-hidden-10 trained with SGD (L2 1e-4)."""
     name: str
     hidden: int
     batch: int
@@ -31,20 +37,39 @@ class Network:
     lr: float = 0.1
 
 
+@dataclass(frozen=True)
+class ConvNetwork:
+    """A CNN of nn.layers' spec `layers` with relu, trained with Adam at its defaults, as
+    `python -m nn.train --layers` trains it."""
+    name: str
+    layers: str
+    batch: int
+    images: int = 54000
+
+
+NUMPY_CNN_IMAGES = 2000   # the NumPy trainer's CNN slice (an epoch of 54,000 takes 18 s on 16 cores)
+
+
 def networks() -> dict[str, Network]:
+    """The MLPs (nn.scaling runs these too)."""
     nets = [Network("cme213", 1000, 800, 54000), Network("grading", 100, 800, 54000)]
     nets += [Network(f"relu-h{h}-b{b}", h, b, 37800, "relu", 0.05) for h in (32, 64, 128, 256) for b in (32, 64, 128)]
     nets.append(Network("large", 4096, 8192, 54000))
     return {n.name: n for n in nets}
 
 
+def cnn_networks() -> dict[str, ConvNetwork]:
+    return {n.name: n for n in (ConvNetwork("lenet", LENET, 1000), ConvNetwork("lenet-b128", LENET, 128))}
+
+
 @dataclass
 class Result:
     network: str
     backend: str
-    ms_per_epoch: float
+    ms_per_epoch: float  # for the network's whole epoch (scaled from `images` where fewer were timed)
     epochs: int
     accuracy: float      # training-set accuracy after the timed epochs (a sanity check, not a score)
+    images: int          # images an epoch timed: all of the network's, or the NumPy trainer's slice
 
 
 def make_backend(backend_name: str, dtype: str = "float32"):
@@ -53,14 +78,20 @@ def make_backend(backend_name: str, dtype: str = "float32"):
     return get_backend(backend_name.split("-")[0], dtype, **options)
 
 
-def time_backend(net: Network, backend_name: str, x: np.ndarray, y: np.ndarray, epochs: int) -> Result:
+def time_backend(net: Network | ConvNetwork, backend_name: str, x: np.ndarray, y: np.ndarray,
+                 epochs: int) -> Result:
     """Median ms per epoch of autogemm's or the baseline's backend (graph-captured where it can be)."""
     backend = make_backend(backend_name)
-    sizes = (x.shape[1], net.hidden, 10)
-    model = MLP(backend, sizes, net.activation, init_params(sizes, "he" if net.activation == "relu" else "cme213"))
+    if isinstance(net, ConvNetwork):
+        layers = parse_layers(net.layers)
+        model = CNN(backend, layers, "relu", init_cnn_params(layers))
+        step = CNNStep(model, net.batch, net.batch, "adam", ADAM["lr"])
+    else:
+        sizes = (x.shape[1], net.hidden, 10)
+        model = MLP(backend, sizes, net.activation, init_params(sizes, "he" if net.activation == "relu" else "cme213"))
+        step = Step(model, net.batch, net.batch, net.lr, 1e-4)
     index, spans = rank_rows(len(y), net.batch, 0, 1)
     xd, yd = backend.asarray(x[index]), backend.asarray(y[index])  # X: (N, 784) float32, labels (N,)
-    step = Step(model, net.batch, net.batch, net.lr, 1e-4)
     epoch = Epoch(step, spans, xd, yd, graph=True)
     times = []
     for i in range(epochs + 1):
@@ -70,21 +101,49 @@ def time_backend(net: Network, backend_name: str, x: np.ndarray, y: np.ndarray, 
         if i:
             times.append((time.perf_counter() - start) * 1e3)
     accuracy = model.count_correct(xd, y) / len(y)
-    return Result(net.name, backend_name, statistics.median(times), epochs, accuracy)
+    return Result(net.name, backend_name, statistics.median(times) * net.images / len(y), epochs, accuracy,
+                  len(y))
 
 
-def time_torch(net: Network, x: np.ndarray, y: np.ndarray, epochs: int, graph: bool) -> Result:
-    """The same network in PyTorch, data on the GPU; with `graph`, each step replays a CUDA graph."""
+def torch_cnn(net: ConvNetwork, torch):
+    """The layers of `net.layers` as a torch Sequential over rows of pixels."""
+    layers = parse_layers(net.layers)
+    modules = [torch.nn.Unflatten(1, layers[0].shape_in)]
+    for i, layer in enumerate(layers):
+        c, h, w = layer.shape_in
+        if layer.kind == "conv":
+            modules += [torch.nn.Conv2d(c, layer.width, layer.kernel), torch.nn.ReLU()]
+        elif layer.kind == "pool":
+            modules.append(torch.nn.MaxPool2d(2))
+        else:
+            if i == 0 or layers[i - 1].kind != "dense":
+                modules.append(torch.nn.Flatten())
+            modules.append(torch.nn.Linear(c * h * w, layer.width))
+            if i < len(layers) - 1:
+                modules.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*modules)
+
+
+def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs: int, graph: bool) -> Result:
+    """The same network in PyTorch (FP32: TF32 off, cuDNN's algorithm search on), data on the GPU;
+    with `graph`, each step replays a CUDA graph."""
     import torch
 
     dev = torch.device("cuda")
     torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True
     xd = torch.from_numpy(x).to(dev)                              # X: (N, 784) float32
     yd = torch.from_numpy(y.astype(np.int64)).to(dev)             # (N,) int64
-    model = torch.nn.Sequential(torch.nn.Linear(x.shape[1], net.hidden),
-                                torch.nn.Sigmoid() if net.activation == "sigmoid" else torch.nn.ReLU(),
-                                torch.nn.Linear(net.hidden, 10)).to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=net.lr, weight_decay=1e-4)
+    if isinstance(net, ConvNetwork):
+        model = torch_cnn(net, torch).to(dev)
+        opt = torch.optim.Adam(model.parameters(), lr=ADAM["lr"], betas=(ADAM["beta1"], ADAM["beta2"]),
+                               eps=ADAM["eps"], capturable=graph)
+    else:
+        model = torch.nn.Sequential(torch.nn.Linear(x.shape[1], net.hidden),
+                                    torch.nn.Sigmoid() if net.activation == "sigmoid" else torch.nn.ReLU(),
+                                    torch.nn.Linear(net.hidden, 10)).to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=net.lr, weight_decay=1e-4)
     loss_fn = torch.nn.CrossEntropyLoss()
     starts = range(0, len(y), net.batch)
 
@@ -129,10 +188,11 @@ def time_torch(net: Network, x: np.ndarray, y: np.ndarray, epochs: int, graph: b
             times.append((time.perf_counter() - start) * 1e3)
     with torch.no_grad():
         accuracy = float((model(xd).argmax(1) == yd).float().mean())
-    return Result(net.name, "torch-graph" if graph else "torch-eager", statistics.median(times), epochs, accuracy)
+    return Result(net.name, "torch-graph" if graph else "torch-eager", statistics.median(times), epochs, accuracy,
+                  len(y))
 
 
-def run(nets: list[Network], backends: list[str], epochs: int, data_dir=None) -> list[Result]:
+def run(nets: list[Network | ConvNetwork], backends: list[str], epochs: int, data_dir=None) -> list[Result]:
     ds = load_dataset("fashion-mnist", data_dir=data_dir, scale="unit", dtype=np.float32)
     short = [net for net in nets if net.images > len(ds.train.y)]
     if short:
@@ -142,15 +202,19 @@ def run(nets: list[Network], backends: list[str], epochs: int, data_dir=None) ->
     for net in nets:
         x, y = ds.train.x[:net.images], ds.train.y[:net.images]
         for name in backends:
-            if name == "numpy" and net.hidden * net.images > 256 * 54000:
+            cnn = isinstance(net, ConvNetwork)
+            if name == "numpy" and not cnn and net.hidden * net.images > 256 * 54000:
                 continue  # minutes per epoch on a CPU: not worth the wait
             if name.startswith("torch"):
                 result = time_torch(net, x, y, epochs, graph=name == "torch-graph")
+            elif name == "numpy" and cnn:
+                result = time_backend(net, name, x[:NUMPY_CNN_IMAGES], y[:NUMPY_CNN_IMAGES], 1)
             else:
                 result = time_backend(net, name, x, y, epochs if name != "numpy" else 1)
             results.append(result)
+            sliced = f", {result.images} images timed" if result.images < net.images else ""
             print(f"{net.name:>14}  {name:>12}  {result.ms_per_epoch:9.2f} ms/epoch  "
-                  f"(train accuracy {100 * result.accuracy:.1f}%)", flush=True)
+                  f"(train accuracy {100 * result.accuracy:.1f}%{sliced})", flush=True)
     if not results:
         raise NNError("nothing ran: the numpy backend skips networks this large (minutes an epoch); "
                       "choose smaller --networks or GPU --backends")
@@ -214,7 +278,7 @@ def chart(results: list[Result], path: str) -> None:
 
 
 def main(argv=None) -> int:
-    known = networks()
+    known = networks() | cnn_networks()
     p = ArgumentParser(prog="python -m nn.bench", description=__doc__.splitlines()[0])
     p.add_argument("--networks", default=",".join(known), help=f"comma list of {', '.join(known)} (default: all)")
     p.add_argument("--backends", help="comma list (default: all that run here: numpy, cublas, cupy-default, "

@@ -141,15 +141,19 @@ def record_step(rows: int, batch: int, sizes, activation: str, ranks: int) -> li
     return recorder.launches
 
 
-def step_rows(batch: int, train_size: int, ranks: int) -> list[int]:
+def step_rows(batch: int, train_size: int | None, ranks: int) -> list[int]:
     """Rows a rank's step sees with `ranks` ranks: each rank's share (np.array_split) of the full
-    batch and of the last, partial batch of an epoch; largest first, zero shares left out."""
-    batches = {min(batch, train_size)} | ({train_size % batch} if train_size % batch else set())
+    batch and of the last, partial batch of an epoch (train_size None: the full batch only);
+    largest first, zero shares left out."""
+    if train_size is None:
+        batches = {batch}
+    else:
+        batches = {min(batch, train_size)} | ({train_size % batch} if train_size % batch else set())
     rows = {len(part) for b in batches for part in np.array_split(np.empty(b), ranks)}
     return sorted((r for r in rows if r > 0), reverse=True)
 
 
-def step_targets(batch: int = 800, hidden: tuple[int, ...] = (1000,), train_size: int = 54_000,
+def step_targets(batch: int = 800, hidden: tuple[int, ...] = (1000,), train_size: int | None = 54_000,
                  ranks: tuple[int, ...] = (1,), activation: str = "sigmoid", inputs: int = 784,
                  classes: int = 10) -> list[autogemm.Target]:
     """Every launch of the MLP's training step (784-hidden-10 on Fashion-MNIST's shapes) for each
@@ -158,7 +162,7 @@ def step_targets(batch: int = 800, hidden: tuple[int, ...] = (1000,), train_size
     first = {}
     for r in ranks:
         for rows in step_rows(batch, train_size, r):
-            for launch in record_step(rows, min(batch, train_size), sizes, activation, r):
+            for launch in record_step(rows, min(batch, train_size or batch), sizes, activation, r):
                 first.setdefault((launch.family, launch.sizes, launch.op), launch)
     return list(first.values())
 
@@ -187,7 +191,7 @@ def record_cnn_step(rows: int, batch: int, layers: str, ranks: int, optimizer: s
     return recorder.launches
 
 
-def cnn_step_targets(batch: int = 1000, train_size: int = 54_000, ranks: tuple[int, ...] = (1,),
+def cnn_step_targets(batch: int = 1000, train_size: int | None = 54_000, ranks: tuple[int, ...] = (1,),
                      layers: str = LENET, **_mlp_only) -> list[autogemm.Target]:
     """Every launch of the CNN's training step (the LeNet-like network, or nn.layers spec `layers`)
     for each rank count and each row count a rank sees, the first of each (family, sizes, op) kept.
@@ -195,6 +199,6 @@ def cnn_step_targets(batch: int = 1000, train_size: int = 54_000, ranks: tuple[i
     first = {}
     for r in ranks:
         for rows in step_rows(batch, train_size, r):
-            for launch in record_cnn_step(rows, min(batch, train_size), layers, r):
+            for launch in record_cnn_step(rows, min(batch, train_size or batch), layers, r):
                 first.setdefault((launch.family, launch.sizes, launch.op), launch)
     return list(first.values())

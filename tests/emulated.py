@@ -93,20 +93,28 @@ def _literal(i: int, arg) -> str:
     raise TypeError(f"cannot pass {type(arg).__name__} to an emulated kernel")
 
 
-def _program(launch: Launch) -> str:
-    inst, g = launch.instance, launch.instance.geometry
-    source = translate_ptx(_DYNAMIC_SMEM.sub(r"unsigned char* \1 = emu::dynamic_smem;", inst.source))
-    arrays = [(i, a) for i, a in enumerate(launch.args) if isinstance(a, np.ndarray)]
-    lines = [f'    auto b{i} = read("arg{i}.bin", {a.nbytes});' for i, a in arrays]
-    lines.append(f"    emu::launch({inst.name}, dim3{{{', '.join(map(str, g.grid))}}}, "
-                 f"dim3{{{', '.join(map(str, g.block))}}}, {g.smem_bytes}, "
-                 + ", ".join(_literal(i, a) for i, a in enumerate(launch.args)) + ");")
-    lines += [f'    write("arg{i}.out", b{i}, {a.nbytes});' for i, a in arrays]
-    body = "\n".join(lines)
+def _program(launches: list[Launch]) -> str:
+    """One program running `launches` in order: each kernel source in a namespace of its own (they
+    share constant names), each launch's arrays read from l<j>_arg<i>.bin and written back to .out."""
+    namespaces, sources, calls = {}, [], []
+    for j, launch in enumerate(launches):
+        inst, g = launch.instance, launch.instance.geometry
+        if inst.name not in namespaces:
+            namespaces[inst.name] = ns = f"kernel{len(namespaces)}"
+            source = translate_ptx(_DYNAMIC_SMEM.sub(r"unsigned char* \1 = emu::dynamic_smem;", inst.source))
+            sources.append(f"namespace {ns} {{\n{source}\n}}  // namespace {ns}")
+        arrays = [(i, a) for i, a in enumerate(launch.args) if isinstance(a, np.ndarray)]
+        lines = [f'    std::fprintf(stderr, "launch {j}: {inst.name}\\n");']
+        lines += [f'    auto b{i} = read("l{j}_arg{i}.bin", {a.nbytes});' for i, a in arrays]
+        lines.append(f"    emu::launch({namespaces[inst.name]}::{inst.name}, dim3{{{', '.join(map(str, g.grid))}}}, "
+                     f"dim3{{{', '.join(map(str, g.block))}}}, {g.smem_bytes}, "
+                     + ", ".join(_literal(i, a) for i, a in enumerate(launch.args)) + ");")
+        lines += [f'    write("l{j}_arg{i}.out", b{i}, {a.nbytes});' for i, a in arrays]
+        calls.append("  {\n" + "\n".join(lines) + "\n  }")
     return f'''#include "cuda_emu.h"
 #include <cstdio>
 
-{source}
+{chr(10).join(sources)}
 
 struct Buf {{
     void* p;
@@ -128,30 +136,42 @@ static void write(const char* path, const std::vector<emu::Chunk>& buf, size_t b
 }}
 
 int main() {{
-{body}
+{chr(10).join(calls)}
 }}
 '''
 
 
-def _build_and_run(launch: Launch, workdir: Path):
+def _build_and_run(launches: list[Launch], workdir: Path):
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "main.cpp").write_text(_program(launch))
-    for i, a in enumerate(launch.args):
-        if isinstance(a, np.ndarray):
-            (workdir / f"arg{i}.bin").write_bytes(np.ascontiguousarray(a).tobytes())
+    (workdir / "main.cpp").write_text(_program(launches))
+    names = ", ".join(dict.fromkeys(launch.instance.name for launch in launches))
+    for j, launch in enumerate(launches):
+        for i, a in enumerate(launch.args):
+            if isinstance(a, np.ndarray):
+                (workdir / f"l{j}_arg{i}.bin").write_bytes(np.ascontiguousarray(a).tobytes())
     build = subprocess.run([GXX, "-std=c++20", "-O1", "-pthread", "-Wno-unknown-pragmas", f"-I{HEADER_DIR}",
                             "main.cpp", "-o", "kernel"], cwd=workdir, capture_output=True, text=True)
     if build.returncode:
-        raise RuntimeError(f"{launch.instance.name}: g++ failed:\n{build.stderr[:3000]}")
-    ran = subprocess.run(["./kernel"], cwd=workdir, capture_output=True, text=True, timeout=300)
+        raise RuntimeError(f"{names}: g++ failed:\n{build.stderr[:3000]}")
+    ran = subprocess.run(["./kernel"], cwd=workdir, capture_output=True, text=True, timeout=600)
     if ran.returncode:
-        raise RuntimeError(f"{launch.instance.name}: exit status {ran.returncode}: {ran.stderr[:1000]}")
-    for i, a in enumerate(launch.args):
-        if isinstance(a, np.ndarray):
-            a[...] = np.frombuffer((workdir / f"arg{i}.out").read_bytes(), dtype=a.dtype).reshape(a.shape)
+        last = ran.stderr.strip().splitlines()[-1:] or ["before any launch"]
+        raise RuntimeError(f"exit status {ran.returncode} in {last[0]}: {ran.stderr[-1000:]}")
+    for j, launch in enumerate(launches):
+        for i, a in enumerate(launch.args):
+            if isinstance(a, np.ndarray):
+                out = (workdir / f"l{j}_arg{i}.out").read_bytes()
+                a[...] = np.frombuffer(out, dtype=a.dtype).reshape(a.shape)
+
+
+PER_PROGRAM = 8   # launches built into one program: g++ spends about 1 s on cuda_emu.h's headers each
 
 
 def run(launches: list[Launch], workdir: Path, jobs: int = 2):
-    """Build and run each launch (`jobs` at a time), each in its own folder under `workdir`."""
+    """Build and run the launches, in order, as programs of at most PER_PROGRAM launches (`jobs`
+    programs at a time, each in its own folder under `workdir`)."""
+    programs = max(jobs, -(-len(launches) // PER_PROGRAM))
+    size = -(-len(launches) // programs)
+    groups = [launches[i:i + size] for i in range(0, len(launches), size)]
     with ThreadPoolExecutor(jobs) as pool:
-        list(pool.map(lambda il: _build_and_run(il[1], Path(workdir) / f"launch{il[0]}"), enumerate(launches)))
+        list(pool.map(lambda ig: _build_and_run(ig[1], Path(workdir) / f"program{ig[0]}"), enumerate(groups)))

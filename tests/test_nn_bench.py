@@ -5,7 +5,8 @@ import sys
 
 import pytest
 
-from nn.bench import BACKEND_NAMES, Result, available_backends, main, networks, table
+from nn.bench import BACKEND_NAMES, NUMPY_CNN_IMAGES, Result, available_backends, cnn_networks, main, networks, table
+from nn.layers import LENET
 from nn.data import SYSTEM_DIRS
 from run_train import ROOT
 
@@ -22,8 +23,14 @@ def test_the_networks_of_the_issue():
     assert {n.images for n in grid} == {37800}
 
 
+def test_the_cnn_networks_are_lenet_at_both_batches_of_the_issue():
+    assert {(n.name, n.layers, n.batch, n.images) for n in cnn_networks().values()} == {
+        ("lenet", LENET, 1000, 54000), ("lenet-b128", LENET, 128, 54000)}
+
+
 def test_table_lines_up_backends_per_network():
-    rows = [Result("a", "numpy", 1.5, 1, 0.5), Result("a", "cupy-tuned", 0.25, 3, 0.5), Result("b", "cupy-tuned", 2, 3, 0.5)]
+    rows = [Result("a", "numpy", 1.5, 1, 0.5, 9), Result("a", "cupy-tuned", 0.25, 3, 0.5, 9),
+            Result("b", "cupy-tuned", 2, 3, 0.5, 9)]
     lines = table(rows).splitlines()
     assert lines[0].split() == ["network", "numpy", "cupy-tuned"]
     assert lines[1].split() == ["a", "1.50", "0.25"] and lines[2].split() == ["b", "-", "2.00"]
@@ -39,6 +46,15 @@ def test_numpy_run_writes_json(tmp_path):
     assert main(["--networks", "relu-h32-b128", "--backends", "numpy", "--epochs", "1", "--json", str(out)]) == 0
     (result,) = json.loads(out.read_text())["results"]
     assert result["backend"] == "numpy" and result["ms_per_epoch"] > 0 and result["accuracy"] > 0.5
+
+
+@needs_data
+def test_the_numpy_cnn_row_times_a_slice_and_scales_it_to_the_epoch(tmp_path):
+    out = tmp_path / "bench.json"
+    assert main(["--networks", "lenet", "--backends", "numpy", "--epochs", "1", "--json", str(out)]) == 0
+    (result,) = json.loads(out.read_text())["results"]
+    assert (result["network"], result["images"]) == ("lenet", NUMPY_CNN_IMAGES)
+    assert result["ms_per_epoch"] > 0 and 0 < result["accuracy"] <= 1
 
 
 @pytest.mark.parametrize("args,message", [
@@ -61,7 +77,7 @@ def test_outputs_replace_only_earlier_outputs_and_are_claimed_before_the_work(tm
     import nn.bench
 
     ran = []
-    monkeypatch.setattr(nn.bench, "run", lambda *a: ran.append(a) or [Result("grading", "numpy", 1.0, 1, 0.5)])
+    monkeypatch.setattr(nn.bench, "run", lambda *a: ran.append(a) or [Result("grading", "numpy", 1.0, 1, 0.5, 54000)])
     (tmp_path / "notes.txt").write_text("mine")
     (tmp_path / "old.json").write_text(json.dumps({"command": "python -m nn.bench --epochs 1", "results": []}))
     for flag, name in (("--json", "notes.txt"), ("--png", "notes.txt")):

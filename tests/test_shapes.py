@@ -1,8 +1,9 @@
-"""autogemm.tuning.targets: the MLP's GEMMs and the `MxNxK[:op]` lists of --shapes."""
+"""autogemm.tuning.targets: the MLP's and the CNN's GEMMs, the CNN's convolution calls, and the
+`MxNxK[:op]` lists of --shapes."""
 import pytest
 
 from autogemm.errors import AutogemmError
-from autogemm.tuning.targets import Shape, parse_shapes
+from autogemm.tuning.targets import Shape, network_convolutions, parse_shapes
 
 
 def test_nn_is_the_gemms_of_the_mlp_training_step_in_order():
@@ -20,6 +21,19 @@ def test_nn_follows_batch_and_hidden_sizes():
     assert len(shapes) == 2 + 1 + 3        # forward per hidden layer, one G below the last, an update per layer
     assert (shapes[0].m, shapes[0].n, shapes[0].k) == (64, 512, 784)
     assert (shapes[-1].m, shapes[-1].n, shapes[-1].k) == (512, 784, 64)
+
+
+def test_lenet_is_its_dense_gemms_and_its_convolution_calls_on_one_full_batch():
+    shapes = parse_shapes("lenet")
+    assert (shapes[0].m, shapes[0].n, shapes[0].k, shapes[0].op) == (1000, 128, 250, "nt")   # its default batch
+    assert {s.m for s in shapes if s.op == "nt"} == {1000}
+    assert (parse_shapes("lenet", batch=128)[0].m, parse_shapes("lenet", batch=128)[-1].k) == (128, 128)
+    convs = network_convolutions("lenet,nn,17x33x65")          # the MLP and explicit GEMMs have none
+    assert [(t.family, t.sizes) for t in convs] == [
+        ("conv2d", (1000, 1, 28, 28, 6, 3)), ("conv2d", (1000, 6, 13, 13, 10, 3)),
+        ("conv2d_wgrad", (1000, 6, 13, 13, 10, 3)), ("conv2d_dgrad", (1000, 6, 13, 13, 10, 3)),
+        ("conv2d_wgrad", (1000, 1, 28, 28, 6, 3))]
+    assert network_convolutions("lenet", batch=64)[0].sizes[0] == 64
 
 
 def test_explicit_shapes():

@@ -76,23 +76,22 @@ def _console():
 
 def cmd_bench(args) -> int:
     from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
 
     from autogemm.runtime.device import this_device
     from autogemm.runtime.family import family
-    from autogemm.tuning.bench import bench_shape
+    from autogemm.tuning.bench import bench_convolution, bench_shape
+    from autogemm.tuning.targets import network_convolutions
 
     shapes = parse_shapes(args.shapes, args.batch, args.hidden)
+    convolutions = network_convolutions(args.shapes, args.batch)
     configs = {f"config{i}": _config_json(text) for i, text in enumerate(args.config, 1)}
     _claim_json(args.json, "autogemm bench")
     dtype = np.dtype(args.dtype).type
     dev = this_device()
-    table = Table(title=f"autogemm bench on {dev.name} ({dev.sm_count} SMs), {args.dtype}, "
-                        f"median of {args.reps} event-timed runs, L2 {'flushed' if args.l2 == 'flush' else 'warm'}")
-    for col in ("shape", "role", "variant", "kernel", "µs", "GFLOP/s", "vs cuBLAS"):
-        table.add_column(col, justify="right" if col in ("µs", "GFLOP/s", "vs cuBLAS") else "left")
+    how = (f"{args.dtype}, median of {args.reps} event-timed runs, "
+           f"L2 {'flushed' if args.l2 == 'flush' else 'warm'}")
     records = []
+    gemms = _bench_table(f"autogemm bench on {dev.name} ({dev.sm_count} SMs): GEMMs, {how}", "cuBLAS")
     for shape in shapes:
         extra = dict(configs)
         if args.sample:
@@ -101,28 +100,52 @@ def cmd_bench(args) -> int:
                 extra[f"sample{i}"] = dict(cfg)
         rows = bench_shape(shape, dtype, configs=extra, reps=args.reps, naive=args.naive,
                            flush_l2=args.l2 == "flush")
-        cublas = next(r for r in rows if r.variant == "cublas").timing
         samples = sorted((r for r in rows if r.variant.startswith("sample") and r.timing),
                          key=lambda r: r.timing.median_us)
         shown = [r for r in rows if not r.variant.startswith("sample")] + samples[:args.show]
-        for r in rows:
-            if r not in shown:
-                records.append(dict(shape=str(shape), variant=r.variant, kernel=r.kernel,
-                                    median_us=r.timing.median_us if r.timing else None, error=r.error))
-        for r in shown:
-            us = r.timing.median_us if r.timing else None
-            ratio = us / cublas.median_us if r.timing else None
-            table.add_row(str(shape), shape.role, r.variant, r.kernel,
-                          f"{us:.1f}" if r.timing else Text(r.error[:40]), f"{r.gflops:.0f}" if r.timing else "",
-                          f"{ratio:.2f}x" if r.timing else "")
-            records.append(dict(shape=str(shape), role=shape.role, variant=r.variant, kernel=r.kernel,
-                                median_us=us, p10_us=r.timing.p10_us if r.timing else None,
-                                p90_us=r.timing.p90_us if r.timing else None, gflops=r.gflops,
-                                time_vs_cublas=ratio, error=r.error))
-    Console().print(table)
+        records += [_bench_record(r, None) for r in rows if r not in shown]
+        records += _add_bench_rows(gemms, shown, "cublas")
+    Console().print(gemms)
+    if convolutions:
+        convs = _bench_table(f"autogemm bench on {dev.name}: convolutions, {how}", "cuDNN")
+        for target in convolutions:
+            records += _add_bench_rows(convs, bench_convolution(target, dtype, reps=args.reps,
+                                                                flush_l2=args.l2 == "flush"), "cudnn")
+        Console().print(convs)
     _write_json(args.json, dict(gpu=dev.name, sm_count=dev.sm_count, dtype=args.dtype, reps=args.reps,
                                 command=args.command_line, results=records))
     return 0
+
+
+def _bench_table(title: str, baseline: str):
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in ("shape", "role", "variant", "kernel", "µs", "GFLOP/s", f"vs {baseline}"):
+        table.add_column(col, justify="right" if col in ("µs", "GFLOP/s") or col.startswith("vs") else "left")
+    return table
+
+
+def _add_bench_rows(table, rows, baseline: str) -> list[dict]:
+    """Each row into `table` with its time against the `baseline` variant's; their JSON records."""
+    from rich.text import Text
+
+    base = next(r for r in rows if r.variant == baseline).timing
+    records = []
+    for r in rows:
+        ratio = r.timing.median_us / base.median_us if r.timing and base else None
+        table.add_row(str(r.shape), r.shape.role, r.variant, r.kernel,
+                      f"{r.timing.median_us:.1f}" if r.timing else Text(r.error[:40]),
+                      f"{r.gflops:.0f}" if r.timing else "", f"{ratio:.2f}x" if ratio is not None else "")
+        records.append(_bench_record(r, ratio))
+    return records
+
+
+def _bench_record(r, ratio) -> dict:
+    t = r.timing
+    return dict(shape=str(r.shape), role=r.shape.role, variant=r.variant, kernel=r.kernel,
+                median_us=t.median_us if t else None, p10_us=t.p10_us if t else None,
+                p90_us=t.p90_us if t else None, gflops=r.gflops, time_vs_baseline=ratio, error=r.error)
 
 
 def cmd_tune(args) -> int:
@@ -351,10 +374,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="autogemm", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    bench = sub.add_parser("bench", help="time default and tuned kernels against cuBLAS")
+    bench = sub.add_parser("bench", help="time default and tuned kernels against cuBLAS and cuDNN")
     bench.add_argument("--shapes", default="nn",
-                       help="'nn' (the GEMMs of the MLP's training step) or MxNxK[:op],... with op nn|nt|tn|tt (default: nn)")
-    bench.add_argument("--batch", type=_size, default=800, help="batch size for --shapes nn (800)")
+                       help="'nn' (the GEMMs of the MLP's training step), 'lenet' (the CNN's GEMMs and "
+                            "convolutions, these against cuDNN) or MxNxK[:op],... with op nn|nt|tn|tt (default: nn)")
+    bench.add_argument("--batch", type=_size, help="batch size of a network (its default: 800 for nn, 1000 for lenet)")
     bench.add_argument("--hidden", type=_sizes, default=(1000,),
                        help="hidden sizes for --shapes nn, comma-separated (1000)")
     bench.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="(float32)")

@@ -1,19 +1,21 @@
-"""Benchmark: autogemm's default and best-known configs against cuBLAS, one process, one timer."""
+"""Benchmark: autogemm's default and best-known configs against cuBLAS (GEMMs) and cuDNN
+(convolutions), one process, one timer."""
 from dataclasses import dataclass
 
 import numpy as np
 
 from autogemm.errors import AutogemmError
 from autogemm.ops.gemm import plan_gemm
-from autogemm.tuning.measure import GemmMeasure, cublas_gemm
+from autogemm.store.keys import Target
+from autogemm.tuning.measure import ConvMeasure, GemmMeasure, cublas_gemm, cudnn_convolution
 from autogemm.tuning.targets import Shape
 from autogemm.tuning.timing import Timing, time_interleaved
 
 
 @dataclass
 class Row:
-    shape: Shape
-    variant: str          # "default", "tuned", "naive", "cublas"
+    shape: Shape | Target  # a GEMM, or a convolution call's launch
+    variant: str          # "default", "tuned", "naive", "cublas"; "<family> default|tuned", "cudnn"
     kernel: str
     timing: Timing | None
     gflops: float
@@ -69,6 +71,49 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
         measure.verify(runs["cublas"])
     except AutogemmError as exc:
         rows["cublas"].error = str(exc)
+    for variant, t in time_interleaved(runs, reps=reps, flush_l2=flush_l2).items():
+        rows[variant].timing, rows[variant].gflops = t, t.gflops(flops)
+    return list(rows.values())
+
+
+def bench_convolution(target: Target, dtype=np.float32, reps: int = 50, flush_l2: bool = True) -> list[Row]:
+    """Time a convolution call (target.family: conv2d, conv2d_dgrad or conv2d_wgrad) by each of its
+    algorithms, default and best-known configs, against cuDNN's, after checking every output
+    (cuDNN's too) against float64 NumPy; timed interleaved, as bench_shape."""
+    import cupy
+
+    from autogemm.ops.kernels import kernel
+    from autogemm.runtime.device import this_device
+    from autogemm.runtime.family import family
+    from autogemm.store import lookup
+    from kernels import IMPLEMENTATIONS
+
+    device = this_device()
+    measure = ConvMeasure(target.key(np.dtype(dtype).name), device)
+    problem, flops = measure.problem, measure.family.flops(measure.problem)
+    configs = {}
+    for name in IMPLEMENTATIONS[target.family]:
+        configs[f"{name} default"] = family(name).default(problem, device)
+        choice = lookup.choose(name, problem, device)
+        if choice.source != "default":
+            configs[f"{name} {({'exact': 'tuned'}).get(choice.source, choice.source)}"] = choice.config
+    rows, runs = {}, {}
+    for variant, cfg in configs.items():
+        name = variant.split()[0]
+        try:
+            rows[variant] = Row(target, variant, kernel(name, problem, cfg, device).name, None, 0.0)
+            run = measure.launcher(cfg)
+            measure.verify(run)
+            runs[variant] = run
+        except (AutogemmError, cupy.cuda.driver.CUDADriverError) as exc:  # Mismatch included
+            rows.setdefault(variant, Row(target, variant, str(dict(cfg)), None, 0.0)).error = str(exc)
+    rows["cudnn"] = Row(target, "cudnn", "cuDNN (PyTorch, cudnn.benchmark)", None, 0.0)
+    try:
+        run, into_outputs = cudnn_convolution(measure)
+        measure.verify(into_outputs)
+        runs["cudnn"] = run
+    except AutogemmError as exc:
+        rows["cudnn"].error = str(exc)
     for variant, t in time_interleaved(runs, reps=reps, flush_l2=flush_l2).items():
         rows[variant].timing, rows[variant].gflops = t, t.gflops(flops)
     return list(rows.values())

@@ -333,6 +333,56 @@ class ConvMeasure(KernelMeasure):
         return max(self.check(out, *self.expected[name]) for name, out in self.out.items())
 
 
+def cudnn_convolution(measure: ConvMeasure):
+    """(run, run_into_outputs): `measure`'s convolution call through cuDNN (PyTorch, with
+    cudnn.benchmark's algorithm search and TF32 off), the baseline every convolution is compared
+    with; the second also copies the result into measure.out, for checking. Both on CuPy's current
+    stream. AutogemmError when PyTorch with CUDA is not importable."""
+    import cupy
+
+    try:
+        import torch
+    except ImportError:
+        raise AutogemmError("cuDNN is timed through PyTorch, which is not importable here") from None
+    if not torch.cuda.is_available():
+        raise AutogemmError("cuDNN is timed through PyTorch, which sees no CUDA device here")
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = False
+    p, call = measure.problem, measure.call
+    a = {name: torch.from_dlpack(x) for name, x in measure.args.items()}
+    out = {name: torch.from_dlpack(x) for name, x in measure.out.items()}
+    if "x" not in a:     # backward data reads only the shape of the input
+        a["x"] = torch.empty((p.n, p.c, p.h, p.w), dtype=a["g"].dtype, device=a["g"].device)
+    if "w" not in a:     # backward weights reads only the shape of the filters
+        a["w"] = torch.empty((p.f, p.c, p.k, p.k), dtype=a["g"].dtype, device=a["g"].device)
+    backward = dict(stride=[1, 1], padding=[0, 0], dilation=[1, 1], transposed=False, output_padding=[0, 0],
+                    groups=1)
+
+    def compute():
+        if call == "conv2d":
+            return {"z": torch.nn.functional.conv2d(a["x"], a["w"], a["b"])}
+        if call == "conv2d_dgrad":
+            dx, _, _ = torch.ops.aten.convolution_backward(a["g"], a["x"], a["w"], None, **backward,
+                                                           output_mask=[True, False, False])
+            return {"dx": dx}
+        _, dw, db = torch.ops.aten.convolution_backward(a["g"], a["x"], a["w"], [p.f], **backward,
+                                                        output_mask=[False, True, True])
+        return {"dw": dw, "db": db}
+
+    def on_cupy_stream(fn):
+        def run():
+            ptr = cupy.cuda.get_current_stream().ptr
+            with torch.cuda.stream(torch.cuda.ExternalStream(ptr) if ptr else torch.cuda.default_stream()):
+                return fn()
+        return run
+
+    def into_outputs():
+        for name, value in compute().items():
+            out[name].copy_(value)
+
+    return on_cupy_stream(compute), on_cupy_stream(into_outputs)
+
+
 class PoolMeasure(KernelMeasure):
     """2 x 2 max-pooling forward (random normal maps) or backward (random gradients at the maxima of
     random positions), against the family's reference."""

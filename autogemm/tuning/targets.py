@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from autogemm.errors import AutogemmError
 from autogemm.store.keys import Target
+from kernels import IMPLEMENTATIONS
 from kernels.contract import MAX_SIZE
 
 _SHAPE = re.compile(r"^([0-9]+)x([0-9]+)x([0-9]+)(?::([nt]{2}))?$")
@@ -36,14 +37,14 @@ class Shape:
         return f"{self.m}x{self.n}x{self.k}:{self.op}"
 
 
-def parse_shapes(text: str, batch: int = 800, hidden: tuple[int, ...] = (1000,)) -> list[Shape]:
-    """A comma-separated list of MxNxK[:op] (op nn, nt, tn, tt), or a network's name (`nn`) for
-    the GEMMs of its training step on a full batch, one rank."""
+def parse_shapes(text: str, batch: int | None = None, hidden: tuple[int, ...] = (1000,)) -> list[Shape]:
+    """A comma-separated list of MxNxK[:op] (op nn, nt, tn, tt), or a network's name (`nn`,
+    `lenet`) for the GEMMs of its training step on a full batch (None: its default), one rank."""
     shapes = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         if item in networks():
             shapes += [Shape(*t.sizes, t.op, t.role)
-                       for t in network_targets(item, batch, hidden, train_size=batch) if t.family == "gemm"]
+                       for t in network_targets(item, batch, hidden, train_size=None) if t.family == "gemm"]
             continue
         match = _SHAPE.match(item)
         if not match:
@@ -61,11 +62,22 @@ def parse_shapes(text: str, batch: int = 800, hidden: tuple[int, ...] = (1000,))
     return list(dict.fromkeys(shapes))
 
 
+def network_convolutions(text: str, batch: int | None = None) -> list[Target]:
+    """The convolution calls (conv2d, conv2d_dgrad, conv2d_wgrad: kernels.IMPLEMENTATIONS) of the
+    training steps of the networks named in `text` (others are skipped), on a full batch, one rank."""
+    targets = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        if item in networks():
+            targets += [t for t in network_targets(item, batch, train_size=None) if t.family in IMPLEMENTATIONS]
+    return _unique(targets)
+
+
 # ---- tuning targets: every kernel launch of a network's training step --------------------------
 TUNE_FAMILIES = ("gemm", "elementwise", "softmax_xent", "colsum", "linear_xent", "conv2d", "conv2d_dgrad",
                  "conv2d_wgrad", "conv2d_direct", "conv2d_dgrad_direct", "conv2d_wgrad_direct", "pool2x2", "adam")
 # entry points: name -> f(batch, hidden, train_size, ranks, activation[, layers]) -> [Target]; the
-# network's own default batch where none is given, and layers only where given
+# network's own default batch where none is given, and layers only where given; train_size None:
+# the launches of one full batch
 TARGETS_GROUP = "autogemm.targets"
 NO_NETWORK = "none is installed: `pip install -e .` in the checkout registers nn"
 
@@ -77,7 +89,7 @@ def networks() -> dict:
 
 
 def network_targets(name: str, batch: int | None = None, hidden: tuple[int, ...] = (1000,),
-                    train_size: int = 54_000, ranks: tuple[int, ...] = (1,), activation: str = "sigmoid",
+                    train_size: int | None = 54_000, ranks: tuple[int, ...] = (1,), activation: str = "sigmoid",
                     layers: str | None = None) -> list[Target]:
     """Every kernel launch of network `name`'s training step, as that network records it (batch
     None: the network's own default)."""
