@@ -1,4 +1,5 @@
-"""GPU: short real tuning runs, stored in a temporary tuned/ folder and then used by autogemm.ops.gemm."""
+"""GPU: short real tuning runs, stored in a temporary tuned/ folder and then used by autogemm.ops.gemm;
+the timer against a launcher slow to issue."""
 import numpy as np
 import pytest
 
@@ -72,3 +73,25 @@ def test_resume_after_a_finished_run_measures_nothing_new(folders, capsys):
     assert cli.main(args) == 0
     assert cli.main([*args, "--resume"]) == 0
     assert "from the finished study" in capsys.readouterr().out
+
+
+def test_the_timer_times_the_kernel_not_a_slow_host():
+    """A launcher that takes 300 µs of host time before a few-µs kernel is timed at the kernel's
+    time: the head-start spin outlasts the issue."""
+    import time
+
+    import cupy
+
+    from autogemm.tuning.timing import time_gpu
+
+    x = cupy.ones(1 << 16, cupy.float32)
+
+    def slow_to_issue():
+        deadline = time.perf_counter() + 300e-6
+        while time.perf_counter() < deadline:
+            pass
+        x.__imul__(1.0)
+
+    fast = time_gpu(lambda: x.__imul__(1.0), reps=30, flush_l2=False)
+    slow = time_gpu(slow_to_issue, reps=30, flush_l2=False)
+    assert slow.median_us < 50 and slow.median_us < 3 * fast.median_us + 5

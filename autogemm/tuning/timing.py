@@ -32,14 +32,15 @@ _head_starts: dict[int, object] = {}
 
 # One thread spinning on the SM clock: queued before each timed run, it keeps the GPU busy while
 # the host issues the run, so the events time the kernel, not Python's launch overhead (10-20 µs
-# for an autogemm entry point, more than a small kernel takes).
+# for a GEMM plan, 50-100 µs for a convolution entry point or a PyTorch operator, more than a
+# small kernel takes).
 _SPIN = r"""
 extern "C" __global__ void autogemm_head_start(long long cycles) {
     const long long start = clock64();
     while (clock64() - start < cycles) { }
 }
 """
-HEAD_START_US = 50
+HEAD_START_US = (50, 5000)   # the spin's bounds: at least 50 µs, else twice the issue time, capped
 
 
 def _flush_buffer():
@@ -52,8 +53,9 @@ def _flush_buffer():
     return _flush_buffers[dev]
 
 
-def _head_start():
-    """A launcher of the spin kernel for HEAD_START_US on the current device."""
+def _head_start(issue_us: float):
+    """A launcher of the spin kernel on the current device, long enough to cover `issue_us` of
+    host time twice over (within HEAD_START_US)."""
     import cupy
     import numpy as np
 
@@ -61,9 +63,10 @@ def _head_start():
     if dev not in _head_starts:
         kernel = cupy.RawKernel(_SPIN, "autogemm_head_start")
         khz = cupy.cuda.runtime.getDeviceProperties(dev)["clockRate"]
-        cycles = np.int64(HEAD_START_US * khz // 1000)
-        _head_starts[dev] = lambda: kernel((1,), (1,), (cycles,))
-    return _head_starts[dev]
+        _head_starts[dev] = kernel, khz
+    kernel, khz = _head_starts[dev]
+    cycles = np.int64(min(max(2 * issue_us, HEAD_START_US[0]), HEAD_START_US[1]) * khz // 1000)
+    return lambda: kernel((1,), (1,), (cycles,))
 
 
 def time_gpu(fn: Callable[[], object], *, reps: int = 50, warmup: int = 5,
@@ -73,14 +76,21 @@ def time_gpu(fn: Callable[[], object], *, reps: int = 50, warmup: int = 5,
     With `flush_l2`, a write of twice the L2 size runs (untimed) before each run, so every run
     reads its inputs from device memory, as the first use in a real program would. Either way a
     short spin kernel runs (untimed) just before each run, so the GPU is still busy when the
-    host has issued it: the time is the kernel's, not the host's launch overhead.
+    host has issued it: the time is the kernel's, not the host's launch overhead. The spin lasts
+    twice the quickest warm-up call's issue time (at least 50 µs).
     """
+    import time
+
     import cupy
 
-    for _ in range(warmup):
+    issue_us = 0.0
+    for i in range(warmup):
+        start = time.perf_counter()
         fn()
+        took = (time.perf_counter() - start) * 1e6
+        issue_us = took if i == 0 else min(issue_us, took)
     flush = _flush_buffer() if flush_l2 else None
-    head_start = _head_start()
+    head_start = _head_start(issue_us)
     stream = cupy.cuda.get_current_stream()
     events = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(reps)]
     for start, end in events:

@@ -2,7 +2,7 @@
 # Issue 15 on a GPU: the CNN's gpu tests, then LeNet's epoch time on the cupy backend (one CUDA graph
 # an epoch) at batch 1000 and 128. Run from the repository root:
 #   source .device/env.sh && bash tuned/bench/issue15-visit.sh tests [PYTEST -k EXPRESSION] | time [tuned] |
-#       accuracy | profile [BACKEND] | tune [BATCHES] | stale
+#       accuracy | profile [BACKEND] | tune [BATCHES] | stale | bench | nnbench | float64
 set -uo pipefail
 out=${OUT:-/tmp/issue15}
 mkdir -p "$out"
@@ -40,6 +40,28 @@ tune)      # LeNet's step at batch ${2:-1000 128}, the families $FAMILIES (defau
         echo "tune lenet batch $batch rc=$? $(( $(date +%s) - t0 )) s"
     done
     cp tuned/*.json "$out/"
+    ;;
+bench)     # LeNet's GEMMs against cuBLAS and convolutions against cuDNN, L2 flushed and warm
+    for l2 in flush warm; do
+        python -m autogemm.cli bench --shapes lenet --l2 $l2 --json "$out/bench-lenet-b1000-l2-$l2.json" \
+            > "$out/bench-lenet-b1000-l2-$l2.txt" 2>&1
+        echo "bench l2 $l2 rc=$?"
+    done
+    grep -A40 "convolutions" "$out/bench-lenet-b1000-l2-warm.txt"
+    ;;
+nnbench)   # nn.bench's LeNet rows: numpy (a slice), cupy-default, cupy-tuned, torch eager, torch graph
+    python -m nn.bench --networks lenet,lenet-b128 --data-dir "$data" --json "$out/nn-bench-lenet.json" \
+        --png "$out/nn-bench-lenet.png" 2>&1 | tee "$out/nn-bench-lenet.txt" | tail -4
+    ;;
+float64)   # LeNet in float64 for 2 epochs on all 54,000 images: the GPU against the NumPy trainer
+    for backend in numpy cupy; do
+        python -m nn.train --model lenet --dtype float64 --epochs 2 --backend $backend --data-dir "$data" --quiet \
+            --checkpoint "$out/lenet-float64-$backend.npz" --log "$out/lenet-float64-$backend.json" | tail -1
+    done
+    python -c "import sys; sys.path.insert(0, 'tests'); from run_train import max_rel_diff, weights
+print('max-norm relative difference, GPU vs NumPy, every parameter and Adam moment:',
+      max_rel_diff(weights('$out/lenet-float64-cupy.npz'), weights('$out/lenet-float64-numpy.npz')))" |
+        tee "$out/lenet-float64-difference.txt"
     ;;
 stale)     # re-tune this GPU's stale records (their templates changed since)
     python -m autogemm.cli tune --stale --trials ${TRIALS:-40} --timeout ${TIMEOUT:-15} > "$out/tune-stale.log" 2>&1
