@@ -5,6 +5,7 @@ activation, a 2 x 2 max-pool, or a dense layer and the activation; the last dens
 logits Z, and softmax + cross-entropy the loss. Only the activations A_l are kept: act'(Z) is a
 function of A, and a pool's backward pass needs only where each window's maximum was.
 """
+import contextlib
 import math
 
 import numpy as np
@@ -204,7 +205,8 @@ class CNNStep:
             aux = a if l > 0 and m.activated(l - 1) else None
             act = m.activation if aux is not None else None     # the derivative to apply, with aux
             if layer.kind != "pool":
-                with bk.side_branch():
+                # beside the gradient carried down; with none to carry, a branch would only add its fork and join
+                with bk.side_branch() if below is not None else contextlib.nullcontext():
                     if layer.kind == "dense":
                         bk.gemm(g, a.reshape(n, -1), self.dW[l], trans_a=True)
                         bk.column_sums(g, self.db[l])
