@@ -143,12 +143,12 @@ class Backend(ABC):
     @contextlib.contextmanager
     def side_branch(self):
         """Operations enqueued inside start after everything enqueued before, and may run alongside
-        what is enqueued after (other branches included), until `join_branch` (another stream on a
-        GPU, a branch of the captured graph; plain program order here)."""
+        what is enqueued after, until `join_branch` (a second stream on a GPU, a branch of the
+        captured graph; plain program order here)."""
         yield
 
     def join_branch(self) -> None:
-        """Operations enqueued from now on wait for every side branch's."""
+        """Operations enqueued from now on wait for the side branch's."""
 
     # ---- timing (resolved at epoch boundaries, so asynchronous backends need no sync per step) ----
 

@@ -3,8 +3,8 @@ epilogues, one-kernel softmax + cross-entropy) and can capture a whole epoch as 
 "cublas" is the baseline: cuBLAS GEMMs plus separate elementwise kernels, run eagerly (CuPy cannot
 capture cuBLAS calls into a graph).
 
-All work goes to non-blocking streams of the backend's own (graphs cannot capture the legacy
-default stream): the main one, and side streams for a step's side branches. Ranks under MPI take GPUs round-robin by their node-local rank.
+All work goes to one non-blocking stream of the backend's own (graphs cannot capture the legacy
+default stream). Ranks under MPI take GPUs round-robin by their node-local rank.
 """
 import contextlib
 import os
@@ -17,7 +17,6 @@ from nn.errors import NNError
 
 # Node-local rank as the MPI launchers export it: MPICH/Hydra, Open MPI, PMIx, Slurm.
 _LOCAL_RANK_ENV = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "PMIX_LOCAL_RANK", "SLURM_LOCALID")
-SIDE_STREAMS = 2    # concurrent side branches of a step (the CNN's weight gradients, layer by layer)
 
 
 def local_rank() -> int:
@@ -48,12 +47,9 @@ class CupyBackend(Backend):
         self.device.use()
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.stream.use()
-        # Side branches take these streams in turn; each has its own fork event (recorded on
-        # self.stream) and join event.
-        self.sides = [cupy.cuda.Stream(non_blocking=True) for _ in range(SIDE_STREAMS)]
-        self._forks = [cupy.cuda.Event(disable_timing=True) for _ in self.sides]
-        self._joins = [cupy.cuda.Event(disable_timing=True) for _ in self.sides]
-        self._next_side, self._forked = 0, set()   # the next side's index; sides forked since the last join
+        self.side = cupy.cuda.Stream(non_blocking=True)       # the side branch of a step
+        self._fork = cupy.cuda.Event(disable_timing=True)
+        self._join = cupy.cuda.Event(disable_timing=True)
         self.config = None if tuned else "default"  # None: autogemm's tuned lookup
         self._plans = {}
 
@@ -161,25 +157,19 @@ class CupyBackend(Backend):
 
     @contextlib.contextmanager
     def side_branch(self):
-        i = self._next_side
-        self._next_side = (i + 1) % len(self.sides)
-        self._forked.add(i)
-        self._forks[i].record(self.stream)
-        self.sides[i].wait_event(self._forks[i])
-        # use(), not `with side`: leaving that context need not make self.stream current again
+        self._fork.record(self.stream)
+        self.side.wait_event(self._fork)
+        # use(), not `with self.side`: leaving that context need not make self.stream current again
         # (it restores what its own stack saw), and work on any other stream escapes the graph.
-        self.sides[i].use()
+        self.side.use()
         try:
             yield
         finally:
             self.stream.use()
 
     def join_branch(self):
-        for i in sorted(self._forked):   # only streams in the capture: a graph cannot wait on others
-            self._joins[i].record(self.sides[i])
-            self.stream.wait_event(self._joins[i])
-        self._forked.clear()
-        self._next_side = 0
+        self._join.record(self.side)
+        self.stream.wait_event(self._join)
 
     # ---- CUDA graphs ----------------------------------------------------------------------
 
