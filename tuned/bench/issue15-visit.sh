@@ -2,7 +2,8 @@
 # Issue 15 on a GPU: the CNN's gpu tests, then LeNet's epoch time on the cupy backend (one CUDA graph
 # an epoch) at batch 1000 and 128. Run from the repository root:
 #   source .device/env.sh && bash tuned/bench/issue15-visit.sh tests [PYTEST -k EXPRESSION] | time [tuned] |
-#       accuracy | profile [BACKEND] | tune [BATCHES] | stale | bench | nnbench | float64
+#       accuracy | profile [BACKEND] | tune [BATCHES] | stale | bench | nnbench | float64 |
+#       torch-accuracy
 set -uo pipefail
 out=${OUT:-/tmp/issue15}
 mkdir -p "$out"
@@ -62,6 +63,36 @@ float64)   # LeNet in float64 for 2 epochs on all 54,000 images: the GPU against
 print('max-norm relative difference, GPU vs NumPy, every parameter and Adam moment:',
       max_rel_diff(weights('$out/lenet-float64-cupy.npz'), weights('$out/lenet-float64-numpy.npz')))" |
         tee "$out/lenet-float64-difference.txt"
+    ;;
+torch-accuracy)  # PyTorch on the default recipe (20 epochs, batch 1000, Adam, He-normal init, batches
+                 # in order as nn.train takes them): test accuracy, beside the trainer's
+    python - "$data" <<'PY' | tee "$out/lenet-20-epochs-torch.txt"
+import sys, numpy as np, torch
+from nn.bench import ConvNetwork, torch_cnn
+from nn.backends.numpy_cnn import ADAM
+from nn.data import load_dataset
+from nn.layers import LENET
+torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+torch.manual_seed(0)
+ds = load_dataset("fashion-mnist", data_dir=sys.argv[1], scale="unit", dtype=np.float32)
+dev = torch.device("cuda")
+model = torch_cnn(ConvNetwork("lenet", LENET, 1000), torch).to(dev)
+for m in model.modules():
+    if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)):
+        torch.nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
+        torch.nn.init.zeros_(m.bias)
+opt = torch.optim.Adam(model.parameters(), lr=ADAM["lr"], betas=(ADAM["beta1"], ADAM["beta2"]), eps=ADAM["eps"])
+x, y = torch.from_numpy(ds.train.x).to(dev), torch.from_numpy(ds.train.y.astype(np.int64)).to(dev)
+for epoch in range(20):
+    for s in range(0, len(y), 1000):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x[s:s + 1000]), y[s:s + 1000]).backward()
+        opt.step()
+with torch.no_grad():
+    guess = model(torch.from_numpy(ds.test.x).to(dev)).argmax(1).cpu().numpy()
+print(f"PyTorch {torch.__version__}, LeNet, 20 epochs, batch 1000, Adam: test accuracy "
+      f"{100 * np.mean(guess == ds.test.y):.2f}%")
+PY
     ;;
 stale)     # re-tune this GPU's stale records (their templates changed since)
     python -m autogemm.cli tune --stale --trials ${TRIALS:-40} --timeout ${TIMEOUT:-15} > "$out/tune-stale.log" 2>&1
