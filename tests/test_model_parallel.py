@@ -1,0 +1,96 @@
+"""nn.model_parallel on the NumPy backend: R ranks as threads, each with its slice of the hidden
+units, give one process's weights (float64); shares, the supported networks, bytes per step."""
+import threading
+
+import numpy as np
+import pytest
+
+from nn.backends import get_backend
+from nn.errors import NNError
+from nn.mlp import MLP, Step, init_params
+from nn.model_parallel import ShardedMLP, ShardedStep, bytes_per_step, check_split, hidden_share, unshard
+
+
+class ThreadSum:
+    """reduce(rank) for ranks that are threads: every rank gets the sum of all ranks' buffers,
+    added in rank order (the same on each)."""
+
+    def __init__(self, size):
+        self.parts, self.barrier = [None] * size, threading.Barrier(size)
+
+    def reduce(self, rank):
+        def reduce(buf):
+            self.parts[rank] = buf.copy()
+            self.barrier.wait()
+            total = sum(self.parts[1:], self.parts[0].copy())
+            self.barrier.wait()          # every rank has read the parts before the next reduce
+            buf[...] = total
+        return reduce
+
+
+def train(sizes, activation, ranks, x, y, steps=3, lr=0.3, reg=0.05):
+    """(params after `steps` steps: unsharded when ranks > 0, one process's for ranks == 0, losses)."""
+    params = init_params(sizes, "he", seed=4)
+    if ranks == 0:
+        bk = get_backend("numpy", "float64")
+        step = Step(MLP(bk, sizes, activation, params), len(x), len(x), lr, reg)
+        for _ in range(steps):
+            step.train_batch(x, y)
+        return step.model.params_numpy(), [float(step.loss_sum[0])]
+    total, shards, losses = ThreadSum(ranks), [None] * ranks, [None] * ranks
+    errors = []
+
+    def rank_main(rank):
+        try:
+            bk = get_backend("numpy", "float64")
+            model = ShardedMLP(bk, sizes, activation, params, rank, ranks, total.reduce(rank))
+            step = ShardedStep(model, len(x), len(x), lr, reg)
+            for _ in range(steps):
+                step.train_batch(x, y)
+            shards[rank], losses[rank] = model.params_numpy(), float(step.loss_sum[0])
+        except Exception as exc:   # noqa: BLE001 - reported by the test
+            errors.append(exc)
+            total.barrier.abort()
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(ranks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    return unshard(shards), losses
+
+
+@pytest.mark.parametrize("activation", ["sigmoid", "relu"])
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+def test_the_hidden_unit_split_gives_one_process_weights(ranks, activation):
+    sizes = (12, 10, 4)                                      # 10 units over 3 ranks: 4, 3, 3
+    rng = np.random.default_rng(1)
+    x, y = rng.random((9, 12)), rng.integers(0, 4, 9).astype(np.int32)   # X: (9, 12)
+    want, (loss,) = train(sizes, activation, 0, x, y)
+    got, losses = train(sizes, activation, ranks, x, y)
+    for (w, b), (w0, b0) in zip(got, want):
+        for a, a0 in ((w, w0), (b, b0)):
+            assert np.max(np.abs(a - a0)) <= 1e-12 * max(np.max(np.abs(a0)), 1e-300)
+    assert all(l == losses[0] for l in losses) and losses[0] == pytest.approx(loss, rel=1e-12)
+
+
+def test_shares_are_consecutive_and_as_even_as_possible():
+    assert [hidden_share(10, r, 3) for r in range(3)] == [slice(0, 4), slice(4, 7), slice(7, 10)]
+    assert [hidden_share(1000, r, 4).stop - hidden_share(1000, r, 4).start for r in range(4)] == [250] * 4
+
+
+@pytest.mark.parametrize("sizes, ranks, message", [
+    ((784, 100, 50, 10), 2, "splits one hidden layer; this network has 2"),
+    ((784, 3, 10), 4, "4 ranks need at least 4 hidden units, one each; the network has 3"),
+])
+def test_what_cannot_be_split_is_one_line(sizes, ranks, message):
+    with pytest.raises(NNError, match=message):
+        check_split(sizes, ranks)
+
+
+def test_bytes_per_step_of_each_split():
+    cme213 = (784, 1000, 10)
+    assert bytes_per_step(cme213, 800, 4, 1, "model") == bytes_per_step(cme213, 800, 4, 1, "data") == 0
+    assert bytes_per_step(cme213, 800, 4, 4, "model") == 2 * 3 * 800 * 10 * 4 // 4        # 48 KB of 32 KB logits
+    assert bytes_per_step(cme213, 800, 4, 4, "data") == 2 * 3 * 795_010 * 4 // 4         # of 3.2 MB of gradients
