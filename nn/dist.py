@@ -63,6 +63,11 @@ class Dist:
             self.comm.Allreduce(MPI.IN_PLACE, out, op=MPI.SUM)
         return out
 
+    def gather(self, value) -> list | None:
+        """Every rank's `value` (pickled: a model's slices once an epoch), in rank order, on rank 0;
+        None on the others."""
+        return [value] if self.size == 1 else self.comm.gather(value, root=0)
+
     def barrier(self):
         if self.size > 1:
             self.comm.Barrier()

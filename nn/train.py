@@ -38,6 +38,7 @@ from nn.errors import ArgumentParser, NNError
 from nn import cnn
 from nn.layers import LENET, describe, parse_layers
 from nn.mlp import INITS, MLP, Epoch, Step, bytes_needed, init_params, param_count
+from nn.model_parallel import ShardedMLP, ShardedStep, bytes_per_step, check_split, unshard
 from nn.outputs import Outputs, ResumeHint
 
 # ---------------------------------------------------------------- settings
@@ -48,6 +49,7 @@ DEFAULTS = dict(model="mlp", layers=None, hidden=(1000,), activation="sigmoid", 
 # A CNN's defaults (--model lenet, or --layers): the reports' Keras recipe.
 CNN_DEFAULTS = dict(activation="relu", optimizer="adam", batch=1000, epochs=20, lr=1e-3, reg=0.0, init="he")
 MODELS = ("mlp", "lenet")
+PARALLEL = ("data", "model")   # what ranks split: a batch's rows, or the hidden units (nn.model_parallel)
 PRESETS = {"cme213": dict(hidden=(1000,), reg=1e-4, lr=0.001, epochs=20, batch=800, scale="raw", dtype="float64")}
 _GRADING = dict(hidden=(100,), batch=800, reg=1e-4, scale="raw", dtype="float64")
 GRADING_MODES = {1: dict(_GRADING, lr=0.001, epochs=40), 2: dict(_GRADING, lr=0.01, epochs=10),
@@ -147,6 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
                               "1: lr 0.001, 40 epochs; 2: lr 0.01, 10 epochs; 3: lr 0.025, 1 epoch")
     p.add_argument("--use-tuned", action="store_true",
                    help="use the autogemm-tuned GPU kernels; without a CUDA device, fall back to NumPy")
+    p.add_argument("--parallel", choices=PARALLEL, default="data",
+                   help="under mpirun, split each batch's rows over the ranks (data: their gradients are "
+                        "all-reduced) or the MLP's hidden units (model: the logits are; one hidden layer) "
+                        "(default: data)")
     p.add_argument("--allreduce", choices=("mpi", "nccl"), default="mpi",
                    help="gradient all-reduce under mpirun: mpi (through host memory) or nccl (GPU to GPU, "
                         "one GPU per rank, captured into the epoch's CUDA graph) (default: mpi)")
@@ -168,6 +174,8 @@ def resolve(args) -> Config:
     is_cnn = args.model == "lenet" or args.layers is not None
     if is_cnn:
         _check_cnn_flags(args)
+        if args.parallel == "model":
+            raise NNError("--parallel model splits the MLP's hidden layer; a CNN trains with --parallel data")
         args.model, args.layers = "cnn", args.layers or LENET
     preset = PRESETS.get(args.preset) or GRADING_MODES.get(args.grading_mode) or (CNN_DEFAULTS if is_cnn else {})
     values = {}
@@ -268,7 +276,10 @@ class Progress:
 
 
 def _accuracy(model, split, dist, backend) -> float:
-    """Fraction of `split` classified right, each rank counting its contiguous share."""
+    """Fraction of `split` classified right, each rank counting its contiguous share (every rank
+    all of it when the ranks split the model: each forward pass is a collective)."""
+    if isinstance(model, ShardedMLP):
+        return model.count_correct(backend.asarray(split.x), split.y) / len(split.y)
     sizes = split_sizes(len(split.y), dist.size)
     lo = sum(sizes[:dist.rank])
     hi = lo + sizes[dist.rank]
@@ -384,30 +395,44 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
                              "every rank must read the same data set and checkpoint")
 
     n_train = len(ds.train.y)
-    index, spans = rank_rows(n_train, cfg.batch, dist.rank, dist.size)
+    model_split = args.parallel == "model"
+    if model_split:
+        _agreed(dist, lambda: check_split(sizes, dist.size))
+    # Rows: this rank's share of each batch, or every row when the ranks split the model.
+    index, spans = rank_rows(n_train, cfg.batch, 0, 1) if model_split else rank_rows(n_train, cfg.batch, dist.rank,
+                                                                                       dist.size)
     x_train = backend.asarray(ds.train.x[index])  # X: (rows of this rank, D) dtype
     y_train = backend.asarray(ds.train.y[index])  # (rows of this rank,) int64
     max_rows = max(count for _, count in spans)
+    allreduce = _agreed(dist, lambda: _allreduce(args.allreduce, dist, backend))
     if layers is not None:
         model = cnn.CNN(backend, layers, cfg.activation, ckpt.params)
         step = cnn.CNNStep(model, max_rows, cfg.batch, cfg.optimizer, cfg.lr, cfg.reg)
         if ckpt.state is not None:
             step.load_state(ckpt.state)
+    elif model_split:
+        model = ShardedMLP(backend, sizes, cfg.activation, ckpt.params, dist.rank, dist.size,
+                           allreduce or (lambda buf: buf))
+        step = ShardedStep(model, max_rows, cfg.batch, cfg.lr, cfg.reg)
     else:
         model = MLP(backend, sizes, cfg.activation, ckpt.params)
         step = Step(model, max_rows, cfg.batch, cfg.lr, cfg.reg)
-    allreduce = _agreed(dist, lambda: _allreduce(args.allreduce, dist, backend))
-    epoch_pass = Epoch(step, spans, x_train, y_train, allreduce, graph=not args.no_graph)
+    # A model split all-reduces its logits inside each forward pass, a data split its gradients after
+    # the backward pass; either is captured into the epoch's graph only when NCCL does it.
+    graph_safe = allreduce is None or getattr(allreduce, "graph_safe", False)
+    epoch_pass = Epoch(step, spans, x_train, y_train, None if model_split else allreduce,
+                       graph=not args.no_graph and graph_safe)
     dist.barrier()  # ranks set up one after another; the first epoch's times should not count that
 
     log = {"config": asdict(cfg), "sizes": list(sizes), "resumed_from_epoch": ckpt.epoch if args.resume else None,
            "data": {"source": ds.source, "train": n_train, "val": len(ds.val.y), "test": len(ds.test.y)},
-           "environment": _environment(backend, dist), "epochs": ckpt.history, "final": None}
+           "environment": _environment(backend, dist, args.parallel), "epochs": ckpt.history, "final": None}
     if not args.quiet:
         network = describe(layers) if layers is not None else "-".join(map(str, sizes))
         optimizer = f", {cfg.optimizer}" if layers is not None else ""
         print0(f"{network} {cfg.activation}{optimizer}, {cfg.dtype}, {backend.name} backend, "
-               f"{dist.size} rank{'s' * (dist.size > 1)}; {cfg.dataset} {n_train}/{len(ds.val.y)}/{len(ds.test.y)} "
+               f"{dist.size} rank{'s' * (dist.size > 1)}{_split_line(args.parallel, sizes, layers, cfg, backend, dist)}; "
+               f"{cfg.dataset} {n_train}/{len(ds.val.y)}/{len(ds.test.y)} "
                f"from {ds.source}; batch {cfg.batch} ({len(spans)} steps), lr {cfg.lr:g}, reg {cfg.reg:g}"
                + (f"; resumed after epoch {ckpt.epoch}" if args.resume else ""), flush=True)
 
@@ -445,7 +470,10 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
                     raise stopped(epoch, False)
 
                 start = time.perf_counter()
-                loss = float(dist.sum(backend.to_numpy(step.loss_sum))[0]) / n_train + model.reg_term(cfg.reg)
+                if model_split:   # every rank has the whole loss and its slices' share of the L2 term
+                    loss = float(backend.to_numpy(step.loss_sum)[0]) / n_train + float(dist.sum([model.reg_term(cfg.reg)])[0])
+                else:
+                    loss = float(dist.sum(backend.to_numpy(step.loss_sum))[0]) / n_train + model.reg_term(cfg.reg)
                 if dist.any_rank(not (math.isfinite(loss) and model.finite())):
                     raise RanksFailed(f"training diverged in epoch {epoch} (loss {loss:g}, or weights no longer "
                                       f"finite); try a smaller --lr (now {cfg.lr:g}) or --reg (now {cfg.reg:g}); "
@@ -463,10 +491,16 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
                                    f"  | epoch {train_ms:.1f} ms (+ eval {eval_ms:.0f})")
 
                 error = None
+                params = None
+                if args.checkpoint and model_split:   # rank 0 writes the whole network: the slices gathered
+                    shards = dist.gather(model.params_numpy())
+                    params = unshard(shards) if dist.rank == 0 else None
+                elif args.checkpoint and dist.rank == 0:
+                    params = model.params_numpy()
                 if dist.rank == 0:
                     try:
                         if args.checkpoint:
-                            ckpt.params, ckpt.epoch = model.params_numpy(), epoch
+                            ckpt.params, ckpt.epoch = params, epoch
                             ckpt.state = step.state_numpy() if layers is not None and cfg.optimizer == "adam" else None
                             outputs.save_checkpoint(ckpt)
                         outputs.write_log(log)
@@ -491,6 +525,16 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
     return log
 
 
+def _split_line(parallel, sizes, layers, cfg, backend, dist) -> str:
+    """How the ranks split the work and what each sends a step ("" for one rank)."""
+    if dist.size == 1:
+        return ""
+    if layers is not None:
+        return ", data parallel"
+    sent = bytes_per_step(sizes, cfg.batch, backend.dtype.itemsize, dist.size, parallel)
+    return f", {parallel} parallel ({_bytes(sent)} sent by each rank a step)"
+
+
 def _close_communicator(allreduce, epoch_pass, dist):
     """Destroy NCCL's communicator on every rank together (left to the interpreter's exit, ranks
     hung there on two H200s); the epoch's graph holds NCCL work, so it goes first."""
@@ -511,9 +555,9 @@ def _allreduce(choice, dist, backend):
     return lambda buf: dist.allreduce_sum(backend, buf)
 
 
-def _environment(backend, dist) -> dict:
+def _environment(backend, dist, parallel) -> dict:
     return {"python": platform.python_version(), "numpy": np.__version__, "platform": platform.platform(),
-            "backend": backend.name, "ranks": dist.size, "cpus": os.cpu_count()}
+            "backend": backend.name, "ranks": dist.size, "parallel": parallel, "cpus": os.cpu_count()}
 
 
 # ---------------------------------------------------------------- entry point

@@ -67,6 +67,27 @@ def test_four_ranks_give_the_one_process_weights(tmp_path, fake_dir, case):
     assert diff <= 1e-12, diff
 
 
+@needs_mpi
+@pytest.mark.slow
+@pytest.mark.parametrize("ranks", [2, 3, 4])
+def test_the_hidden_unit_split_gives_the_one_process_weights(tmp_path, fake_dir, ranks):
+    """--parallel model on R ranks (13 hidden units: uneven shares) equals one process, and its
+    checkpoint (the whole network, gathered on rank 0) resumes on one process."""
+    common = ["--data-dir", fake_dir, "--dataset", "mnist", "--dtype", "float64", "--scale", "unit",
+              "--lr", "0.5", "--reg", "0.01", "--no-log", "--quiet", "--batch", "30", "--train-size", "70",
+              "--hidden", "13", "--activation", "sigmoid"]
+    one = run_train(tmp_path, *common, "--epochs", "3", "--checkpoint", tmp_path / "one.npz")
+    split = run_train(tmp_path, *common, "--epochs", "2", "--checkpoint", tmp_path / "split.npz",
+                      "--parallel", "model", ranks=ranks)
+    assert one.returncode == 0, one.stderr
+    assert split.returncode == 0, split.stderr
+    assert split.stdout.count("test accuracy") == 1
+    resumed = run_train(tmp_path, *common, "--epochs", "3", "--checkpoint", tmp_path / "split.npz", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    diff = max_rel_diff(weights(tmp_path / "split.npz"), weights(tmp_path / "one.npz"))
+    assert diff <= 1e-12, diff
+
+
 # ---------------------------------------------------------------- failures end every rank
 
 FAIL_ON_RANK_1 = """

@@ -209,6 +209,7 @@ def test_cnn_settings_and_what_does_not_apply():
     (["--model", "lenet", "--hidden", "10"], "--hidden is for the MLP"),
     (["--model", "lenet", "--preset", "cme213", "--init", "cme213"], "--preset, --init cme213 are for the MLP"),
     (["--optimizer", "adam"], "--optimizer adam is for CNNs"),
+    (["--model", "lenet", "--parallel", "model"], "--parallel model splits the MLP's hidden layer"),
 ])
 def test_cnn_flags_that_cannot_apply_are_one_line(args, words):
     with pytest.raises(NNError, match=re.escape(words)):
@@ -220,6 +221,14 @@ def test_a_layers_spec_that_does_not_fit_is_one_line(tmp_path, fake_dir):
                   "--layers", "conv4x3,pool2,pool2,pool2,pool2,pool2", "--checkpoint", tmp_path / "c.npz")
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr
     assert "--layers: layer 6 ('pool2'): its 1x1 input is smaller than the 2x2 window" in r.stderr
+    assert not (tmp_path / "c.npz").exists()
+
+
+def test_a_network_the_model_split_does_not_split_is_one_line(tmp_path, fake_dir):
+    r = run_train(tmp_path, "--data-dir", fake_dir, "--dataset", "mnist", "--quiet", "--hidden", "8", "4",
+                  "--parallel", "model", "--checkpoint", tmp_path / "c.npz")
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr
+    assert "--parallel model splits one hidden layer; this network has 2 (use --parallel data)" in r.stderr
     assert not (tmp_path / "c.npz").exists()
 
 
