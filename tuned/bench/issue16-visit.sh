@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Issue 16 on a GPU: the hidden-unit split (--parallel model) against the NumPy trainer, float64.
+# Run from the repository root:  source .device/env.sh && bash tuned/bench/issue16-visit.sh correctness
+set -uo pipefail
+out=${OUT:-/tmp/issue16}
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+data=${AUTOGEMM_DATA_DIR:-.device/data}/fashion-mnist
+case "${1:-correctness}" in
+correctness)   # CME 213's network, 2 epochs on 12,000 images, float64: 1 to 4 ranks sharing the GPU
+    common="--preset cme213 --epochs 2 --train-size 12000 --data-dir $data --quiet --no-log"
+    python -m nn.train $common --backend numpy --checkpoint "$out/numpy.npz" | tail -1
+    for ranks in 1 2 3 4; do
+        mpirun -n $ranks python -m nn.train $common --backend cupy --parallel model \
+            --checkpoint "$out/model-$ranks.npz" | tail -1
+        python -c "import sys; sys.path.insert(0, 'tests'); from run_train import max_rel_diff, weights
+print('--parallel model, $ranks rank(s) on the GPU against NumPy, max-norm relative difference:',
+      max_rel_diff(weights('$out/model-$ranks.npz'), weights('$out/numpy.npz')))" | tee -a "$out/model-parallel-float64.txt"
+        rm "$out/model-$ranks.npz"
+    done
+    rm "$out/numpy.npz"
+    ;;
+esac
