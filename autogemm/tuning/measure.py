@@ -342,8 +342,8 @@ def cudnn_convolution(measure: ConvMeasure):
 
     try:
         import torch
-    except ImportError:
-        raise AutogemmError("cuDNN is timed through PyTorch, which is not importable here") from None
+    except Exception as exc:   # not installed, or a build that fails to load its CUDA libraries
+        raise AutogemmError(f"cuDNN is timed through PyTorch, which is not importable here ({exc})") from None
     if not torch.cuda.is_available():
         raise AutogemmError("cuDNN is timed through PyTorch, which sees no CUDA device here")
     torch.backends.cudnn.benchmark = True
