@@ -15,6 +15,7 @@ from nn.backends.base import Backend
 from nn.cnn import CNN, CNNStep, init_cnn_params
 from nn.layers import LENET, parse_layers
 from nn.mlp import MLP, Step, init_params
+from nn.model_parallel import ShardedMLP, ShardedStep, check_split
 
 
 class LaunchRecorder(Backend):
@@ -128,16 +129,22 @@ def _name_arrays(recorder: LaunchRecorder, step: Step, x):
     recorder.names = {a.__array_interface__["data"][0]: name for name, a in arrays.items()}
 
 
-def record_step(rows: int, batch: int, sizes, activation: str, ranks: int) -> list[autogemm.Target]:
+def record_step(rows: int, batch: int, sizes, activation: str, ranks: int,
+                rank: int | None = None) -> list[autogemm.Target]:
     """The launches of one rank's training step on `rows` rows of a `batch`-row batch: the fused
-    one-rank step, or with ranks > 1 the step whose gradients are all-reduced before the update."""
+    one-rank step, or with ranks > 1 the step whose gradients are all-reduced before the update;
+    with `rank`, that rank's step of the hidden-unit split (nn.model_parallel) instead."""
     recorder = LaunchRecorder()
-    model = MLP(recorder, sizes, activation, init_params(sizes, "he"))
-    step = Step(model, rows, batch, lr=0.1, reg=0.0)
+    params = init_params(sizes, "he")
+    if rank is None:
+        step = Step(MLP(recorder, sizes, activation, params), rows, batch, lr=0.1, reg=0.0)
+    else:
+        model = ShardedMLP(recorder, sizes, activation, params, rank, ranks, reduce=lambda logits: logits)
+        step = ShardedStep(model, rows, batch, lr=0.1, reg=0.0)
     x = np.empty((rows, sizes[0]), recorder.dtype)     # X: (rows, inputs), never read
     labels = np.zeros(rows, np.int32)
     _name_arrays(recorder, step, x)
-    step.train_batch(x, labels, allreduce=None if ranks == 1 else lambda grads: None)
+    step.train_batch(x, labels, allreduce=None if ranks == 1 or rank is not None else lambda grads: None)
     return recorder.launches
 
 
@@ -155,14 +162,21 @@ def step_rows(batch: int, train_size: int | None, ranks: int) -> list[int]:
 
 def step_targets(batch: int = 800, hidden: tuple[int, ...] = (1000,), train_size: int | None = 54_000,
                  ranks: tuple[int, ...] = (1,), activation: str = "sigmoid", inputs: int = 784,
-                 classes: int = 10) -> list[autogemm.Target]:
+                 classes: int = 10, parallel: str = "data") -> list[autogemm.Target]:
     """Every launch of the MLP's training step (784-hidden-10 on Fashion-MNIST's shapes) for each
-    rank count and each row count a rank sees, the first of each (family, sizes, op) kept."""
+    rank count and each row count a rank sees (`parallel` "data"), or each rank's hidden units on
+    every row ("model"), the first of each (family, sizes, op) kept."""
     sizes = (inputs, *hidden, classes)
+    full = min(batch, train_size or batch)
     first = {}
     for r in ranks:
-        for rows in step_rows(batch, train_size, r):
-            for launch in record_step(rows, min(batch, train_size or batch), sizes, activation, r):
+        if parallel == "model":
+            check_split(sizes, r)
+            steps = [(rows, rank) for rows in step_rows(batch, train_size, 1) for rank in range(r)]
+        else:
+            steps = [(rows, None) for rows in step_rows(batch, train_size, r)]
+        for rows, rank in steps:
+            for launch in record_step(rows, full, sizes, activation, r, rank):
                 first.setdefault((launch.family, launch.sizes, launch.op), launch)
     return list(first.values())
 
@@ -192,10 +206,12 @@ def record_cnn_step(rows: int, batch: int, layers: str, ranks: int, optimizer: s
 
 
 def cnn_step_targets(batch: int = 1000, train_size: int | None = 54_000, ranks: tuple[int, ...] = (1,),
-                     layers: str = LENET, **_mlp_only) -> list[autogemm.Target]:
+                     layers: str = LENET, parallel: str = "data", **_mlp_only) -> list[autogemm.Target]:
     """Every launch of the CNN's training step (the LeNet-like network, or nn.layers spec `layers`)
     for each rank count and each row count a rank sees, the first of each (family, sizes, op) kept.
     The MLP's arguments (hidden, activation) do not apply."""
+    if parallel != "data":
+        raise ValueError("--parallel model splits the MLP's hidden layer; a CNN trains with --parallel data")
     first = {}
     for r in ranks:
         for rows in step_rows(batch, train_size, r):

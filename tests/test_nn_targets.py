@@ -4,6 +4,7 @@ import time
 import pytest
 
 from autogemm import Target
+from nn.errors import NNError
 from nn.targets import record_step, step_rows, step_targets
 
 
@@ -43,6 +44,19 @@ def test_more_ranks_add_their_shares_gradients_and_sgd_updates():
             ("elementwise", (10, 1000), "sgd"), ("elementwise", (1, 10), "sgd")} <= four
     assert four <= launches(targets)
     assert len(launches(targets)) == len(targets)                   # each launch once
+
+
+def test_the_hidden_unit_split_tunes_each_ranks_share_of_the_units_on_every_row():
+    """--parallel model on 4 ranks: 250 units a rank, every row of the batch, the logits a GEMM of
+    their own (summed across ranks before the softmax), no gradient buffer or SGD kernel."""
+    four = launches(step_targets(ranks=(4,), parallel="model"))
+    assert {("gemm", (800, 250, 784), "nt"), ("gemm", (800, 10, 250), "nt"), ("softmax_xent", (800, 10), "-"),
+            ("gemm", (800, 250, 10), "nn"), ("gemm", (10, 250, 800), "tn"), ("gemm", (250, 784, 800), "tn"),
+            ("gemm", (400, 250, 784), "nt")} <= four                            # and the last, 400-row batch
+    assert not any(f in ("elementwise", "linear_xent") for f, _, _ in four)
+    assert ("gemm", (800, 334, 784), "nt") in launches(step_targets(ranks=(3,), parallel="model"))   # 334, 333, 333
+    with pytest.raises(NNError, match="splits one hidden layer"):
+        step_targets(hidden=(100, 50), ranks=(2,), parallel="model")
 
 
 def test_the_step_decides_the_launches():

@@ -56,6 +56,8 @@ def test_tune_without_a_gpu_is_a_one_line_error(tmp_path):
     (["--shapes", "٦٤x64x64"], "--shapes: '٦٤x64x64' is not MxNxK[:op]"),
     (["--fix", "bm=64", "--fix", "bm=32"], "--fix bm is given twice"),
     (["--stale", "--shapes", "64x64x64"], "--stale tunes the stale records of the tuned file; it takes no --shapes"),
+    (["--model", "lenet", "--parallel", "model"], "--shapes lenet: --parallel model splits the MLP's hidden layer"),
+    (["--hidden", "100,50", "--ranks", "2", "--parallel", "model"], "--shapes nn: --parallel model splits one hidden layer"),
 ])
 def test_tune_argument_errors(args, message):
     one_line_error(autogemm("tune", *args), message)

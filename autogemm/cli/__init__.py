@@ -165,7 +165,7 @@ def cmd_tune(args) -> int:
     if args.stale and (args.shapes, args.model, args.layers) != (None, None, None):
         raise AutogemmError("--stale tunes the stale records of the tuned file; it takes no --shapes, --model or --layers")
     targets = None if args.stale else parse_targets(shapes, args.batch, args.hidden, args.train_size, args.ranks,
-                                                     args.families, args.activation, args.layers)
+                                                     args.families, args.activation, args.layers, args.parallel)
     gemm_space = _fixed(args.fix)
     family("gemm").restricted(gemm_space)      # an unknown name or value fails here, in one line
     out = Path(args.out) if args.out else locations.tune_dir()
@@ -410,6 +410,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="training images for nn: its remainder modulo --batch is the last batch (54000)")
     tune.add_argument("--ranks", type=_ranks, default=(1,),
                       help="MPI ranks for nn, comma-separated: each rank's share of the batches too (1)")
+    tune.add_argument("--parallel", choices=("data", "model"), default="data",
+                      help="what the ranks split (nn.train --parallel): data, each rank's rows; model, each "
+                           "rank's hidden units on every row (data)")
     tune.add_argument("--activation", choices=("sigmoid", "relu"), default="sigmoid",
                       help="the hidden layers' activation for nn (its derivative is fused into the output layer) (sigmoid)")
     tune.add_argument("--families", type=_families, default=TUNE_FAMILIES,

@@ -77,7 +77,7 @@ TUNE_FAMILIES = ("gemm", "elementwise", "softmax_xent", "colsum", "linear_xent",
                  "conv2d_wgrad", "conv2d_direct", "conv2d_dgrad_direct", "conv2d_wgrad_direct", "pool2x2", "adam")
 # entry points: name -> f(batch, hidden, train_size, ranks, activation[, layers]) -> [Target]; the
 # network's own default batch where none is given, and layers only where given; train_size None:
-# the launches of one full batch
+# the launches of one full batch; parallel only where not "data"
 TARGETS_GROUP = "autogemm.targets"
 NO_NETWORK = "none is installed: `pip install -e .` in the checkout registers nn"
 
@@ -90,9 +90,9 @@ def networks() -> dict:
 
 def network_targets(name: str, batch: int | None = None, hidden: tuple[int, ...] = (1000,),
                     train_size: int | None = 54_000, ranks: tuple[int, ...] = (1,), activation: str = "sigmoid",
-                    layers: str | None = None) -> list[Target]:
+                    layers: str | None = None, parallel: str = "data") -> list[Target]:
     """Every kernel launch of network `name`'s training step, as that network records it (batch
-    None: the network's own default)."""
+    None: the network's own default; parallel "model": each rank's share of the hidden units)."""
     entry = networks()[name]
     try:
         record = entry.load()
@@ -101,6 +101,7 @@ def network_targets(name: str, batch: int | None = None, hidden: tuple[int, ...]
                             f"{type(exc).__name__}: {exc}") from None
     given = {"batch": batch} if batch is not None else {}
     given |= {"layers": layers} if layers is not None else {}
+    given |= {"parallel": parallel} if parallel != "data" else {}
     try:
         return list(record(hidden=tuple(hidden), train_size=train_size, ranks=tuple(ranks), activation=activation,
                            **given))
@@ -118,13 +119,13 @@ def _unique(targets: list[Target]) -> list[Target]:
 
 def parse_targets(text: str, batch: int | None = None, hidden: tuple[int, ...] = (1000,), train_size: int = 54_000,
                   ranks: tuple[int, ...] = (1,), families: tuple[str, ...] = TUNE_FAMILIES,
-                  activation: str = "sigmoid", layers: str | None = None) -> list[Target]:
+                  activation: str = "sigmoid", layers: str | None = None, parallel: str = "data") -> list[Target]:
     """A network's name (`nn`, `lenet`) for every launch of its training step, or MxNxK[:op],... for
     GEMMs; kept to `families`."""
     targets = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         if item in networks():
-            targets += network_targets(item, batch, hidden, train_size, ranks, activation, layers)
+            targets += network_targets(item, batch, hidden, train_size, ranks, activation, layers, parallel)
         else:
             shape = parse_shapes(item)[0]
             targets.append(Target("gemm", (shape.m, shape.n, shape.k), shape.op))
