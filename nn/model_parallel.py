@@ -89,13 +89,14 @@ class ShardedStep(Step):
         super().train_batch(x, labels, None, lap)
 
 
-def bytes_per_step(sizes, rows: int, itemsize: int, ranks: int, parallel: str) -> int:
-    """What one rank sends in a step's all-reduce (a ring: 2 (R-1)/R of the buffer): the gradient
-    of every parameter for the data split, the rows x classes logits for the model split."""
-    if ranks == 1:
-        return 0
+def step_elements(sizes, rows: int, parallel: str) -> int:
+    """Values all-reduced in one step of an MLP of `sizes` on `rows` rows: every parameter's gradient
+    for the data split, the rows x classes logits for the model split."""
     if parallel == "model":
-        elements = rows * sizes[-1]
-    else:
-        elements = sum((n_in + 1) * n_out for n_in, n_out in zip(sizes[:-1], sizes[1:]))
+        return rows * sizes[-1]
+    return sum((n_in + 1) * n_out for n_in, n_out in zip(sizes[:-1], sizes[1:]))
+
+
+def ring_bytes(elements: int, itemsize: int, ranks: int) -> int:
+    """What each rank sends in a ring all-reduce of `elements` values: 2 (R-1)/R of the buffer."""
     return 2 * (ranks - 1) * elements * itemsize // ranks

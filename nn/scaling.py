@@ -1,10 +1,12 @@
-"""`python -m nn.scaling`: data-parallel scaling of one network over 1..R GPUs, MPI and NCCL all-reduce.
+"""`python -m nn.scaling`: scaling of one network over 1..R GPUs, data or model parallel, MPI and NCCL all-reduce.
 
     python -m nn.scaling --network cme213 --out runs/scaling          # 1, 2, 4 ranks x mpi, nccl
+    python -m nn.scaling --network cme213 --parallel data,model --allreduce nccl
     python -m nn.scaling --network large --ranks 1,2 --allreduce nccl --time-limit 540
 
 Every run is `mpirun -n R python -m nn.train --use-tuned ...` in a subprocess with a timeout, its output
-in DIR/<run>.log and its JSON log in DIR/<run>.json. Per (ranks, all-reduce): ms per epoch (median of
+in DIR/<run>.log and its JSON log in DIR/<run>.json. Per (ranks, split, all-reduce): the bytes each
+rank sends a step (from its log), ms per epoch (median of
 the epochs after the first, which compiles and captures), throughput speed-up t1/tR, scaling efficiency
 t1/(R tR), float32 test accuracy; then a short float64 run whose final weights must be one rank's within
 1e-7 (max-norm relative difference, every parameter). A run that fails or hangs is recorded with its
@@ -36,7 +38,7 @@ from nn import checkpoint
 from nn.bench import Network, networks
 from nn.errors import ArgumentParser, NNError
 from nn.outputs import claim
-from nn.train import DEFAULTS, positive_int
+from nn.train import DEFAULTS, PARALLEL, positive_int
 
 ROOT = Path(__file__).resolve().parents[1]
 F64_TOLERANCE = 1e-7
@@ -56,6 +58,7 @@ KILL_WAIT_S = 5   # after SIGTERM, before SIGKILL
 class Settings:
     network: Network
     ranks: tuple          # ascending, 1 first
+    parallels: tuple      # of nn.train's PARALLEL: what the ranks split
     allreduces: tuple     # of ALLREDUCES
     epochs: int           # float32 runs
     f64_epochs: int       # float64 weight check
@@ -87,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                        "(default: cme213, 784-1000-10 batch 800; large: 784-4096-10 batch 8192)")
     p.add_argument("--ranks", type=_csv(positive_int), default=[1, 2, 4],
                    help="comma list of rank counts, one GPU each; 1 is the reference and must be there (default: 1,2,4)")
+    p.add_argument("--parallel", type=_csv(str, PARALLEL), default=["data"],
+                   help="comma list of nn.train's --parallel for the runs of more than one rank: data (rows) "
+                        "or model (hidden units) (default: data)")
     p.add_argument("--allreduce", type=_csv(str, ALLREDUCES), default=list(ALLREDUCES),
                    help="comma list of nn.train's all-reduces for the runs of more than one rank (default: mpi,nccl)")
     p.add_argument("--epochs", type=positive_int, default=DEFAULTS["epochs"],
@@ -128,7 +134,8 @@ def resolve(args) -> Settings:
     data = ["--data-dir", os.path.realpath(args.data_dir)] if args.data_dir else []
     launch = tuple(launcher(args.mpirun))
     out = Path(os.path.realpath(args.out))
-    return Settings(known[args.network], tuple(sorted(args.ranks)), tuple(args.allreduce), args.epochs,
+    return Settings(known[args.network], tuple(sorted(args.ranks)), tuple(args.parallel), tuple(args.allreduce),
+                    args.epochs,
                     args.f64_epochs, out, launch, (*flags, *data), tuple(extra), backend,
                     args.timeout, args.exit_grace, args.time_limit or 0)
 
@@ -180,6 +187,8 @@ class Run:
     epoch_ms: list = field(default_factory=list)   # every epoch's training time, the first included
     test_accuracy: float | None = None
     weight_diff: dict = field(default_factory=dict)  # float64, R > 1: parameter -> max rel diff to 1 rank's
+    parallel: str = "data"  # what the ranks split (nn.train --parallel)
+    sent_bytes: int = 0     # what each rank sends a step (nn.train's log)
 
     @property
     def usable(self) -> bool:
@@ -192,20 +201,22 @@ class Run:
 
 
 def plan(s: Settings) -> list[Run]:
-    """Every float32 run (1 rank, then each R > 1 with each all-reduce), then the same in float64."""
+    """Every float32 run (1 rank, then each R > 1 with each split and all-reduce), then the same in float64."""
     net = s.network
-    pairs = [(1, "none")] + [(r, a) for r in s.ranks if r > 1 for a in s.allreduces]
+    cases = [(1, "data", "none")] + [(r, p, a) for r in s.ranks if r > 1 for p in s.parallels for a in s.allreduces]
     runs = []
     for dtype, epochs in (("float32", s.epochs), ("float64", s.f64_epochs)):
-        for ranks, allreduce in pairs:
-            name = f"{net.name}-f{dtype[-2:]}-r{ranks}" + (f"-{allreduce}" if ranks > 1 else "")
+        for ranks, parallel, allreduce in cases:
+            name = (f"{net.name}-f{dtype[-2:]}-r{ranks}" + (f"-{allreduce}" if ranks > 1 else "")
+                    + ("-model" if parallel == "model" else ""))
             command = [*s.launch, "-n", str(ranks), sys.executable, "-m", "nn.train",
                        "--hidden", str(net.hidden), "--batch", str(net.batch), "--activation", net.activation,
                        "--train-size", str(net.images), "--dtype", dtype, "--epochs", str(epochs),
                        "--log", str(s.out / f"{name}.json")]
             command += ["--allreduce", allreduce] if ranks > 1 else []
+            command += ["--parallel", "model"] if parallel == "model" else []
             command += ["--checkpoint", str(s.out / f"{name}.npz")] if dtype == "float64" else []
-            runs.append(Run(name, ranks, allreduce, dtype, [*command, *s.train_args, *s.extra]))
+            runs.append(Run(name, ranks, allreduce, dtype, [*command, *s.train_args, *s.extra], parallel=parallel))
     return runs
 
 
@@ -313,6 +324,7 @@ def execute(run: Run, s: Settings, runner: Runner, timeout: float):
     log = read_log(log_path)
     if log is not None:
         run.epoch_ms = [epoch["ms"]["train"] for epoch in log["epochs"]]
+        run.sent_bytes = log["environment"].get("bytes_sent_per_step", 0)
         run.test_accuracy = log["final"]["test_accuracy"]
     try:
         last = failure_line(output.read_text(errors="replace")[-65536:])
@@ -365,19 +377,20 @@ def compare(run: Run, reference: Run, s: Settings):
 # ---------------------------------------------------------------- summary
 
 def rows(runs: list[Run]) -> list[dict]:
-    """One row per (ranks, all-reduce): float32 timing and accuracy, the float64 check, a status."""
-    f64 = {(r.ranks, r.allreduce): r for r in runs if r.dtype == "float64"}
+    """One row per (ranks, split, all-reduce): float32 timing and accuracy, the float64 check, a status."""
+    f64 = {(r.ranks, r.parallel, r.allreduce): r for r in runs if r.dtype == "float64"}
     f32 = [r for r in runs if r.dtype == "float32"]
     t1 = next((r.ms_per_epoch for r in f32 if r.ranks == 1), None)
     table = []
     for run in f32:
-        check = f64.get((run.ranks, run.allreduce))
+        check = f64.get((run.ranks, run.parallel, run.allreduce))
         t = run.ms_per_epoch
         worst = max(check.weight_diff.items(), key=lambda kv: kv[1]) if check and check.weight_diff else (None, None)
         notes = [run.status] if run.status != "ok" else []
         notes += [f"f64 {check.status}"] if check and check.status != "ok" else []
         notes += [f"f64 diff > {F64_TOLERANCE:g}"] if worst[1] is not None and worst[1] > F64_TOLERANCE else []
-        table.append({"ranks": run.ranks, "allreduce": run.allreduce, "ms_per_epoch": t,
+        table.append({"ranks": run.ranks, "parallel": run.parallel, "allreduce": run.allreduce,
+                      "bytes_per_step": run.sent_bytes, "ms_per_epoch": t,
                       "speedup": t1 / t if t and t1 else None,
                       "efficiency": t1 / (run.ranks * t) if t and t1 else None,
                       "test_accuracy": run.test_accuracy if run.usable else None,
@@ -407,13 +420,16 @@ def table(s: Settings, runs: list[Run], gpus: list[str]) -> str:
             + (f", nn.train {shlex.join(s.extra)}" if s.extra else "") + f"; {s.backend} backend, {machine}",
             f"float32, {s.epochs} epochs, ms/epoch the median after the first; {s.f64_epochs}-epoch float64 check "
             f"(max rel diff <= {F64_TOLERANCE:g}): {verdict}, worst {_fmt(worst, '.2e')}"]
-    lines = [["ranks", "allreduce", "ms/epoch", "speed-up", "efficiency", "test acc", "f64 max rel diff", "status"]]
+    lines = [["ranks", "split", "allreduce", "sent/step", "ms/epoch", "speed-up", "efficiency", "test acc",
+              "f64 max rel diff", "status"]]
     for row in rows(runs):
         f64 = "reference" if row["ranks"] == 1 else _fmt(row["f64_max_rel_diff"], ".2e")
-        lines.append([str(row["ranks"]), row["allreduce"], _fmt(row["ms_per_epoch"], ".2f"), _fmt(row["speedup"], ".2f"),
-                      _fmt(row["efficiency"], ".2f"), _fmt(row["test_accuracy"], ".2%"), f64, row["status"]])
+        sent = f"{row['bytes_per_step'] / 1e3:.1f} KB" if row["bytes_per_step"] else "-"
+        lines.append([str(row["ranks"]), row["parallel"], row["allreduce"], sent, _fmt(row["ms_per_epoch"], ".2f"),
+                      _fmt(row["speedup"], ".2f"), _fmt(row["efficiency"], ".2f"), _fmt(row["test_accuracy"], ".2%"),
+                      f64, row["status"]])
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
-    body = ["  ".join(c.ljust(w) if i in (1, 7) else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths))).rstrip()
+    body = ["  ".join(c.ljust(w) if i in (1, 2, 9) else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths))).rstrip()
             for line in lines]
     return "\n".join([*head, *body])
 

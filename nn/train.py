@@ -38,7 +38,7 @@ from nn.errors import ArgumentParser, NNError
 from nn import cnn
 from nn.layers import LENET, describe, parse_layers
 from nn.mlp import INITS, MLP, Epoch, Step, bytes_needed, init_params, param_count
-from nn.model_parallel import ShardedMLP, ShardedStep, bytes_per_step, check_split, unshard
+from nn.model_parallel import ShardedMLP, ShardedStep, check_split, ring_bytes, step_elements, unshard
 from nn.outputs import Outputs, ResumeHint
 
 # ---------------------------------------------------------------- settings
@@ -423,16 +423,21 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
     epoch_pass = Epoch(step, spans, x_train, y_train, None if model_split else allreduce,
                        graph=not args.no_graph and graph_safe)
     dist.barrier()  # ranks set up one after another; the first epoch's times should not count that
+    # what each rank sends a step (a ring all-reduce): the logits of a model split, else every gradient
+    elements = step_elements(sizes, cfg.batch, args.parallel) if layers is None else model.flat.size
+    sent = ring_bytes(elements, backend.dtype.itemsize, dist.size)
 
     log = {"config": asdict(cfg), "sizes": list(sizes), "resumed_from_epoch": ckpt.epoch if args.resume else None,
            "data": {"source": ds.source, "train": n_train, "val": len(ds.val.y), "test": len(ds.test.y)},
-           "environment": _environment(backend, dist, args.parallel), "epochs": ckpt.history, "final": None}
+           "environment": {**_environment(backend, dist, args.parallel), "bytes_sent_per_step": sent},
+           "epochs": ckpt.history, "final": None}
     if not args.quiet:
         network = describe(layers) if layers is not None else "-".join(map(str, sizes))
         optimizer = f", {cfg.optimizer}" if layers is not None else ""
         print0(f"{network} {cfg.activation}{optimizer}, {cfg.dtype}, {backend.name} backend, "
-               f"{dist.size} rank{'s' * (dist.size > 1)}{_split_line(args.parallel, sizes, layers, cfg, backend, dist)}; "
-               f"{cfg.dataset} {n_train}/{len(ds.val.y)}/{len(ds.test.y)} "
+               f"{dist.size} rank{'s' * (dist.size > 1)}"
+               + (f", {args.parallel} parallel ({_bytes(sent)} sent by each rank a step)" if dist.size > 1 else "")
+               + f"; {cfg.dataset} {n_train}/{len(ds.val.y)}/{len(ds.test.y)} "
                f"from {ds.source}; batch {cfg.batch} ({len(spans)} steps), lr {cfg.lr:g}, reg {cfg.reg:g}"
                + (f"; resumed after epoch {ckpt.epoch}" if args.resume else ""), flush=True)
 
@@ -523,16 +528,6 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
         raise
     _close_communicator(allreduce, epoch_pass, dist)
     return log
-
-
-def _split_line(parallel, sizes, layers, cfg, backend, dist) -> str:
-    """How the ranks split the work and what each sends a step ("" for one rank)."""
-    if dist.size == 1:
-        return ""
-    if layers is not None:
-        return ", data parallel"
-    sent = bytes_per_step(sizes, cfg.batch, backend.dtype.itemsize, dist.size, parallel)
-    return f", {parallel} parallel ({_bytes(sent)} sent by each rank a step)"
 
 
 def _close_communicator(allreduce, epoch_pass, dist):

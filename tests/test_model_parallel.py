@@ -8,7 +8,7 @@ import pytest
 from nn.backends import get_backend
 from nn.errors import NNError
 from nn.mlp import MLP, Step, init_params
-from nn.model_parallel import ShardedMLP, ShardedStep, bytes_per_step, check_split, hidden_share, unshard
+from nn.model_parallel import ShardedMLP, ShardedStep, check_split, hidden_share, ring_bytes, step_elements, unshard
 
 
 class ThreadSum:
@@ -89,8 +89,8 @@ def test_what_cannot_be_split_is_one_line(sizes, ranks, message):
         check_split(sizes, ranks)
 
 
-def test_bytes_per_step_of_each_split():
+def test_bytes_each_rank_sends_a_step_for_each_split():
     cme213 = (784, 1000, 10)
-    assert bytes_per_step(cme213, 800, 4, 1, "model") == bytes_per_step(cme213, 800, 4, 1, "data") == 0
-    assert bytes_per_step(cme213, 800, 4, 4, "model") == 2 * 3 * 800 * 10 * 4 // 4        # 48 KB of 32 KB logits
-    assert bytes_per_step(cme213, 800, 4, 4, "data") == 2 * 3 * 795_010 * 4 // 4         # of 3.2 MB of gradients
+    assert step_elements(cme213, 800, "model") == 8000                    # the logits: 32 KB in float32
+    assert step_elements(cme213, 800, "data") == 795_010                  # every gradient: 3.2 MB
+    assert ring_bytes(8000, 4, 1) == 0 and ring_bytes(8000, 4, 4) == 2 * 3 * 8000 * 4 // 4

@@ -212,9 +212,9 @@ def test_every_run_ok_passes(tmp_path, capsys):
     assert summary["rows"][0]["ms_per_epoch"] == 10 and summary["rows"][0]["test_accuracy"] == 0.85
     assert summary["command"].startswith("python -m nn.scaling --mpirun ") and "commit" in summary["git"]
     table = out.rstrip().splitlines()[-6:]  # the table is printed last
-    assert table[0].split()[:3] == ["ranks", "allreduce", "ms/epoch"]
-    assert table[1].split() == ["1", "none", "10.00", "1.00", "1.00", "85.00%", "reference", "ok"]
-    assert table[5].split()[:6] == ["4", "nccl", "2.50", "4.00", "1.00", "85.00%"] and table[5].endswith("ok")
+    assert table[0].split()[:5] == ["ranks", "split", "allreduce", "sent/step", "ms/epoch"]
+    assert table[1].split() == ["1", "data", "none", "-", "10.00", "1.00", "1.00", "85.00%", "reference", "ok"]
+    assert table[5].split()[:7] == ["4", "data", "nccl", "-", "2.50", "4.00", "1.00"] and table[5].endswith("ok")
 
 
 def test_failures_and_hangs_are_recorded_and_the_others_run(tmp_path, capsys):
@@ -299,17 +299,20 @@ def test_run_process_ends_a_hung_run_and_everything_under_it(tmp_path, monkeypat
 def test_numpy_run_under_mpirun(tmp_path, capsys):
     data = write_dataset(tmp_path / "data", n_train=6_100, n_test=40)  # 100 train rows
     code = main(["--network", "grading", "--backend", "numpy", "--ranks", "1,2", "--epochs", "2", "--f64-epochs", "2",
-                 "--data-dir", str(data), "--extra-args", "--dataset mnist --train-size 100 --batch 30 --hidden 8",
+                 "--parallel", "data,model", "--data-dir", str(data), "--extra-args", "--dataset mnist --train-size 100 --batch 30 --hidden 8",
                  "--out", str(tmp_path / "out"), "--mpirun", MPIRUN, "--timeout", "60"])
     summary = json.loads((tmp_path / "out" / "scaling-grading.json").read_text())
     runs = {r["name"]: r for r in summary["runs"]}
     assert runs["grading-f32-r2-mpi"]["status"] == "ok" and runs["grading-f64-r2-mpi"]["status"] == "ok"
     assert summary["f64_check"] == "incomplete" and summary["f64_worst_rel_diff"] <= 1e-12  # nccl's check failed
     assert list(runs["grading-f64-r2-mpi"]["weight_diff"]) == ["W1", "b1", "W2", "b2"]
+    model = runs["grading-f64-r2-mpi-model"]     # the hidden units split: one all-reduce of 30 x 10 logits
+    assert model["status"] == "ok" and max(model["weight_diff"].values()) <= 1e-12
+    assert model["sent_bytes"] == 30 * 10 * 8 and runs["grading-f64-r2-mpi"]["sent_bytes"] == (785 * 8 + 9 * 10) * 8   # --hidden 8
     nccl = runs["grading-f32-r2-nccl"]  # the NumPy backend has no NCCL: a real failure, recorded
     assert nccl["status"] == "failed" and "--allreduce nccl needs a GPU backend" in nccl["reason"]
     assert code == 1 and (tmp_path / "out" / "grading-f32-r2-nccl.log").exists()
-    assert capsys.readouterr().out.rstrip().splitlines()[-1].split()[:2] == ["2", "nccl"]
+    assert capsys.readouterr().out.rstrip().splitlines()[-1].split()[:3] == ["2", "model", "nccl"]
 
 
 @needs_mpi
