@@ -154,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "all-reduced) or the MLP's hidden units (model: the logits are; one hidden layer) "
                         "(default: data)")
     p.add_argument("--allreduce", choices=("mpi", "nccl"), default="mpi",
-                   help="gradient all-reduce under mpirun: mpi (through host memory) or nccl (GPU to GPU, "
+                   help="the all-reduce under mpirun (of the gradients, or of the logits with --parallel model): "
+                        "mpi (through host memory) or nccl (GPU to GPU, "
                         "one GPU per rank, captured into the epoch's CUDA graph) (default: mpi)")
     p.add_argument("--no-graph", action="store_true",
                    help="run the cupy backend's steps eagerly instead of replaying each epoch as one CUDA graph "
@@ -429,7 +430,7 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
 
     log = {"config": asdict(cfg), "sizes": list(sizes), "resumed_from_epoch": ckpt.epoch if args.resume else None,
            "data": {"source": ds.source, "train": n_train, "val": len(ds.val.y), "test": len(ds.test.y)},
-           "environment": {**_environment(backend, dist, args.parallel), "bytes_sent_per_step": sent},
+           "environment": _environment(backend, dist, args.parallel, sent),
            "epochs": ckpt.history, "final": None}
     if not args.quiet:
         network = describe(layers) if layers is not None else "-".join(map(str, sizes))
@@ -476,7 +477,8 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
 
                 start = time.perf_counter()
                 if model_split:   # every rank has the whole loss and its slices' share of the L2 term
-                    loss = float(backend.to_numpy(step.loss_sum)[0]) / n_train + float(dist.sum([model.reg_term(cfg.reg)])[0])
+                    reg_term = float(dist.sum([model.reg_term(cfg.reg)])[0])
+                    loss = float(backend.to_numpy(step.loss_sum)[0]) / n_train + reg_term
                 else:
                     loss = float(dist.sum(backend.to_numpy(step.loss_sum))[0]) / n_train + model.reg_term(cfg.reg)
                 if dist.any_rank(not (math.isfinite(loss) and model.finite())):
@@ -550,9 +552,10 @@ def _allreduce(choice, dist, backend):
     return lambda buf: dist.allreduce_sum(backend, buf)
 
 
-def _environment(backend, dist, parallel) -> dict:
+def _environment(backend, dist, parallel: str, sent: int) -> dict:
     return {"python": platform.python_version(), "numpy": np.__version__, "platform": platform.platform(),
-            "backend": backend.name, "ranks": dist.size, "parallel": parallel, "cpus": os.cpu_count()}
+            "backend": backend.name, "ranks": dist.size, "parallel": parallel, "bytes_sent_per_step": sent,
+            "cpus": os.cpu_count()}
 
 
 # ---------------------------------------------------------------- entry point
