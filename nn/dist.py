@@ -175,22 +175,28 @@ class Interrupt:
 
 
 class NcclAllreduce:
-    """Sum a GPU buffer over ranks with NCCL on the backend's stream: no host staging, and it can be
-    captured into a CUDA graph. Needs one GPU per rank (NCCL refuses two ranks on one device)."""
+    """Sum a GPU buffer over ranks with NCCL on the current stream (the backend's, or a side branch
+    of it): no host staging, and it can be captured into a CUDA graph. Needs one GPU per rank (NCCL
+    refuses two ranks on one device). `buckets` tells a step how to hand it the gradients
+    (nn.mlp.Step.train_batch): "overlap", each layer's during the backward pass; "after", the same
+    buckets after it."""
 
     graph_safe = True
 
-    def __init__(self, dist: Dist, backend):
+    def __init__(self, dist: Dist, backend, overlap: bool = True):
+        import cupy
         from cupy.cuda import nccl
 
         uid = nccl.get_unique_id() if dist.rank == 0 else None
         uid = dist.comm.bcast(uid, root=0)  # once, at start-up: a small tuple
-        self.nccl, self.stream = nccl, backend.stream
+        self.cupy, self.nccl, self.stream = cupy, nccl, backend.stream
         self.comm = nccl.NcclCommunicator(dist.size, uid, dist.rank)
         self.dtype = nccl.NCCL_FLOAT32 if backend.dtype == np.float32 else nccl.NCCL_FLOAT64
+        self.buckets = "overlap" if overlap else "after"
 
     def __call__(self, buf):
-        self.comm.allReduce(buf.data.ptr, buf.data.ptr, buf.size, self.dtype, self.nccl.NCCL_SUM, self.stream.ptr)
+        stream = self.cupy.cuda.get_current_stream()
+        self.comm.allReduce(buf.data.ptr, buf.data.ptr, buf.size, self.dtype, self.nccl.NCCL_SUM, stream.ptr)
         return buf
 
     def close(self):

@@ -119,6 +119,9 @@ class Step:
             views.append(self.grads[start:start + math.prod(s)].reshape(s))
             start += math.prod(s)
         self.dW, self.db = views[0::2], views[1::2]  # dW_l: (n_{l+1}, n_l), db_l: (n_{l+1},)
+        # each layer's [dW_l, db_l], contiguous in the flat buffer: the buckets of a bucketed all-reduce
+        ends = np.cumsum([0] + [w.size + b.size for w, b in zip(self.dW, self.db)])
+        self.layer_grads = [self.grads[lo:hi] for lo, hi in zip(ends[:-1], ends[1:])]
         self.loss_sum = bk.zeros((1,))  # sum of -log P[i, y_i] over rows seen since reset_loss
         self._x = None
 
@@ -135,9 +138,9 @@ class Step:
         m.backend.linear_xent(a, m.W[-1], m.b[-1], labels, self.logits[:n], self.deltas[-1][:n], 1.0 / self.batch,
                               self.loss_sum, grad_in, m.activation if grad_in is not None else None)
 
-    def backward(self, weight_grads=True):
+    def backward(self, weight_grads=True, layer_done=lambda l: None):
         """G_{l-1} = (G_l W_l) * act'(A_{l-1}) below the last hidden layer (whose G came with the
-        loss); dW_l = G_l^T A_{l-1} and db_l too when weight_grads.
+        loss); dW_l = G_l^T A_{l-1} and db_l too when weight_grads, then layer_done(l).
 
         dW and db hold the data term only: the update adds reg * W. Weights are not modified.
         """
@@ -149,6 +152,7 @@ class Step:
             if weight_grads:
                 bk.column_sums(g, self.db[l])
                 bk.gemm(g, a_prev, self.dW[l], trans_a=True)
+                layer_done(l)
             if 0 < l < m.layers - 1:
                 bk.gemm(g, m.W[l], self.deltas[l - 1][:n], epilogue=f"d{m.activation}", aux=a_prev)
 
@@ -186,7 +190,11 @@ class Step:
         """forward, backward, [all-reduce], update; lap(phase) after each phase for timing.
 
         Without `allreduce` (one rank) the weight gradient is never formed: the update is the fused GEMM.
+        An all-reduce whose `buckets` is "overlap" takes each layer's gradients on a side branch as
+        soon as the backward pass has them, beside the layers below; "after", the same buckets once
+        the backward pass is done (the same sums, bit for bit); otherwise the whole buffer at once.
         """
+        bk = self.model.backend
         self.forward(x, labels)
         lap("forward")
         if allreduce is None:
@@ -194,9 +202,19 @@ class Step:
             lap("backward")
             self.update_fused()
         else:
-            self.backward()
-            lap("backward")
-            allreduce(self.grads)
+            buckets = getattr(allreduce, "buckets", None)
+            if buckets == "overlap":
+                def reduce_aside(l):
+                    with bk.side_branch():
+                        allreduce(self.layer_grads[l])
+                self.backward(layer_done=reduce_aside)
+                lap("backward")
+                bk.join_branch()
+            else:
+                self.backward()
+                lap("backward")
+                for bucket in reversed(self.layer_grads) if buckets == "after" else [self.grads]:
+                    allreduce(bucket)
             lap("comm")
             self.update()
         lap("update")

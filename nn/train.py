@@ -157,6 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the all-reduce under mpirun (of the gradients, or of the logits with --parallel model): "
                         "mpi (through host memory) or nccl (GPU to GPU, "
                         "one GPU per rank, captured into the epoch's CUDA graph) (default: mpi)")
+    p.add_argument("--no-overlap", action="store_true",
+                   help="with --allreduce nccl and --parallel data: all-reduce each layer's gradients after the "
+                        "backward pass instead of during it, beside the layers below (the same sums)")
     p.add_argument("--no-graph", action="store_true",
                    help="run the cupy backend's steps eagerly instead of replaying each epoch as one CUDA graph "
                         "(slower; gives the forward/backward/update time split)")
@@ -192,6 +195,9 @@ def resolve(args) -> Config:
         if args.backend not in (None, "cupy"):
             raise NNError(f"--use-tuned runs the autogemm kernels; it cannot be combined with --backend {args.backend}")
         values["backend"] = "cupy" if cuda_available() and "cupy" in BACKENDS else "numpy"
+    if args.no_overlap and (args.allreduce != "nccl" or args.parallel == "model"):
+        raise NNError("--no-overlap is for --allreduce nccl with --parallel data, whose step all-reduces each "
+                      "layer's gradients during the backward pass; the others reduce after it anyway")
     if args.resume and not args.checkpoint:
         raise NNError("--resume needs --checkpoint PATH")
     if args.log and args.no_log:
@@ -405,7 +411,7 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
     x_train = backend.asarray(ds.train.x[index])  # X: (rows of this rank, D) dtype
     y_train = backend.asarray(ds.train.y[index])  # (rows of this rank,) int64
     max_rows = max(count for _, count in spans)
-    allreduce = _agreed(dist, lambda: _allreduce(args.allreduce, dist, backend))
+    allreduce = _agreed(dist, lambda: _allreduce(args.allreduce, dist, backend, args.no_overlap))
     if layers is not None:
         model = cnn.CNN(backend, layers, cfg.activation, ckpt.params)
         step = cnn.CNNStep(model, max_rows, cfg.batch, cfg.optimizer, cfg.lr, cfg.reg)
@@ -541,14 +547,15 @@ def _close_communicator(allreduce, epoch_pass, dist):
         allreduce.close()
 
 
-def _allreduce(choice, dist, backend):
-    """None for one rank; else the gradient all-reduce: NCCL GPU to GPU, or MPI through host memory."""
+def _allreduce(choice, dist, backend, no_overlap=False):
+    """None for one rank; else the all-reduce: NCCL GPU to GPU (each layer's gradients during the
+    backward pass unless no_overlap), or MPI through host memory."""
     if dist.size == 1:
         return None
     if choice == "nccl":
         if backend.name not in ("cupy", "cublas") or not nccl_usable(dist):
             raise NNError("--allreduce nccl needs a GPU backend, CuPy's NCCL and one GPU per rank")
-        return NcclAllreduce(dist, backend)
+        return NcclAllreduce(dist, backend, overlap=not no_overlap)
     return lambda buf: dist.allreduce_sum(backend, buf)
 
 

@@ -146,3 +146,36 @@ def test_resume_on_the_gpu_equals_an_uninterrupted_run(tmp_path, data_dir):
     common = ("--hidden", 64, "--dtype", "float64", "--train-size", 8000, "--data-dir", data_dir,
               "--backend", "cupy", "--no-log", "--quiet")
     assert resume_difference(tmp_path, *common) == 0.0
+
+
+def test_an_all_reduce_overlapped_in_a_captured_graph_equals_the_one_after_the_backward_pass():
+    """NCCL's place taken by a doubling on the current stream (two ranks with the same gradients):
+    each layer's bucket on the side branch during the backward pass, captured with the steps into
+    one graph, against the same buckets after the backward pass; float64, bit for bit."""
+    import cupy
+
+    from nn.mlp import MLP, Step, init_params
+
+    class Doubling:
+        graph_safe = True
+
+        def __init__(self, buckets):
+            self.buckets = buckets
+
+        def __call__(self, buf):
+            cupy.multiply(buf, 2, out=buf)     # on the current stream: the side branch's, when there
+
+    rng = np.random.default_rng(3)
+    x, y = rng.random((64, 784)), rng.integers(0, 10, 64).astype(np.int32)   # X: (64, 784)
+    sizes = (784, 300, 100, 10)
+    results = []
+    for buckets in ("overlap", "after"):
+        bk = get_backend("cupy", "float64")
+        step = Step(MLP(bk, sizes, "relu", init_params(sizes, "he")), 64, 128, lr=0.1, reg=0.01)
+        xd, yd, reduce = bk.asarray(x), bk.asarray(y), Doubling(buckets)
+        graph = bk.capture(lambda: [step.train_batch(xd, yd, allreduce=reduce) for _ in range(4)])
+        graph.launch(bk.stream)
+        bk.synchronize()
+        results.append(step.model.params_numpy())
+    for (w0, b0), (w1, b1) in zip(*results):
+        assert np.array_equal(w0, w1) and np.array_equal(b0, b1)

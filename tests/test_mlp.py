@@ -195,6 +195,43 @@ def test_fused_update_does_not_depend_on_when_its_side_branch_runs(hidden):
         assert np.array_equal(w0, w1) and np.array_equal(b0, b1)
 
 
+class BucketedSum:
+    """A stand-in for NCCL's all-reduce over two ranks with the same gradients: each buffer doubled,
+    in a side branch when the backend defers it; `buckets` as NcclAllreduce's."""
+
+    def __init__(self, backend, buckets):
+        self.backend, self.buckets, self.calls = backend, buckets, []
+
+    def __call__(self, buf):
+        def double():
+            self.calls.append(buf.size)
+            buf[...] = 2 * buf
+        if getattr(self.backend, "inside", False):
+            self.backend.deferred.append(double)
+        else:
+            double()
+
+
+@pytest.mark.parametrize("hidden", [(4,), (5, 3)])
+def test_the_overlapped_all_reduce_equals_the_one_after_the_backward_pass_bit_for_bit(hidden):
+    """Each layer's gradients all-reduced on a side branch that runs late (after the whole backward
+    pass) or at once, against the same buckets after the backward pass, and the whole buffer."""
+    sizes, params, x, y = tiny_problem(hidden, seed=6, rows=8)
+    results, calls = [], []
+    for bk, buckets in ((LateBranchBackend(np.float64), "overlap"), (get_backend("numpy", np.float64), "overlap"),
+                        (get_backend("numpy", np.float64), "after"), (get_backend("numpy", np.float64), None)):
+        step = Step(MLP(bk, sizes, "relu", params), 8, 16, lr=0.2, reg=0.01)
+        allreduce = BucketedSum(bk, buckets)
+        for _ in range(3):
+            step.train_batch(bk.asarray(x), bk.asarray(y), allreduce=allreduce)
+        results.append(step.model.params_numpy())
+        calls.append(allreduce.calls)
+    layer_sizes = [(n_in + 1) * n_out for n_in, n_out in zip(sizes[:-1], sizes[1:])][::-1]
+    assert calls[0] == calls[1] == calls[2] == layer_sizes * 3 and calls[3] == [sum(layer_sizes)] * 3
+    for layer in zip(*results):
+        assert all(np.array_equal(w, layer[0][0]) and np.array_equal(b, layer[0][1]) for w, b in layer)
+
+
 def test_rank_with_no_rows_contributes_zero_gradient():
     sizes, params, x, y = tiny_problem((4,))
     bk = get_backend("numpy", np.float64)
