@@ -174,50 +174,6 @@ class Interrupt:
         self.requested = True
 
 
-class NcclAllreduce:
-    """Sum a GPU buffer over ranks with NCCL on the current stream (the backend's, or a side branch
-    of it): no host staging, and it can be captured into a CUDA graph. Needs one GPU per rank (NCCL
-    refuses two ranks on one device). `buckets` tells a step how to hand it the gradients
-    (nn.mlp.Step.train_batch): "overlap", each layer's during the backward pass; "after", the same
-    buckets after it."""
-
-    graph_safe = True
-
-    def __init__(self, dist: Dist, backend, overlap: bool = True):
-        import cupy
-        from cupy.cuda import nccl
-
-        uid = nccl.get_unique_id() if dist.rank == 0 else None
-        uid = dist.comm.bcast(uid, root=0)  # once, at start-up: a small tuple
-        self.cupy, self.nccl, self.stream = cupy, nccl, backend.stream
-        self.comm = nccl.NcclCommunicator(dist.size, uid, dist.rank)
-        self.dtype = nccl.NCCL_FLOAT32 if backend.dtype == np.float32 else nccl.NCCL_FLOAT64
-        self.buckets = "overlap" if overlap else "after"
-
-    def __call__(self, buf):
-        stream = self.cupy.cuda.get_current_stream()
-        self.comm.allReduce(buf.data.ptr, buf.data.ptr, buf.size, self.dtype, self.nccl.NCCL_SUM, stream.ptr)
-        return buf
-
-    def close(self):
-        """Destroy the communicator on every rank together (call after a barrier): left to the
-        interpreter's exit, ranks hung there on two H200s after training had finished."""
-        self.stream.synchronize()
-        self.comm.destroy()
-
-
-def nccl_usable(dist: Dist) -> bool:
-    """NCCL is importable through CuPy and every rank has a GPU of its own (checked on all ranks)."""
-    try:
-        import cupy
-        from cupy.cuda import nccl
-
-        ok = bool(nccl.available) and dist.size <= cupy.cuda.runtime.getDeviceCount()
-    except Exception:  # no CuPy, no NCCL, no device
-        ok = False
-    return bool(dist.sum([0.0 if ok else 1.0])[0] == 0)
-
-
 def maybe_init_dist() -> Dist:
     """The MPI world when launched by mpirun with mpi4py installed, else rank 0 of 1."""
     global _rank

@@ -32,8 +32,8 @@ from nn import checkpoint
 from nn.backends import ACTIVATIONS, BACKENDS, DTYPES, cuda_available, get_backend
 from nn.backends.base import host_free_bytes
 from nn.data import DATASETS, SCALES, load_dataset
-from nn.dist import (Dist, Interrupt, Interrupted, NcclAllreduce, RanksFailed, maybe_init_dist, nccl_usable, print0,
-                     rank_rows, split_sizes)
+from nn import allreduce as reductions
+from nn.dist import Dist, Interrupt, Interrupted, RanksFailed, maybe_init_dist, print0, rank_rows, split_sizes
 from nn.errors import ArgumentParser, NNError
 from nn import cnn
 from nn.layers import LENET, describe, parse_layers
@@ -153,12 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="under mpirun, split each batch's rows over the ranks (data: their gradients are "
                         "all-reduced) or the MLP's hidden units (model: the logits are; one hidden layer) "
                         "(default: data)")
-    p.add_argument("--allreduce", choices=("mpi", "nccl"), default="mpi",
+    p.add_argument("--allreduce", choices=reductions.KINDS, default="mpi",
                    help="the all-reduce under mpirun (of the gradients, or of the logits with --parallel model): "
-                        "mpi (through host memory) or nccl (GPU to GPU, "
-                        "one GPU per rank, captured into the epoch's CUDA graph) (default: mpi)")
+                        "mpi (through host memory; on a GPU, staged on the step's stream) or nccl (GPU to GPU, "
+                        "one GPU per rank); on a GPU either is captured into the epoch's CUDA graph (default: mpi)")
     p.add_argument("--no-overlap", action="store_true",
-                   help="with --allreduce nccl and --parallel data: all-reduce each layer's gradients after the "
+                   help="with --parallel data on a GPU backend: all-reduce each layer's gradients after the "
                         "backward pass instead of during it, beside the layers below (the same sums)")
     p.add_argument("--no-graph", action="store_true",
                    help="run the cupy backend's steps eagerly instead of replaying each epoch as one CUDA graph "
@@ -195,9 +195,10 @@ def resolve(args) -> Config:
         if args.backend not in (None, "cupy"):
             raise NNError(f"--use-tuned runs the autogemm kernels; it cannot be combined with --backend {args.backend}")
         values["backend"] = "cupy" if cuda_available() and "cupy" in BACKENDS else "numpy"
-    if args.no_overlap and (args.allreduce != "nccl" or args.parallel == "model"):
-        raise NNError("--no-overlap is for --allreduce nccl with --parallel data, whose step all-reduces each "
-                      "layer's gradients during the backward pass; the others reduce after it anyway")
+    asked_gpu = args.use_tuned or values["backend"] in ("cupy", "cublas")  # --use-tuned's fallback has no overlap
+    if args.no_overlap and (not asked_gpu or args.parallel == "model"):
+        raise NNError("--no-overlap is for --parallel data on a GPU backend (cupy, cublas), whose step all-reduces "
+                      "each layer's gradients during the backward pass; the others reduce after it anyway")
     if args.resume and not args.checkpoint:
         raise NNError("--resume needs --checkpoint PATH")
     if args.log and args.no_log:
@@ -411,7 +412,7 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
     x_train = backend.asarray(ds.train.x[index])  # X: (rows of this rank, D) dtype
     y_train = backend.asarray(ds.train.y[index])  # (rows of this rank,) int64
     max_rows = max(count for _, count in spans)
-    allreduce = _agreed(dist, lambda: _allreduce(args.allreduce, dist, backend, args.no_overlap))
+    allreduce = _agreed(dist, lambda: reductions.choose(args.allreduce, dist, backend, not args.no_overlap))
     if layers is not None:
         model = cnn.CNN(backend, layers, cfg.activation, ckpt.params)
         step = cnn.CNNStep(model, max_rows, cfg.batch, cfg.optimizer, cfg.lr, cfg.reg)
@@ -424,8 +425,8 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
     else:
         model = MLP(backend, sizes, cfg.activation, ckpt.params)
         step = Step(model, max_rows, cfg.batch, cfg.lr, cfg.reg)
-    # A model split all-reduces its logits inside each forward pass, a data split its gradients after
-    # the backward pass; either is captured into the epoch's graph only when NCCL does it.
+    # A model split all-reduces its logits inside each forward pass, a data split its gradients during
+    # or after the backward pass; either is captured into the epoch's graph when the all-reduce can be.
     graph_safe = allreduce is None or getattr(allreduce, "graph_safe", False)
     epoch_pass = Epoch(step, spans, x_train, y_train, None if model_split else allreduce,
                        graph=not args.no_graph and graph_safe)
@@ -436,14 +437,15 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
 
     log = {"config": asdict(cfg), "sizes": list(sizes), "resumed_from_epoch": ckpt.epoch if args.resume else None,
            "data": {"source": ds.source, "train": n_train, "val": len(ds.val.y), "test": len(ds.test.y)},
-           "environment": _environment(backend, dist, args.parallel, sent),
+           "environment": _environment(backend, dist, args.parallel, sent, reductions.describe(allreduce)),
            "epochs": ckpt.history, "final": None}
     if not args.quiet:
         network = describe(layers) if layers is not None else "-".join(map(str, sizes))
         optimizer = f", {cfg.optimizer}" if layers is not None else ""
         print0(f"{network} {cfg.activation}{optimizer}, {cfg.dtype}, {backend.name} backend, "
                f"{dist.size} rank{'s' * (dist.size > 1)}"
-               + (f", {args.parallel} parallel ({_bytes(sent)} sent by each rank a step)" if dist.size > 1 else "")
+               + (f", {args.parallel} parallel ({_bytes(sent)} sent by each rank a step, "
+                  f"{reductions.describe(allreduce)})" if dist.size > 1 else "")
                + f"; {cfg.dataset} {n_train}/{len(ds.val.y)}/{len(ds.test.y)} "
                f"from {ds.source}; batch {cfg.batch} ({len(spans)} steps), lr {cfg.lr:g}, reg {cfg.reg:g}"
                + (f"; resumed after epoch {ckpt.epoch}" if args.resume else ""), flush=True)
@@ -539,29 +541,18 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
 
 
 def _close_communicator(allreduce, epoch_pass, dist):
-    """Destroy NCCL's communicator on every rank together (left to the interpreter's exit, ranks
-    hung there on two H200s); the epoch's graph holds NCCL work, so it goes first."""
-    if isinstance(allreduce, NcclAllreduce):
+    """Free the all-reduce's communicator on every rank together (NCCL's, left to the interpreter's
+    exit, hung ranks on two H200s); the epoch's graph may hold its work, so the graph goes first."""
+    if hasattr(allreduce, "close"):
         epoch_pass.release()
         dist.barrier()
         allreduce.close()
 
 
-def _allreduce(choice, dist, backend, no_overlap=False):
-    """None for one rank; else the all-reduce: NCCL GPU to GPU (each layer's gradients during the
-    backward pass unless no_overlap), or MPI through host memory."""
-    if dist.size == 1:
-        return None
-    if choice == "nccl":
-        if backend.name not in ("cupy", "cublas") or not nccl_usable(dist):
-            raise NNError("--allreduce nccl needs a GPU backend, CuPy's NCCL and one GPU per rank")
-        return NcclAllreduce(dist, backend, overlap=not no_overlap)
-    return lambda buf: dist.allreduce_sum(backend, buf)
-
-
-def _environment(backend, dist, parallel: str, sent: int) -> dict:
+def _environment(backend, dist, parallel: str, sent: int, allreduce: str) -> dict:
     return {"python": platform.python_version(), "numpy": np.__version__, "platform": platform.platform(),
             "backend": backend.name, "ranks": dist.size, "parallel": parallel, "bytes_sent_per_step": sent,
+            "allreduce": allreduce,
             "cpus": os.cpu_count()}
 
 

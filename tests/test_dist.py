@@ -88,6 +88,33 @@ def test_the_hidden_unit_split_gives_the_one_process_weights(tmp_path, fake_dir,
     assert diff <= 1e-12, diff
 
 
+@needs_mpi
+@pytest.mark.gpu
+def test_mpi_staged_on_the_gpu_stream_equals_one_process(tmp_path, fake_dir):
+    """--allreduce mpi on the cupy backend, 2 ranks sharing the GPU: each all-reduce is staged through
+    pinned host memory by a host function of the stream, captured into the epoch's graph. Overlapped
+    with the backward pass it equals --no-overlap bit for bit (float64), and both equal the one-process
+    NumPy weights; so do the model split, captured and eager."""
+    common = ["--data-dir", fake_dir, "--dataset", "mnist", "--dtype", "float64", "--scale", "unit",
+              "--epochs", "3", "--lr", "0.5", "--reg", "0.01", "--no-log", "--batch", "30", "--train-size", "70",
+              "--hidden", "16", "8", "--activation", "sigmoid"]
+    one = run_train(tmp_path, *common, "--quiet", "--checkpoint", tmp_path / "one.npz")
+    assert one.returncode == 0, one.stderr
+    runs = {"overlap": [], "after": ["--no-overlap"], "model": ["--parallel", "model", "--hidden", "16"],
+            "model-eager": ["--parallel", "model", "--hidden", "16", "--no-graph"]}
+    for name, flags in runs.items():
+        out = run_train(tmp_path, *common, "--backend", "cupy", *flags, "--checkpoint", tmp_path / f"{name}.npz",
+                        ranks=2, timeout=600)
+        assert out.returncode == 0, out.stderr
+        assert "MPI staged through pinned host memory on the stream" in out.stdout, out.stdout
+    assert all(np.array_equal(a, b) for a, b in zip(weights(tmp_path / "overlap.npz"), weights(tmp_path / "after.npz")))
+    assert max_rel_diff(weights(tmp_path / "overlap.npz"), weights(tmp_path / "one.npz")) <= 1e-10
+    one_model = run_train(tmp_path, *common, "--hidden", "16", "--quiet", "--checkpoint", tmp_path / "one-model.npz")
+    assert one_model.returncode == 0, one_model.stderr
+    for name in ("model", "model-eager"):
+        assert max_rel_diff(weights(tmp_path / f"{name}.npz"), weights(tmp_path / "one-model.npz")) <= 1e-10
+
+
 # ---------------------------------------------------------------- failures end every rank
 
 FAIL_ON_RANK_1 = """

@@ -210,8 +210,8 @@ def test_cnn_settings_and_what_does_not_apply():
     (["--model", "lenet", "--preset", "cme213", "--init", "cme213"], "--preset, --init cme213 are for the MLP"),
     (["--optimizer", "adam"], "--optimizer adam is for CNNs"),
     (["--model", "lenet", "--parallel", "model"], "--parallel model splits the MLP's hidden layer"),
-    (["--no-overlap"], "--no-overlap is for --allreduce nccl with --parallel data"),
-    (["--no-overlap", "--allreduce", "nccl", "--parallel", "model"], "--no-overlap is for --allreduce nccl"),
+    (["--no-overlap"], "--no-overlap is for --parallel data on a GPU backend"),
+    (["--no-overlap", "--allreduce", "nccl", "--parallel", "model"], "--no-overlap is for --parallel data"),
 ])
 def test_cnn_flags_that_cannot_apply_are_one_line(args, words):
     with pytest.raises(NNError, match=re.escape(words)):

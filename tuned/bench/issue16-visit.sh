@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 16 on a GPU: the hidden-unit split (--parallel model) against the NumPy trainer, float64.
-# Run from the repository root:  source .device/env.sh && bash tuned/bench/issue16-visit.sh correctness | grading
+# Run from the repository root:  source .device/env.sh && bash tuned/bench/issue16-visit.sh correctness | grading | staged
+# (staged compares with the tree before it, unpacked first: git archive f69d47c | tar -x -C .device/before)
 set -uo pipefail
 out=${OUT:-/tmp/issue16}
 mkdir -p "$out"
@@ -39,5 +40,28 @@ print(f'grading mode $mode ${short:-(whole)}, $1 rank(s), --parallel $2: max-nor
         done
         rm "$out/numpy.npz"
     done
+    ;;
+staged)   # MPI staged on the GPU stream by a host function, captured into the epoch's graph: its GPU
+          # tests, then the CME 213 network, float32, 6 epochs, 2 and 4 ranks sharing the GPU: this tree
+          # (overlapped, --no-overlap, model split) against the tree before it (host-blocking MPI, no
+          # graph); the median train time of epochs 2-6
+    python -m pytest -q -m gpu tests/test_dist.py tests/test_allreduce.py tests/test_cupy_backend_gpu.py \
+        > "$out/pytest-gpu.txt" 2>&1; tail -1 "$out/pytest-gpu.txt"
+    logs=$(mktemp -d)
+    for ranks in 2 4; do
+        for run in "this data" "this data --no-overlap" "this model" "before data" "before model"; do
+            set -- $run; tree=$1; split=$2; shift 2
+            name="r$ranks-$tree-$split${1:+-no-overlap}"
+            (cd "$([ $tree = before ] && echo .device/before || echo .)" &&
+             mpirun -n $ranks python -m nn.train --preset cme213 --epochs 6 --data-dir "$data" --quiet \
+                 --use-tuned --parallel $split "$@" --log "$logs/$name.json" > "$logs/$name.txt" 2>&1)
+            python -c "import json, statistics; log = json.load(open('$logs/$name.json'))
+ms = [e['ms']['train'] for e in log['epochs'][1:]]
+print(f\"$ranks ranks, {'$tree tree':>11}, --parallel $split ${1:-}: {statistics.median(ms):7.2f} ms/epoch, \"
+      f\"test accuracy {100 * log['final']['test_accuracy']:.2f}%, all-reduce: {log['environment'].get('allreduce', 'MPI through host memory')}\")" |
+                tee -a "$out/staged-mpi.txt"
+        done
+    done
+    cat "$logs"/*.txt > "$out/staged-mpi-runs.txt"
     ;;
 esac
