@@ -37,14 +37,15 @@ def choose(kind: str, dist: Dist, backend, overlap: bool = True):
     return lambda buf: dist.allreduce_sum(backend, buf)
 
 
-def describe(allreduce) -> str:
-    """How `allreduce` (a `choose` result) runs, in a few words, for the start-up line and the run log."""
+def describe(allreduce, parallel: str = "data") -> str:
+    """How `allreduce` (a `choose` result) runs, in a few words, for the start-up line and the run log;
+    when, too, for a data split (a model split sums its logits inside the forward pass)."""
     if allreduce is None:
         return "none"
     how = {"StagedMpiAllreduce": "MPI staged through pinned host memory on the stream",
            "NcclAllreduce": "NCCL"}.get(type(allreduce).__name__, "MPI through host memory")
-    buckets = getattr(allreduce, "buckets", None)
-    return how + {"overlap": ", overlapped with the backward pass", "after": ", after the backward pass"}.get(buckets, "")
+    when = {"overlap": ", overlapped with the backward pass", "after": ", after the backward pass"}
+    return how + (when.get(getattr(allreduce, "buckets", None), "") if parallel == "data" else "")
 
 
 def mpi_thread_multiple() -> bool:

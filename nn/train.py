@@ -434,10 +434,11 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
     # what each rank sends a step (a ring all-reduce): the logits of a model split, else every gradient
     elements = step_elements(sizes, cfg.batch, args.parallel) if layers is None else model.flat.size
     sent = ring_bytes(elements, backend.dtype.itemsize, dist.size)
+    reduced_by = reductions.describe(allreduce, args.parallel)
 
     log = {"config": asdict(cfg), "sizes": list(sizes), "resumed_from_epoch": ckpt.epoch if args.resume else None,
            "data": {"source": ds.source, "train": n_train, "val": len(ds.val.y), "test": len(ds.test.y)},
-           "environment": _environment(backend, dist, args.parallel, sent, reductions.describe(allreduce)),
+           "environment": _environment(backend, dist, args.parallel, sent, reduced_by),
            "epochs": ckpt.history, "final": None}
     if not args.quiet:
         network = describe(layers) if layers is not None else "-".join(map(str, sizes))
@@ -445,7 +446,7 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
         print0(f"{network} {cfg.activation}{optimizer}, {cfg.dtype}, {backend.name} backend, "
                f"{dist.size} rank{'s' * (dist.size > 1)}"
                + (f", {args.parallel} parallel ({_bytes(sent)} sent by each rank a step, "
-                  f"{reductions.describe(allreduce)})" if dist.size > 1 else "")
+                  f"{reduced_by})" if dist.size > 1 else "")
                + f"; {cfg.dataset} {n_train}/{len(ds.val.y)}/{len(ds.test.y)} "
                f"from {ds.source}; batch {cfg.batch} ({len(spans)} steps), lr {cfg.lr:g}, reg {cfg.reg:g}"
                + (f"; resumed after epoch {ckpt.epoch}" if args.resume else ""), flush=True)

@@ -32,3 +32,4 @@ def test_a_gpu_all_reduce_says_how_and_when(kind, words, buckets, when):
     reduce = kind.__new__(kind)  # no communicator: describe reads the type and the buckets alone
     reduce.buckets = buckets
     assert describe(reduce) == words + when
+    assert describe(reduce, "model") == words  # the logits' sum sits in the forward pass
