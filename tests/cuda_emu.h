@@ -9,7 +9,11 @@
 // The PTX the GEMM uses: cp.async copies are queued per thread and done at the wait_group that
 // requires them (the latest a GPU may land them, so a missing wait reads stale shared memory); the
 // warp's mma.sync m16n8k8 gathers the 32 lanes' fragments in the warp's slots, like a shuffle, and
-// sums the products of their TF32 values (the top 19 bits) in double.
+// sums the products of their TF32 values (the top 19 bits) in double. A warpgroup's wgmma reads
+// its operands from shared memory through their descriptors (start, stride of 8-row atoms, the
+// 128-byte swizzle) as it is issued, each thread summing its own accumulators of the 64 x N tile:
+// it checks the kernel's shared layout against the descriptor's meaning, not the hardware's timing
+// (the kernels wait for each group before touching its memory).
 #pragma once
 #include <algorithm>
 #include <array>
@@ -21,7 +25,10 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #define __global__
@@ -160,6 +167,52 @@ inline void mma_sync_aligned_m16n8k8_row_col_f32_tf32_tf32_f32(float& d0, float&
     }
     warp.arrive_and_wait();
 }
+
+// Ordering of shared memory between the generic and async proxies, and wgmma's group fences: the
+// emulated wgmma reads shared memory when it is issued, so these have nothing to order.
+inline void fence_proxy_async_shared() {}
+inline void wgmma_fence_sync_aligned() {}
+inline void wgmma_commit_group_sync_aligned() {}
+inline void wgmma_wait_group_sync_aligned() {}
+
+// The float32 at row `row`, element `k` of a K-major operand in shared memory described by `desc`:
+// start address (bits 0-13, 16-byte units), stride between 8-row atoms (bits 32-45), 128-byte
+// swizzle (bits 62-63 = 1), which XORs address bits 4-6 with bits 7-9.
+inline float wgmma_operand(uint64_t desc, unsigned row, unsigned k) {
+    if (desc >> 62 != 1) throw std::runtime_error("emulated wgmma: only the 128-byte swizzle is emulated");
+    const size_t start = (desc & 0x3fff) << 4, atom_stride = ((desc >> 32) & 0x3fff) << 4;
+    const size_t logical = start + row / 8 * atom_stride + row % 8 * 128 + k * 4;
+    float x;
+    std::memcpy(&x, dynamic_smem + (logical ^ (((logical >> 7) & 7) << 4)), 4);
+    return x;
+}
+
+// wgmma.mma_async m64nNk8 .f32.tf32.tf32, A and B from shared memory (K-major), D += A B^T: this
+// thread's N/2 accumulators (d[4j + i] at row 16 warp + lane/4 + 8 (i/2), column 8j + 2 (lane%4) + i%2).
+template <unsigned N, class Operands, size_t... I>
+void wgmma_tf32(Operands&& ops, std::index_sequence<I...>) {
+    float* d[] = {&std::get<I>(ops)...};
+    const uint64_t a = std::get<N / 2>(ops), b = std::get<N / 2 + 1>(ops);
+    const unsigned t = emu_thread() % 128, warp = t / 32, lane = t % 32;
+    auto tf32 = [](float x) { return double(std::bit_cast<float>(std::bit_cast<uint32_t>(x) & 0xffffe000u)); };
+    for (unsigned r = 0; r < N / 2; ++r) {
+        const unsigned row = 16 * warp + lane / 4 + 8 * (r % 4 / 2), col = 8 * (r / 4) + 2 * (lane % 4) + r % 2;
+        double sum = *d[r];
+        for (unsigned k = 0; k < 8; ++k) sum += tf32(wgmma_operand(a, row, k)) * tf32(wgmma_operand(b, col, k));
+        *d[r] = float(sum);
+    }
+}
+#define EMU_WGMMA_TF32(N)                                                                                  \
+    template <class... Args>                                                                               \
+    void wgmma_mma_async_sync_aligned_m64n##N##k8_f32_tf32_tf32(Args&&... args) {                          \
+        static_assert(sizeof...(Args) == N / 2 + 2, "wgmma m64n" #N "k8: N/2 accumulators, 2 descriptors"); \
+        wgmma_tf32<N>(std::forward_as_tuple(args...), std::make_index_sequence<N / 2>());                  \
+    }
+EMU_WGMMA_TF32(8) EMU_WGMMA_TF32(16) EMU_WGMMA_TF32(24) EMU_WGMMA_TF32(32) EMU_WGMMA_TF32(48)
+EMU_WGMMA_TF32(64) EMU_WGMMA_TF32(80) EMU_WGMMA_TF32(96) EMU_WGMMA_TF32(112) EMU_WGMMA_TF32(128)
+EMU_WGMMA_TF32(144) EMU_WGMMA_TF32(160) EMU_WGMMA_TF32(176) EMU_WGMMA_TF32(192) EMU_WGMMA_TF32(208)
+EMU_WGMMA_TF32(224) EMU_WGMMA_TF32(240) EMU_WGMMA_TF32(256)
+#undef EMU_WGMMA_TF32
 }  // namespace emu::ptx
 
 namespace emu {

@@ -42,11 +42,11 @@ def _split_top_level(text: str, separator: str) -> list[str]:
 
 
 def _ptx_call(statement: str) -> str:
-    """The emu::ptx call of one asm statement's contents: `"template" : outputs : inputs`."""
+    """The emu::ptx call of one asm statement's contents: `"template" : outputs : inputs [: clobbers]`."""
     template, *operand_lists = _split_top_level(statement, ":")
     mnemonic = re.match(r'\s*"([\w.]+)', template)[1]
     operands = []
-    for operand in (o.strip() for part in operand_lists for o in _split_top_level(part, ",")):
+    for operand in (o.strip() for part in operand_lists[:2] for o in _split_top_level(part, ",")):  # not clobbers
         if operand:
             match = _OPERAND.match(operand)
             assert match, f"unexpected asm operand {operand!r}"

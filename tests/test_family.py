@@ -40,6 +40,9 @@ def problems_of(name: str, dtype: str) -> list:
     if name in ("gemm", "gemm_naive"):
         return [gemm.Problem.contiguous(*s, dtype, *ops) for s, ops in
                 zip(ODD_SHAPES, itertools.cycle(itertools.product((False, True), repeat=2)))]
+    if name == "gemm_wgmma":   # float32, nt, 16-byte rows: what it can run
+        return [gemm.Problem.contiguous(m, n, k, "float32", False, True) for m, n, k in
+                ((800, 1000, 784), (1, 1, 4), (33, 131, 260))]
     if name == "elementwise":
         return [elementwise.Problem(op, 800, 1000, dtype) for op in elementwise.OPS]
     if name == "linear_xent":
@@ -419,7 +422,7 @@ def reference_operands(name: str, p, rng) -> dict:
     """Random float64 operands of one call of family `name` on problem p, as its reference takes them."""
     normal = rng.standard_normal
     name = call_of(name)                              # the call both convolution algorithms compute
-    if name in ("gemm", "gemm_naive"):
+    if name in ("gemm", "gemm_naive", "gemm_wgmma"):
         return {"a": normal((p.k, p.m) if p.trans_a else (p.m, p.k)), "b": normal((p.n, p.k) if p.trans_b else (p.k, p.n)),
                 "alpha": 1.5, "beta": -2.0, "c": normal((p.m, p.n)), "bias": normal(p.n),
                 "aux": rng.uniform(0, 1, (p.m, p.n))}

@@ -183,3 +183,37 @@ def test_naive_family(ta, tb):
     for dtype in (np.float32, np.float64):
         run_and_check(rng, 37, 51, 77, ta, tb, dtype, epilogue="bias_relu", beta=2.0,
                       kernel_family="gemm_naive")
+
+
+# ---- the Hopper path (gemm_wgmma): nt, float32, compute capability 9.0 ----------------------------
+def hopper():
+    import cupy
+
+    return cupy.cuda.Device().compute_capability == "90"
+
+
+@pytest.mark.parametrize("epilogue", (None,) + EPILOGUES[1:])
+def test_wgmma_default_every_epilogue(epilogue):
+    """Warpgroup MMAs from swizzled shared memory: even and ragged shapes, within float32's bound."""
+    if not hopper():
+        pytest.skip("gemm_wgmma needs a Hopper GPU (sm_90a)")
+    rng = np.random.default_rng(10)
+    for m, n, k in [(800, 1000, 784), (1024, 1024, 1024), (131, 67, 260), (7, 13, 28), (8192, 512, 784)]:
+        run_and_check(rng, m, n, k, False, True, np.float32, epilogue=epilogue, beta=0.5 if m % 2 else 0.0,
+                      kernel_family="gemm_wgmma")
+
+
+def test_wgmma_sampled_configs():
+    """Random valid points of the wgmma space: 1 to 4 wgmma tiles a warpgroup, 2 to 5 stages, N 32 to 256."""
+    if not hopper():
+        pytest.skip("gemm_wgmma needs a Hopper GPU (sm_90a)")
+    fam = family("gemm_wgmma")
+    rng = np.random.default_rng(11)
+    seen = set()
+    for m, n, k in [(800, 1000, 784), (200, 136, 520), (33, 47, 96), (1000, 784, 800)]:
+        p = Problem.contiguous(m, n, k, "float32", False, True)
+        for cfg in fam.sample(p, H100, 8, seed=m + k):
+            run_and_check(rng, m, n, k, False, True, np.float32, epilogue="bias_relu", beta=1.0, config=dict(cfg),
+                          kernel_family="gemm_wgmma")
+            seen.add((cfg.warpgroups, cfg.stages))
+    assert len(seen) >= 6

@@ -1,4 +1,6 @@
-"""A sample of every kernel family's space renders and compiles with nvcc for sm_90, without spills.
+"""A sample of every kernel family's space renders and compiles with nvcc for sm_90a (Hopper with its
+architecture-specific instructions, which the wgmma path needs; the rest compiles alike for sm_90),
+without spills.
 
 Instances are compiled many to a file, each wrapped in its own namespace (their file-scope helpers
 share names) after a #line marker naming it, in two nvcc processes at a time: 2.5 times faster than
@@ -108,6 +110,18 @@ def small_families() -> list:
     return out
 
 
+def wgmma_sample() -> list:
+    """gemm_wgmma: its default for every epilogue and C or not, on ragged and even shapes, and
+    sampled configs (one to four 64-row tiles a warpgroup, every stage count and tile width)."""
+    fam, out = family("gemm_wgmma"), []
+    shapes = itertools.cycle(((800, 1000, 784), (131, 67, 260), (1024, 1024, 1024)))
+    for epilogue, use_c in itertools.product(gemm.EPILOGUES, (False, True)):
+        problem = gemm.Problem.contiguous(*next(shapes), "float32", False, True, epilogue=epilogue, use_c=use_c)
+        out += [fam.instance(fam.default(problem, H100), problem)]
+        out += [fam.instance(cfg, problem) for cfg in fam.sample(problem, H100, 2, seed=len(out))]
+    return out
+
+
 # ---- compiling ------------------------------------------------------------------------------
 def wrapped(inst) -> str:
     """`inst`'s source in its own namespace, its error lines counted from its own first line."""
@@ -131,7 +145,7 @@ def compile_all(instances: list, workdir) -> tuple[dict[str, Usage], list[str]]:
     def run(i: int) -> tuple[int, str]:
         path = workdir / f"batch{i}.cu"
         path.write_text("".join(wrapped(inst) for inst in instances[i::FILES]))
-        proc = subprocess.run([NVCC, "-arch=sm_90", "-cubin", "--resource-usage", "-o",
+        proc = subprocess.run([NVCC, "-gencode=arch=compute_90a,code=sm_90a", "-cubin", "--resource-usage", "-o",
                                str(path.with_suffix(".cubin")), str(path)],
                               capture_output=True, text=True)
         return proc.returncode, proc.stdout + proc.stderr
@@ -150,7 +164,8 @@ GEMM_MATRIX = gemm_matrix("gemm")
 NAIVE_MATRIX = gemm_matrix("gemm_naive")
 GEMM_SAMPLE = gemm_sample() + gemm_sample(TF32X3_SPACE, ("float32",))
 SMALL = small_families()
-ALL = list({i.name: i for i in GEMM_MATRIX + NAIVE_MATRIX + GEMM_SAMPLE + SMALL}.values())
+WGMMA = wgmma_sample()
+ALL = list({i.name: i for i in GEMM_MATRIX + NAIVE_MATRIX + GEMM_SAMPLE + SMALL + WGMMA}.values())
 
 
 @pytest.fixture(scope="module")
@@ -185,6 +200,13 @@ def test_sample_covers_the_space():
 def test_gemm_every_dtype_op_epilogue_compiles(compiled):
     assert len(GEMM_MATRIX) == 2 * 4 * len(gemm.EPILOGUES) * 2
     assert_compiled_without_spills(GEMM_MATRIX, compiled)
+
+
+def test_gemm_wgmma_sample_compiles_without_spills(compiled):
+    configs = [i.config for i in WGMMA]
+    assert {c.stages for c in configs} == set(family("gemm_wgmma").params["stages"])
+    assert {c.warpgroups for c in configs} == {1, 2} and len({c.bn for c in configs}) >= 5
+    assert_compiled_without_spills(WGMMA, compiled)
 
 
 def test_gemm_naive_every_dtype_op_epilogue_compiles(compiled):

@@ -99,10 +99,10 @@ GEMMS = [
 ]
 
 
-def gemm_launches(monkeypatch, cases) -> list:
+def gemm_launches(monkeypatch, cases, family_name="gemm") -> list:
     """(launch, D, (value, magnitude), K, dtype) for each config of each case (M, N, K, dtype,
-    trans_a, trans_b, epilogue, use_c, configs: problem -> [Config]); the arguments are
-    autogemm.ops.gemm.launch_args's, with NumPy scratch in place of CuPy's."""
+    trans_a, trans_b, epilogue, use_c, configs: problem -> [Config]) of a family of the gemm call;
+    the arguments are autogemm.ops.gemm.launch_args's, with NumPy scratch in place of CuPy's."""
     from kernels import gemm
 
     entry = importlib.import_module("autogemm.ops.gemm")           # the package's `gemm` is the function
@@ -118,8 +118,8 @@ def gemm_launches(monkeypatch, cases) -> list:
         problem = gemm.Problem.contiguous(m, n, k, dtype, ta, tb, epilogue=epilogue, use_c=use_c)
         want = gemm.reference(problem, a, b, alpha, beta, c, bias, aux)["d"][:2]
         for cfg in configs(problem):
-            assert not family("gemm").violations(cfg, problem, H100), (cfg, problem)
-            instance = family("gemm").instance(cfg, problem)
+            assert not family(family_name).violations(cfg, problem, H100), (cfg, problem)
+            instance = family(family_name).instance(cfg, problem)
             d = c.copy() if use_c else np.full((m, n), np.nan, t)            # D: (M, N); C in place
             args = entry.launch_args(instance, a, b, d, d, bias, aux, (m, n, k, a.shape[1], b.shape[1], n, n, n),
                                      alpha, beta)
@@ -161,6 +161,28 @@ def test_gemm_both_math_paths_every_layout_on_the_cpu(tmp_path, monkeypatch):
     assert {c.math for c in configs} == {"fma", "3xtf32"} and {c.copy for c in configs} == {"regs", "async"}
     assert max(c.split_k for c in configs if c.math == "3xtf32") > 1 and max(c.split_k for c in configs) > 1
     run_and_check(cases, tmp_path)
+
+
+def wgmma_config(bm, bn, warpgroups, stages):
+    return lambda problem: [family("gemm_wgmma").config(dict(bm=bm, bn=bn, warpgroups=warpgroups, stages=stages))]
+
+
+# (M, N, K, ...) as GEMMS, the nt op: ragged and even tiles, one to three 64-row wgmma tiles per
+# warpgroup, one and two warpgroups, 2 to 5 stages (K of 2 to 4 tiles: every stage slot reused or
+# not), N from 32 to 256, odd N (scalar stores), the epilogues, C in place.
+WGMMAS = [
+    (130, 70, 100, "float32", False, True, "bias_sigmoid", False, wgmma_config(128, 64, 1, 3)),
+    (70, 45, 52, "float32", False, True, None, True, wgmma_config(128, 48, 2, 2)),
+    (64, 256, 96, "float32", False, True, "drelu", False, wgmma_config(64, 256, 1, 4)),
+    (200, 90, 68, "float32", False, True, "dsigmoid", True, wgmma_config(192, 80, 1, 5)),
+    (40, 30, 36, "float32", False, True, "bias_relu", False, wgmma_config(256, 32, 2, 2)),
+]
+
+
+def test_gemm_wgmma_descriptors_swizzle_and_fragments_on_the_cpu(tmp_path, monkeypatch):
+    """The wgmma path's shared layout (cp.async into the 128-byte swizzle), its descriptors and its
+    accumulator fragments, as the emulator reads them, against float64."""
+    run_and_check(gemm_launches(monkeypatch, WGMMAS, "gemm_wgmma"), tmp_path)
 
 
 def tuned_gemm_cases() -> list:

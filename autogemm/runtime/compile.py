@@ -13,9 +13,11 @@ _cache: dict[tuple, object] = {}
 
 
 def load(instance: Instance, options: tuple[str, ...] = OPTIONS):
-    """The cupy.RawKernel of `instance` on the current device, compiling it on first use."""
+    """The cupy.RawKernel of `instance` on the current device, compiling it on first use (with
+    `options` and the instance's own)."""
     import cupy
 
+    options = options + instance.options
     key = (instance.source_hash, options, cupy.cuda.Device().id)
     kernel = _cache.get(key)
     if kernel is None:

@@ -60,6 +60,7 @@ class Instance:
     source: str
     geometry: Geometry
     config: Config
+    options: tuple[str, ...] = ()   # NVRTC options of the family's own (kernels.contract.KernelFamily)
 
     @functools.cached_property
     def source_hash(self) -> str:
@@ -206,7 +207,8 @@ class Family:
         name = self.instance_name(cfg, problem)
         args = self.module.template_args(cfg, problem)
         source = render(self.module.TEMPLATE, name=name, **args)
-        return Instance(self.name, name, source, self.module.geometry(cfg, problem), cfg)
+        return Instance(self.name, name, source, self.module.geometry(cfg, problem), cfg,
+                        getattr(self.module, "COMPILE_OPTIONS", ()))
 
     def flops(self, problem) -> int:
         return self.module.flops(problem)

@@ -1,0 +1,99 @@
+"""Hopper's GEMM (gemm_wgmma.cu.j2): warpgroup MMAs from swizzled shared memory, FP32-accurate 3xTF32.
+
+The same call as the gemm family (its Problem, keys, epilogues and reference): D = epi(alpha * op(A)
+@ op(B) + beta * C), here for the "nt" op alone (A and B with K contiguous, as wgmma's TF32 operands
+must be in shared memory), float32, on compute capability 9.0 (sm_90a).
+"""
+import itertools
+
+from kernels import gemm
+from kernels.contract import Geometry, ceil_div
+
+NAME = "gemm_wgmma"
+TEMPLATE = "gemm_wgmma.cu.j2"
+SOURCE_PARAMS = ()
+COMPILE_OPTIONS = ("-arch=sm_90a",)   # wgmma exists on sm_90a only
+
+# The gemm call's problem, keys, epilogues, work and reference.
+Problem, KEY_SIZES, KEY_OPS, EPILOGUES = gemm.Problem, gemm.KEY_SIZES, gemm.KEY_OPS, gemm.EPILOGUES
+flops, key_of, problem_of, reference = gemm.flops, gemm.key_of, gemm.problem_of, gemm.reference
+
+PARAMS = {
+    "bm": (64, 128, 192, 256),                       # block tile rows: 64 per wgmma tile
+    "bn": (32, 48, 64, 80, 96, 128, 160, 192, 256),  # block tile columns: wgmma's N
+    "warpgroups": (1, 2),                            # 128-thread warpgroups, stacked along M
+    "stages": (2, 3, 4, 5),                          # shared-memory buffers of K (32 each)
+}
+BK = 32               # K per stage: a 128-byte tile row of float32
+SWIZZLE_ALIGN = 1024  # the dynamic shared memory is aligned up to this in the kernel
+
+
+def sources(c) -> tuple[str, ...]:
+    return TEMPLATE, "common.cuh", "gemm_epilogue.cuh"
+
+
+def threads(c) -> int:
+    return 128 * c.warpgroups
+
+
+def smem_bytes(c, p: Problem) -> int:
+    """STAGES stages of the A and B tiles, the lo parts of one, and room to align them to 1024 bytes."""
+    stage = (c.bm + c.bn) * BK * p.itemsize
+    return (c.stages + 1) * stage + SWIZZLE_ALIGN
+
+
+def accumulators(c) -> int:
+    """float32 accumulators a thread holds: BN/2 per 64-row wgmma tile of its warpgroup."""
+    return c.bm // c.warpgroups // 64 * c.bn // 2
+
+
+CONSTRAINTS = (
+    ("wgmma needs sm_90a: a GPU of compute capability 9.0 (Hopper)",
+     lambda c, p, d: d.compute_capability == "9.0"),
+    ("the wgmma path is float32 (3xTF32)", lambda c, p, d: p.dtype == "float32"),
+    ("the wgmma path reads A and B with K contiguous: the nt op",
+     lambda c, p, d: not p.trans_a and p.trans_b),
+    ("16-byte copies need A and B 16-byte aligned with leading dimensions a multiple of 4",
+     lambda c, p, d: p.vec_a == 4 and p.vec_b == 4),
+    ("each warpgroup's rows BM/warpgroups must be a whole number of 64-row wgmma tiles",
+     lambda c, p, d: c.bm % (64 * c.warpgroups) == 0),
+    ("at most 128 accumulators per thread (BM/warpgroups/64 * BN/2)", lambda c, p, d: accumulators(c) <= 128),
+    ("shared memory must fit the device's per-block limit", lambda c, p, d: smem_bytes(c, p) <= d.smem_per_block),
+    ("grid rows ceil(M/BM) must be at most 65535", lambda c, p, d: ceil_div(p.m, c.bm) <= 65535),
+)
+
+
+def output_vector(p: Problem) -> int:
+    """Elements per store of D: a thread's column pair as one 8-byte store where N and the outputs allow."""
+    return 2 if p.vec_out >= 2 and p.n % 2 == 0 else 1
+
+
+def template_args(c, p: Problem) -> dict:
+    return dict(dict(c), passes=3, epilogue=p.epilogue, use_c=p.use_c, out_vec=output_vector(p))
+
+
+def instance_name(c, p: Problem) -> str:
+    name = f"gemm_wgmma_f32_{p.op}_bm{c.bm}_bn{c.bn}_wg{c.warpgroups}_s{c.stages}_3xtf32"
+    if p.epilogue:
+        name += f"_{p.epilogue}"
+    if p.use_c:
+        name += "_c"
+    return name + f"_o{output_vector(p)}"
+
+
+def geometry(c, p: Problem):
+    return Geometry(grid=(ceil_div(p.n, c.bn), ceil_div(p.m, c.bm), 1), block=(threads(c), 1, 1),
+                         smem_bytes=smem_bytes(c, p))
+
+
+def default_candidates(p: Problem, d):
+    """Tiles largest first, the first of which gives every SM a block (else the one with the most
+    blocks), each with the most stages that fit, two warpgroups before one."""
+    tiles = [(bm, bn) for bm, bn in itertools.product(PARAMS["bm"], PARAMS["bn"])]
+    tiles.sort(key=lambda t: -t[0] * t[1])
+    filling = [t for t in tiles if ceil_div(p.m, t[0]) * ceil_div(p.n, t[1]) >= d.sm_count]
+    rest = sorted((t for t in tiles if t not in filling),
+                  key=lambda t: -ceil_div(p.m, t[0]) * ceil_div(p.n, t[1]))
+    for bm, bn in filling + rest:
+        for warpgroups, stages in itertools.product((2, 1), reversed(PARAMS["stages"])):
+            yield {"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages}
