@@ -7,7 +7,6 @@ timed with autogemm's one timer (events, L2 flushed, median), all variants of a 
 import argparse
 import json
 
-import numpy as np
 
 SHAPES = ((4096, 4096, 4096), (8192, 4096, 784), (800, 1000, 784), (200, 1000, 784), (8192, 784, 4096))
 
