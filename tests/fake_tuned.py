@@ -75,7 +75,9 @@ class FakeMeasure:
 
 def gemm_model(cfg) -> float:
     """A smooth fake cost over the GEMM space: favours 64x64 tiles, register tiles 4x4, split 2
-    (other families: a cost that favours their middle values)."""
+    (gemm_wgmma: 128x128 tiles, 3 stages; other families: a cost that favours their middle values)."""
+    if "warpgroups" in cfg:
+        return 9 + abs(math.log2(cfg.bm / 128)) + abs(math.log2(cfg.bn / 128)) + abs(cfg.stages - 3)
     if "bm" not in cfg:
         return 5 + sum(abs(math.log2(v)) % 3 for v in cfg.values())
     return (10 + abs(math.log2(cfg.bm / 64)) + abs(math.log2(cfg.bn / 64)) + abs(math.log2(cfg.tm * cfg.tn / 16))

@@ -469,3 +469,20 @@ def test_every_registered_family_has_a_float64_reference():
             assert expected, (name, problem)
             for output, (value, magnitude, k) in expected.items():
                 assert value.shape == magnitude.shape and (magnitude >= 0).all() and k >= 1, (problem, output)
+
+
+# ---- a call's implementations -------------------------------------------------------------------
+def test_gemm_wgmma_runs_the_nt_float32_gemm_on_hopper_alone():
+    import dataclasses
+
+    from autogemm.ops.kernels import implementation
+
+    wgmma, nt = family("gemm_wgmma"), gemm.Problem.contiguous(800, 1000, 784, "float32", False, True)
+    assert wgmma.can_run(nt, H100)
+    assert not wgmma.can_run(gemm.Problem.contiguous(800, 1000, 784, "float32", True, False), H100)     # tn
+    assert not wgmma.can_run(gemm.Problem.contiguous(800, 1000, 784, "float64", False, True), H100)
+    assert not wgmma.can_run(nt, dataclasses.replace(H100, compute_capability="8.0"))
+    tn = gemm.Problem.contiguous(1000, 784, 800, "float32", True, False)
+    assert implementation("gemm", tn, None, H100) == "gemm"
+    assert implementation("gemm", nt, dict(bm=128, bn=128, warpgroups=2, stages=3), H100) == "gemm_wgmma"
+    assert implementation("gemm", nt, "default", H100) == "gemm"

@@ -23,15 +23,20 @@ def test_step_rows_full_partial_and_per_rank():
 
 def test_the_one_rank_step_of_the_default_network():
     """One rank: the forward GEMM with its fused bias and sigmoid, the output layer in one kernel,
-    and the fused updates (in-place GEMMs, bias column sums); no gradient buffer, no SGD kernel."""
+    and the fused updates (in-place GEMMs, bias column sums); no gradient buffer, no SGD kernel.
+    Each GEMM is a target of both its implementations (the tuner leaves to gemm what gemm_wgmma
+    cannot run)."""
     targets = record_step(800, 800, (784, 1000, 10), "sigmoid", ranks=1)
     assert [(str(t), t.role) for t in targets] == [
         ("gemm 800x1000x784:nt", "A1 = A0 W1^T"),
+        ("gemm_wgmma 800x1000x784:nt", "A1 = A0 W1^T"),
         ("linear_xent 800x10x1000:sigmoid", "Z, G2, G1 from A1 W2^T"),
         ("gemm 10x1000x800:tn", "W2 = G2^T A1"),
+        ("gemm_wgmma 10x1000x800:tn", "W2 = G2^T A1"),
         ("colsum 800x1000", "b1 += column sums of G1"),
         ("colsum 800x10", "b2 += column sums of G2"),
         ("gemm 1000x784x800:tn", "W1 = G1^T A0"),
+        ("gemm_wgmma 1000x784x800:tn", "W1 = G1^T A0"),
     ]
 
 

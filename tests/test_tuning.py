@@ -36,7 +36,10 @@ def test_a_network_that_is_missing_or_broken_is_one_line(monkeypatch):
 
 
 def test_parse_targets_lists_and_families():
-    assert [str(t) for t in parse_targets("800x10x1000:tn, 1x2x3")] == ["gemm 800x10x1000:tn", "gemm 1x2x3:nn"]
+    assert [str(t) for t in parse_targets("800x10x1000:tn, 1x2x3", families=("gemm",))] == [
+        "gemm 800x10x1000:tn", "gemm 1x2x3:nn"]
+    assert [str(t) for t in parse_targets("800x1000x784:nt")] == [                    # each implementation
+        "gemm 800x1000x784:nt", "gemm_wgmma 800x1000x784:nt"]
     only = parse_targets("nn", families=("linear_xent",), hidden=(100,))
     assert [str(t) for t in only] == ["linear_xent 800x10x100:sigmoid", "linear_xent 400x10x100:sigmoid"]
     relu = parse_targets("nn", families=("linear_xent",), activation="relu")

@@ -5,6 +5,7 @@ import os
 import re
 import shlex
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from autogemm import files
 from autogemm.errors import AutogemmError
 from autogemm.store.keys import brief
 from autogemm.tuning.targets import TUNE_FAMILIES, parse_shapes, parse_targets
+from kernels import call_of
 from kernels.contract import MAX_SIZE
 
 
@@ -157,7 +159,7 @@ def cmd_tune(args) -> int:
     from autogemm.store import locations
     from autogemm.store.records import Meta, file_for, load
     from autogemm.tuning.search import Settings
-    from autogemm.tuning.tune import stale_targets, tune_targets
+    from autogemm.tuning.tune import runnable_targets, stale_targets, tune_targets
 
     if args.model is not None and args.shapes is not None:
         raise AutogemmError("--model and --shapes both name what to tune; give one")
@@ -168,6 +170,8 @@ def cmd_tune(args) -> int:
                                                      args.families, args.activation, args.layers, args.parallel)
     gemm_space = _fixed(args.fix)
     family("gemm").restricted(gemm_space)      # an unknown name or value fails here, in one line
+    if gemm_space and targets:                 # --fix confines the tiled family: the GEMMs are its alone
+        targets = [t for t in targets if call_of(t.family) != "gemm" or t.family == "gemm"]
     out = Path(args.out) if args.out else locations.tune_dir()
     if out.exists() and not out.is_dir():
         raise AutogemmError(f"--out {out}: not a folder (tuned files are named after the GPU inside it)")
@@ -192,6 +196,13 @@ def cmd_tune(args) -> int:
             print(f"autogemm tune --stale: no stale {args.dtype} records in {' or '.join(map(str, [path, *also]))}: "
                   "nothing to tune")
             return 0
+    targets, elsewhere = runnable_targets(targets, args.dtype, device)
+    for name, count in Counter(t.family for t in elsewhere).items():
+        print(f"autogemm tune: {count} shape(s) left to the other implementations of their call: {name} cannot "
+              f"run them on {device.name}")
+    if not targets:
+        raise AutogemmError(f"--families {','.join(args.families)}: no config of them can run these shapes on "
+                            f"{device.name}")
     settings = Settings(trials=args.trials, timeout=args.timeout, seed=args.seed)
     console = _console()
     console.print(f"autogemm tune: {len(targets)} shapes on {device.name}, {args.dtype}, up to {args.trials} "
@@ -430,7 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--stale", action="store_true",
                       help="instead of --shapes: every stale record of this GPU's file (its template's code changed)")
     tune.add_argument("--fix", type=_fix, action="append", default=[], metavar="NAME=V[,V...]",
-                      help="search only these choices of a gemm parameter (repeatable), e.g. --fix copy=async")
+                      help="search only these choices of a gemm parameter (repeatable; the GEMMs are then tuned on the gemm family alone), e.g. --fix copy=async")
     tune.add_argument("--seed", type=_seed, default=0, help="seed of the TPE sampler and the operands (0)")
     tune.set_defaults(run=cmd_tune)
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autogemm.errors import BadArguments
-from autogemm.ops.kernels import kernel, scratch
+from autogemm.ops.kernels import implementation, kernel, scratch
 from autogemm.runtime import compile as compiler
 from autogemm.runtime.device import require_cupy, this_device
 from autogemm.runtime.family import Instance
@@ -122,7 +122,9 @@ def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     vec_out = min(vector_width(x, leading_dim(x, name)) for name, x in operands.items() if x is not None)
     problem = Problem(m, n, k, str(a.dtype), bool(trans_a), bool(trans_b), epilogue, use_c,
                       vector_width(a, lda), vector_width(b, ldb), vec_out)
-    instance = kernel(kernel_family, problem, config, this_device())
+    device = this_device()
+    name = implementation("gemm", problem, config, device) if kernel_family == "gemm" else kernel_family
+    instance = kernel(name, problem, config, device)
     args = launch_args(instance, a, b, c if use_c else out, out, bias, aux,
                        (m, n, k, lda, ldb, ldc, ldd, ldaux), alpha, beta)
     return GemmCall(instance, out, args)

@@ -54,8 +54,9 @@ _RANK = {"exact": 0, "stale": 0, "nearest": 1, "default": 2}
 def implementation(call: str, problem, config: Mapping | str | None, device: DeviceInfo) -> str:
     """The family that runs `call` (a key of kernels.IMPLEMENTATIONS, else the family itself): with
     config None, the one whose lookup is best known (a record of this shape, exact or stale, then
-    nearest, then default), the faster record between two of this shape, the first listed on a tie; "default": the first listed; a
-    mapping: the family whose parameters it names."""
+    nearest, then default), the faster record between two of this shape, the first listed on a tie,
+    among those that can run `problem` on `device` (the first always can); "default": the first
+    listed; a mapping: the family whose parameters it names."""
     names = IMPLEMENTATIONS.get(call, (call,))
     if len(names) == 1:
         return names[0]
@@ -66,7 +67,8 @@ def implementation(call: str, problem, config: Mapping | str | None, device: Dev
     _follow_lookup()
     key = (call, problem, device)
     if key not in _implementations:
-        choices = [(name, lookup.choose(name, problem, device)) for name in names]
+        choices = [(name, lookup.choose(name, problem, device)) for name in names
+                   if name == names[0] or family(name).can_run(problem, device)]
         _implementations[key] = min(choices, key=lambda nc: (_RANK[nc[1].source],
                                                              nc[1].record.median_us if nc[1].record else 0.0))[0]
     return _implementations[key]

@@ -181,6 +181,12 @@ class Family:
                  if self.within(values))
         return list(dict.fromkeys(cfg for cfg in found if not self.violations(cfg, problem, device)))
 
+    def can_run(self, problem, device: DeviceInfo) -> bool:
+        """Whether some config can run `problem` on `device`: the untuned candidates cover every
+        valid tile shape of a family whose constraints may exclude a whole problem (an op, a dtype,
+        a GPU), as gemm_wgmma's do."""
+        return bool(self.candidates(problem, device))
+
     def all_configs(self) -> Iterator[Config]:
         """Every point of the space, valid or not (filter with `violations`)."""
         for values in itertools.product(*self.params.values()):

@@ -10,6 +10,7 @@ from autogemm.store.keys import Target
 from autogemm.tuning.measure import ConvMeasure, GemmMeasure, cublas_gemm, cudnn_convolution
 from autogemm.tuning.targets import Shape
 from autogemm.tuning.timing import Timing, time_interleaved
+from kernels import IMPLEMENTATIONS
 
 
 @dataclass
@@ -29,7 +30,8 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
 
     configs: {variant name: config mapping}, timed beside the family's default config, the
     tuned one (autogemm.store.lookup: "tuned" for this shape, "stale" for this shape on older templates,
-    "nearest" for a neighbour's, when the store has one), and cuBLAS.
+    "nearest" for a neighbour's, when the store has one), the call's other families' (their name
+    first) where they can run it, and cuBLAS.
     A variant that fails to compile, launch or match gets a Row with the reason and no time.
     """
     import cupy
@@ -41,14 +43,20 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
     from kernels.gemm import Problem
 
     problem = Problem.contiguous(shape.m, shape.n, shape.k, np.dtype(dtype).name, shape.trans_a, shape.trans_b)
-    choice = lookup.choose("gemm", problem, this_device())
-    known = {"default": dict(family("gemm").default(problem, this_device()))}
+    device = this_device()
+    choice = lookup.choose("gemm", problem, device)
+    known = {"default": dict(family("gemm").default(problem, device))}
     if choice.source != "default":
         known[{"exact": "tuned"}.get(choice.source, choice.source)] = dict(choice.config)
     configs = {**known, **(configs or {})}
-    measure = GemmMeasure(key_of("gemm", problem), this_device())  # operands, reference, check
+    measure = GemmMeasure(key_of("gemm", problem), device)  # operands, reference, check
     flops = 2 * shape.m * shape.n * shape.k
     variants = [(name, "gemm", cfg) for name, cfg in configs.items()]
+    for other in IMPLEMENTATIONS["gemm"][1:]:      # the call's other families, where they can run it
+        if family(other).can_run(problem, device):
+            choice = lookup.choose(other, problem, device)
+            variants.append((f"{other} {({'exact': 'tuned'}).get(choice.source, choice.source)}", other,
+                             dict(choice.config)))
     if naive:
         variants.append(("naive", "gemm_naive", None))
     rows, runs = {}, {}
@@ -86,7 +94,6 @@ def bench_convolution(target: Target, dtype=np.float32, reps: int = 50, flush_l2
     from autogemm.runtime.device import this_device
     from autogemm.runtime.family import family
     from autogemm.store import lookup
-    from kernels import IMPLEMENTATIONS
 
     device = this_device()
     measure = ConvMeasure(target.key(np.dtype(dtype).name), device)

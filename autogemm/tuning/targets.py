@@ -62,18 +62,21 @@ def parse_shapes(text: str, batch: int | None = None, hidden: tuple[int, ...] = 
     return list(dict.fromkeys(shapes))
 
 
+CONVOLUTIONS = tuple(call for call in IMPLEMENTATIONS if call.startswith("conv2d"))
+
+
 def network_convolutions(text: str, batch: int | None = None) -> list[Target]:
     """The convolution calls (conv2d, conv2d_dgrad, conv2d_wgrad: kernels.IMPLEMENTATIONS) of the
     training steps of the networks named in `text` (others are skipped), on a full batch, one rank."""
     targets = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         if item in networks():
-            targets += [t for t in network_targets(item, batch, train_size=None) if t.family in IMPLEMENTATIONS]
+            targets += [t for t in network_targets(item, batch, train_size=None) if t.family in CONVOLUTIONS]
     return _unique(targets)
 
 
 # ---- tuning targets: every kernel launch of a network's training step --------------------------
-TUNE_FAMILIES = ("gemm", "elementwise", "softmax_xent", "colsum", "linear_xent", "conv2d", "conv2d_dgrad",
+TUNE_FAMILIES = ("gemm", "gemm_wgmma", "elementwise", "softmax_xent", "colsum", "linear_xent", "conv2d", "conv2d_dgrad",
                  "conv2d_wgrad", "conv2d_direct", "conv2d_dgrad_direct", "conv2d_wgrad_direct", "pool2x2", "adam")
 # entry points: name -> f(batch, hidden, train_size, ranks, activation[, layers]) -> [Target]; the
 # network's own default batch where none is given, and layers only where given; train_size None:
@@ -128,7 +131,7 @@ def parse_targets(text: str, batch: int | None = None, hidden: tuple[int, ...] =
             targets += network_targets(item, batch, hidden, train_size, ranks, activation, layers, parallel)
         else:
             shape = parse_shapes(item)[0]
-            targets.append(Target("gemm", (shape.m, shape.n, shape.k), shape.op))
+            targets += [Target(name, (shape.m, shape.n, shape.k), shape.op) for name in IMPLEMENTATIONS["gemm"]]
     kept = [t for t in _unique(targets) if t.family in families]
     if not kept:
         raise AutogemmError(f"--shapes {text!r} with --families {','.join(families)}: nothing to tune")

@@ -92,6 +92,13 @@ def tune_targets(targets: list[Target], dtype: str, device: DeviceInfo, out_dir:
         yield Outcome(target, key, result, record, stored, cublas)
 
 
+def runnable_targets(targets: list[Target], dtype: str, device: DeviceInfo) -> tuple[list[Target], list[Target]]:
+    """(those some config of their family can run on `device`, the others): a call's other
+    implementations (kernels.IMPLEMENTATIONS) may be for some ops, dtypes or GPUs only."""
+    can = [family(t.family).can_run(problem_of(t.key(dtype)), device) for t in targets]
+    return [t for t, ok in zip(targets, can) if ok], [t for t, ok in zip(targets, can) if not ok]
+
+
 def _index(paths) -> Index:
     """The tuned files at `paths` (those that exist), merged as lookup reads them, in that order."""
     return Index([load(p) for p in paths if os.path.lexists(p)])

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -11,5 +11,18 @@ wgmma)
     python -m pytest -q -m gpu tests/test_gemm_gpu.py -k wgmma > "$out/pytest-wgmma.txt" 2>&1
     tail -3 "$out/pytest-wgmma.txt"
     python tuned/bench/issue18_wgmma.py --sample 24 --json "$out/wgmma-bench.json" 2>&1 | tee "$out/wgmma-bench.txt"
+    ;;
+tune)   # the GEMM suite, then gemm_wgmma tuned into the GPU's file for the networks' steps (make
+        # tune's shapes), with the networks' epochs timed before and after
+    python -m pytest -q -m gpu tests/test_gemm_gpu.py > "$out/pytest-gemm.txt" 2>&1; tail -1 "$out/pytest-gemm.txt"
+    python -m nn.bench --backends cupy-tuned > "$out/nn-bench-before.txt" 2>&1; tail -6 "$out/nn-bench-before.txt"
+    { python -m autogemm.cli tune --shapes nn --ranks 1,4 --families gemm_wgmma
+      python -m autogemm.cli tune --shapes nn --hidden 100 --ranks 1,4 --families gemm_wgmma
+      python -m autogemm.cli tune --shapes nn --hidden 4096 --batch 8192 --timeout 25 --families gemm_wgmma
+    } > "$out/tune.txt" 2>&1; grep -E "gemm_wgmma [0-9]|autogemm tune:|error" "$out/tune.txt" | tail -30
+    python -m nn.bench --backends cupy-tuned > "$out/nn-bench-after.txt" 2>&1; tail -6 "$out/nn-bench-after.txt"
+    python -m autogemm.cli bench --shapes 800x1000x784:nt,8192x4096x784:nt,4096x4096x4096:nt,200x1000x784:nt \
+        > "$out/bench-after.txt" 2>&1; tail -30 "$out/bench-after.txt"
+    cp tuned/*.json "$out/"
     ;;
 esac
