@@ -15,12 +15,12 @@ wgmma)
 tune)   # the GEMM suite, then gemm_wgmma tuned into the GPU's file for the networks' steps (make
         # tune's shapes), with the networks' epochs timed before and after
     python -m pytest -q -m gpu tests/test_gemm_gpu.py > "$out/pytest-gemm.txt" 2>&1; tail -1 "$out/pytest-gemm.txt"
-    python -m nn.bench --backends cupy-tuned > "$out/nn-bench-before.txt" 2>&1; tail -6 "$out/nn-bench-before.txt"
+    python -m nn.bench --networks cme213,grading,large --backends cupy-tuned > "$out/nn-bench-before.txt" 2>&1; tail -6 "$out/nn-bench-before.txt"
     { python -m autogemm.cli tune --shapes nn --ranks 1,4 --families gemm_wgmma
       python -m autogemm.cli tune --shapes nn --hidden 100 --ranks 1,4 --families gemm_wgmma
       python -m autogemm.cli tune --shapes nn --hidden 4096 --batch 8192 --timeout 25 --families gemm_wgmma
     } > "$out/tune.txt" 2>&1; grep -E "gemm_wgmma [0-9]|autogemm tune:|error" "$out/tune.txt" | tail -30
-    python -m nn.bench --backends cupy-tuned > "$out/nn-bench-after.txt" 2>&1; tail -6 "$out/nn-bench-after.txt"
+    python -m nn.bench --networks cme213,grading,large --backends cupy-tuned > "$out/nn-bench-after.txt" 2>&1; tail -6 "$out/nn-bench-after.txt"
     python -m autogemm.cli bench --shapes 800x1000x784:nt,8192x4096x784:nt,4096x4096x4096:nt,200x1000x784:nt \
         > "$out/bench-after.txt" 2>&1; tail -30 "$out/bench-after.txt"
     cp tuned/*.json "$out/"
