@@ -125,3 +125,10 @@ def test_a_shape_whose_every_config_fails_is_reported_and_the_rest_go_on(tmp_pat
                                  meta=meta(), command="c", measure_for=measure_for, studies=tmp_path / "c"))
     assert outcomes[0].result is None and "none of" in outcomes[0].error
     assert outcomes[1].stored == "added"
+
+
+def test_every_registered_family_has_a_gpu_measure():
+    from autogemm.tuning.measure import MEASURES
+    from kernels import REGISTRY
+
+    assert set(REGISTRY) <= set(MEASURES)

@@ -450,7 +450,7 @@ class AdamMeasure(KernelMeasure):
         return max(self.check(self.arrays[name], *self.expected[name]) for name in ("w", "m", "v"))
 
 
-MEASURES = {"gemm": GemmMeasure, "gemm_naive": GemmMeasure, "elementwise": ElementwiseMeasure,
+MEASURES = {"gemm": GemmMeasure, "gemm_naive": GemmMeasure, "gemm_wgmma": GemmMeasure, "elementwise": ElementwiseMeasure,
             "softmax_xent": SoftmaxXentMeasure, "colsum": ColsumMeasure, "linear_xent": LinearXentMeasure,
             "conv2d": ConvMeasure, "conv2d_dgrad": ConvMeasure, "conv2d_wgrad": ConvMeasure,
             "conv2d_direct": ConvMeasure, "conv2d_dgrad_direct": ConvMeasure, "conv2d_wgrad_direct": ConvMeasure,
