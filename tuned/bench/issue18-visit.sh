@@ -12,10 +12,14 @@ wgmma)
     tail -3 "$out/pytest-wgmma.txt"
     python tuned/bench/issue18_wgmma.py --sample 24 --json "$out/wgmma-bench.json" 2>&1 | tee "$out/wgmma-bench.txt"
     ;;
-tune)   # the GEMM suite, then gemm_wgmma tuned into the GPU's file for the networks' steps (make
-        # tune's shapes), with the networks' epochs timed before and after
-    python -m pytest -q -m gpu tests/test_gemm_gpu.py > "$out/pytest-gemm.txt" 2>&1; tail -1 "$out/pytest-gemm.txt"
-    python -m nn.bench --networks cme213,grading,large --backends cupy-tuned > "$out/nn-bench-before.txt" 2>&1; tail -6 "$out/nn-bench-before.txt"
+tune|retune)   # the GEMM suite, then gemm_wgmma tuned into the GPU's file for the networks' steps
+               # (make tune's shapes), with the networks' epochs timed before and after (retune:
+               # the tuning and the after only)
+    if [ "$1" = tune ]; then
+        python -m pytest -q -m gpu tests/test_gemm_gpu.py > "$out/pytest-gemm.txt" 2>&1; tail -1 "$out/pytest-gemm.txt"
+        python -m nn.bench --networks cme213,grading,large --backends cupy-tuned > "$out/nn-bench-before.txt" 2>&1
+        tail -6 "$out/nn-bench-before.txt"
+    fi
     { python -m autogemm.cli tune --shapes nn --ranks 1,4 --families gemm_wgmma
       python -m autogemm.cli tune --shapes nn --hidden 100 --ranks 1,4 --families gemm_wgmma
       python -m autogemm.cli tune --shapes nn --hidden 4096 --batch 8192 --timeout 25 --families gemm_wgmma
