@@ -37,9 +37,9 @@ def threads(c) -> int:
 
 
 def smem_bytes(c, p: Problem) -> int:
-    """STAGES stages of the A and B tiles, the lo parts of one, and room to align them to 1024 bytes."""
+    """STAGES stages of the A and B tiles, the lo parts of two, and room to align them to 1024 bytes."""
     stage = (c.bm + c.bn) * BK * p.itemsize
-    return (c.stages + 1) * stage + SWIZZLE_ALIGN
+    return (c.stages + 2) * stage + SWIZZLE_ALIGN
 
 
 def accumulators(c) -> int:

@@ -173,8 +173,9 @@ def wgmma_config(bm, bn, warpgroups, stages):
 WGMMAS = [
     (130, 70, 100, "float32", False, True, "bias_sigmoid", False, wgmma_config(128, 64, 1, 3)),
     (70, 45, 52, "float32", False, True, None, True, wgmma_config(128, 48, 2, 2)),
-    (64, 256, 96, "float32", False, True, "drelu", False, wgmma_config(64, 256, 1, 4)),
-    (200, 90, 68, "float32", False, True, "dsigmoid", True, wgmma_config(192, 80, 1, 5)),
+    (64, 256, 96, "float32", False, True, "drelu", False, wgmma_config(64, 256, 1, 3)),
+    (200, 90, 68, "float32", False, True, "dsigmoid", True, wgmma_config(192, 80, 1, 4)),
+    (100, 64, 200, "float32", False, True, "bias", False, wgmma_config(64, 64, 1, 5)),
     (40, 30, 36, "float32", False, True, "bias_relu", False, wgmma_config(256, 32, 2, 2)),
 ]
 
