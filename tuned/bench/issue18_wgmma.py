@@ -46,11 +46,11 @@ def main():
         problem = Problem.contiguous(m, n, k, "float32", False, True)
         measure = GemmMeasure(key_of("gemm", problem), device)
         configs = list(dict.fromkeys(fam.candidates(problem, device)[:4] + fam.sample(problem, device, args.sample)))
-        runs, names = {}, {}
+        runs, names, errors = {}, {}, {}
         for cfg in configs:
             run = plan_gemm(measure.a, measure.b, measure.out, trans_b=True, config=dict(cfg), kernel_family="gemm_wgmma")
             try:
-                measure.verify(run)
+                errors[run.instance.name] = measure.verify(run)
             except Exception as exc:
                 print(f"{m}x{n}x{k} {run.instance.name}: FAILED {str(exc)[:200]}")
                 continue
@@ -64,13 +64,15 @@ def main():
         flops = 2 * m * n * k
         best = min((t.median_us, name) for name, t in timings.items() if name in names)
         row = {"shape": f"{m}x{n}x{k}:nt", "best_wgmma": best[1], "best_config": names[best[1]],
+               "max_rel_error": max(errors.values()),
                **{name: {"us": timings[name].median_us, "tflops": flops / timings[name].median_us / 1e6}
                   for name in ("mma.sync tuned", "cublas fp32", "cublas tf32", best[1])},
                "all_wgmma_us": {name: timings[name].median_us for name in names}}
         results.append(row)
         print(f"{m}x{n}x{k}: wgmma 3xTF32 best {best[0]:8.1f} us ({flops / best[0] / 1e6:6.1f} TFLOP/s) {names[best[1]]}; "
               f"mma.sync tuned {timings['mma.sync tuned'].median_us:8.1f}; cuBLAS FP32 {timings['cublas fp32'].median_us:8.1f}, "
-              f"TF32 {timings['cublas tf32'].median_us:8.1f}", flush=True)
+              f"TF32 {timings['cublas tf32'].median_us:8.1f}; wgmma max relative error {max(errors.values()):.2e}",
+              flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"gpu": device.name, "results": results}, f, indent=1)
