@@ -69,7 +69,7 @@ def output_vector(p: Problem) -> int:
 
 
 def template_args(c, p: Problem) -> dict:
-    return dict(dict(c), passes=3, epilogue=p.epilogue, use_c=p.use_c, out_vec=output_vector(p))
+    return dict(dict(c), epilogue=p.epilogue, use_c=p.use_c, out_vec=output_vector(p))
 
 
 def instance_name(c, p: Problem) -> str:

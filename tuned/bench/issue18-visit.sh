@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -11,6 +11,15 @@ wgmma)
     python -m pytest -q -m gpu tests/test_gemm_gpu.py -k wgmma > "$out/pytest-wgmma.txt" 2>&1
     tail -3 "$out/pytest-wgmma.txt"
     python tuned/bench/issue18_wgmma.py --sample 24 --json "$out/wgmma-bench.json" 2>&1 | tee "$out/wgmma-bench.txt"
+    ;;
+profile)   # the wgmma tests, Nsight Compute on its two reference kernels, then the stale records re-tuned
+    python -m pytest -q -m gpu tests/test_gemm_gpu.py -k wgmma > "$out/pytest-wgmma.txt" 2>&1; tail -1 "$out/pytest-wgmma.txt"
+    ncu --kernel-name regex:gemm_wgmma --launch-skip 2 --launch-count 4 --section SpeedOfLight \
+        --section ComputeWorkloadAnalysis --section WarpStateStats --section MemoryWorkloadAnalysis \
+        --section LaunchStats --section Occupancy python tuned/bench/issue18_profile.py > "$out/ncu-wgmma.txt" 2>&1
+    grep -E "gemm_wgmma_f32|Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|Executed Ipc A|Stall|Achieved Occupancy|Registers Per|Shared Memory Configuration Size" "$out/ncu-wgmma.txt" | head -60
+    python -m autogemm.cli tune --stale > "$out/tune-stale.txt" 2>&1; grep "│ gemm" "$out/tune-stale.txt"
+    cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
     ;;
 tune|retune)   # the GEMM suite, then gemm_wgmma tuned into the GPU's file for the networks' steps
                # (make tune's shapes), with the networks' epochs timed before and after (retune:

@@ -1,0 +1,30 @@
+"""Run the gemm_wgmma kernels that issue 18's figures rest on, a few times each, for Nsight Compute:
+
+    ncu --kernel-name regex:gemm_wgmma --launch-skip 2 --launch-count 2 --section SpeedOfLight \
+        --section ComputeWorkloadAnalysis --section WarpStateStats --section MemoryWorkloadAnalysis \
+        python tuned/bench/issue18_profile.py
+
+4096^3 with the best config of the bench (128 x 256 tiles, 2 warpgroups, 2 stages) and 800x1000x784
+with its tuned record's config (autogemm.gemm's choice when given gemm_wgmma's family).
+"""
+import cupy
+
+import autogemm
+
+RUNS = 3
+
+
+def main():
+    rng = cupy.random.default_rng(0)
+    for (m, n, k), config in (((4096, 4096, 4096), dict(bm=128, bn=256, warpgroups=2, stages=2)),
+                              ((800, 1000, 784), None)):
+        a = rng.standard_normal((m, k), dtype=cupy.float32)     # A: (M, K)
+        b = rng.standard_normal((n, k), dtype=cupy.float32)     # B: (N, K), used as B^T
+        out = cupy.empty((m, n), dtype=cupy.float32)           # D: (M, N)
+        for _ in range(RUNS):
+            autogemm.gemm(a, b, out, trans_b=True, config=config, kernel_family="gemm_wgmma")
+        cupy.cuda.get_current_stream().synchronize()
+
+
+if __name__ == "__main__":
+    main()
