@@ -16,6 +16,12 @@ SOURCE_PARAMS = ("math",)
 EPILOGUES = (None, "bias", "bias_sigmoid", "bias_relu", "dsigmoid", "drelu")
 KEY_SIZES = ("m", "n", "k")
 KEY_OPS = ("nn", "nt", "tn", "tt")      # op(A), op(B): N or T
+# What the caller accepts: "fp32", the dtype's own accuracy (FP32-accurate for float32); "tf32",
+# float32 operands rounded to TF32 (10-bit mantissas) in each product, float32 sums. A kernel at
+# least as accurate serves a call: FP32-accurate kernels serve tf32 calls too.
+PRECISIONS = ("fp32", "tf32")
+# The arithmetic a tuned key names (its dtype field): a dtype, or "tf32" for float32 data multiplied in TF32.
+KEY_DTYPES = ("float32", "float64", "tf32")
 
 PARAMS = {
     # Block tiles: multiples of 16 up to 128, whose grids can fill the SMs in whole waves where powers
@@ -59,6 +65,7 @@ class Problem:
     vec_a: int = 4
     vec_b: int = 4
     vec_out: int = 4
+    precision: str = "fp32"
 
     @classmethod
     def contiguous(cls, m: int, n: int, k: int, dtype: str = "float32", trans_a: bool = False,
@@ -80,6 +87,10 @@ class Problem:
         for vec in ("vec_a", "vec_b", "vec_out"):
             if getattr(self, vec) not in (1, 2, 4):
                 raise ValueError(f"{vec} must be 1, 2 or 4")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision {self.precision!r} is not one of {', '.join(PRECISIONS)}")
+        if self.precision == "tf32" and self.dtype != "float32":
+            raise ValueError(f"precision tf32 multiplies float32 data; this GEMM is {self.dtype}")
 
     @property
     def op(self) -> str:
@@ -88,6 +99,11 @@ class Problem:
     @property
     def itemsize(self) -> int:
         return ITEMSIZE[self.dtype]
+
+    @property
+    def arithmetic(self) -> str:
+        """The dtype field of its tuned key: "tf32" for a tf32 call, else the dtype."""
+        return "tf32" if self.precision == "tf32" else self.dtype
 
 
 STATIC_SMEM = 16   # bytes of __shared__ variables in the kernel (the split-K flag, padded)
@@ -270,6 +286,9 @@ def key_of(p: Problem) -> tuple[tuple[int, ...], str]:
 
 
 def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
+    """`dtype` is a key's arithmetic (KEY_DTYPES): "tf32" is float32 data at precision tf32."""
+    if dtype == "tf32":
+        return Problem.contiguous(*sizes, "float32", op[0] == "t", op[1] == "t", precision="tf32")
     return Problem.contiguous(*sizes, dtype, op[0] == "t", op[1] == "t")
 
 

@@ -3,7 +3,7 @@
 It takes the same arguments and Problem as the tiled family, so either launches the same way.
 """
 from kernels.contract import DTYPES, SHORT, Geometry, ceil_div
-from kernels.gemm import (EPILOGUES, KEY_OPS, KEY_SIZES, Problem, flops, key_of,  # noqa: F401  (same problem,
+from kernels.gemm import (EPILOGUES, KEY_DTYPES, KEY_OPS, KEY_SIZES, Problem, flops, key_of,  # noqa: F401  (same problem,
                           problem_of, reference)                                  # same work, keys, reference)
 
 NAME = "gemm_naive"

@@ -1,4 +1,5 @@
-"""Hopper's GEMM (gemm_wgmma.cu.j2): warpgroup MMAs from swizzled shared memory, FP32-accurate 3xTF32.
+"""Hopper's GEMM (gemm_wgmma.cu.j2): warpgroup MMAs from swizzled shared memory, FP32-accurate
+3xTF32 or, for calls at precision tf32, single TF32 products.
 
 The same call as the gemm family (its Problem, keys, epilogues and reference): D = epi(alpha * op(A)
 @ op(B) + beta * C), here for the "nt" op alone (A and B with K contiguous, as wgmma's TF32 operands
@@ -15,7 +16,8 @@ SOURCE_PARAMS = ()
 COMPILE_OPTIONS = ("-arch=sm_90a",)   # wgmma exists on sm_90a only
 
 # The gemm call's problem, keys, epilogues, work and reference.
-Problem, KEY_SIZES, KEY_OPS, EPILOGUES = gemm.Problem, gemm.KEY_SIZES, gemm.KEY_OPS, gemm.EPILOGUES
+Problem, KEY_SIZES, KEY_OPS, KEY_DTYPES = gemm.Problem, gemm.KEY_SIZES, gemm.KEY_OPS, gemm.KEY_DTYPES
+EPILOGUES = gemm.EPILOGUES
 flops, key_of, problem_of, reference = gemm.flops, gemm.key_of, gemm.problem_of, gemm.reference
 
 PARAMS = {
@@ -23,6 +25,7 @@ PARAMS = {
     "bn": (32, 48, 64, 80, 96, 128, 160, 192, 256),  # block tile columns: wgmma's N
     "warpgroups": (1, 2),                            # 128-thread warpgroups, stacked along M
     "stages": (2, 3, 4, 5),                          # shared-memory buffers of K (32 each)
+    "math": ("3xtf32", "tf32"),                      # FP32-accurate, or TF32 products (precision tf32)
 }
 BK = 32               # K per stage: a 128-byte tile row of float32
 SWIZZLE_ALIGN = 1024  # the dynamic shared memory is aligned up to this in the kernel
@@ -37,9 +40,10 @@ def threads(c) -> int:
 
 
 def smem_bytes(c, p: Problem) -> int:
-    """STAGES stages of the A and B tiles, the lo parts of two, and room to align them to 1024 bytes."""
+    """STAGES stages of the A and B tiles, under 3xTF32 the lo parts of two, and room to align them
+    to 1024 bytes."""
     stage = (c.bm + c.bn) * BK * p.itemsize
-    return (c.stages + 2) * stage + SWIZZLE_ALIGN
+    return (c.stages + (2 if c.math == "3xtf32" else 0)) * stage + SWIZZLE_ALIGN
 
 
 def accumulators(c) -> int:
@@ -50,7 +54,9 @@ def accumulators(c) -> int:
 CONSTRAINTS = (
     ("wgmma needs sm_90a: a GPU of compute capability 9.0 (Hopper)",
      lambda c, p, d: d.compute_capability == "9.0"),
-    ("the wgmma path is float32 (3xTF32)", lambda c, p, d: p.dtype == "float32"),
+    ("the wgmma path is float32", lambda c, p, d: p.dtype == "float32"),
+    ("math tf32 rounds the operands to TF32: for calls at precision tf32 only",
+     lambda c, p, d: c.math == "3xtf32" or p.precision == "tf32"),
     ("the wgmma path reads A and B with K contiguous: the nt op",
      lambda c, p, d: not p.trans_a and p.trans_b),
     ("16-byte copies need A and B 16-byte aligned with leading dimensions a multiple of 4",
@@ -73,7 +79,7 @@ def template_args(c, p: Problem) -> dict:
 
 
 def instance_name(c, p: Problem) -> str:
-    name = f"gemm_wgmma_f32_{p.op}_bm{c.bm}_bn{c.bn}_wg{c.warpgroups}_s{c.stages}_3xtf32"
+    name = f"gemm_wgmma_f32_{p.op}_bm{c.bm}_bn{c.bn}_wg{c.warpgroups}_s{c.stages}_{c.math}"
     if p.epilogue:
         name += f"_{p.epilogue}"
     if p.use_c:
@@ -88,12 +94,14 @@ def geometry(c, p: Problem):
 
 def default_candidates(p: Problem, d):
     """Tiles largest first, the first of which gives every SM a block (else the one with the most
-    blocks), each with the most stages that fit, two warpgroups before one."""
+    blocks), each with the most stages that fit, two warpgroups before one; TF32 products first
+    where the call allows them."""
     tiles = [(bm, bn) for bm, bn in itertools.product(PARAMS["bm"], PARAMS["bn"])]
     tiles.sort(key=lambda t: -t[0] * t[1])
     filling = [t for t in tiles if ceil_div(p.m, t[0]) * ceil_div(p.n, t[1]) >= d.sm_count]
     rest = sorted((t for t in tiles if t not in filling),
                   key=lambda t: -ceil_div(p.m, t[0]) * ceil_div(p.n, t[1]))
-    for bm, bn in filling + rest:
+    maths = ("tf32", "3xtf32") if p.precision == "tf32" else ("3xtf32",)
+    for math, (bm, bn) in itertools.product(maths, filling + rest):
         for warpgroups, stages in itertools.product((2, 1), reversed(PARAMS["stages"])):
-            yield {"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages}
+            yield {"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math}

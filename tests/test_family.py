@@ -484,5 +484,23 @@ def test_gemm_wgmma_runs_the_nt_float32_gemm_on_hopper_alone():
     assert not wgmma.can_run(nt, dataclasses.replace(H100, compute_capability="8.0"))
     tn = gemm.Problem.contiguous(1000, 784, 800, "float32", True, False)
     assert implementation("gemm", tn, None, H100) == "gemm"
-    assert implementation("gemm", nt, dict(bm=128, bn=128, warpgroups=2, stages=3), H100) == "gemm_wgmma"
+    assert implementation("gemm", nt, dict(bm=128, bn=128, warpgroups=2, stages=3, math="3xtf32"), H100) == "gemm_wgmma"
     assert implementation("gemm", nt, "default", H100) == "gemm"
+
+
+def test_tf32_products_serve_tf32_calls_alone():
+    wgmma = family("gemm_wgmma")
+    fp32 = gemm.Problem.contiguous(800, 1000, 784, "float32", False, True)
+    tf32 = gemm.Problem.contiguous(800, 1000, 784, "float32", False, True, precision="tf32")
+    single = wgmma.config(dict(bm=128, bn=128, warpgroups=2, stages=3, math="tf32"))
+    assert wgmma.violations(single, fp32, H100) == ["math tf32 rounds the operands to TF32: for calls at precision "
+                                                    "tf32 only"]
+    assert not wgmma.violations(single, tf32, H100)
+    assert wgmma.default(tf32, H100).math == "tf32" and wgmma.default(fp32, H100).math == "3xtf32"
+    assert kernels_smem(single) < kernels_smem(dict(single, math="3xtf32"))      # no lo buffers
+
+
+def kernels_smem(values):
+    from kernels import gemm_wgmma
+
+    return gemm_wgmma.smem_bytes(family("gemm_wgmma").config(values), gemm.Problem(8, 8, 8))

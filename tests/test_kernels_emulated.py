@@ -100,22 +100,24 @@ GEMMS = [
 
 
 def gemm_launches(monkeypatch, cases, family_name="gemm") -> list:
-    """(launch, D, (value, magnitude), K, dtype) for each config of each case (M, N, K, dtype,
-    trans_a, trans_b, epilogue, use_c, configs: problem -> [Config]) of a family of the gemm call;
-    the arguments are autogemm.ops.gemm.launch_args's, with NumPy scratch in place of CuPy's."""
+    """(launch, D, (value, magnitude), K, dtype, precision) for each config of each case (M, N, K,
+    dtype, trans_a, trans_b, epilogue, use_c, configs: problem -> [Config][, precision]) of a family
+    of the gemm call; the arguments are autogemm.ops.gemm.launch_args's, with NumPy scratch in place
+    of CuPy's."""
     from kernels import gemm
 
     entry = importlib.import_module("autogemm.ops.gemm")           # the package's `gemm` is the function
     monkeypatch.setattr(entry, "scratch", lambda kind, dtype, size: np.zeros(size, dtype))
     rng, out = np.random.default_rng(7), []
-    for m, n, k, dtype, ta, tb, epilogue, use_c, configs in cases:
+    for m, n, k, dtype, ta, tb, epilogue, use_c, configs, *precision in cases:
+        precision = precision[0] if precision else "fp32"
         t = np.dtype(dtype).type
         a = rng.standard_normal((k, m) if ta else (m, k)).astype(t)          # op(A): (M, K)
         b = rng.standard_normal((n, k) if tb else (k, n)).astype(t)          # op(B): (K, N)
         bias, aux = rng.standard_normal(n).astype(t), rng.uniform(-0.5, 1, (m, n)).astype(t)
         c = rng.standard_normal((m, n)).astype(t)                            # C: (M, N)
         alpha, beta = -0.5, (0.75 if use_c else 0.0)
-        problem = gemm.Problem.contiguous(m, n, k, dtype, ta, tb, epilogue=epilogue, use_c=use_c)
+        problem = gemm.Problem.contiguous(m, n, k, dtype, ta, tb, epilogue=epilogue, use_c=use_c, precision=precision)
         want = gemm.reference(problem, a, b, alpha, beta, c, bias, aux)["d"][:2]
         for cfg in configs(problem):
             assert not family(family_name).violations(cfg, problem, H100), (cfg, problem)
@@ -123,7 +125,7 @@ def gemm_launches(monkeypatch, cases, family_name="gemm") -> list:
             d = c.copy() if use_c else np.full((m, n), np.nan, t)            # D: (M, N); C in place
             args = entry.launch_args(instance, a, b, d, d, bias, aux, (m, n, k, a.shape[1], b.shape[1], n, n, n),
                                      alpha, beta)
-            out.append((Launch(instance, list(args)), d, want, k, dtype))
+            out.append((Launch(instance, list(args)), d, want, k, dtype, precision))
     return out
 
 
@@ -147,11 +149,11 @@ def test_the_3xtf32_split_rounds_to_nearest_ties_away_as_cvt_rna_does():
 
 
 def run_and_check(launches, tmp_path):
-    """Run (launch, output, (value, magnitude), k, dtype) launches, each once however many outputs
-    it lists, and check each output against float64, naming the kernel that fails."""
+    """Run (launch, output, (value, magnitude), k, dtype[, precision]) launches, each once however
+    many outputs it lists, and check each output against float64, naming the kernel that fails."""
     run(list({id(launch): launch for launch, *_ in launches}.values()), tmp_path)
-    for launch, d, want, k, dtype in launches:
-        verdict = compare(d, *want, k, dtype)
+    for launch, d, want, k, dtype, *precision in launches:
+        verdict = compare(d, *want, k, dtype, *precision)
         assert verdict.ok, f"{launch.instance.name}: {verdict.describe()}"
 
 
@@ -163,13 +165,15 @@ def test_gemm_both_math_paths_every_layout_on_the_cpu(tmp_path, monkeypatch):
     run_and_check(cases, tmp_path)
 
 
-def wgmma_config(bm, bn, warpgroups, stages):
-    return lambda problem: [family("gemm_wgmma").config(dict(bm=bm, bn=bn, warpgroups=warpgroups, stages=stages))]
+def wgmma_config(bm, bn, warpgroups, stages, math="3xtf32"):
+    values = dict(bm=bm, bn=bn, warpgroups=warpgroups, stages=stages, math=math)
+    return lambda problem: [family("gemm_wgmma").config(values)]
 
 
 # (M, N, K, ...) as GEMMS, the nt op: ragged and even tiles, one to three 64-row wgmma tiles per
 # warpgroup, one and two warpgroups, 2 to 5 stages (K of 2 to 4 tiles: every stage slot reused or
-# not), N from 32 to 256, odd N (scalar stores), the epilogues, C in place.
+# not), N from 32 to 256, odd N (scalar stores), the epilogues, C in place; TF32 products for
+# calls at precision tf32 (checked within its bound).
 WGMMAS = [
     (130, 70, 100, "float32", False, True, "bias_sigmoid", False, wgmma_config(128, 64, 1, 3)),
     (70, 45, 52, "float32", False, True, None, True, wgmma_config(128, 48, 2, 2)),
@@ -177,6 +181,8 @@ WGMMAS = [
     (200, 90, 68, "float32", False, True, "dsigmoid", True, wgmma_config(192, 80, 1, 4)),
     (100, 64, 200, "float32", False, True, "bias", False, wgmma_config(64, 64, 1, 5)),
     (40, 30, 36, "float32", False, True, "bias_relu", False, wgmma_config(256, 32, 2, 2)),
+    (130, 100, 164, "float32", False, True, "bias_relu", True, wgmma_config(128, 96, 2, 2, "tf32"), "tf32"),
+    (70, 256, 64, "float32", False, True, None, False, wgmma_config(64, 256, 1, 5, "tf32"), "tf32"),
 ]
 
 

@@ -268,3 +268,30 @@ def test_a_stale_record_competes_on_time_with_an_exact_one(monkeypatch):
     known.update(conv2d_direct=("stale", 30.0))
     lookup.reload()
     assert implementation("conv2d", problem, None, H100) == "conv2d"
+
+
+# ---- precision tf32 -----------------------------------------------------------------------------
+WGMMA = dict(bm=128, bn=128, warpgroups=2, stages=3)
+
+
+def test_a_tf32_call_takes_tf32_records_then_fp32_ones_and_an_fp32_call_never_a_tf32_one(tuned):
+    fp32, tf32 = gemm_problem(800, 1000, 784), gemm_problem(800, 1000, 784, precision="tf32")
+    assert key_of("gemm_wgmma", tf32).dtype == "tf32" and problem_of(key_of("gemm_wgmma", tf32)) == tf32
+    write_store(tuned, [record(fam="gemm_wgmma", config=dict(WGMMA, math="3xtf32"), median_us=40.0)])
+    lookup.reload()
+    served = lookup.choose("gemm_wgmma", tf32, H100)      # no tf32 record yet: the FP32-accurate one
+    assert (served.source, served.config.math) == ("exact", "3xtf32")
+    write_store(tuned, [record(fam="gemm_wgmma", dtype="tf32", config=dict(WGMMA, math="tf32"), median_us=15.0)])
+    lookup.reload()
+    assert lookup.choose("gemm_wgmma", tf32, H100).config.math == "tf32"
+    assert lookup.choose("gemm_wgmma", fp32, H100).config.math == "3xtf32"
+    assert lookup.choose("gemm", tf32, H100).source == "default"      # gemm has no record at all here
+
+
+def test_only_gemm_calls_have_a_tf32_arithmetic():
+    with pytest.raises(ValueError, match="dtype 'tf32' is not one of float32, float64 for colsum"):
+        make_key("colsum", (800, 10), "-", "tf32")
+    with pytest.raises(ValueError, match="precision tf32 multiplies float32 data"):
+        Problem(8, 8, 8, "float64", precision="tf32")
+    with pytest.raises(ValueError, match="precision 'bf8' is not one of fp32, tf32"):
+        Problem(8, 8, 8, precision="bf8")

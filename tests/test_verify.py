@@ -83,3 +83,16 @@ def test_each_epilogue_matches_numpy(epilogue):
     np.testing.assert_allclose(value, want, rtol=1e-12, atol=1e-12)
     assert magnitude.shape == (M, N) and (magnitude >= 0).all() and k == K
     assert compare(want.astype(np.float32), value, magnitude, K, np.float32).ok
+
+
+def test_precision_tf32_allows_operands_rounded_to_tf32_and_fp32_does_not():
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((64, 512)), rng.standard_normal((512, 48))
+    value, magnitude = a @ b, np.abs(a) @ np.abs(b)
+
+    def tf32(x):   # truncated to 10 mantissa bits, as the tensor cores read float32
+        return (x.astype(np.float32).view(np.uint32) & np.uint32(0xffffe000)).view(np.float32).astype(np.float64)
+
+    out = (tf32(a) @ tf32(b)).astype(np.float32)
+    assert compare(out, value, magnitude, 512, np.float32, "tf32").ok
+    assert not compare(out, value, magnitude, 512, np.float32).ok

@@ -13,7 +13,7 @@ from autogemm.ops.kernels import implementation, kernel, scratch
 from autogemm.runtime import compile as compiler
 from autogemm.runtime.device import require_cupy, this_device
 from autogemm.runtime.family import Instance
-from kernels.gemm import EPILOGUES, Problem
+from kernels.gemm import EPILOGUES, PRECISIONS, Problem
 
 def leading_dim(x, what: str) -> int:
     """Leading dimension (elements) of a row-major 2-D array; BadArguments for other layouts."""
@@ -47,7 +47,8 @@ def _overlaps(x, y) -> bool:
 
 
 def gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,
-         epilogue=None, bias=None, aux=None, config: Mapping | str | None = None, kernel_family="gemm"):
+         epilogue=None, bias=None, aux=None, config: Mapping | str | None = None, kernel_family="gemm",
+         precision="fp32"):
     """out = epi(alpha * op(a) @ op(b) + beta * c); returns `out` (allocated when None).
 
     op(x) is x.T when trans_x. With beta != 0 and no `c`, `out` is C (in place, BLAS style).
@@ -55,8 +56,11 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=No
     "dsigmoid", "drelu" (need `aux`, shape (M, N): the saved activation output).
     config: None for the tuned config of this shape on this GPU (else the nearest tuned shape's,
     else the default), "default" for the family's untuned default, or a mapping of parameters.
+    precision: "fp32" (float32's own accuracy, the default) or "tf32" (float32 operands rounded
+    to TF32 in each product, where a faster kernel does so; an FP32-accurate one may serve it).
     """
-    call = plan_gemm(a, b, out, alpha, beta, trans_a, trans_b, c, epilogue, bias, aux, config, kernel_family)
+    call = plan_gemm(a, b, out, alpha, beta, trans_a, trans_b, c, epilogue, bias, aux, config, kernel_family,
+                     precision)
     call()
     return call.out
 
@@ -76,7 +80,7 @@ class GemmCall:
 
 def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,
               epilogue=None, bias=None, aux=None, config: Mapping | str | None = None,
-              kernel_family="gemm") -> GemmCall:
+              kernel_family="gemm", precision="fp32") -> GemmCall:
     """Check the arguments of `gemm`, choose and render its kernel, bind the launch arguments."""
     cupy = require_cupy()
 
@@ -87,6 +91,10 @@ def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
         raise BadArguments(f"gemm: a and b must both be float32 or both float64, got {a.dtype} and {b.dtype}")
     if epilogue not in EPILOGUES:
         raise BadArguments(f"gemm: epilogue {epilogue!r} is not one of {', '.join(map(str, EPILOGUES[1:]))}")
+    if precision not in PRECISIONS:
+        raise BadArguments(f"gemm: precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+    if precision == "tf32" and a.dtype != np.float32:
+        raise BadArguments(f"gemm: precision tf32 multiplies float32 arrays; these are {a.dtype}")
     lda, ldb = leading_dim(a, "a"), leading_dim(b, "b")
     m, k = (a.shape[1], a.shape[0]) if trans_a else a.shape
     k2, n = (b.shape[1], b.shape[0]) if trans_b else b.shape
@@ -121,7 +129,7 @@ def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     ldaux = leading_dim(aux, "aux") if aux is not None else ldd
     vec_out = min(vector_width(x, leading_dim(x, name)) for name, x in operands.items() if x is not None)
     problem = Problem(m, n, k, str(a.dtype), bool(trans_a), bool(trans_b), epilogue, use_c,
-                      vector_width(a, lda), vector_width(b, ldb), vec_out)
+                      vector_width(a, lda), vector_width(b, ldb), vec_out, precision)
     device = this_device()
     name = implementation("gemm", problem, config, device) if kernel_family == "gemm" else kernel_family
     instance = kernel(name, problem, config, device)

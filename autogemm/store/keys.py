@@ -1,4 +1,6 @@
 """How a kernel call is named in tuned files: (family, shape, op, dtype), and back to a Problem.
+The dtype field names the arithmetic: float32, float64, or for the GEMM also tf32 (float32 data
+multiplied in TF32), whose records never serve an FP32-accurate call.
 
 Each family declares its keys (kernels.contract.KernelFamily): what its sizes stand for
 (KEY_SIZES, joined by "x" in the shape: "800x1000x784" for a GEMM's m, n, k), the ops a key may
@@ -21,6 +23,11 @@ from kernels.contract import DTYPES, MAX_SIZE, NO_OP
 def ops(family: str) -> tuple[str, ...]:
     """The op names a family's keys may carry."""
     return REGISTRY[family].KEY_OPS
+
+
+def dtypes(family: str) -> tuple[str, ...]:
+    """The arithmetics a family's keys may name: its KEY_DTYPES (the GEMM's add "tf32"), else the dtypes."""
+    return getattr(REGISTRY[family], "KEY_DTYPES", tuple(DTYPES))
 
 
 def arity(family: str) -> int:
@@ -47,8 +54,8 @@ def make_key(family: str, sizes, op: str, dtype: str) -> Key:
     """A checked Key; ValueError naming what is wrong."""
     if family not in FAMILIES:
         raise ValueError(f"family {brief(family)} is not one of {', '.join(FAMILIES)}")
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype {brief(dtype)} is not one of {', '.join(DTYPES)}")
+    if dtype not in dtypes(family):
+        raise ValueError(f"dtype {brief(dtype)} is not one of {', '.join(dtypes(family))} for {family}")
     if op not in ops(family):
         raise ValueError(f"op {brief(op)} is not one of {', '.join(ops(family))} for {family}")
     sizes = tuple(sizes)
@@ -89,9 +96,10 @@ def parse_key(family, shape, op, dtype) -> Key:
 
 
 def key_of(family: str, problem) -> Key:
-    """The key under which `problem` of `family` is tuned and looked up."""
+    """The key under which `problem` of `family` is tuned and looked up; its dtype field is the
+    problem's arithmetic where it has one (a tf32 GEMM: "tf32"), else its dtype."""
     sizes, op = REGISTRY[family].key_of(problem)
-    return make_key(family, sizes, op, problem.dtype)
+    return make_key(family, sizes, op, getattr(problem, "arithmetic", problem.dtype))
 
 
 def problem_of(key: Key):

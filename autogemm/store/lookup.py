@@ -3,7 +3,8 @@ shape on older template code (a stale record, whose config today's space still h
 nearest tuned shape (every size within a factor of 4) whose config can run it, else the family's
 default. A stale record serves only its own shape: for it, the config found by measuring this very
 shape is a better guess than another shape's or the untuned default, until `autogemm tune --stale`
-measures again.
+measures again. A GEMM at precision tf32 looks for tf32 records first, then for the FP32-accurate
+ones, which serve it too; an FP32-accurate call never gets a tf32 record.
 
 Two folders hold tuned files (autogemm.store.locations): the one `autogemm tune` writes (the user's
 store), then the results shipped with autogemm. For each key, a current record beats a stale one,
@@ -138,15 +139,11 @@ def choose(family_name: str, problem, device: DeviceInfo) -> Choice:
     choice = None
     if index is not None:
         fits = lambda cfg: cfg is not None and not fam.violations(cfg, problem, device)  # noqa: E731
-        exact, stale = index.exact.get(key), index.stale.get(key)
-        if exact is not None and fits(exact.config):
-            choice = Choice(exact.config, "exact", exact)
-        elif stale is not None and fits(stale_config := fam.holds(stale.config)):
-            choice = Choice(stale_config, "stale", stale)
-        else:
-            found = index.nearest(key, lambda r: fits(r.config))
-            if found:
-                choice = Choice(found[0].config, "nearest", found[0], found[1])
+        # A tf32 call takes a tf32 record, else the FP32-accurate one: more accurate serves it too.
+        for serving in (key, key._replace(dtype="float32")) if key.dtype == "tf32" else (key,):
+            choice = _from_index(index, serving, fam, fits)
+            if choice is not None:
+                break
     if choice is None:
         choice = Choice(fam.default(problem, device), "default")
     if key not in _logged:
@@ -159,6 +156,17 @@ def choose(family_name: str, problem, device: DeviceInfo) -> Choice:
         origin = f" from {index.origin[choice.record]}" if choice.record else ""
         log.info("autogemm: %s: %s %s%s", key, how, name, origin)
     return choice
+
+
+def _from_index(index: Index, key: Key, fam, fits) -> Choice | None:
+    """The exact record of `key`, else its stale one, else the nearest usable one, as a Choice."""
+    exact, stale = index.exact.get(key), index.stale.get(key)
+    if exact is not None and fits(exact.config):
+        return Choice(exact.config, "exact", exact)
+    if stale is not None and fits(stale_config := fam.holds(stale.config)):
+        return Choice(stale_config, "stale", stale)
+    found = index.nearest(key, lambda r: fits(r.config))
+    return Choice(found[0].config, "nearest", found[0], found[1]) if found else None
 
 
 def reload():

@@ -55,7 +55,8 @@ class KernelMeasure:
         self.family = family(key.family)
         self.problem = problem_of(key)
         self.rng = np.random.default_rng(seed)
-        self.dtype = np.dtype(key.dtype).type
+        self.dtype = np.dtype(self.problem.dtype).type
+        self.precision = getattr(self.problem, "precision", "fp32")
         self.reference = REGISTRY[key.family].reference
         self._verified: dict[Config, float] = {}     # config -> max-norm relative error
         self._broken: dict[Config, Exception] = {}   # compile errors found by prepare
@@ -110,7 +111,7 @@ class KernelMeasure:
         import cupy
 
         got = cupy.asnumpy(out).reshape(value.shape)
-        verdict = compare(got, value, magnitude, k, self.dtype)
+        verdict = compare(got, value, magnitude, k, self.dtype, self.precision)
         if not verdict.ok:
             raise Mismatch(verdict.describe())
         return verdict.max_rel_error

@@ -3,8 +3,9 @@ NumPy (`reference` in kernels/<family>.py).
 
 The tolerance of each element follows the rounding-error bound of a length-K dot product:
 (K + 4) * eps * (|alpha| (|op(A)| |op(B)|)_ij + |beta C_ij| + |bias_j|), times the epilogue's
-derivative bound. A wrong index or a missed tile misses it by orders of magnitude; honest
-float32 rounding stays far below it.
+derivative bound; at precision tf32, each product's operands are rounded to TF32 first, which adds
+2 * 2^-10 of the same magnitude (truncation: one TF32 unit each). A wrong index or a missed tile
+misses it by orders of magnitude; honest rounding stays far below it.
 """
 from dataclasses import dataclass, field
 
@@ -27,11 +28,15 @@ class Verdict:
         return f"mismatch (max-norm relative error {self.max_rel_error:.2e}{extra}): {first}"
 
 
-def compare(out, value, magnitude, k: int, dtype, show: int = 5) -> Verdict:
-    """Elementwise check of `out` against the reference within the K- and dtype-scaled bound."""
+# Relative rounding of each operand before its product, by precision (kernels.gemm.PRECISIONS).
+OPERAND_ROUNDING = {"fp32": 0.0, "tf32": 2.0 ** -10}
+
+
+def compare(out, value, magnitude, k: int, dtype, precision: str = "fp32", show: int = 5) -> Verdict:
+    """Elementwise check of `out` against the reference within the K-, dtype- and precision-scaled bound."""
     out = np.asarray(out, np.float64)
     eps = np.finfo(dtype).eps
-    tol = (k + 4) * eps * magnitude + 4 * eps * np.abs(value) + np.finfo(dtype).tiny
+    tol = ((k + 4) * eps + 2 * OPERAND_ROUNDING[precision]) * magnitude + 4 * eps * np.abs(value) + np.finfo(dtype).tiny
     err = np.abs(out - value)
     bad = ~(err <= tol)                  # NaN counts as bad
     ref_norm = np.max(np.abs(value)) if value.size else 0.0
