@@ -18,11 +18,12 @@ from autogemm.store.locations import cache_dir
 from kernels import IMPLEMENTATIONS
 from kernels.contract import NO_OP
 from kernels.gemm import EPILOGUES as GEMM_EPILOGUES
+from kernels.gemm import PRECISIONS as GEMM_PRECISIONS
 from kernels.linear_xent import MAX_CLASSES as LINEAR_XENT_MAX_CLASSES
 
 __all__ = [
     # the operations
-    "gemm", "plan_gemm", "GemmCall", "GEMM_EPILOGUES", "elementwise", "bias_activation", "activation_grad",
+    "gemm", "plan_gemm", "GemmCall", "GEMM_EPILOGUES", "GEMM_PRECISIONS", "elementwise", "bias_activation", "activation_grad",
     "sgd_update", "adam_update", "softmax_xent", "linear_xent", "LINEAR_XENT_MAX_CLASSES", "column_sums",
     # the CNN's: NCHW images, (F, C, K, K) filters
     "conv2d", "conv2d_backward_data", "conv2d_backward_weights", "maxpool2x2", "maxpool2x2_backward",

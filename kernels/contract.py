@@ -60,7 +60,9 @@ class KernelFamily(Protocol):
     """What a family module declares (`cfg` arrives as a namespace whose values autogemm has already
     checked against PARAMS; `device` is autogemm's DeviceInfo). A family whose kernels need NVRTC
     options of their own (a target such as sm_90a) also declares COMPILE_OPTIONS, a tuple of them;
-    one whose keys name arithmetics beyond DTYPES (the GEMM's "tf32") declares KEY_DTYPES."""
+    one whose keys name arithmetics beyond DTYPES (the GEMM's "tf32") declares KEY_DTYPES, and one
+    whose own kernels compute at precisions beyond fp32 declares KERNEL_PRECISIONS (what tune
+    --precision tunes)."""
 
     NAME: str                   # the family's name: registry key, tuned records' family, instance names
     TEMPLATE: str               # the template file, in this folder

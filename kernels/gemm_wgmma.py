@@ -14,6 +14,7 @@ NAME = "gemm_wgmma"
 TEMPLATE = "gemm_wgmma.cu.j2"
 SOURCE_PARAMS = ()
 COMPILE_OPTIONS = ("-arch=sm_90a",)   # wgmma exists on sm_90a only
+KERNEL_PRECISIONS = ("fp32", "tf32")  # what its own kernels compute (math 3xtf32, tf32)
 
 # The gemm call's problem, keys, epilogues, work and reference.
 Problem, KEY_SIZES, KEY_OPS, KEY_DTYPES = gemm.Problem, gemm.KEY_SIZES, gemm.KEY_OPS, gemm.KEY_DTYPES

@@ -73,8 +73,10 @@ class Result:
 
 
 def make_backend(backend_name: str, dtype: str = "float32"):
-    """The trainer backend of a benchmark name: numpy, cublas, cupy-default or cupy-tuned."""
-    options = {"tuned": backend_name == "cupy-tuned"} if backend_name.startswith("cupy") else {}
+    """The trainer backend of a benchmark name: numpy, cublas, cupy-default, cupy-tuned or
+    cupy-tuned-tf32 (its GEMMs at precision tf32)."""
+    options = {"tuned": backend_name.startswith("cupy-tuned")} if backend_name.startswith("cupy") else {}
+    options |= {"precision": "tf32"} if backend_name.endswith("-tf32") else {}
     return get_backend(backend_name.split("-")[0], dtype, **options)
 
 
@@ -124,14 +126,15 @@ def torch_cnn(net: ConvNetwork, torch):
     return torch.nn.Sequential(*modules)
 
 
-def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs: int, graph: bool) -> Result:
-    """The same network in PyTorch (FP32: TF32 off, cuDNN's algorithm search on), data on the GPU;
-    with `graph`, each step replays a CUDA graph."""
+def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs: int, graph: bool,
+               tf32: bool = False) -> Result:
+    """The same network in PyTorch (FP32: TF32 off unless `tf32`, cuDNN's algorithm search on), data
+    on the GPU; with `graph`, each step replays a CUDA graph."""
     import torch
 
     dev = torch.device("cuda")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cudnn.benchmark = True
     xd = torch.from_numpy(x).to(dev)                              # X: (N, 784) float32
     yd = torch.from_numpy(y.astype(np.int64)).to(dev)             # (N,) int64
@@ -188,7 +191,8 @@ def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs:
             times.append((time.perf_counter() - start) * 1e3)
     with torch.no_grad():
         accuracy = float((model(xd).argmax(1) == yd).float().mean())
-    return Result(net.name, "torch-graph" if graph else "torch-eager", statistics.median(times), epochs, accuracy,
+    name = ("torch-graph" if graph else "torch-eager") + ("-tf32" if tf32 else "")
+    return Result(net.name, name, statistics.median(times), epochs, accuracy,
                   len(y))
 
 
@@ -206,7 +210,8 @@ def run(nets: list[Network | ConvNetwork], backends: list[str], epochs: int, dat
             if name == "numpy" and not cnn and net.hidden * net.images > 256 * 54000:
                 continue  # minutes per epoch on a CPU: not worth the wait
             if name.startswith("torch"):
-                result = time_torch(net, x, y, epochs, graph=name == "torch-graph")
+                result = time_torch(net, x, y, epochs, graph=name.startswith("torch-graph"),
+                                    tf32=name.endswith("-tf32"))
             elif name == "numpy" and cnn:
                 result = time_backend(net, name, x[:NUMPY_CNN_IMAGES], y[:NUMPY_CNN_IMAGES], 1)
             else:
@@ -221,18 +226,19 @@ def run(nets: list[Network | ConvNetwork], backends: list[str], epochs: int, dat
     return results
 
 
-BACKEND_NAMES = ("numpy", "cublas", "cupy-default", "cupy-tuned", "torch-eager", "torch-graph")
+BACKEND_NAMES = ("numpy", "cublas", "cupy-default", "cupy-tuned", "cupy-tuned-tf32", "torch-eager", "torch-graph",
+                 "torch-graph-tf32")
 
 
 def available_backends() -> list[str]:
     names = ["numpy"]
     if cuda_available():
-        names += ["cublas", "cupy-default", "cupy-tuned"]
+        names += ["cublas", "cupy-default", "cupy-tuned", "cupy-tuned-tf32"]
         try:
             import torch
 
             if torch.cuda.is_available():
-                names += ["torch-eager", "torch-graph"]
+                names += ["torch-eager", "torch-graph", "torch-graph-tf32"]
         except ImportError:
             pass
     return names
@@ -282,7 +288,8 @@ def main(argv=None) -> int:
     p = ArgumentParser(prog="python -m nn.bench", description=__doc__.splitlines()[0])
     p.add_argument("--networks", default=",".join(known), help=f"comma list of {', '.join(known)} (default: all)")
     p.add_argument("--backends", help="comma list (default: all that run here: numpy, cublas, cupy-default, "
-                                      "cupy-tuned, torch-eager, torch-graph)")
+                                      "cupy-tuned, cupy-tuned-tf32, torch-eager, torch-graph, torch-graph-tf32; "
+                                      "-tf32: the GEMMs at precision tf32)")
     p.add_argument("--epochs", type=int, default=5, help="timed epochs per run, after one warm-up (default: 5)")
     p.add_argument("--data-dir", help="Fashion-MNIST directory (default: the usual search)")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON")

@@ -29,7 +29,7 @@ import numpy as np
 
 from autogemm import AutogemmError
 from nn import checkpoint
-from nn.backends import ACTIVATIONS, BACKENDS, DTYPES, cuda_available, get_backend
+from nn.backends import ACTIVATIONS, BACKENDS, DTYPES, PRECISIONS, cuda_available, get_backend
 from nn.backends.base import host_free_bytes
 from nn.data import DATASETS, SCALES, load_dataset
 from nn import allreduce as reductions
@@ -45,7 +45,7 @@ from nn.outputs import Outputs, ResumeHint
 
 DEFAULTS = dict(model="mlp", layers=None, hidden=(1000,), activation="sigmoid", optimizer="sgd", batch=800,
                 epochs=30, lr=1.0, reg=1e-4, dtype="float32", dataset="fashion-mnist", data_dir=None, seed=0,
-                scale="unit", init="cme213", train_size=None, backend="numpy")
+                scale="unit", init="cme213", train_size=None, backend="numpy", precision="fp32")
 # A CNN's defaults (--model lenet, or --layers): the reports' Keras recipe.
 CNN_DEFAULTS = dict(activation="relu", optimizer="adam", batch=1000, epochs=20, lr=1e-3, reg=0.0, init="he")
 MODELS = ("mlp", "lenet")
@@ -56,7 +56,7 @@ GRADING_MODES = {1: dict(_GRADING, lr=0.001, epochs=40), 2: dict(_GRADING, lr=0.
                  3: dict(_GRADING, lr=0.025, epochs=1)}
 # Left out of a checkpoint's fingerprint: settings that do not change the weights (a checkpoint may be
 # resumed across them), and hidden, which the fingerprint holds as sizes = [inputs, *hidden, classes].
-_NOT_FINGERPRINTED = ("epochs", "data_dir", "backend", "hidden")
+_NOT_FINGERPRINTED = ("epochs", "data_dir", "backend", "hidden", "precision")
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,7 @@ class Config:
     init: str
     train_size: int | None
     backend: str
+    precision: str          # the GEMMs' on a GPU backend: "fp32" (FP32-accurate) or "tf32"
 
     def fingerprint(self, sizes) -> dict:
         """What a checkpoint (or run log) must agree with to be resumed by this run."""
@@ -134,6 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=positive_float, help=f"learning rate (default: {d['lr']})")
     p.add_argument("--reg", type=nonneg_float, help=f"L2 coefficient, loss + reg/2 sum ||W||^2 (default: {d['reg']})")
     p.add_argument("--dtype", choices=DTYPES, help=f"floating-point type (default: {d['dtype']})")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="the MLP's GEMMs on a GPU backend: fp32 (FP32-accurate) or tf32 (operands rounded to TF32 "
+                        "in each product, where a faster kernel does so); NumPy computes fp32 "
+                        f"(default: {d['precision']})")
     p.add_argument("--dataset", choices=DATASETS, help=f"data set (default: {d['dataset']})")
     p.add_argument("--data-dir", help="directory holding the four IDX files (default: search the usual places, then download)")
     p.add_argument("--seed", type=nonneg_int, help=f"seed of the weight initialisation (default: {d['seed']})")
@@ -191,6 +196,9 @@ def resolve(args) -> Config:
         raise NNError("--optimizer adam is for CNNs (--model lenet or --layers); the MLP trains with sgd")
     if len(values["hidden"]) >= checkpoint.MAX_LAYERS:
         raise NNError(f"--hidden: {len(values['hidden'])} hidden layers; at most {checkpoint.MAX_LAYERS - 1}")
+    if values["precision"] == "tf32" and (is_cnn or values["dtype"] != "float32"):
+        raise NNError("--precision tf32 rounds the MLP's float32 GEMM operands; "
+                      + ("a CNN's kernels compute in fp32 only" if is_cnn else f"this run is {values['dtype']}"))
     if args.use_tuned:
         if args.backend not in (None, "cupy"):
             raise NNError(f"--use-tuned runs the autogemm kernels; it cannot be combined with --backend {args.backend}")
@@ -382,8 +390,9 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
 
     Every failure that ranks can agree on is a RanksFailed on all of them; a Ctrl-C honoured at a
     step boundary is an Interrupted on all of them, its message saying what was kept."""
-    backend = _agreed(dist, lambda: get_backend(cfg.backend, cfg.dtype,
-                                                **({"tuned": args.use_tuned} if cfg.backend == "cupy" else {})))
+    options = {"tuned": args.use_tuned} if cfg.backend == "cupy" else {}
+    options |= {"precision": cfg.precision} if cfg.backend in ("cupy", "cublas") else {}
+    backend = _agreed(dist, lambda: get_backend(cfg.backend, cfg.dtype, **options))
     outputs = Outputs(args.checkpoint, args.log, args.resume, lambda log: fingerprint(log["config"], log["sizes"]))
 
     def setup():
@@ -443,7 +452,8 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
     if not args.quiet:
         network = describe(layers) if layers is not None else "-".join(map(str, sizes))
         optimizer = f", {cfg.optimizer}" if layers is not None else ""
-        print0(f"{network} {cfg.activation}{optimizer}, {cfg.dtype}, {backend.name} backend, "
+        precision = f" ({cfg.precision} GEMMs)" if cfg.precision != "fp32" else ""
+        print0(f"{network} {cfg.activation}{optimizer}, {cfg.dtype}{precision}, {backend.name} backend, "
                f"{dist.size} rank{'s' * (dist.size > 1)}"
                + (f", {args.parallel} parallel ({_bytes(sent)} sent by each rank a step, "
                   f"{reduced_by})" if dist.size > 1 else "")

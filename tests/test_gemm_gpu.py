@@ -34,7 +34,7 @@ def operands(rng, m, n, k, ta, tb, dtype, epilogue, beta):
 
 
 def run_and_check(rng, m, n, k, ta, tb, dtype, epilogue=None, alpha=1.5, beta=0.0, config=None,
-                  kernel_family="gemm"):
+                  kernel_family="gemm", precision="fp32"):
     import cupy
 
     import autogemm
@@ -45,10 +45,10 @@ def run_and_check(rng, m, n, k, ta, tb, dtype, epilogue=None, alpha=1.5, beta=0.
         out[...] = dev["c"]                               # in place: C and D are one array
     autogemm.gemm(dev["a"], dev["b"], out, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb,
                   epilogue=epilogue, bias=dev["bias"], aux=dev["aux"], config=config,
-                  kernel_family=kernel_family)
+                  kernel_family=kernel_family, precision=precision)
     value, magnitude, _ = reference(Problem(m, n, k, trans_a=ta, trans_b=tb, epilogue=epilogue), host["a"], host["b"],
                                     alpha, beta, host["c"], host["bias"], host["aux"])["d"]
-    verdict = compare(cupy.asnumpy(out), value, magnitude, k, dtype)
+    verdict = compare(cupy.asnumpy(out), value, magnitude, k, dtype, precision)
     assert verdict.ok, f"{m}x{n}x{k} {'tn'[ta]}{'tn'[tb]} {dtype.__name__} {epilogue} {config}: {verdict.describe()}"
     return verdict
 
@@ -217,3 +217,29 @@ def test_wgmma_sampled_configs():
                           kernel_family="gemm_wgmma")
             seen.add((cfg.warpgroups, cfg.stages))
     assert len(seen) >= 6
+
+
+@pytest.mark.parametrize("epilogue", (None,) + EPILOGUES[1:])
+def test_wgmma_tf32_products_every_epilogue(epilogue):
+    """Precision tf32: single TF32 products within the TF32 bound, and TF32 indeed (an FP32-accurate
+    result would hide a kernel that never ran its tf32 path)."""
+    if not hopper():
+        pytest.skip("gemm_wgmma needs a Hopper GPU (sm_90a)")
+    import autogemm
+    from autogemm.ops.gemm import plan_gemm
+
+    rng = np.random.default_rng(12)
+    errors = []
+    for m, n, k in [(800, 1000, 784), (131, 67, 260), (1024, 1024, 1024)]:
+        tf32 = run_and_check(rng, m, n, k, False, True, np.float32, epilogue=epilogue, beta=0.5,
+                             kernel_family="gemm_wgmma", precision="tf32")
+        fp32 = run_and_check(rng, m, n, k, False, True, np.float32, epilogue=epilogue, beta=0.5,
+                             kernel_family="gemm_wgmma")
+        errors.append((tf32.max_rel_error, fp32.max_rel_error))
+    assert all(t > 4 * f for t, f in errors), errors
+    import cupy
+
+    a, b = cupy.ones((64, 64), cupy.float32), cupy.ones((64, 64), cupy.float32)
+    assert plan_gemm(a, b, trans_b=True, precision="tf32", kernel_family="gemm_wgmma").instance.name.find("_tf32") > 0
+    with pytest.raises(autogemm.BadArguments, match="precision 'bf8' is not one of fp32, tf32"):
+        autogemm.gemm(a, b, precision="bf8")

@@ -201,6 +201,7 @@ def test_cnn_settings_and_what_does_not_apply():
     c = config("--layers", "conv4x5,pool2,dense32", "--optimizer", "sgd", "--lr", "0.1")
     assert (c.model, c.layers, c.optimizer, c.lr) == ("cnn", "conv4x5,pool2,dense32", "sgd", 0.1)
     assert config().model == "mlp" and config().optimizer == "sgd"
+    assert config().precision == "fp32" and config("--precision", "tf32").precision == "tf32"
 
 
 @pytest.mark.parametrize("args, words", [
@@ -211,6 +212,8 @@ def test_cnn_settings_and_what_does_not_apply():
     (["--optimizer", "adam"], "--optimizer adam is for CNNs"),
     (["--model", "lenet", "--parallel", "model"], "--parallel model splits the MLP's hidden layer"),
     (["--no-overlap"], "--no-overlap is for --parallel data on a GPU backend"),
+    (["--precision", "tf32", "--dtype", "float64"], "--precision tf32 rounds the MLP's float32 GEMM operands; this run is float64"),
+    (["--model", "lenet", "--precision", "tf32"], "a CNN's kernels compute in fp32 only"),
     (["--no-overlap", "--allreduce", "nccl", "--parallel", "model"], "--no-overlap is for --parallel data"),
 ])
 def test_cnn_flags_that_cannot_apply_are_one_line(args, words):

@@ -14,8 +14,9 @@ from autogemm import files
 from autogemm.errors import AutogemmError
 from autogemm.store.keys import brief
 from autogemm.tuning.targets import TUNE_FAMILIES, parse_shapes, parse_targets
-from kernels import call_of
+from kernels import REGISTRY, call_of
 from kernels.contract import MAX_SIZE
+from kernels.gemm import PRECISIONS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -89,8 +90,10 @@ def cmd_bench(args) -> int:
     configs = {f"config{i}": _config_json(text) for i, text in enumerate(args.config, 1)}
     _claim_json(args.json, "autogemm bench")
     dtype = np.dtype(args.dtype).type
+    _arithmetic(args)                        # tf32 with float64 fails here, in one line
     dev = this_device()
-    how = (f"{args.dtype}, median of {args.reps} event-timed runs, "
+    at = " at precision tf32" if args.precision == "tf32" else ""
+    how = (f"{args.dtype}{at}, median of {args.reps} event-timed runs, "
            f"L2 {'flushed' if args.l2 == 'flush' else 'warm'}")
     records = []
     gemms = _bench_table(f"autogemm bench on {dev.name} ({dev.sm_count} SMs): GEMMs, {how}", "cuBLAS")
@@ -101,7 +104,7 @@ def cmd_bench(args) -> int:
             for i, cfg in enumerate(family("gemm").sample(problem, dev, args.sample, seed=args.seed), 1):
                 extra[f"sample{i}"] = dict(cfg)
         rows = bench_shape(shape, dtype, configs=extra, reps=args.reps, naive=args.naive,
-                           flush_l2=args.l2 == "flush")
+                           flush_l2=args.l2 == "flush", precision=args.precision)
         samples = sorted((r for r in rows if r.variant.startswith("sample") and r.timing),
                          key=lambda r: r.timing.median_us)
         shown = [r for r in rows if not r.variant.startswith("sample")] + samples[:args.show]
@@ -114,7 +117,8 @@ def cmd_bench(args) -> int:
             records += _add_bench_rows(convs, bench_convolution(target, dtype, reps=args.reps,
                                                                 flush_l2=args.l2 == "flush"), "cudnn")
         Console().print(convs)
-    _write_json(args.json, dict(gpu=dev.name, sm_count=dev.sm_count, dtype=args.dtype, reps=args.reps,
+    _write_json(args.json, dict(gpu=dev.name, sm_count=dev.sm_count, dtype=args.dtype, precision=args.precision,
+                                reps=args.reps,
                                 command=args.command_line, results=records))
     return 0
 
@@ -168,6 +172,12 @@ def cmd_tune(args) -> int:
         raise AutogemmError("--stale tunes the stale records of the tuned file; it takes no --shapes, --model or --layers")
     targets = None if args.stale else parse_targets(shapes, args.batch, args.hidden, args.train_size, args.ranks,
                                                      args.families, args.activation, args.layers, args.parallel)
+    arithmetic = _arithmetic(args)
+    if targets and arithmetic == "tf32":       # the families whose own kernels compute in TF32
+        targets = [t for t in targets if "tf32" in getattr(REGISTRY[t.family], "KERNEL_PRECISIONS", ("fp32",))]
+        if not targets:
+            raise AutogemmError("--precision tf32: no family of these shapes has TF32 kernels (gemm_wgmma: nt GEMMs); "
+                                "FP32-accurate records serve tf32 calls")
     gemm_space = _fixed(args.fix)
     family("gemm").restricted(gemm_space)      # an unknown name or value fails here, in one line
     if gemm_space and targets:                 # --fix confines the tiled family: the GEMMs are its alone
@@ -191,12 +201,12 @@ def cmd_tune(args) -> int:
     shipped = file_for(locations.shipped_dir(), device)
     also = () if files.same_file(shipped, path) else (shipped,)      # read-only: starting points, stale records
     if args.stale:
-        targets = stale_targets([path, *also], args.dtype, args.families)
+        targets = stale_targets([path, *also], arithmetic, args.families)
         if not targets:
-            print(f"autogemm tune --stale: no stale {args.dtype} records in {' or '.join(map(str, [path, *also]))}: "
+            print(f"autogemm tune --stale: no stale {arithmetic} records in {' or '.join(map(str, [path, *also]))}: "
                   "nothing to tune")
             return 0
-    targets, elsewhere = runnable_targets(targets, args.dtype, device)
+    targets, elsewhere = runnable_targets(targets, arithmetic, device)
     for name, count in Counter(t.family for t in elsewhere).items():
         print(f"autogemm tune: {count} shape(s) left to the other implementations of their call: {name} cannot "
               f"run them on {device.name}")
@@ -205,14 +215,14 @@ def cmd_tune(args) -> int:
                             f"{device.name}")
     settings = Settings(trials=args.trials, timeout=args.timeout, seed=args.seed)
     console = _console()
-    console.print(f"autogemm tune: {len(targets)} shapes on {device.name}, {args.dtype}, up to {args.trials} "
+    console.print(f"autogemm tune: {len(targets)} shapes on {device.name}, {arithmetic}, up to {args.trials} "
                   f"trials and {args.timeout:g} s each{', resuming' if args.resume else ''}; results into {path}")
     outcomes, tasks = [], {}
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console)
 
     def on_start(target, key):
-        tasks[target] = progress.add_task(f"{target} {args.dtype}", total=args.trials, info="")
+        tasks[target] = progress.add_task(f"{target} {arithmetic}", total=args.trials, info="")
 
     def on_progress(target, p):
         best = f"best {p.best_us:.1f} µs" if p.best_us is not None else "no result yet"
@@ -222,7 +232,7 @@ def cmd_tune(args) -> int:
 
     try:
         with progress:
-            for o in tune_targets(targets, args.dtype, device, out, settings, meta=Meta.here(device, software()),
+            for o in tune_targets(targets, arithmetic, device, out, settings, meta=Meta.here(device, software()),
                                   command=args.command_line, resume=args.resume, gemm_space=gemm_space, also=also,
                                   on_start=on_start, on_progress=on_progress):
                 outcomes.append(o)
@@ -375,6 +385,13 @@ def _config_json(text: str) -> dict:
     return value
 
 
+def _arithmetic(args) -> str:
+    """The dtype field of the keys a run tunes or benches: --dtype, or "tf32" at --precision tf32."""
+    if args.precision == "tf32" and args.dtype != "float32":
+        raise AutogemmError(f"--precision tf32 rounds float32 operands; --dtype is {args.dtype}")
+    return "tf32" if args.precision == "tf32" else args.dtype
+
+
 def _problem(shape, dtype: str):
     from kernels.gemm import Problem
 
@@ -393,6 +410,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--hidden", type=_sizes, default=(1000,),
                        help="hidden sizes for --shapes nn, comma-separated (1000)")
     bench.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="(float32)")
+    bench.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                       help="the GEMMs' precision: fp32 (FP32-accurate) or tf32 (operands rounded to TF32; cuBLAS "
+                            "timed with its TF32 tensor-core math) (fp32)")
     bench.add_argument("--reps", type=_positive_int, default=100, help="timed runs per variant (100)")
     bench.add_argument("--naive", action="store_true", help="also time the naive baseline kernel")
     bench.add_argument("--l2", choices=("flush", "warm"), default="flush",
@@ -429,6 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--families", type=_families, default=TUNE_FAMILIES,
                       help=f"kernel families to tune, comma-separated (all: {','.join(TUNE_FAMILIES)})")
     tune.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="(float32)")
+    tune.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                      help="the GEMMs' precision: fp32 (FP32-accurate) or tf32: the families with TF32 kernels "
+                           "(gemm_wgmma) tuned into tf32 records, which serve tf32 calls alone (fp32)")
     tune.add_argument("--trials", type=_positive_int, default=40,
                       help="configs compiled and measured per shape (40)")
     tune.add_argument("--timeout", type=_positive_float, default=20.0,

@@ -24,7 +24,7 @@ class Row:
 
 
 def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, reps: int = 50,
-                naive: bool = False, flush_l2: bool = True) -> list[Row]:
+                naive: bool = False, flush_l2: bool = True, precision: str = "fp32") -> list[Row]:
     """Time each variant on `shape` after checking its output against float64 NumPy; the checked
     ones and cuBLAS are timed interleaved (autogemm.tuning.timing.time_interleaved).
 
@@ -32,7 +32,8 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
     tuned one (autogemm.store.lookup: "tuned" for this shape, "stale" for this shape on older templates,
     "nearest" for a neighbour's, when the store has one), the call's other families' (their name
     first) where they can run it, and cuBLAS.
-    A variant that fails to compile, launch or match gets a Row with the reason and no time.
+    At precision tf32 the GEMMs are tf32 calls, checked within that bound, and cuBLAS runs its TF32
+    tensor-core math. A variant that fails to compile, launch or match gets a Row with the reason and no time.
     """
     import cupy
 
@@ -42,7 +43,8 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
     from autogemm.store.keys import key_of
     from kernels.gemm import Problem
 
-    problem = Problem.contiguous(shape.m, shape.n, shape.k, np.dtype(dtype).name, shape.trans_a, shape.trans_b)
+    problem = Problem.contiguous(shape.m, shape.n, shape.k, np.dtype(dtype).name, shape.trans_a, shape.trans_b,
+                                 precision=precision)
     device = this_device()
     choice = lookup.choose("gemm", problem, device)
     known = {"default": dict(family("gemm").default(problem, device))}
@@ -63,7 +65,7 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
     for variant, fam, cfg in variants:
         try:
             run = plan_gemm(measure.a, measure.b, measure.out, trans_a=shape.trans_a, trans_b=shape.trans_b,
-                            config=cfg, kernel_family=fam)
+                            config=cfg, kernel_family=fam, precision=precision)
         except AutogemmError as exc:
             rows[variant] = Row(shape, variant, str(cfg), None, 0.0, str(exc))
             continue
@@ -73,7 +75,7 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
             runs[variant] = run
         except (AutogemmError, cupy.cuda.driver.CUDADriverError) as exc:  # Mismatch included
             rows[variant].error = str(exc)
-    runs["cublas"] = lambda: cublas_gemm(measure.a, measure.b, measure.out, shape)
+    runs["cublas"] = lambda: cublas_gemm(measure.a, measure.b, measure.out, shape, precision)
     rows["cublas"] = Row(shape, "cublas", "cublas", None, 0.0)
     try:
         measure.verify(runs["cublas"])

@@ -117,11 +117,21 @@ class KernelMeasure:
         return verdict.max_rel_error
 
 
-def cublas_gemm(a, b, out, shape):
-    """out = op(a) op(b) through cuBLAS (CuPy), the baseline every GEMM is compared with."""
+def cublas_gemm(a, b, out, shape, precision: str = "fp32"):
+    """out = op(a) op(b) through cuBLAS (CuPy), the baseline every GEMM is compared with; at
+    precision tf32 with cuBLAS's TF32 tensor-core math (the handle's mode, for this call only)."""
+    import cupy
     import cupy.cublas
+    from cupy_backends.cuda.libs import cublas as libcublas
 
-    return cupy.cublas.gemm("T" if shape.trans_a else "N", "T" if shape.trans_b else "N", a, b, out=out)
+    if precision == "fp32":
+        return cupy.cublas.gemm("T" if shape.trans_a else "N", "T" if shape.trans_b else "N", a, b, out=out)
+    handle = cupy.cuda.device.get_cublas_handle()
+    libcublas.setMathMode(handle, getattr(libcublas, "CUBLAS_TF32_TENSOR_OP_MATH", 3))
+    try:
+        return cupy.cublas.gemm("T" if shape.trans_a else "N", "T" if shape.trans_b else "N", a, b, out=out)
+    finally:
+        libcublas.setMathMode(handle, getattr(libcublas, "CUBLAS_DEFAULT_MATH", 0))
 
 
 class GemmMeasure(KernelMeasure):
@@ -143,7 +153,7 @@ class GemmMeasure(KernelMeasure):
         from autogemm.ops.gemm import plan_gemm
 
         return plan_gemm(self.a, self.b, self.out, trans_a=self.trans_a, trans_b=self.trans_b,
-                         config=cfg, kernel_family=self.key.family)
+                         config=cfg, kernel_family=self.key.family, precision=self.precision)
 
     def verify(self, run) -> float:
         self.out.fill(np.nan)
@@ -154,7 +164,7 @@ class GemmMeasure(KernelMeasure):
         from autogemm.tuning.targets import Shape
 
         shape = Shape(*self.key.sizes, self.key.op)
-        run = lambda: cublas_gemm(self.a, self.b, self.out, shape)  # noqa: E731
+        run = lambda: cublas_gemm(self.a, self.b, self.out, shape, self.precision)  # noqa: E731
         self.verify(run)
         return time_gpu(run, reps=reps)
 
@@ -451,7 +461,8 @@ class AdamMeasure(KernelMeasure):
         return max(self.check(self.arrays[name], *self.expected[name]) for name in ("w", "m", "v"))
 
 
-MEASURES = {"gemm": GemmMeasure, "gemm_naive": GemmMeasure, "gemm_wgmma": GemmMeasure, "elementwise": ElementwiseMeasure,
+MEASURES = {"gemm": GemmMeasure, "gemm_naive": GemmMeasure, "gemm_wgmma": GemmMeasure,
+            "elementwise": ElementwiseMeasure,
             "softmax_xent": SoftmaxXentMeasure, "colsum": ColsumMeasure, "linear_xent": LinearXentMeasure,
             "conv2d": ConvMeasure, "conv2d_dgrad": ConvMeasure, "conv2d_wgrad": ConvMeasure,
             "conv2d_direct": ConvMeasure, "conv2d_dgrad_direct": ConvMeasure, "conv2d_wgrad_direct": ConvMeasure,

@@ -6,10 +6,10 @@ for NumPy never imports CuPy.
 """
 import importlib
 
-from nn.backends.base import ACTIVATIONS, DTYPES, EPILOGUES, Backend
+from nn.backends.base import ACTIVATIONS, DTYPES, EPILOGUES, PRECISIONS, Backend
 from nn.errors import NNError
 
-__all__ = ["ACTIVATIONS", "BACKENDS", "DTYPES", "EPILOGUES", "Backend", "cuda_available", "get_backend"]
+__all__ = ["ACTIVATIONS", "BACKENDS", "DTYPES", "EPILOGUES", "PRECISIONS", "Backend", "cuda_available", "get_backend"]
 
 # name -> "module:class"
 BACKENDS = {

@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from autogemm import GEMM_EPILOGUES
+from autogemm import GEMM_EPILOGUES, GEMM_PRECISIONS
 from nn.errors import NNError
 
 ACTIVATIONS = ("sigmoid", "relu")
@@ -18,6 +18,8 @@ DTYPES = ("float32", "float64")
 # Epilogues of `gemm`, autogemm's: None, "bias", "bias_<act>" (forward), "d<act>" (backward) for each
 # activation. Every backend implements each of them.
 EPILOGUES = GEMM_EPILOGUES
+# What a GPU backend's GEMMs may round their operands to (autogemm's precisions: fp32, tf32).
+PRECISIONS = GEMM_PRECISIONS
 
 
 def host_free_bytes() -> int | None:

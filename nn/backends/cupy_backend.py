@@ -29,12 +29,13 @@ def gpu_for_rank(rank: int, gpus: int) -> int:
 
 
 class CupyBackend(Backend):
-    """autogemm kernels on one GPU; `tuned` picks configs from tuned/ (else the family defaults)."""
+    """autogemm kernels on one GPU; `tuned` picks configs from tuned/ (else the family defaults);
+    `precision` is its GEMMs' (autogemm.gemm's)."""
 
     name = "cupy"
     can_capture = True
 
-    def __init__(self, dtype, tuned: bool = True):
+    def __init__(self, dtype, tuned: bool = True, precision: str = "fp32"):
         super().__init__(dtype)
         try:
             import cupy
@@ -51,6 +52,7 @@ class CupyBackend(Backend):
         self._fork = cupy.cuda.Event(disable_timing=True)
         self._join = cupy.cuda.Event(disable_timing=True)
         self.config = None if tuned else "default"  # None: autogemm's tuned lookup
+        self.precision = precision
         self._plans = {}
 
     # ---- storage --------------------------------------------------------------------------
@@ -91,7 +93,7 @@ class CupyBackend(Backend):
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plans[key] = autogemm.plan_gemm(a, b, out, alpha, beta, trans_a, trans_b, c, epilogue, bias, aux,
-                                                config=self.config)
+                                                         config=self.config, precision=self.precision)
         plan()
         return out
 
@@ -203,6 +205,14 @@ class CublasBackend(CupyBackend):
 
     name = "cublas"
     can_capture = False
+
+    def __init__(self, dtype, tuned: bool = True, precision: str = "fp32"):
+        super().__init__(dtype, tuned, precision)
+        if precision == "tf32":   # cuBLAS's TF32 tensor-core products, for this process's SGEMMs
+            from cupy_backends.cuda.libs import cublas as libcublas
+
+            mode = getattr(libcublas, "CUBLAS_TF32_TENSOR_OP_MATH", 3)
+            libcublas.setMathMode(self.xp.cuda.device.get_cublas_handle(), mode)
 
     def gemm(self, a, b, out, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,
              epilogue=None, bias=None, aux=None):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -19,6 +19,25 @@ profile)   # the wgmma tests, Nsight Compute on its two reference kernels, then 
         --section LaunchStats --section Occupancy python tuned/bench/issue18_profile.py > "$out/ncu-wgmma.txt" 2>&1
     grep -E "gemm_wgmma_f32|Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|Executed Ipc A|Stall|Achieved Occupancy|Registers Per|Shared Memory Configuration Size" "$out/ncu-wgmma.txt" | head -60
     python -m autogemm.cli tune --stale > "$out/tune-stale.txt" 2>&1; grep "│ gemm" "$out/tune-stale.txt"
+    cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
+    ;;
+tf32)   # precision tf32: its GPU tests and the trainer's, the stale wgmma records re-tuned, the tf32
+        # records tuned for make tune's networks, then kernels and epochs against cuBLAS and PyTorch
+        # in TF32, and the default run's test accuracy in fp32 and tf32
+    python -m pytest -q -m gpu tests/test_gemm_gpu.py -k wgmma tests/test_cupy_backend_gpu.py > "$out/pytest.txt" 2>&1
+    tail -1 "$out/pytest.txt"
+    { python -m autogemm.cli tune --stale
+      python -m autogemm.cli tune --shapes nn --ranks 1,4 --precision tf32
+      python -m autogemm.cli tune --shapes nn --hidden 100 --ranks 1,4 --precision tf32
+      python -m autogemm.cli tune --shapes nn --hidden 4096 --batch 8192 --timeout 25 --precision tf32
+    } > "$out/tune.txt" 2>&1; grep "│ gemm" "$out/tune.txt"
+    python -m autogemm.cli bench --precision tf32 --shapes 4096x4096x4096:nt,8192x4096x784:nt,800x1000x784:nt \
+        > "$out/bench-tf32.txt" 2>&1; tail -22 "$out/bench-tf32.txt"
+    python -m nn.bench --networks cme213,grading,large --backends cupy-tuned,cupy-tuned-tf32,torch-graph,torch-graph-tf32 \
+        > "$out/nn-bench.txt" 2>&1; tail -5 "$out/nn-bench.txt"
+    for precision in fp32 tf32; do
+        python -m nn.train --use-tuned --precision $precision --no-log --quiet | tail -1 | sed "s/^/$precision: /"
+    done | tee "$out/accuracy.txt"
     cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
     ;;
 tune|retune)   # the GEMM suite, then gemm_wgmma tuned into the GPU's file for the networks' steps
