@@ -221,8 +221,9 @@ def test_wgmma_sampled_configs():
 
 @pytest.mark.parametrize("epilogue", (None,) + EPILOGUES[1:])
 def test_wgmma_tf32_products_every_epilogue(epilogue):
-    """Precision tf32: single TF32 products within the TF32 bound, and TF32 indeed (an FP32-accurate
-    result would hide a kernel that never ran its tf32 path)."""
+    """Precision tf32: single TF32 products (the family's default for a tf32 call) within the TF32
+    bound, and TF32 indeed (an FP32-accurate result would hide a kernel that never ran its tf32
+    path). Without config=, a tf32 call may get an FP32-accurate record (tests/test_lookup.py)."""
     if not hopper():
         pytest.skip("gemm_wgmma needs a Hopper GPU (sm_90a)")
     import autogemm
@@ -231,15 +232,16 @@ def test_wgmma_tf32_products_every_epilogue(epilogue):
     rng = np.random.default_rng(12)
     errors = []
     for m, n, k in [(800, 1000, 784), (131, 67, 260), (1024, 1024, 1024)]:
-        tf32 = run_and_check(rng, m, n, k, False, True, np.float32, epilogue=epilogue, beta=0.5,
+        tf32 = run_and_check(rng, m, n, k, False, True, np.float32, epilogue=epilogue, beta=0.5, config="default",
                              kernel_family="gemm_wgmma", precision="tf32")
-        fp32 = run_and_check(rng, m, n, k, False, True, np.float32, epilogue=epilogue, beta=0.5,
+        fp32 = run_and_check(rng, m, n, k, False, True, np.float32, epilogue=epilogue, beta=0.5, config="default",
                              kernel_family="gemm_wgmma")
         errors.append((tf32.max_rel_error, fp32.max_rel_error))
     assert all(t > 4 * f for t, f in errors), errors
     import cupy
 
     a, b = cupy.ones((64, 64), cupy.float32), cupy.ones((64, 64), cupy.float32)
-    assert plan_gemm(a, b, trans_b=True, precision="tf32", kernel_family="gemm_wgmma").instance.name.find("_tf32") > 0
+    assert "_tf32" in plan_gemm(a, b, trans_b=True, precision="tf32", config="default",
+                                kernel_family="gemm_wgmma").instance.name
     with pytest.raises(autogemm.BadArguments, match="precision 'bf8' is not one of fp32, tf32"):
         autogemm.gemm(a, b, precision="bf8")
