@@ -92,7 +92,8 @@ def test_show_a_folder_as_a_table(store):
     out = proc.stdout
     assert "NVIDIA H100 80GB HBM3 (132 SMs, compute 9.0; driver 13.0, CUDA 13.2, CuPy 14.2.0)" in out
     row = next(line for line in out.splitlines() if "800x1000x784" in line)
-    for cell in ("gemm", "nt", "float32", "bm=64 bn=64 bk=16", "split_k=1 pad=True", "50.0", "1000", "1.20x"):
+    for cell in ("gemm", "nt", "float32", "bm=64 bn=64 bk=16", "split_k=1 pad=True", "50.0", "1000", "1.20x",
+                 "1.0e-07"):                                  # the record's error against float64
         assert cell in row, (cell, row)
     assert "stale" not in row
     assert "stale" in next(line for line in out.splitlines() if "400x1000x784" in line)

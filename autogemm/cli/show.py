@@ -136,14 +136,15 @@ def tables(shown: Shown) -> list:
         m = store.meta
         table = Table(title=Text(f"{ROLES[role]}: {store.path}\n{m.gpu} ({m.sm_count} SMs, compute "
                                  f"{m.compute_capability}; driver {m.driver}, CUDA {m.cuda_runtime}, CuPy {m.cupy})"))
-        for col in ("family", "shape", "op", "dtype", "config", "µs", "GFLOP/s", "vs cuBLAS", "age", "status"):
-            table.add_column(col, justify="right" if col in ("µs", "GFLOP/s", "vs cuBLAS", "age") else "left")
+        for col in ("family", "shape", "op", "dtype", "config", "µs", "GFLOP/s", "vs cuBLAS", "error", "age", "status"):
+            table.add_column(col, justify="right" if col in ("µs", "GFLOP/s", "vs cuBLAS", "error", "age") else "left")
         for r in ordered(store):
             speedup = r.speedup
             status = shown.status(r)
             table.add_row(r.key.family, r.key.shape, r.key.op, r.key.dtype, Text(compact(r.config)),
                           f"{r.median_us:.1f}", f"{r.gflops:.0f}" if r.gflops >= 10 else f"{r.gflops:.2g}",
-                          f"{speedup:.2f}x" if speedup is not None else "", age(r.date),
+                          f"{speedup:.2f}x" if speedup is not None else "",
+                          f"{r.max_rel_error:.1e}" if r.max_rel_error is not None else "", age(r.date),
                           Text(status, style="red" if status == "stale" else "dim"))
         out.append(table)
     return out
