@@ -58,6 +58,8 @@ CONSTRAINTS = (
     ("the wgmma path is float32", lambda c, p, d: p.dtype == "float32"),
     ("math tf32 rounds the operands to TF32: for calls at precision tf32 only",
      lambda c, p, d: c.math == "3xtf32" or p.precision == "tf32"),
+    ("math tf32 keeps a k-tile's wgmmas in flight while the next is loaded: stages >= 3",
+     lambda c, p, d: c.math == "3xtf32" or c.stages >= 3),
     ("the wgmma path reads A and B with K contiguous: the nt op",
      lambda c, p, d: not p.trans_a and p.trans_b),
     ("16-byte copies need A and B 16-byte aligned with leading dimensions a multiple of 4",

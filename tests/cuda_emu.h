@@ -173,7 +173,7 @@ inline void mma_sync_aligned_m16n8k8_row_col_f32_tf32_tf32_f32(float& d0, float&
 inline void fence_proxy_async_shared() {}
 inline void wgmma_fence_sync_aligned() {}
 inline void wgmma_commit_group_sync_aligned() {}
-inline void wgmma_wait_group_sync_aligned() {}
+inline void wgmma_wait_group_sync_aligned(int) {}
 
 // The float32 at row `row`, element `k` of a K-major operand in shared memory described by `desc`:
 // start address (bits 0-13, 16-byte units), stride between 8-row atoms (bits 32-45), 128-byte

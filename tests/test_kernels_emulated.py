@@ -181,7 +181,7 @@ WGMMAS = [
     (200, 90, 68, "float32", False, True, "dsigmoid", True, wgmma_config(192, 80, 1, 4)),
     (100, 64, 200, "float32", False, True, "bias", False, wgmma_config(64, 64, 1, 5)),
     (40, 30, 36, "float32", False, True, "bias_relu", False, wgmma_config(256, 32, 2, 2)),
-    (130, 100, 164, "float32", False, True, "bias_relu", True, wgmma_config(128, 96, 2, 2, "tf32"), "tf32"),
+    (130, 100, 164, "float32", False, True, "bias_relu", True, wgmma_config(128, 96, 2, 3, "tf32"), "tf32"),
     (70, 256, 64, "float32", False, True, None, False, wgmma_config(64, 256, 1, 5, "tf32"), "tf32"),
 ]
 
