@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -38,6 +38,17 @@ tf32)   # precision tf32: its GPU tests and the trainer's, the stale wgmma recor
     for precision in fp32 tf32; do
         python -m nn.train --use-tuned --precision $precision --no-log --quiet | tail -1 | sed "s/^/$precision: /"
     done | tee "$out/accuracy.txt"
+    cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
+    ;;
+inflight)   # after a template change: the wgmma GPU tests, every stale record re-tuned, the tf32
+            # kernels against cuBLAS and the epochs in both precisions
+    python -m pytest -q -m gpu tests/test_gemm_gpu.py -k wgmma > "$out/pytest.txt" 2>&1; tail -1 "$out/pytest.txt"
+    python -m autogemm.cli tune --stale > "$out/tune-stale.txt" 2>&1
+    python -m autogemm.cli tune --stale --precision tf32 >> "$out/tune-stale.txt" 2>&1; grep "│ gemm" "$out/tune-stale.txt"
+    python -m autogemm.cli bench --precision tf32 --shapes 4096x4096x4096:nt,8192x4096x784:nt,800x1000x784:nt \
+        > "$out/bench-tf32.txt" 2>&1; tail -22 "$out/bench-tf32.txt"
+    python -m nn.bench --networks cme213,grading,large --backends cupy-tuned,cupy-tuned-tf32 > "$out/nn-bench.txt" 2>&1
+    tail -4 "$out/nn-bench.txt"
     cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
     ;;
 tune|retune)   # the GEMM suite, then gemm_wgmma tuned into the GPU's file for the networks' steps
