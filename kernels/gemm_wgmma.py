@@ -27,6 +27,7 @@ PARAMS = {
     "warpgroups": (1, 2),                            # 128-thread warpgroups, stacked along M
     "stages": (2, 3, 4, 5),                          # shared-memory buffers of K (32 each)
     "math": ("3xtf32", "tf32"),                      # FP32-accurate, or TF32 products (precision tf32)
+    "inflight": (0, 1),                              # wgmma groups left running across a k-tile
 }
 BK = 32               # K per stage: a 128-byte tile row of float32
 SWIZZLE_ALIGN = 1024  # the dynamic shared memory is aligned up to this in the kernel
@@ -41,10 +42,10 @@ def threads(c) -> int:
 
 
 def smem_bytes(c, p: Problem) -> int:
-    """STAGES stages of the A and B tiles, under 3xTF32 the lo parts of two, and room to align them
-    to 1024 bytes."""
+    """STAGES stages of the A and B tiles, under 3xTF32 2 + INFLIGHT lo buffers of a stage, and room
+    to align them to 1024 bytes."""
     stage = (c.bm + c.bn) * BK * p.itemsize
-    return (c.stages + (2 if c.math == "3xtf32" else 0)) * stage + SWIZZLE_ALIGN
+    return (c.stages + (2 + c.inflight if c.math == "3xtf32" else 0)) * stage + SWIZZLE_ALIGN
 
 
 def accumulators(c) -> int:
@@ -58,8 +59,8 @@ CONSTRAINTS = (
     ("the wgmma path is float32", lambda c, p, d: p.dtype == "float32"),
     ("math tf32 rounds the operands to TF32: for calls at precision tf32 only",
      lambda c, p, d: c.math == "3xtf32" or p.precision == "tf32"),
-    ("math tf32 keeps a k-tile's wgmmas in flight while the next is loaded: stages >= 3",
-     lambda c, p, d: c.math == "3xtf32" or c.stages >= 3),
+    ("a k-tile's wgmmas in flight need a stage beside those loading and computing: stages >= 3",
+     lambda c, p, d: c.inflight == 0 or c.stages >= 3),
     ("the wgmma path reads A and B with K contiguous: the nt op",
      lambda c, p, d: not p.trans_a and p.trans_b),
     ("16-byte copies need A and B 16-byte aligned with leading dimensions a multiple of 4",
@@ -82,7 +83,7 @@ def template_args(c, p: Problem) -> dict:
 
 
 def instance_name(c, p: Problem) -> str:
-    name = f"gemm_wgmma_f32_{p.op}_bm{c.bm}_bn{c.bn}_wg{c.warpgroups}_s{c.stages}_{c.math}"
+    name = f"gemm_wgmma_f32_{p.op}_bm{c.bm}_bn{c.bn}_wg{c.warpgroups}_s{c.stages}_if{c.inflight}_{c.math}"
     if p.epilogue:
         name += f"_{p.epilogue}"
     if p.use_c:
@@ -97,8 +98,8 @@ def geometry(c, p: Problem):
 
 def default_candidates(p: Problem, d):
     """Tiles largest first, the first of which gives every SM a block (else the one with the most
-    blocks), each with the most stages that fit, two warpgroups before one; TF32 products first
-    where the call allows them."""
+    blocks), each with the most stages that fit, two warpgroups before one, wgmmas in flight before
+    not; TF32 products first where the call allows them."""
     tiles = [(bm, bn) for bm, bn in itertools.product(PARAMS["bm"], PARAMS["bn"])]
     tiles.sort(key=lambda t: -t[0] * t[1])
     filling = [t for t in tiles if ceil_div(p.m, t[0]) * ceil_div(p.n, t[1]) >= d.sm_count]
@@ -106,5 +107,5 @@ def default_candidates(p: Problem, d):
                   key=lambda t: -ceil_div(p.m, t[0]) * ceil_div(p.n, t[1]))
     maths = ("tf32", "3xtf32") if p.precision == "tf32" else ("3xtf32",)
     for math, (bm, bn) in itertools.product(maths, filling + rest):
-        for warpgroups, stages in itertools.product((2, 1), reversed(PARAMS["stages"])):
-            yield {"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math}
+        for warpgroups, stages, inflight in itertools.product((2, 1), reversed(PARAMS["stages"]), (1, 0)):
+            yield {"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math, "inflight": inflight}

@@ -484,7 +484,7 @@ def test_gemm_wgmma_runs_the_nt_float32_gemm_on_hopper_alone():
     assert not wgmma.can_run(nt, dataclasses.replace(H100, compute_capability="8.0"))
     tn = gemm.Problem.contiguous(1000, 784, 800, "float32", True, False)
     assert implementation("gemm", tn, None, H100) == "gemm"
-    assert implementation("gemm", nt, dict(bm=128, bn=128, warpgroups=2, stages=3, math="3xtf32"), H100) == "gemm_wgmma"
+    assert implementation("gemm", nt, dict(bm=128, bn=128, warpgroups=2, stages=3, math="3xtf32", inflight=0), H100) == "gemm_wgmma"
     assert implementation("gemm", nt, "default", H100) == "gemm"
 
 
@@ -492,7 +492,7 @@ def test_tf32_products_serve_tf32_calls_alone():
     wgmma = family("gemm_wgmma")
     fp32 = gemm.Problem.contiguous(800, 1000, 784, "float32", False, True)
     tf32 = gemm.Problem.contiguous(800, 1000, 784, "float32", False, True, precision="tf32")
-    single = wgmma.config(dict(bm=128, bn=128, warpgroups=2, stages=3, math="tf32"))
+    single = wgmma.config(dict(bm=128, bn=128, warpgroups=2, stages=3, math="tf32", inflight=1))
     assert wgmma.violations(single, fp32, H100) == ["math tf32 rounds the operands to TF32: for calls at precision "
                                                     "tf32 only"]
     assert not wgmma.violations(single, tf32, H100)

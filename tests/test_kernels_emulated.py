@@ -165,8 +165,8 @@ def test_gemm_both_math_paths_every_layout_on_the_cpu(tmp_path, monkeypatch):
     run_and_check(cases, tmp_path)
 
 
-def wgmma_config(bm, bn, warpgroups, stages, math="3xtf32"):
-    values = dict(bm=bm, bn=bn, warpgroups=warpgroups, stages=stages, math=math)
+def wgmma_config(bm, bn, warpgroups, stages, math="3xtf32", inflight=0):
+    values = dict(bm=bm, bn=bn, warpgroups=warpgroups, stages=stages, math=math, inflight=inflight)
     return lambda problem: [family("gemm_wgmma").config(values)]
 
 
@@ -176,13 +176,15 @@ def wgmma_config(bm, bn, warpgroups, stages, math="3xtf32"):
 # calls at precision tf32 (checked within its bound).
 WGMMAS = [
     (130, 70, 100, "float32", False, True, "bias_sigmoid", False, wgmma_config(128, 64, 1, 3)),
+    (130, 70, 164, "float32", False, True, "dsigmoid", True, wgmma_config(128, 64, 2, 3, inflight=1)),
+    (64, 96, 200, "float32", False, True, None, False, wgmma_config(64, 96, 1, 4, inflight=1)),
     (70, 45, 52, "float32", False, True, None, True, wgmma_config(128, 48, 2, 2)),
     (64, 256, 96, "float32", False, True, "drelu", False, wgmma_config(64, 256, 1, 3)),
     (200, 90, 68, "float32", False, True, "dsigmoid", True, wgmma_config(192, 80, 1, 4)),
     (100, 64, 200, "float32", False, True, "bias", False, wgmma_config(64, 64, 1, 5)),
     (40, 30, 36, "float32", False, True, "bias_relu", False, wgmma_config(256, 32, 2, 2)),
-    (130, 100, 164, "float32", False, True, "bias_relu", True, wgmma_config(128, 96, 2, 3, "tf32"), "tf32"),
-    (70, 256, 64, "float32", False, True, None, False, wgmma_config(64, 256, 1, 5, "tf32"), "tf32"),
+    (130, 100, 164, "float32", False, True, "bias_relu", True, wgmma_config(128, 96, 2, 3, "tf32", 1), "tf32"),
+    (70, 256, 64, "float32", False, True, None, False, wgmma_config(64, 256, 1, 5, "tf32", 0), "tf32"),
 ]
 
 
