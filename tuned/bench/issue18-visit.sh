@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -50,6 +50,19 @@ inflight)   # after a template change: the wgmma GPU tests, every stale record r
     python -m nn.bench --networks cme213,grading,large --backends cupy-tuned,cupy-tuned-tf32 > "$out/nn-bench.txt" 2>&1
     tail -4 "$out/nn-bench.txt"
     cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
+    ;;
+gpu-file)   # another Hopper GPU's tuned file: the wgmma tests, gemm_wgmma tuned for make tune's networks
+            # in both precisions, the epochs in both
+    python -m pytest -q -m gpu tests/test_gemm_gpu.py -k wgmma > "$out/pytest.txt" 2>&1; tail -1 "$out/pytest.txt"
+    for precision in fp32 tf32; do
+        python -m autogemm.cli tune --shapes nn --ranks 1,4 --families gemm_wgmma --precision $precision
+        python -m autogemm.cli tune --shapes nn --hidden 100 --ranks 1,4 --families gemm_wgmma --precision $precision
+        python -m autogemm.cli tune --shapes nn --hidden 4096 --batch 8192 --timeout 25 --families gemm_wgmma \
+            --precision $precision
+    done > "$out/tune.txt" 2>&1; grep "│ gemm" "$out/tune.txt"
+    python -m nn.bench --networks cme213,grading,large --backends cupy-tuned,cupy-tuned-tf32 > "$out/nn-bench.txt" 2>&1
+    tail -4 "$out/nn-bench.txt"
+    cp tuned/*.json "$out/"
     ;;
 tune|retune)   # the GEMM suite, then gemm_wgmma tuned into the GPU's file for the networks' steps
                # (make tune's shapes), with the networks' epochs timed before and after (retune:
