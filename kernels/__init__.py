@@ -16,7 +16,7 @@ REGISTRY: dict[str, KernelFamily] = {
 # call runs the one whose tuned record is fastest, the first where none is tuned, among those whose
 # constraints let them run it on the device; tuning a network's step tunes each where it can run.
 IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
-    "gemm": ("gemm", "gemm_wgmma"),         # gemm_wgmma: Hopper, nt, float32 only
+    "gemm": ("gemm", "gemm_wgmma"),         # gemm_wgmma: Hopper, float32 with 16-byte rows
     "conv2d": ("conv2d_direct", "conv2d"),
     "conv2d_dgrad": ("conv2d_dgrad_direct", "conv2d_dgrad"),
     "conv2d_wgrad": ("conv2d_wgrad_direct", "conv2d_wgrad"),

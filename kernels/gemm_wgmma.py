@@ -2,8 +2,9 @@
 3xTF32 or, for calls at precision tf32, single TF32 products.
 
 The same call as the gemm family (its Problem, keys, epilogues and reference): D = epi(alpha * op(A)
-@ op(B) + beta * C), here for the "nt" op alone (A and B with K contiguous, as wgmma's TF32 operands
-must be in shared memory), float32, on compute capability 9.0 (sm_90a).
+@ op(B) + beta * C), every op, float32, on compute capability 9.0 (sm_90a). wgmma reads TF32
+operands K-major, so an operand with M or N contiguous (op(A) = A^T, op(B) = B) is transposed in
+shared memory as each stage lands.
 """
 import itertools
 
@@ -41,11 +42,19 @@ def threads(c) -> int:
     return 128 * c.warpgroups
 
 
+def mn_major(p: Problem) -> tuple[bool, bool]:
+    """Whether op(A), op(B) have M, N contiguous in global memory (and are transposed in shared memory)."""
+    return p.trans_a, not p.trans_b
+
+
 def smem_bytes(c, p: Problem) -> int:
-    """STAGES stages of the A and B tiles, under 3xTF32 2 + INFLIGHT lo buffers of a stage, and room
-    to align them to 1024 bytes."""
-    stage = (c.bm + c.bn) * BK * p.itemsize
-    return (c.stages + (2 + c.inflight if c.math == "3xtf32" else 0)) * stage + SWIZZLE_ALIGN
+    """STAGES stages of the A and B tiles; 2 + INFLIGHT prepared buffers holding, of each operand,
+    its transposed tile if it is M/N-major and its lo part under 3xTF32; room to align them to 1024
+    bytes."""
+    a_mn, b_mn = mn_major(p)
+    split = c.math == "3xtf32"
+    prepared_rows = (a_mn + split) * c.bm + (b_mn + split) * c.bn
+    return (c.stages * (c.bm + c.bn) + (2 + c.inflight) * prepared_rows) * BK * p.itemsize + SWIZZLE_ALIGN
 
 
 def accumulators(c) -> int:
@@ -61,8 +70,6 @@ CONSTRAINTS = (
      lambda c, p, d: c.math == "3xtf32" or p.precision == "tf32"),
     ("a k-tile's wgmmas in flight need a stage beside those loading and computing: stages >= 3",
      lambda c, p, d: c.inflight == 0 or c.stages >= 3),
-    ("the wgmma path reads A and B with K contiguous: the nt op",
-     lambda c, p, d: not p.trans_a and p.trans_b),
     ("16-byte copies need A and B 16-byte aligned with leading dimensions a multiple of 4",
      lambda c, p, d: p.vec_a == 4 and p.vec_b == 4),
     ("each warpgroup's rows BM/warpgroups must be a whole number of 64-row wgmma tiles",
@@ -79,7 +86,8 @@ def output_vector(p: Problem) -> int:
 
 
 def template_args(c, p: Problem) -> dict:
-    return dict(dict(c), epilogue=p.epilogue, use_c=p.use_c, out_vec=output_vector(p))
+    return dict(dict(c), trans_a=p.trans_a, trans_b=p.trans_b, epilogue=p.epilogue, use_c=p.use_c,
+                out_vec=output_vector(p))
 
 
 def instance_name(c, p: Problem) -> str:

@@ -40,9 +40,10 @@ def problems_of(name: str, dtype: str) -> list:
     if name in ("gemm", "gemm_naive"):
         return [gemm.Problem.contiguous(*s, dtype, *ops) for s, ops in
                 zip(ODD_SHAPES, itertools.cycle(itertools.product((False, True), repeat=2)))]
-    if name == "gemm_wgmma":   # float32, nt, 16-byte rows: what it can run
-        return [gemm.Problem.contiguous(m, n, k, "float32", False, True) for m, n, k in
-                ((800, 1000, 784), (1, 1, 4), (33, 131, 260))]
+    if name == "gemm_wgmma":   # float32, 16-byte rows: what it can run
+        return [gemm.Problem.contiguous(m, n, k, "float32", *ops) for (m, n, k), ops in
+                (((800, 1000, 784), (False, True)), ((1, 1, 4), (False, True)), ((36, 132, 260), (True, False)),
+                 ((4, 8, 12), (False, False)), ((100, 20, 44), (True, True)))]
     if name == "elementwise":
         return [elementwise.Problem(op, 800, 1000, dtype) for op in elementwise.OPS]
     if name == "linear_xent":
@@ -472,18 +473,19 @@ def test_every_registered_family_has_a_float64_reference():
 
 
 # ---- a call's implementations -------------------------------------------------------------------
-def test_gemm_wgmma_runs_the_nt_float32_gemm_on_hopper_alone():
+def test_gemm_wgmma_runs_float32_gemms_with_16_byte_rows_on_hopper_alone():
     import dataclasses
 
     from autogemm.ops.kernels import implementation
 
     wgmma, nt = family("gemm_wgmma"), gemm.Problem.contiguous(800, 1000, 784, "float32", False, True)
-    assert wgmma.can_run(nt, H100)
-    assert not wgmma.can_run(gemm.Problem.contiguous(800, 1000, 784, "float32", True, False), H100)     # tn
+    for trans_a, trans_b in itertools.product((False, True), repeat=2):
+        assert wgmma.can_run(gemm.Problem.contiguous(800, 1000, 784, "float32", trans_a, trans_b), H100)
+    assert not wgmma.can_run(gemm.Problem.contiguous(798, 1000, 784, "float32", True, False), H100)     # A^T: M % 4
     assert not wgmma.can_run(gemm.Problem.contiguous(800, 1000, 784, "float64", False, True), H100)
     assert not wgmma.can_run(nt, dataclasses.replace(H100, compute_capability="8.0"))
     tn = gemm.Problem.contiguous(1000, 784, 800, "float32", True, False)
-    assert implementation("gemm", tn, None, H100) == "gemm"
+    assert implementation("gemm", tn, None, H100) == "gemm"          # neither tuned: the first listed
     assert implementation("gemm", nt, dict(bm=128, bn=128, warpgroups=2, stages=3, math="3xtf32", inflight=0), H100) == "gemm_wgmma"
     assert implementation("gemm", nt, "default", H100) == "gemm"
 

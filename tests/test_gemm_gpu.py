@@ -185,7 +185,7 @@ def test_naive_family(ta, tb):
                       kernel_family="gemm_naive")
 
 
-# ---- the Hopper path (gemm_wgmma): nt, float32, compute capability 9.0 ----------------------------
+# ---- the Hopper path (gemm_wgmma): float32, compute capability 9.0 ----------------------------------
 def hopper():
     import cupy
 
@@ -194,26 +194,31 @@ def hopper():
 
 @pytest.mark.parametrize("epilogue", (None,) + EPILOGUES[1:])
 def test_wgmma_default_every_epilogue(epilogue):
-    """Warpgroup MMAs from swizzled shared memory: even and ragged shapes, within float32's bound."""
+    """Warpgroup MMAs from swizzled shared memory: even and ragged shapes, every op (M/N-major
+    operands transposed in shared memory), within float32's bound."""
     if not hopper():
         pytest.skip("gemm_wgmma needs a Hopper GPU (sm_90a)")
     rng = np.random.default_rng(10)
-    for m, n, k in [(800, 1000, 784), (1024, 1024, 1024), (131, 67, 260), (7, 13, 28), (8192, 512, 784)]:
-        run_and_check(rng, m, n, k, False, True, np.float32, epilogue=epilogue, beta=0.5 if m % 2 else 0.0,
+    for m, n, k, ta, tb in [(800, 1000, 784, False, True), (1024, 1024, 1024, True, False), (131, 67, 260, False, True),
+                            (7, 13, 28, False, True), (8192, 512, 784, False, True), (1000, 784, 800, True, False),
+                            (132, 68, 260, False, False), (12, 8, 28, True, True), (800, 784, 12, False, False)]:
+        run_and_check(rng, m, n, k, ta, tb, np.float32, epilogue=epilogue, beta=0.5 if m % 2 else 0.0,
                       kernel_family="gemm_wgmma")
 
 
 def test_wgmma_sampled_configs():
-    """Random valid points of the wgmma space: 1 to 4 wgmma tiles a warpgroup, 2 to 5 stages, N 32 to 256."""
+    """Random valid points of the wgmma space: 1 to 4 wgmma tiles a warpgroup, 2 to 5 stages, N 32 to
+    256, every op."""
     if not hopper():
         pytest.skip("gemm_wgmma needs a Hopper GPU (sm_90a)")
     fam = family("gemm_wgmma")
     rng = np.random.default_rng(11)
     seen = set()
-    for m, n, k in [(800, 1000, 784), (200, 136, 520), (33, 47, 96), (1000, 784, 800)]:
-        p = Problem.contiguous(m, n, k, "float32", False, True)
+    for m, n, k, ta, tb in [(800, 1000, 784, False, True), (200, 136, 520, True, False), (33, 47, 96, False, True),
+                            (1000, 784, 800, True, False), (100, 784, 1000, False, False), (36, 44, 72, True, True)]:
+        p = Problem.contiguous(m, n, k, "float32", ta, tb)
         for cfg in fam.sample(p, H100, 8, seed=m + k):
-            run_and_check(rng, m, n, k, False, True, np.float32, epilogue="bias_relu", beta=1.0, config=dict(cfg),
+            run_and_check(rng, m, n, k, ta, tb, np.float32, epilogue="bias_relu", beta=1.0, config=dict(cfg),
                           kernel_family="gemm_wgmma")
             seen.add((cfg.warpgroups, cfg.stages))
     assert len(seen) >= 6
@@ -231,10 +236,11 @@ def test_wgmma_tf32_products_every_epilogue(epilogue):
 
     rng = np.random.default_rng(12)
     errors = []
-    for m, n, k in [(800, 1000, 784), (131, 67, 260), (1024, 1024, 1024)]:
-        tf32 = run_and_check(rng, m, n, k, False, True, np.float32, epilogue=epilogue, beta=0.5, config="default",
+    for m, n, k, ta, tb in [(800, 1000, 784, False, True), (131, 67, 260, False, True), (1024, 1024, 1024, False, True),
+                            (1000, 784, 800, True, False), (800, 784, 1000, False, False)]:
+        tf32 = run_and_check(rng, m, n, k, ta, tb, np.float32, epilogue=epilogue, beta=0.5, config="default",
                              kernel_family="gemm_wgmma", precision="tf32")
-        fp32 = run_and_check(rng, m, n, k, False, True, np.float32, epilogue=epilogue, beta=0.5, config="default",
+        fp32 = run_and_check(rng, m, n, k, ta, tb, np.float32, epilogue=epilogue, beta=0.5, config="default",
                              kernel_family="gemm_wgmma")
         errors.append((tf32.max_rel_error, fp32.max_rel_error))
     assert all(t > 4 * f for t, f in errors), errors

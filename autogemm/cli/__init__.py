@@ -176,7 +176,7 @@ def cmd_tune(args) -> int:
     if targets and arithmetic == "tf32":       # the families whose own kernels compute in TF32
         targets = [t for t in targets if "tf32" in getattr(REGISTRY[t.family], "KERNEL_PRECISIONS", ("fp32",))]
         if not targets:
-            raise AutogemmError("--precision tf32: no family of these shapes has TF32 kernels (gemm_wgmma: nt GEMMs); "
+            raise AutogemmError("--precision tf32: no family of these shapes has TF32 kernels (gemm_wgmma: float32 GEMMs on Hopper); "
                                 "FP32-accurate records serve tf32 calls")
     gemm_space = _fixed(args.fix)
     family("gemm").restricted(gemm_space)      # an unknown name or value fails here, in one line
