@@ -9,6 +9,7 @@ docs/ARCHITECTURE.md; a user of autogemm (nn, the trainer, is one) needs only th
 """
 from autogemm import files
 from autogemm.errors import AutogemmError, BadArguments, CompileError, InvalidConfig, StoreError
+from autogemm.ops.cublas import cublas_gemm
 from autogemm.ops.conv import conv2d, conv2d_backward_data, conv2d_backward_weights, maxpool2x2, maxpool2x2_backward
 from autogemm.ops.elementwise import (activation_grad, adam_update, bias_activation, column_sums, elementwise,
                                       linear_xent, sgd_update, softmax_xent)
@@ -25,6 +26,8 @@ __all__ = [
     # the operations
     "gemm", "plan_gemm", "GemmCall", "GEMM_EPILOGUES", "GEMM_PRECISIONS", "elementwise", "bias_activation", "activation_grad",
     "sgd_update", "adam_update", "softmax_xent", "linear_xent", "LINEAR_XENT_MAX_CLASSES", "column_sums",
+    # the baseline: cuBLAS's GEMM in the same precisions
+    "cublas_gemm",
     # the CNN's: NCHW images, (F, C, K, K) filters
     "conv2d", "conv2d_backward_data", "conv2d_backward_weights", "maxpool2x2", "maxpool2x2_backward",
     # errors: every one is a one-line message for the user

@@ -60,7 +60,8 @@ class KernelFamily(Protocol):
     """What a family module declares (`cfg` arrives as a namespace whose values autogemm has already
     checked against PARAMS; `device` is autogemm's DeviceInfo). A family whose kernels need NVRTC
     options of their own (a target such as sm_90a) also declares COMPILE_OPTIONS, a tuple of them;
-    one whose keys name arithmetics beyond DTYPES (the GEMM's "tf32") declares KEY_DTYPES, and one
+    one whose keys name arithmetics beyond DTYPES (the GEMM's "tf32", "bf16") declares KEY_DTYPES
+    and served_by(arithmetic) (the arithmetics whose records serve a call, its own first), and one
     whose own kernels compute at precisions beyond fp32 declares KERNEL_PRECISIONS (what tune
     --precision tunes)."""
 

@@ -16,12 +16,21 @@ SOURCE_PARAMS = ("math",)
 EPILOGUES = (None, "bias", "bias_sigmoid", "bias_relu", "dsigmoid", "drelu")
 KEY_SIZES = ("m", "n", "k")
 KEY_OPS = ("nn", "nt", "tn", "tt")      # op(A), op(B): N or T
-# What the caller accepts: "fp32", the dtype's own accuracy (FP32-accurate for float32); "tf32",
-# float32 operands rounded to TF32 (10-bit mantissas) in each product, float32 sums. A kernel at
-# least as accurate serves a call: FP32-accurate kernels serve tf32 calls too.
-PRECISIONS = ("fp32", "tf32")
-# The arithmetic a tuned key names (its dtype field): a dtype, or "tf32" for float32 data multiplied in TF32.
-KEY_DTYPES = ("float32", "float64", "tf32")
+# What the caller accepts, most accurate first: "fp32", the dtype's own accuracy (FP32-accurate for
+# float32); "tf32", float32 operands rounded to TF32 (10-bit mantissas) in each product, float32
+# sums; "bf16", float32 operands rounded to bfloat16 (7-bit mantissas), float32 sums. A kernel at
+# least as accurate serves a call: FP32-accurate kernels serve tf32 and bf16 calls too.
+PRECISIONS = ("fp32", "tf32", "bf16")
+# The arithmetic a tuned key names (its dtype field): a dtype, or a reduced precision of float32 data.
+KEY_DTYPES = ("float32", "float64", "tf32", "bf16")
+
+
+def served_by(arithmetic: str) -> tuple[str, ...]:
+    """The key arithmetics whose records may serve a call of `arithmetic`: its own, then the more
+    accurate ones (bf16: bf16, tf32, float32)."""
+    if arithmetic not in PRECISIONS[1:]:
+        return (arithmetic,)
+    return PRECISIONS[PRECISIONS.index(arithmetic):0:-1] + ("float32",)
 
 PARAMS = {
     # Block tiles: multiples of 16 up to 128, whose grids can fill the SMs in whole waves where powers
@@ -89,8 +98,8 @@ class Problem:
                 raise ValueError(f"{vec} must be 1, 2 or 4")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision {self.precision!r} is not one of {', '.join(PRECISIONS)}")
-        if self.precision == "tf32" and self.dtype != "float32":
-            raise ValueError(f"precision tf32 multiplies float32 data; this GEMM is {self.dtype}")
+        if self.precision != "fp32" and self.dtype != "float32":
+            raise ValueError(f"precision {self.precision} multiplies float32 data; this GEMM is {self.dtype}")
 
     @property
     def op(self) -> str:
@@ -102,8 +111,8 @@ class Problem:
 
     @property
     def arithmetic(self) -> str:
-        """The dtype field of its tuned key: "tf32" for a tf32 call, else the dtype."""
-        return "tf32" if self.precision == "tf32" else self.dtype
+        """The dtype field of its tuned key: the precision of a tf32 or bf16 call, else the dtype."""
+        return self.dtype if self.precision == "fp32" else self.precision
 
 
 STATIC_SMEM = 16   # bytes of __shared__ variables in the kernel (the split-K flag, padded)
@@ -286,9 +295,9 @@ def key_of(p: Problem) -> tuple[tuple[int, ...], str]:
 
 
 def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
-    """`dtype` is a key's arithmetic (KEY_DTYPES): "tf32" is float32 data at precision tf32."""
-    if dtype == "tf32":
-        return Problem.contiguous(*sizes, "float32", op[0] == "t", op[1] == "t", precision="tf32")
+    """`dtype` is a key's arithmetic (KEY_DTYPES): "tf32" and "bf16" are float32 data at that precision."""
+    if dtype in PRECISIONS[1:]:
+        return Problem.contiguous(*sizes, "float32", op[0] == "t", op[1] == "t", precision=dtype)
     return Problem.contiguous(*sizes, dtype, op[0] == "t", op[1] == "t")
 
 

@@ -1,5 +1,5 @@
 """Hopper's GEMM (gemm_wgmma.cu.j2): warpgroup MMAs from swizzled shared memory, FP32-accurate
-3xTF32 or, for calls at precision tf32, single TF32 products.
+3xTF32 or, for calls at reduced precision, single TF32 or BF16 products.
 
 The same call as the gemm family (its Problem, keys, epilogues and reference): D = epi(alpha * op(A)
 @ op(B) + beta * C), every op, float32, on compute capability 9.0 (sm_90a). wgmma reads TF32
@@ -15,10 +15,13 @@ NAME = "gemm_wgmma"
 TEMPLATE = "gemm_wgmma.cu.j2"
 SOURCE_PARAMS = ()
 COMPILE_OPTIONS = ("-arch=sm_90a",)   # wgmma exists on sm_90a only
-KERNEL_PRECISIONS = ("fp32", "tf32")  # what its own kernels compute (math 3xtf32, tf32)
+# The precision each math computes (gemm.PRECISIONS): what its own kernels offer tune --precision.
+MATH_PRECISION = {"3xtf32": "fp32", "tf32": "tf32", "bf16": "bf16"}
+KERNEL_PRECISIONS = tuple(MATH_PRECISION.values())
 
 # The gemm call's problem, keys, epilogues, work and reference.
 Problem, KEY_SIZES, KEY_OPS, KEY_DTYPES = gemm.Problem, gemm.KEY_SIZES, gemm.KEY_OPS, gemm.KEY_DTYPES
+served_by = gemm.served_by
 EPILOGUES = gemm.EPILOGUES
 flops, key_of, problem_of, reference = gemm.flops, gemm.key_of, gemm.problem_of, gemm.reference
 
@@ -27,7 +30,7 @@ PARAMS = {
     "bn": (32, 48, 64, 80, 96, 128, 160, 192, 256),  # block tile columns: wgmma's N
     "warpgroups": (1, 2),                            # 128-thread warpgroups, stacked along M
     "stages": (2, 3, 4, 5),                          # shared-memory buffers of K (32 each)
-    "math": ("3xtf32", "tf32"),                      # FP32-accurate, or TF32 products (precision tf32)
+    "math": ("3xtf32", "tf32", "bf16"),              # FP32-accurate, TF32 or BF16 products (MATH_PRECISION)
     "inflight": (0, 1),                              # wgmma groups left running across a k-tile
 }
 BK = 32               # K per stage: a 128-byte tile row of float32
@@ -49,12 +52,15 @@ def mn_major(p: Problem) -> tuple[bool, bool]:
 
 def smem_bytes(c, p: Problem) -> int:
     """STAGES stages of the A and B tiles; 2 + INFLIGHT prepared buffers holding, of each operand,
-    its transposed tile if it is M/N-major and its lo part under 3xTF32; room to align them to 1024
-    bytes."""
+    its transposed tile if it is M/N-major and its lo part under 3xTF32, or under BF16 its bfloat16
+    tile; room to align them to 1024 bytes."""
     a_mn, b_mn = mn_major(p)
     split = c.math == "3xtf32"
-    prepared_rows = (a_mn + split) * c.bm + (b_mn + split) * c.bn
-    return (c.stages * (c.bm + c.bn) + (2 + c.inflight) * prepared_rows) * BK * p.itemsize + SWIZZLE_ALIGN
+    if c.math == "bf16":
+        prepared = (c.bm + c.bn) * BK * 2
+    else:
+        prepared = ((a_mn + split) * c.bm + (b_mn + split) * c.bn) * BK * p.itemsize
+    return c.stages * (c.bm + c.bn) * BK * p.itemsize + (2 + c.inflight) * prepared + SWIZZLE_ALIGN
 
 
 def accumulators(c) -> int:
@@ -66,8 +72,8 @@ CONSTRAINTS = (
     ("wgmma needs sm_90a: a GPU of compute capability 9.0 (Hopper)",
      lambda c, p, d: d.compute_capability == "9.0"),
     ("the wgmma path is float32", lambda c, p, d: p.dtype == "float32"),
-    ("math tf32 rounds the operands to TF32: for calls at precision tf32 only",
-     lambda c, p, d: c.math == "3xtf32" or p.precision == "tf32"),
+    ("math tf32 and bf16 round the operands: for calls at that precision or a lower one",
+     lambda c, p, d: gemm.PRECISIONS.index(MATH_PRECISION[c.math]) <= gemm.PRECISIONS.index(p.precision)),
     ("a k-tile's wgmmas in flight need a stage beside those loading and computing: stages >= 3",
      lambda c, p, d: c.inflight == 0 or c.stages >= 3),
     ("16-byte copies need A and B 16-byte aligned with leading dimensions a multiple of 4",
@@ -107,13 +113,14 @@ def geometry(c, p: Problem):
 def default_candidates(p: Problem, d):
     """Tiles largest first, the first of which gives every SM a block (else the one with the most
     blocks), each with the most stages that fit, two warpgroups before one, wgmmas in flight before
-    not; TF32 products first where the call allows them."""
+    not; the call's own precision's products first, then the more accurate maths."""
     tiles = [(bm, bn) for bm, bn in itertools.product(PARAMS["bm"], PARAMS["bn"])]
     tiles.sort(key=lambda t: -t[0] * t[1])
     filling = [t for t in tiles if ceil_div(p.m, t[0]) * ceil_div(p.n, t[1]) >= d.sm_count]
     rest = sorted((t for t in tiles if t not in filling),
                   key=lambda t: -ceil_div(p.m, t[0]) * ceil_div(p.n, t[1]))
-    maths = ("tf32", "3xtf32") if p.precision == "tf32" else ("3xtf32",)
+    maths = sorted((m for m, prec in MATH_PRECISION.items() if gemm.PRECISIONS.index(prec) <= gemm.PRECISIONS.index(p.precision)),
+                   key=lambda m: -gemm.PRECISIONS.index(MATH_PRECISION[m]))
     for math, (bm, bn) in itertools.product(maths, filling + rest):
         for warpgroups, stages, inflight in itertools.product((2, 1), reversed(PARAMS["stages"]), (1, 0)):
             yield {"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math, "inflight": inflight}

@@ -73,10 +73,10 @@ class Result:
 
 
 def make_backend(backend_name: str, dtype: str = "float32"):
-    """The trainer backend of a benchmark name: numpy, cublas, cupy-default, cupy-tuned or
-    cupy-tuned-tf32 (its GEMMs at precision tf32)."""
+    """The trainer backend of a benchmark name: numpy, cublas, cupy-default, cupy-tuned,
+    cupy-tuned-tf32 or cupy-tuned-bf16 (its GEMMs at that precision)."""
     options = {"tuned": backend_name.startswith("cupy-tuned")} if backend_name.startswith("cupy") else {}
-    options |= {"precision": "tf32"} if backend_name.endswith("-tf32") else {}
+    options |= {"precision": precision_of(backend_name)} if precision_of(backend_name) != "fp32" else {}
     return get_backend(backend_name.split("-")[0], dtype, **options)
 
 
@@ -126,15 +126,22 @@ def torch_cnn(net: ConvNetwork, torch):
     return torch.nn.Sequential(*modules)
 
 
+def precision_of(backend_name: str) -> str:
+    """The GEMM precision a benchmark name asks for: its -tf32 or -bf16 suffix, else fp32."""
+    suffix = backend_name.rsplit("-", 1)[-1]
+    return suffix if suffix in ("tf32", "bf16") else "fp32"
+
+
 def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs: int, graph: bool,
-               tf32: bool = False) -> Result:
-    """The same network in PyTorch (FP32: TF32 off unless `tf32`, cuDNN's algorithm search on), data
-    on the GPU; with `graph`, each step replays a CUDA graph."""
+               precision: str = "fp32") -> Result:
+    """The same network in PyTorch (fp32: TF32 off; tf32: TF32 on; bf16: the forward pass and loss
+    under BF16 autocast, float32 weights; cuDNN's algorithm search on), data on the GPU; with
+    `graph`, each step replays a CUDA graph."""
     import torch
 
     dev = torch.device("cuda")
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = precision == "tf32"
     torch.backends.cudnn.benchmark = True
     xd = torch.from_numpy(x).to(dev)                              # X: (N, 784) float32
     yd = torch.from_numpy(y.astype(np.int64)).to(dev)             # (N,) int64
@@ -152,7 +159,10 @@ def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs:
 
     def step(xb, yb):
         opt.zero_grad(set_to_none=False)
-        loss_fn(model(xb), yb).backward()
+        # No autocast cache: a captured graph must recast the weights each step.
+        with torch.autocast("cuda", torch.bfloat16, enabled=precision == "bf16", cache_enabled=False):
+            loss = loss_fn(model(xb), yb)
+        loss.backward()
         opt.step()
 
     graphs = {}
@@ -191,7 +201,7 @@ def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs:
             times.append((time.perf_counter() - start) * 1e3)
     with torch.no_grad():
         accuracy = float((model(xd).argmax(1) == yd).float().mean())
-    name = ("torch-graph" if graph else "torch-eager") + ("-tf32" if tf32 else "")
+    name = ("torch-graph" if graph else "torch-eager") + (f"-{precision}" if precision != "fp32" else "")
     return Result(net.name, name, statistics.median(times), epochs, accuracy,
                   len(y))
 
@@ -211,7 +221,7 @@ def run(nets: list[Network | ConvNetwork], backends: list[str], epochs: int, dat
                 continue  # minutes per epoch on a CPU: not worth the wait
             if name.startswith("torch"):
                 result = time_torch(net, x, y, epochs, graph=name.startswith("torch-graph"),
-                                    tf32=name.endswith("-tf32"))
+                                    precision=precision_of(name))
             elif name == "numpy" and cnn:
                 result = time_backend(net, name, x[:NUMPY_CNN_IMAGES], y[:NUMPY_CNN_IMAGES], 1)
             else:
@@ -226,19 +236,19 @@ def run(nets: list[Network | ConvNetwork], backends: list[str], epochs: int, dat
     return results
 
 
-BACKEND_NAMES = ("numpy", "cublas", "cupy-default", "cupy-tuned", "cupy-tuned-tf32", "torch-eager", "torch-graph",
-                 "torch-graph-tf32")
+BACKEND_NAMES = ("numpy", "cublas", "cupy-default", "cupy-tuned", "cupy-tuned-tf32", "cupy-tuned-bf16", "torch-eager",
+                 "torch-graph", "torch-graph-tf32", "torch-graph-bf16")
 
 
 def available_backends() -> list[str]:
     names = ["numpy"]
     if cuda_available():
-        names += ["cublas", "cupy-default", "cupy-tuned", "cupy-tuned-tf32"]
+        names += ["cublas", "cupy-default", "cupy-tuned", "cupy-tuned-tf32", "cupy-tuned-bf16"]
         try:
             import torch
 
             if torch.cuda.is_available():
-                names += ["torch-eager", "torch-graph", "torch-graph-tf32"]
+                names += ["torch-eager", "torch-graph", "torch-graph-tf32", "torch-graph-bf16"]
         except ImportError:
             pass
     return names
@@ -288,8 +298,9 @@ def main(argv=None) -> int:
     p = ArgumentParser(prog="python -m nn.bench", description=__doc__.splitlines()[0])
     p.add_argument("--networks", default=",".join(known), help=f"comma list of {', '.join(known)} (default: all)")
     p.add_argument("--backends", help="comma list (default: all that run here: numpy, cublas, cupy-default, "
-                                      "cupy-tuned, cupy-tuned-tf32, torch-eager, torch-graph, torch-graph-tf32; "
-                                      "-tf32: the GEMMs at precision tf32)")
+                                      "cupy-tuned, cupy-tuned-tf32, cupy-tuned-bf16, torch-eager, torch-graph, "
+                                      "torch-graph-tf32, torch-graph-bf16; -tf32, -bf16: the GEMMs at that precision, "
+                                      "PyTorch's bf16 under autocast)")
     p.add_argument("--epochs", type=int, default=5, help="timed epochs per run, after one warm-up (default: 5)")
     p.add_argument("--data-dir", help="Fashion-MNIST directory (default: the usual search)")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON")

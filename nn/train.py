@@ -78,7 +78,7 @@ class Config:
     init: str
     train_size: int | None
     backend: str
-    precision: str          # the GEMMs' on a GPU backend: "fp32" (FP32-accurate) or "tf32"
+    precision: str          # the GEMMs' on a GPU backend: "fp32" (FP32-accurate), "tf32" or "bf16"
 
     def fingerprint(self, sizes) -> dict:
         """What a checkpoint (or run log) must agree with to be resumed by this run."""
@@ -136,8 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reg", type=nonneg_float, help=f"L2 coefficient, loss + reg/2 sum ||W||^2 (default: {d['reg']})")
     p.add_argument("--dtype", choices=DTYPES, help=f"floating-point type (default: {d['dtype']})")
     p.add_argument("--precision", choices=PRECISIONS,
-                   help="the MLP's GEMMs on a GPU backend: fp32 (FP32-accurate) or tf32 (operands rounded to TF32 "
-                        "in each product, where a faster kernel does so); NumPy computes fp32 "
+                   help="the MLP's GEMMs on a GPU backend: fp32 (FP32-accurate), tf32 or bf16 (operands rounded "
+                        "to TF32 or bfloat16 in each product, float32 sums and weights, where a faster kernel does "
+                        "so); NumPy computes fp32 "
                         f"(default: {d['precision']})")
     p.add_argument("--dataset", choices=DATASETS, help=f"data set (default: {d['dataset']})")
     p.add_argument("--data-dir", help="directory holding the four IDX files (default: search the usual places, then download)")
@@ -196,8 +197,8 @@ def resolve(args) -> Config:
         raise NNError("--optimizer adam is for CNNs (--model lenet or --layers); the MLP trains with sgd")
     if len(values["hidden"]) >= checkpoint.MAX_LAYERS:
         raise NNError(f"--hidden: {len(values['hidden'])} hidden layers; at most {checkpoint.MAX_LAYERS - 1}")
-    if values["precision"] == "tf32" and (is_cnn or values["dtype"] != "float32"):
-        raise NNError("--precision tf32 rounds the MLP's float32 GEMM operands; "
+    if values["precision"] != "fp32" and (is_cnn or values["dtype"] != "float32"):
+        raise NNError(f"--precision {values['precision']} rounds the MLP's float32 GEMM operands; "
                       + ("a CNN's kernels compute in fp32 only" if is_cnn else f"this run is {values['dtype']}"))
     if args.use_tuned:
         if args.backend not in (None, "cupy"):

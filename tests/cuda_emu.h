@@ -10,8 +10,8 @@
 // requires them (the latest a GPU may land them, so a missing wait reads stale shared memory); the
 // warp's mma.sync m16n8k8 gathers the 32 lanes' fragments in the warp's slots, like a shuffle, and
 // sums the products of their TF32 values (the top 19 bits) in double. A warpgroup's wgmma reads
-// its operands from shared memory through their descriptors (start, stride of 8-row atoms, the
-// 128-byte swizzle) as it is issued, each thread summing its own accumulators of the 64 x N tile:
+// its operands (TF32 or bfloat16) from shared memory through their descriptors (start, stride of
+// 8-row atoms, the 128- or 64-byte swizzle) as it is issued, each thread summing its own accumulators of the 64 x N tile:
 // it checks the kernel's shared layout against the descriptor's meaning, not the hardware's timing
 // (the kernels wait for each group before touching its memory).
 #pragma once
@@ -145,6 +145,15 @@ inline void cvt_rna_tf32_f32(unsigned& r, float x) {   // to nearest, ties away 
     r = std::isfinite(x) ? (u + 0x1000u) & 0xffffe000u : u;
 }
 
+// a to bfloat16 in the high half of r, b in the low half, each to nearest even (NaN stays NaN).
+inline void cvt_rn_bf16x2_f32(unsigned& r, float a, float b) {
+    auto bf16 = [](float x) -> unsigned {
+        const unsigned u = std::bit_cast<unsigned>(x);
+        return std::isnan(x) ? (u >> 16) | 0x40u : (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    };
+    r = bf16(a) << 16 | bf16(b);
+}
+
 // D (16 x 8) = A (16 x 8, row-major) B (8 x 8, column-major) + C, C = D, for the lane (g, t) =
 // (lane / 4, lane % 4): A rows g, g+8 at k t, t+4 (a0 a1 a2 a3 = (g,t) (g+8,t) (g,t+4) (g+8,t+4));
 // B k t, t+4 of column g; D rows g, g+8 at columns 2t, 2t+1.
@@ -175,44 +184,67 @@ inline void wgmma_fence_sync_aligned() {}
 inline void wgmma_commit_group_sync_aligned() {}
 inline void wgmma_wait_group_sync_aligned(int) {}
 
-// The float32 at row `row`, element `k` of a K-major operand in shared memory described by `desc`:
-// start address (bits 0-13, 16-byte units), stride between 8-row atoms (bits 32-45), 128-byte
-// swizzle (bits 62-63 = 1), which XORs address bits 4-6 with bits 7-9.
-inline float wgmma_operand(uint64_t desc, unsigned row, unsigned k) {
-    if (desc >> 62 != 1) throw std::runtime_error("emulated wgmma: only the 128-byte swizzle is emulated");
+// The shared-memory address of byte `byte` of row `row` of a K-major operand described by `desc`:
+// start address (bits 0-13, 16-byte units), stride between 8-row atoms (bits 32-45), and the
+// swizzle (bits 62-63): 1, 128-byte rows with address bits 4-6 XORed with bits 7-9; 2, 64-byte rows
+// with bits 4-5 XORed with bits 7-8.
+inline size_t wgmma_address(uint64_t desc, unsigned row, unsigned byte) {
+    const unsigned layout = desc >> 62;
+    if (layout != 1 && layout != 2) throw std::runtime_error("emulated wgmma: only the 128- and 64-byte swizzles");
     const size_t start = (desc & 0x3fff) << 4, atom_stride = ((desc >> 32) & 0x3fff) << 4;
-    const size_t logical = start + row / 8 * atom_stride + row % 8 * 128 + k * 4;
+    const size_t width = layout == 1 ? 128 : 64, mask = layout == 1 ? 7 : 3;
+    const size_t logical = start + row / 8 * atom_stride + row % 8 * width + byte;
+    return logical ^ (((logical >> 7) & mask) << 4);
+}
+
+// The float32 at row `row`, element `k` of a K-major TF32 operand.
+inline float wgmma_operand(uint64_t desc, unsigned row, unsigned k) {
     float x;
-    std::memcpy(&x, dynamic_smem + (logical ^ (((logical >> 7) & 7) << 4)), 4);
+    std::memcpy(&x, dynamic_smem + wgmma_address(desc, row, 4 * k), 4);
     return x;
+}
+
+// The bfloat16 at row `row`, element `k` of a K-major BF16 operand, as a double.
+inline double wgmma_bf16_operand(uint64_t desc, unsigned row, unsigned k) {
+    uint16_t x;
+    std::memcpy(&x, dynamic_smem + wgmma_address(desc, row, 2 * k), 2);
+    return std::bit_cast<float>(uint32_t(x) << 16);
 }
 
 // wgmma.mma_async m64nNk8 .f32.tf32.tf32, A and B from shared memory (K-major), D += A B^T: this
 // thread's N/2 accumulators (d[4j + i] at row 16 warp + lane/4 + 8 (i/2), column 8j + 2 (lane%4) + i%2).
-template <unsigned N, class Operands, size_t... I>
-void wgmma_tf32(Operands&& ops, std::index_sequence<I...>) {
+// The k16 .bf16 form sums 16 products of bfloat16 operands alike.
+template <unsigned N, unsigned K, class Operand, class Operands, size_t... I>
+void wgmma(Operand operand, Operands&& ops, std::index_sequence<I...>) {
     float* d[] = {&std::get<I>(ops)...};
     const uint64_t a = std::get<N / 2>(ops), b = std::get<N / 2 + 1>(ops);
     const unsigned t = emu_thread() % 128, warp = t / 32, lane = t % 32;
-    auto tf32 = [](float x) { return double(std::bit_cast<float>(std::bit_cast<uint32_t>(x) & 0xffffe000u)); };
     for (unsigned r = 0; r < N / 2; ++r) {
         const unsigned row = 16 * warp + lane / 4 + 8 * (r % 4 / 2), col = 8 * (r / 4) + 2 * (lane % 4) + r % 2;
         double sum = *d[r];
-        for (unsigned k = 0; k < 8; ++k) sum += tf32(wgmma_operand(a, row, k)) * tf32(wgmma_operand(b, col, k));
+        for (unsigned k = 0; k < K; ++k) sum += operand(a, row, k) * operand(b, col, k);
         *d[r] = float(sum);
     }
 }
-#define EMU_WGMMA_TF32(N)                                                                                  \
+inline double tf32_operand(uint64_t desc, unsigned row, unsigned k) {
+    return std::bit_cast<float>(std::bit_cast<uint32_t>(wgmma_operand(desc, row, k)) & 0xffffe000u);
+}
+#define EMU_WGMMA(N)                                                                                  \
     template <class... Args>                                                                               \
     void wgmma_mma_async_sync_aligned_m64n##N##k8_f32_tf32_tf32(Args&&... args) {                          \
         static_assert(sizeof...(Args) == N / 2 + 2, "wgmma m64n" #N "k8: N/2 accumulators, 2 descriptors"); \
-        wgmma_tf32<N>(std::forward_as_tuple(args...), std::make_index_sequence<N / 2>());                  \
+        wgmma<N, 8>(tf32_operand, std::forward_as_tuple(args...), std::make_index_sequence<N / 2>());      \
+    }                                                                                                      \
+    template <class... Args>                                                                               \
+    void wgmma_mma_async_sync_aligned_m64n##N##k16_f32_bf16_bf16(Args&&... args) {                         \
+        static_assert(sizeof...(Args) == N / 2 + 2, "wgmma m64n" #N "k16: N/2 accumulators, 2 descriptors"); \
+        wgmma<N, 16>(wgmma_bf16_operand, std::forward_as_tuple(args...), std::make_index_sequence<N / 2>()); \
     }
-EMU_WGMMA_TF32(8) EMU_WGMMA_TF32(16) EMU_WGMMA_TF32(24) EMU_WGMMA_TF32(32) EMU_WGMMA_TF32(48)
-EMU_WGMMA_TF32(64) EMU_WGMMA_TF32(80) EMU_WGMMA_TF32(96) EMU_WGMMA_TF32(112) EMU_WGMMA_TF32(128)
-EMU_WGMMA_TF32(144) EMU_WGMMA_TF32(160) EMU_WGMMA_TF32(176) EMU_WGMMA_TF32(192) EMU_WGMMA_TF32(208)
-EMU_WGMMA_TF32(224) EMU_WGMMA_TF32(240) EMU_WGMMA_TF32(256)
-#undef EMU_WGMMA_TF32
+EMU_WGMMA(8) EMU_WGMMA(16) EMU_WGMMA(24) EMU_WGMMA(32) EMU_WGMMA(48)
+EMU_WGMMA(64) EMU_WGMMA(80) EMU_WGMMA(96) EMU_WGMMA(112) EMU_WGMMA(128)
+EMU_WGMMA(144) EMU_WGMMA(160) EMU_WGMMA(176) EMU_WGMMA(192) EMU_WGMMA(208)
+EMU_WGMMA(224) EMU_WGMMA(240) EMU_WGMMA(256)
+#undef EMU_WGMMA
 }  // namespace emu::ptx
 
 namespace emu {

@@ -179,3 +179,21 @@ def test_an_all_reduce_overlapped_in_a_captured_graph_equals_the_one_after_the_b
         results.append(step.model.params_numpy())
     for (w0, b0), (w1, b1) in zip(*results):
         assert np.array_equal(w0, w1) and np.array_equal(b0, b1)
+
+
+def test_reduced_precisions_train_as_fp32_does(tmp_path, data_dir):
+    """--precision tf32 and bf16 (GEMM operands rounded, float32 weights and sums): the default
+    network's test accuracy within a point of fp32's after 2 epochs on 12,000 images, and weights
+    that differ from fp32's (the rounding happened) but stay near them."""
+    import re
+
+    from autogemm.runtime.device import this_device
+
+    if this_device().compute_capability != "9.0":
+        pytest.skip("the reduced-precision kernels are Hopper's (gemm_wgmma)")
+    common = ("--epochs", 2, "--train-size", 12000, "--data-dir", data_dir, "--use-tuned")
+    runs = {p: _train(tmp_path, p, *common, "--precision", p) for p in ("fp32", "tf32", "bf16")}
+    accuracy = {p: float(re.search(r"test accuracy ([\d.]+)%", out)[1]) for p, (_, out) in runs.items()}
+    for p in ("tf32", "bf16"):
+        assert abs(accuracy[p] - accuracy["fp32"]) <= 1.0, accuracy
+        assert 1e-6 < max_rel_diff(runs[p][0], runs["fp32"][0]) < 0.1, p

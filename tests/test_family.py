@@ -490,16 +490,19 @@ def test_gemm_wgmma_runs_float32_gemms_with_16_byte_rows_on_hopper_alone():
     assert implementation("gemm", nt, "default", H100) == "gemm"
 
 
-def test_tf32_products_serve_tf32_calls_alone():
+def test_tf32_and_bf16_products_serve_calls_at_their_precision_or_lower():
     wgmma = family("gemm_wgmma")
     fp32 = gemm.Problem.contiguous(800, 1000, 784, "float32", False, True)
     tf32 = gemm.Problem.contiguous(800, 1000, 784, "float32", False, True, precision="tf32")
     single = wgmma.config(dict(bm=128, bn=128, warpgroups=2, stages=3, math="tf32", inflight=1))
-    assert wgmma.violations(single, fp32, H100) == ["math tf32 rounds the operands to TF32: for calls at precision "
-                                                    "tf32 only"]
-    assert not wgmma.violations(single, tf32, H100)
-    assert wgmma.default(tf32, H100).math == "tf32" and wgmma.default(fp32, H100).math == "3xtf32"
+    bf16 = gemm.Problem.contiguous(800, 1000, 784, "float32", False, True, precision="bf16")
+    rounding = ["math tf32 and bf16 round the operands: for calls at that precision or a lower one"]
+    assert wgmma.violations(single, fp32, H100) == rounding
+    assert not wgmma.violations(single, tf32, H100) and not wgmma.violations(single, bf16, H100)
+    assert wgmma.violations(wgmma.config(dict(single, math="bf16")), tf32, H100) == rounding
+    assert [wgmma.default(p, H100).math for p in (fp32, tf32, bf16)] == ["3xtf32", "tf32", "bf16"]
     assert kernels_smem(single) < kernels_smem(dict(single, math="3xtf32"))      # no lo buffers
+    assert kernels_smem(dict(single, math="bf16")) < kernels_smem(dict(single, math="3xtf32"))
 
 
 def kernels_smem(values):

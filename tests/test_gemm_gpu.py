@@ -249,5 +249,42 @@ def test_wgmma_tf32_products_every_epilogue(epilogue):
     a, b = cupy.ones((64, 64), cupy.float32), cupy.ones((64, 64), cupy.float32)
     assert "_tf32" in plan_gemm(a, b, trans_b=True, precision="tf32", config="default",
                                 kernel_family="gemm_wgmma").instance.name
-    with pytest.raises(autogemm.BadArguments, match="precision 'bf8' is not one of fp32, tf32"):
+    with pytest.raises(autogemm.BadArguments, match="precision 'bf8' is not one of fp32, tf32, bf16"):
         autogemm.gemm(a, b, precision="bf8")
+
+
+@pytest.mark.parametrize("epilogue", (None,) + EPILOGUES[1:])
+def test_wgmma_bf16_products_every_epilogue(epilogue):
+    """Precision bf16: BF16 products (the family's default for a bf16 call) within the bfloat16
+    bound on every op, and bfloat16 indeed: errors well above TF32's on the same data."""
+    if not hopper():
+        pytest.skip("gemm_wgmma needs a Hopper GPU (sm_90a)")
+    errors = []
+    for m, n, k, ta, tb in [(800, 1000, 784, False, True), (131, 67, 260, False, True), (1024, 1024, 1024, False, True),
+                            (1000, 784, 800, True, False), (800, 784, 1000, False, False), (12, 8, 28, True, True)]:
+        bf16, tf32 = (run_and_check(np.random.default_rng(13), m, n, k, ta, tb, np.float32, epilogue=epilogue,
+                                    beta=0.5, config="default", kernel_family="gemm_wgmma", precision=p)
+                      for p in ("bf16", "tf32"))
+        errors.append((bf16.max_rel_error, tf32.max_rel_error))
+    assert all(b > 2 * t for b, t in errors), errors
+
+
+@pytest.mark.parametrize("precision", ("tf32", "bf16"))
+@pytest.mark.parametrize("ta,tb", OPS)
+def test_cublas_baseline_at_reduced_precision(precision, ta, tb):
+    """The baseline autogemm bench times at --precision: cublasGemmEx's compute type, row-major
+    operands, alpha and beta in place, within that precision's bound."""
+    import cupy
+
+    from autogemm.tuning.measure import cublas_gemm
+
+    rng = np.random.default_rng(14)
+    m, n, k = 300, 200, 520
+    host, dev = operands(rng, m, n, k, ta, tb, np.float32, None, 0.5)
+    out = dev["c"].copy()
+    cublas_gemm(dev["a"], dev["b"], out, ta, tb, precision, alpha=1.5, beta=0.5)
+    value, magnitude, _ = reference(Problem(m, n, k, trans_a=ta, trans_b=tb), host["a"], host["b"], 1.5, 0.5,
+                                    host["c"])["d"]
+    verdict = compare(cupy.asnumpy(out), value, magnitude, k, np.float32, precision)
+    assert verdict.ok, verdict.describe()
+    assert verdict.max_rel_error > 1e-5      # rounded operands indeed (FP32 would be near 1e-7)

@@ -112,13 +112,15 @@ def small_families() -> list:
 
 def wgmma_sample() -> list:
     """gemm_wgmma: its default for every epilogue and C or not, on ragged and even shapes, every op
-    (each operand K-major or transposed in shared memory), and sampled configs (one to four 64-row
-    tiles a warpgroup, every stage count and tile width)."""
+    (each operand K-major or transposed in shared memory), every precision, and sampled configs (one
+    to four 64-row tiles a warpgroup, every stage count, tile width and math)."""
     fam, out = family("gemm_wgmma"), []
     shapes = itertools.cycle(((800, 1000, 784), (132, 68, 260), (1024, 1024, 1024)))
     ops = itertools.cycle(((False, True), (True, False), (False, False), (True, True), (True, False)))
+    precisions = itertools.cycle(("fp32", "bf16", "tf32", "bf16"))
     for epilogue, use_c in itertools.product(gemm.EPILOGUES, (False, True)):
-        problem = gemm.Problem.contiguous(*next(shapes), "float32", *next(ops), epilogue=epilogue, use_c=use_c)
+        problem = gemm.Problem.contiguous(*next(shapes), "float32", *next(ops), epilogue=epilogue, use_c=use_c,
+                                          precision=next(precisions))
         out += [fam.instance(fam.default(problem, H100), problem)]
         out += [fam.instance(cfg, problem) for cfg in fam.sample(problem, H100, 2, seed=len(out))]
     return out
@@ -209,6 +211,7 @@ def test_gemm_wgmma_sample_compiles_without_spills(compiled):
     assert {c.stages for c in configs} == set(family("gemm_wgmma").params["stages"])
     assert {c.warpgroups for c in configs} == {1, 2} and len({c.bn for c in configs}) >= 5
     assert {i.name.split("_")[3] for i in WGMMA} == set(gemm.KEY_OPS)
+    assert {c.math for c in configs} == set(family("gemm_wgmma").params["math"])
     assert_compiled_without_spills(WGMMA, compiled)
 
 

@@ -173,8 +173,8 @@ def wgmma_config(bm, bn, warpgroups, stages, math="3xtf32", inflight=0):
 # (M, N, K, ...) as GEMMS: ragged and even tiles, one to three 64-row wgmma tiles per warpgroup,
 # one and two warpgroups, 2 to 5 stages (K of 2 to 4 tiles: every stage slot reused or not), N from
 # 32 to 256, odd N (scalar stores), the epilogues, C in place; every op (operands transposed in
-# shared memory: M and N a multiple of 4, the 16-byte copies' alignment); TF32 products for calls
-# at precision tf32 (checked within its bound).
+# shared memory: M and N a multiple of 4, the 16-byte copies' alignment); TF32 and BF16 products
+# for calls at those precisions (checked within their bounds).
 WGMMAS = [
     (130, 70, 100, "float32", False, True, "bias_sigmoid", False, wgmma_config(128, 64, 1, 3)),
     (130, 70, 164, "float32", False, True, "dsigmoid", True, wgmma_config(128, 64, 2, 3, inflight=1)),
@@ -191,6 +191,10 @@ WGMMAS = [
     (200, 45, 68, "float32", True, True, None, True, wgmma_config(192, 48, 1, 3)),
     (132, 80, 100, "float32", True, False, "bias", False, wgmma_config(64, 80, 1, 4, "tf32", 1), "tf32"),
     (64, 40, 36, "float32", False, False, None, True, wgmma_config(64, 32, 1, 2, "tf32"), "tf32"),
+    (130, 100, 164, "float32", False, True, "bias_relu", True, wgmma_config(128, 96, 2, 3, "bf16", 1), "bf16"),
+    (132, 72, 100, "float32", True, False, "dsigmoid", False, wgmma_config(64, 64, 1, 4, "bf16"), "bf16"),
+    (68, 40, 36, "float32", False, False, None, True, wgmma_config(64, 32, 1, 2, "bf16"), "bf16"),
+    (200, 45, 68, "float32", True, True, "bias", False, wgmma_config(192, 48, 1, 3, "bf16", 1), "bf16"),
 ]
 
 

@@ -288,10 +288,26 @@ def test_a_tf32_call_takes_tf32_records_then_fp32_ones_and_an_fp32_call_never_a_
     assert lookup.choose("gemm", tf32, H100).source == "default"      # gemm has no record at all here
 
 
+def test_a_bf16_call_takes_bf16_then_tf32_then_fp32_records_and_no_other_call_a_bf16_one(tuned):
+    fp32, tf32, bf16 = (gemm_problem(800, 1000, 784, precision=p) for p in ("fp32", "tf32", "bf16"))
+    assert key_of("gemm_wgmma", bf16).dtype == "bf16" and problem_of(key_of("gemm_wgmma", bf16)) == bf16
+    write_store(tuned, [record(fam="gemm_wgmma", config=dict(WGMMA, math="3xtf32"), median_us=40.0)])
+    lookup.reload()
+    assert lookup.choose("gemm_wgmma", bf16, H100).config.math == "3xtf32"
+    write_store(tuned, [record(fam="gemm_wgmma", dtype="tf32", config=dict(WGMMA, math="tf32"), median_us=15.0)])
+    lookup.reload()
+    assert lookup.choose("gemm_wgmma", bf16, H100).config.math == "tf32"
+    write_store(tuned, [record(fam="gemm_wgmma", dtype="bf16", config=dict(WGMMA, math="bf16"), median_us=9.0)])
+    lookup.reload()
+    assert [lookup.choose("gemm_wgmma", p, H100).config.math for p in (fp32, tf32, bf16)] == ["3xtf32", "tf32", "bf16"]
+
+
 def test_only_gemm_calls_have_a_tf32_arithmetic():
     with pytest.raises(ValueError, match="dtype 'tf32' is not one of float32, float64 for colsum"):
         make_key("colsum", (800, 10), "-", "tf32")
     with pytest.raises(ValueError, match="precision tf32 multiplies float32 data"):
         Problem(8, 8, 8, "float64", precision="tf32")
-    with pytest.raises(ValueError, match="precision 'bf8' is not one of fp32, tf32"):
+    with pytest.raises(ValueError, match="precision bf16 multiplies float32 data"):
+        Problem(8, 8, 8, "float64", precision="bf16")
+    with pytest.raises(ValueError, match="precision 'bf8' is not one of fp32, tf32, bf16"):
         Problem(8, 8, 8, precision="bf8")

@@ -202,6 +202,7 @@ def test_cnn_settings_and_what_does_not_apply():
     assert (c.model, c.layers, c.optimizer, c.lr) == ("cnn", "conv4x5,pool2,dense32", "sgd", 0.1)
     assert config().model == "mlp" and config().optimizer == "sgd"
     assert config().precision == "fp32" and config("--precision", "tf32").precision == "tf32"
+    assert config("--precision", "bf16").precision == "bf16"
 
 
 @pytest.mark.parametrize("args, words", [
@@ -214,6 +215,7 @@ def test_cnn_settings_and_what_does_not_apply():
     (["--no-overlap"], "--no-overlap is for --parallel data on a GPU backend"),
     (["--precision", "tf32", "--dtype", "float64"], "--precision tf32 rounds the MLP's float32 GEMM operands; this run is float64"),
     (["--model", "lenet", "--precision", "tf32"], "a CNN's kernels compute in fp32 only"),
+    (["--precision", "bf16", "--dtype", "float64"], "--precision bf16 rounds the MLP's float32 GEMM operands; this run is float64"),
     (["--no-overlap", "--allreduce", "nccl", "--parallel", "model"], "--no-overlap is for --parallel data"),
 ])
 def test_cnn_flags_that_cannot_apply_are_one_line(args, words):

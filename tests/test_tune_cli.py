@@ -293,19 +293,20 @@ def test_tune_ctrl_c_exits_130_with_what_was_saved(fake_gpu, tmp_path, capsys, m
     assert len(load(file_for(tmp_path, H100)).records) == 1
 
 
-def test_tune_precision_tf32_tunes_the_tf32_kernels_into_tf32_records(fake_gpu, tmp_path, capsys):
+@pytest.mark.parametrize("precision, shape", [("tf32", "800x1000x784:nt"), ("bf16", "1000x784x800:tn")])
+def test_tune_precision_tunes_the_kernels_at_it_into_its_records(fake_gpu, tmp_path, capsys, precision, shape):
     out = tmp_path / "tuned"
-    status = cli.main(["tune", "--shapes", "800x1000x784:nt", "--precision", "tf32", "--trials", "6", "--out", str(out)])
+    status = cli.main(["tune", "--shapes", shape, "--precision", precision, "--trials", "6", "--out", str(out)])
     assert status == 0, capsys.readouterr().err
     (record,) = load(file_for(out, H100)).records.values()
-    assert (record.key.family, record.key.dtype, record.config.math) == ("gemm_wgmma", "tf32", "tf32")
+    assert (record.key.family, record.key.dtype, record.config.math) == ("gemm_wgmma", precision, precision)
 
 
 @pytest.mark.parametrize("argv, words", [
     (["--shapes", "800x1000x784:nt", "--precision", "tf32", "--dtype", "float64"],
      "--precision tf32 rounds float32 operands; --dtype is float64"),
     (["--shapes", "800x1000x784:nt", "--precision", "tf32", "--families", "gemm"],
-     "--precision tf32: no family of these shapes has TF32 kernels"),
+     "--precision tf32: no family of these shapes has tf32 kernels"),
     (["--shapes", "1002x784x800:tn", "--precision", "tf32"], "no config of them can run these shapes"),   # M % 4
 ])
 def test_tune_precision_tf32_where_nothing_computes_it_is_one_line(fake_gpu, tmp_path, capsys, argv, words):

@@ -90,9 +90,9 @@ def cmd_bench(args) -> int:
     configs = {f"config{i}": _config_json(text) for i, text in enumerate(args.config, 1)}
     _claim_json(args.json, "autogemm bench")
     dtype = np.dtype(args.dtype).type
-    _arithmetic(args)                        # tf32 with float64 fails here, in one line
+    _arithmetic(args)                        # tf32 or bf16 with float64 fails here, in one line
     dev = this_device()
-    at = " at precision tf32" if args.precision == "tf32" else ""
+    at = f" at precision {args.precision}" if args.precision != "fp32" else ""
     how = (f"{args.dtype}{at}, median of {args.reps} event-timed runs, "
            f"L2 {'flushed' if args.l2 == 'flush' else 'warm'}")
     records = []
@@ -173,11 +173,11 @@ def cmd_tune(args) -> int:
     targets = None if args.stale else parse_targets(shapes, args.batch, args.hidden, args.train_size, args.ranks,
                                                      args.families, args.activation, args.layers, args.parallel)
     arithmetic = _arithmetic(args)
-    if targets and arithmetic == "tf32":       # the families whose own kernels compute in TF32
-        targets = [t for t in targets if "tf32" in getattr(REGISTRY[t.family], "KERNEL_PRECISIONS", ("fp32",))]
+    if targets and args.precision != "fp32":   # the families whose own kernels compute at it
+        targets = [t for t in targets if args.precision in getattr(REGISTRY[t.family], "KERNEL_PRECISIONS", ("fp32",))]
         if not targets:
-            raise AutogemmError("--precision tf32: no family of these shapes has TF32 kernels (gemm_wgmma: float32 GEMMs on Hopper); "
-                                "FP32-accurate records serve tf32 calls")
+            raise AutogemmError(f"--precision {args.precision}: no family of these shapes has {args.precision} kernels "
+                                f"(gemm_wgmma: float32 GEMMs on Hopper); FP32-accurate records serve {args.precision} calls")
     gemm_space = _fixed(args.fix)
     family("gemm").restricted(gemm_space)      # an unknown name or value fails here, in one line
     if gemm_space and targets:                 # --fix confines the tiled family: the GEMMs are its alone
@@ -386,10 +386,10 @@ def _config_json(text: str) -> dict:
 
 
 def _arithmetic(args) -> str:
-    """The dtype field of the keys a run tunes or benches: --dtype, or "tf32" at --precision tf32."""
-    if args.precision == "tf32" and args.dtype != "float32":
-        raise AutogemmError(f"--precision tf32 rounds float32 operands; --dtype is {args.dtype}")
-    return "tf32" if args.precision == "tf32" else args.dtype
+    """The dtype field of the keys a run tunes or benches: --dtype, or the precision (tf32, bf16)."""
+    if args.precision != "fp32" and args.dtype != "float32":
+        raise AutogemmError(f"--precision {args.precision} rounds float32 operands; --dtype is {args.dtype}")
+    return args.dtype if args.precision == "fp32" else args.precision
 
 
 def _problem(shape, dtype: str):
@@ -411,8 +411,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="hidden sizes for --shapes nn, comma-separated (1000)")
     bench.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="(float32)")
     bench.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                       help="the GEMMs' precision: fp32 (FP32-accurate) or tf32 (operands rounded to TF32; cuBLAS "
-                            "timed with its TF32 tensor-core math) (fp32)")
+                       help="the GEMMs' precision: fp32 (FP32-accurate), tf32 or bf16 (operands rounded to TF32 or "
+                            "bfloat16, float32 sums; cuBLAS timed with its TF32 or BF16 tensor-core math on float32 "
+                            "arrays) (fp32)")
     bench.add_argument("--reps", type=_positive_int, default=100, help="timed runs per variant (100)")
     bench.add_argument("--naive", action="store_true", help="also time the naive baseline kernel")
     bench.add_argument("--l2", choices=("flush", "warm"), default="flush",
@@ -450,8 +451,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help=f"kernel families to tune, comma-separated (all: {','.join(TUNE_FAMILIES)})")
     tune.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="(float32)")
     tune.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                      help="the GEMMs' precision: fp32 (FP32-accurate) or tf32: the families with TF32 kernels "
-                           "(gemm_wgmma) tuned into tf32 records, which serve tf32 calls alone (fp32)")
+                      help="the GEMMs' precision: fp32 (FP32-accurate), tf32 or bf16: the families with kernels "
+                           "at it (gemm_wgmma) tuned into records of it, which only calls at it or a lower precision use (fp32)")
     tune.add_argument("--trials", type=_positive_int, default=40,
                       help="configs compiled and measured per shape (40)")
     tune.add_argument("--timeout", type=_positive_float, default=20.0,

@@ -6,4 +6,5 @@ config through the store's lookup (or take the one given), render and compile it
     gemm.py         autogemm.gemm, and plan_gemm: a GEMM checked and bound once, launched many times
     elementwise.py  the elementwise family, softmax + cross-entropy, the output layer, column sums, Adam
     conv.py         the CNN's: convolution forward and backward (data, weights), 2 x 2 max-pooling
+    cublas.py       the baseline: cuBLAS's GEMM at each of autogemm.gemm's precisions
 """

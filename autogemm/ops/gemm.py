@@ -56,8 +56,9 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=No
     "dsigmoid", "drelu" (need `aux`, shape (M, N): the saved activation output).
     config: None for the tuned config of this shape on this GPU (else the nearest tuned shape's,
     else the default), "default" for the family's untuned default, or a mapping of parameters.
-    precision: "fp32" (float32's own accuracy, the default) or "tf32" (float32 operands rounded
-    to TF32 in each product, where a faster kernel does so; an FP32-accurate one may serve it).
+    precision: "fp32" (float32's own accuracy, the default), "tf32" or "bf16" (float32 operands
+    rounded to TF32 or bfloat16 in each product, float32 sums, where a faster kernel does so; a
+    more accurate one may serve it).
     """
     call = plan_gemm(a, b, out, alpha, beta, trans_a, trans_b, c, epilogue, bias, aux, config, kernel_family,
                      precision)
@@ -93,8 +94,8 @@ def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
         raise BadArguments(f"gemm: epilogue {epilogue!r} is not one of {', '.join(map(str, EPILOGUES[1:]))}")
     if precision not in PRECISIONS:
         raise BadArguments(f"gemm: precision {precision!r} is not one of {', '.join(PRECISIONS)}")
-    if precision == "tf32" and a.dtype != np.float32:
-        raise BadArguments(f"gemm: precision tf32 multiplies float32 arrays; these are {a.dtype}")
+    if precision != "fp32" and a.dtype != np.float32:
+        raise BadArguments(f"gemm: precision {precision} multiplies float32 arrays; these are {a.dtype}")
     lda, ldb = leading_dim(a, "a"), leading_dim(b, "b")
     m, k = (a.shape[1], a.shape[0]) if trans_a else a.shape
     k2, n = (b.shape[1], b.shape[0]) if trans_b else b.shape

@@ -26,7 +26,7 @@ def ops(family: str) -> tuple[str, ...]:
 
 
 def dtypes(family: str) -> tuple[str, ...]:
-    """The arithmetics a family's keys may name: its KEY_DTYPES (the GEMM's add "tf32"), else the dtypes."""
+    """The arithmetics a family's keys may name: its KEY_DTYPES (the GEMM's add "tf32", "bf16"), else the dtypes."""
     return getattr(REGISTRY[family], "KEY_DTYPES", tuple(DTYPES))
 
 
@@ -100,6 +100,13 @@ def key_of(family: str, problem) -> Key:
     problem's arithmetic where it has one (a tf32 GEMM: "tf32"), else its dtype."""
     sizes, op = REGISTRY[family].key_of(problem)
     return make_key(family, sizes, op, getattr(problem, "arithmetic", problem.dtype))
+
+
+def serving_keys(key: Key) -> list[Key]:
+    """The keys whose records may serve `key`, best first: itself, then for a GEMM of reduced
+    precision those of the more accurate arithmetics (the family's `served_by`)."""
+    served_by = getattr(REGISTRY[key.family], "served_by", lambda arithmetic: (arithmetic,))
+    return [key._replace(dtype=d) for d in served_by(key.dtype)]
 
 
 def problem_of(key: Key):

@@ -4,7 +4,8 @@ nearest tuned shape (every size within a factor of 4) whose config can run it, e
 default. A stale record serves only its own shape: for it, the config found by measuring this very
 shape is a better guess than another shape's or the untuned default, until `autogemm tune --stale`
 measures again. A GEMM at precision tf32 looks for tf32 records first, then for the FP32-accurate
-ones, which serve it too; an FP32-accurate call never gets a tf32 record.
+ones, which serve it too (bf16: bf16, tf32, then FP32-accurate); an FP32-accurate call never gets a
+tf32 or bf16 record.
 
 Two folders hold tuned files (autogemm.store.locations): the one `autogemm tune` writes (the user's
 store), then the results shipped with autogemm. For each key, a current record beats a stale one,
@@ -23,7 +24,7 @@ from autogemm.errors import StoreError
 from autogemm.runtime.device import DeviceInfo
 from autogemm.runtime.family import Config, family
 from autogemm.store import locations
-from autogemm.store.keys import Key, distance, key_of
+from autogemm.store.keys import Key, distance, key_of, serving_keys
 from autogemm.store.records import Record, Store, file_for, load
 
 # A tuned config stands in for another shape only if no size differs by more than this factor:
@@ -139,8 +140,8 @@ def choose(family_name: str, problem, device: DeviceInfo) -> Choice:
     choice = None
     if index is not None:
         fits = lambda cfg: cfg is not None and not fam.violations(cfg, problem, device)  # noqa: E731
-        # A tf32 call takes a tf32 record, else the FP32-accurate one: more accurate serves it too.
-        for serving in (key, key._replace(dtype="float32")) if key.dtype == "tf32" else (key,):
+        # A tf32 or bf16 call takes a record of its precision, else a more accurate one.
+        for serving in serving_keys(key):
             choice = _from_index(index, serving, fam, fits)
             if choice is not None:
                 break

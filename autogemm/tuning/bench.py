@@ -7,7 +7,8 @@ import numpy as np
 from autogemm.errors import AutogemmError
 from autogemm.ops.gemm import plan_gemm
 from autogemm.store.keys import Target
-from autogemm.tuning.measure import ConvMeasure, GemmMeasure, cublas_gemm, cudnn_convolution
+from autogemm.ops.cublas import cublas_gemm
+from autogemm.tuning.measure import ConvMeasure, GemmMeasure, cudnn_convolution
 from autogemm.tuning.targets import Shape
 from autogemm.tuning.timing import Timing, time_interleaved
 from kernels import IMPLEMENTATIONS
@@ -75,7 +76,7 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
             runs[variant] = run
         except (AutogemmError, cupy.cuda.driver.CUDADriverError) as exc:  # Mismatch included
             rows[variant].error = str(exc)
-    runs["cublas"] = lambda: cublas_gemm(measure.a, measure.b, measure.out, shape, precision)
+    runs["cublas"] = lambda: cublas_gemm(measure.a, measure.b, measure.out, shape.trans_a, shape.trans_b, precision)
     rows["cublas"] = Row(shape, "cublas", "cublas", None, 0.0)
     try:
         measure.verify(runs["cublas"])

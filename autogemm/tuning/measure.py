@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autogemm.errors import AutogemmError
+from autogemm.ops.cublas import cublas_gemm
 from autogemm.ops.kernels import kernel
 from autogemm.runtime import compile as compiler
 from autogemm.runtime.device import DeviceInfo
@@ -117,23 +118,6 @@ class KernelMeasure:
         return verdict.max_rel_error
 
 
-def cublas_gemm(a, b, out, shape, precision: str = "fp32"):
-    """out = op(a) op(b) through cuBLAS (CuPy), the baseline every GEMM is compared with; at
-    precision tf32 with cuBLAS's TF32 tensor-core math (the handle's mode, for this call only)."""
-    import cupy
-    import cupy.cublas
-    from cupy_backends.cuda.libs import cublas as libcublas
-
-    if precision == "fp32":
-        return cupy.cublas.gemm("T" if shape.trans_a else "N", "T" if shape.trans_b else "N", a, b, out=out)
-    handle = cupy.cuda.device.get_cublas_handle()
-    libcublas.setMathMode(handle, getattr(libcublas, "CUBLAS_TF32_TENSOR_OP_MATH", 3))
-    try:
-        return cupy.cublas.gemm("T" if shape.trans_a else "N", "T" if shape.trans_b else "N", a, b, out=out)
-    finally:
-        libcublas.setMathMode(handle, getattr(libcublas, "CUBLAS_DEFAULT_MATH", 0))
-
-
 class GemmMeasure(KernelMeasure):
     """D = op(A) op(B) on random A, B; cuBLAS as the baseline on the same arrays."""
 
@@ -161,10 +145,7 @@ class GemmMeasure(KernelMeasure):
         return self.check(self.out, *self.expected)
 
     def baseline(self, reps: int) -> Timing:
-        from autogemm.tuning.targets import Shape
-
-        shape = Shape(*self.key.sizes, self.key.op)
-        run = lambda: cublas_gemm(self.a, self.b, self.out, shape, self.precision)  # noqa: E731
+        run = lambda: cublas_gemm(self.a, self.b, self.out, self.trans_a, self.trans_b, self.precision)  # noqa: E731
         self.verify(run)
         return time_gpu(run, reps=reps)
 

@@ -4,7 +4,8 @@ NumPy (`reference` in kernels/<family>.py).
 The tolerance of each element follows the rounding-error bound of a length-K dot product:
 (K + 4) * eps * (|alpha| (|op(A)| |op(B)|)_ij + |beta C_ij| + |bias_j|), times the epilogue's
 derivative bound; at precision tf32, each product's operands are rounded to TF32 first, which adds
-2 * 2^-10 of the same magnitude (truncation: one TF32 unit each). A wrong index or a missed tile
+2 * 2^-10 of the same magnitude (truncation: one TF32 unit each), at bf16 to bfloat16, 2 * 2^-8
+(to nearest: half a bfloat16 unit each). A wrong index or a missed tile
 misses it by orders of magnitude; honest rounding stays far below it.
 """
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ class Verdict:
 
 
 # Relative rounding of each operand before its product, by precision (kernels.gemm.PRECISIONS).
-OPERAND_ROUNDING = {"fp32": 0.0, "tf32": 2.0 ** -10}
+OPERAND_ROUNDING = {"fp32": 0.0, "tf32": 2.0 ** -10, "bf16": 2.0 ** -8}
 
 
 def compare(out, value, magnitude, k: int, dtype, precision: str = "fp32", show: int = 5) -> Verdict:

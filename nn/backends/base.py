@@ -18,7 +18,7 @@ DTYPES = ("float32", "float64")
 # Epilogues of `gemm`, autogemm's: None, "bias", "bias_<act>" (forward), "d<act>" (backward) for each
 # activation. Every backend implements each of them.
 EPILOGUES = GEMM_EPILOGUES
-# What a GPU backend's GEMMs may round their operands to (autogemm's precisions: fp32, tf32).
+# What a GPU backend's GEMMs may round their operands to (autogemm's precisions: fp32, tf32, bf16).
 PRECISIONS = GEMM_PRECISIONS
 
 

@@ -201,28 +201,19 @@ class CupyBackend(Backend):
 
 
 class CublasBackend(CupyBackend):
-    """The baseline: cuBLAS GEMMs (CuPy), epilogues as separate autogemm elementwise kernels."""
+    """The baseline: cuBLAS GEMMs (in the backend's precision), epilogues as separate autogemm
+    elementwise kernels."""
 
     name = "cublas"
     can_capture = False
 
-    def __init__(self, dtype, tuned: bool = True, precision: str = "fp32"):
-        super().__init__(dtype, tuned, precision)
-        if precision == "tf32":   # cuBLAS's TF32 tensor-core products, for this process's SGEMMs
-            from cupy_backends.cuda.libs import cublas as libcublas
-
-            mode = getattr(libcublas, "CUBLAS_TF32_TENSOR_OP_MATH", 3)
-            libcublas.setMathMode(self.xp.cuda.device.get_cublas_handle(), mode)
-
     def gemm(self, a, b, out, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,
              epilogue=None, bias=None, aux=None):
-        from cupy import cublas
-
         if epilogue not in EPILOGUES:
             raise ValueError(f"unknown epilogue {epilogue!r}")
         if c is not None and c is not out and beta != 0:
             out[...] = c
-        cublas.gemm("T" if trans_a else "N", "T" if trans_b else "N", a, b, out=out, alpha=alpha, beta=beta)
+        autogemm.cublas_gemm(a, b, out, trans_a, trans_b, self.precision, alpha, beta)
         if epilogue in ("bias", "bias_sigmoid", "bias_relu"):
             autogemm.bias_activation(out, bias, epilogue[5:] or None, out=out, config=self.config)
         elif epilogue in ("dsigmoid", "drelu"):

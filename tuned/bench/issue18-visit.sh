@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 case "${1:-wgmma}" in
+smoke)   # a few minutes: every op and bf16 once on hardware, cuBLAS at reduced precision, and the
+         # defaults of the new paths timed against cuBLAS
+    python -m pytest -q -m gpu tests/test_gemm_gpu.py -k "cublas_baseline or wgmma_bf16_products_every_epilogue[None] \
+        or wgmma_default_every_epilogue[None]" > "$out/pytest-smoke.txt" 2>&1; tail -3 "$out/pytest-smoke.txt"
+    python -m autogemm.cli bench --precision bf16 --reps 30 --shapes 4096x4096x4096:nt,8192x4096x784:nt,800x1000x784:nt \
+        > "$out/bench-bf16.txt" 2>&1; grep -E "│|error" "$out/bench-bf16.txt" | tail -14
+    python -m autogemm.cli bench --reps 30 --shapes 4096x784x8192:tn,1000x784x800:tn \
+        > "$out/bench-tn.txt" 2>&1; grep -E "│|error" "$out/bench-tn.txt" | tail -10
+    ;;
 wgmma)
     python -m pytest -q -m gpu tests/test_gemm_gpu.py -k wgmma > "$out/pytest-wgmma.txt" 2>&1
     tail -3 "$out/pytest-wgmma.txt"
