@@ -21,13 +21,15 @@ KEY_OPS = ("nn", "nt", "tn", "tt")      # op(A), op(B): N or T
 # sums; "bf16", float32 operands rounded to bfloat16 (7-bit mantissas), float32 sums. A kernel at
 # least as accurate serves a call: FP32-accurate kernels serve tf32 and bf16 calls too.
 PRECISIONS = ("fp32", "tf32", "bf16")
-# The arithmetic a tuned key names (its dtype field): a dtype, or a reduced precision of float32 data.
-KEY_DTYPES = ("float32", "float64", "tf32", "bf16")
+# The arithmetic a tuned key names (its dtype field): a dtype, a reduced precision of float32 data,
+# or "bfloat16": A and B held in bfloat16 (their bits, as uint16: CuPy has no bfloat16), float32
+# sums and outputs.
+KEY_DTYPES = ("float32", "float64", "tf32", "bf16", "bfloat16")
 
 
 def served_by(arithmetic: str) -> tuple[str, ...]:
     """The key arithmetics whose records may serve a call of `arithmetic`: its own, then the more
-    accurate ones (bf16: bf16, tf32, float32)."""
+    accurate ones (bf16: bf16, tf32, float32); a kernel reading bfloat16 operands serves those alone."""
     if arithmetic not in PRECISIONS[1:]:
         return (arithmetic,)
     return PRECISIONS[PRECISIONS.index(arithmetic):0:-1] + ("float32",)
@@ -61,7 +63,8 @@ PARAMS = {
 @dataclass(frozen=True)
 class Problem:
     """One GEMM call as the compiler sees it. vec_* are the widest vectors (elements) that the
-    pointers and leading dimensions allow for A, B, and the outputs (C, D, aux)."""
+    pointers and leading dimensions allow for A, B, and the outputs (C, D, aux). With bf16_operands,
+    A and B hold bfloat16 bits (2 bytes; precision bf16); dtype is C's, D's and the epilogue's."""
 
     m: int
     n: int
@@ -75,31 +78,36 @@ class Problem:
     vec_b: int = 4
     vec_out: int = 4
     precision: str = "fp32"
+    bf16_operands: bool = False
 
     @classmethod
     def contiguous(cls, m: int, n: int, k: int, dtype: str = "float32", trans_a: bool = False,
                    trans_b: bool = False, **kw) -> "Problem":
         """The problem of freshly allocated (contiguous, 256-byte aligned) operands."""
-        def widest(ld: int) -> int:
-            return next(v for v in (4, 2, 1) if ld % v == 0 and v * ITEMSIZE[dtype] <= 16)
+        operand_bytes = 2 if kw.get("bf16_operands") else ITEMSIZE[dtype]
+
+        def widest(ld: int, itemsize: int = operand_bytes) -> int:
+            return next(v for v in (8, 4, 2, 1) if ld % v == 0 and v * itemsize <= 16)
 
         return cls(m, n, k, dtype, trans_a, trans_b, vec_a=widest(m if trans_a else k),
-                   vec_b=widest(k if trans_b else n), vec_out=widest(n), **kw)
+                   vec_b=widest(k if trans_b else n), vec_out=widest(n, ITEMSIZE[dtype]), **kw)
 
     def __post_init__(self):
         check_problem(self, ("m", "n", "k"), "GEMM size")
         if self.epilogue not in EPILOGUES:
             raise ValueError(f"epilogue {self.epilogue!r} is not one of {', '.join(map(str, EPILOGUES[1:]))}")
-        for flag in ("trans_a", "trans_b", "use_c"):
+        for flag in ("trans_a", "trans_b", "use_c", "bf16_operands"):
             if type(getattr(self, flag)) is not bool:
                 raise ValueError(f"{flag} must be a bool")
         for vec in ("vec_a", "vec_b", "vec_out"):
-            if getattr(self, vec) not in (1, 2, 4):
-                raise ValueError(f"{vec} must be 1, 2 or 4")
+            if getattr(self, vec) not in (1, 2, 4, 8):
+                raise ValueError(f"{vec} must be 1, 2, 4 or 8")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision {self.precision!r} is not one of {', '.join(PRECISIONS)}")
         if self.precision != "fp32" and self.dtype != "float32":
             raise ValueError(f"precision {self.precision} multiplies float32 data; this GEMM is {self.dtype}")
+        if self.bf16_operands and self.precision != "bf16":
+            raise ValueError(f"bfloat16 operands are multiplied at precision bf16, not {self.precision}")
 
     @property
     def op(self) -> str:
@@ -110,8 +118,16 @@ class Problem:
         return ITEMSIZE[self.dtype]
 
     @property
+    def operand_itemsize(self) -> int:
+        """Bytes of an element of A and B: 2 for bfloat16 operands, else dtype's."""
+        return 2 if self.bf16_operands else self.itemsize
+
+    @property
     def arithmetic(self) -> str:
-        """The dtype field of its tuned key: the precision of a tf32 or bf16 call, else the dtype."""
+        """The dtype field of its tuned key: "bfloat16" for bfloat16 operands, the precision of a
+        tf32 or bf16 call, else the dtype."""
+        if self.bf16_operands:
+            return "bfloat16"
         return self.dtype if self.precision == "fp32" else self.precision
 
 
@@ -190,6 +206,7 @@ def _tf32x3(check):
 
 
 CONSTRAINTS = (
+    ("bfloat16 operands are read by gemm_wgmma alone", lambda c, p, d: not p.bf16_operands),
     ("the thread tile TY*TM must divide BM", lambda c, p, d: c.bm % (c.ty * c.tm) == 0),
     ("the thread tile TX*TN must divide BN", lambda c, p, d: c.bn % (c.tx * c.tn) == 0),
     ("threads per block must be a multiple of 32 and at most 1024",
@@ -295,7 +312,10 @@ def key_of(p: Problem) -> tuple[tuple[int, ...], str]:
 
 
 def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
-    """`dtype` is a key's arithmetic (KEY_DTYPES): "tf32" and "bf16" are float32 data at that precision."""
+    """`dtype` is a key's arithmetic (KEY_DTYPES): "tf32" and "bf16" are float32 data at that
+    precision, "bfloat16" bfloat16 operands."""
+    if dtype == "bfloat16":
+        return Problem.contiguous(*sizes, "float32", op[0] == "t", op[1] == "t", precision="bf16", bf16_operands=True)
     if dtype in PRECISIONS[1:]:
         return Problem.contiguous(*sizes, "float32", op[0] == "t", op[1] == "t", precision=dtype)
     return Problem.contiguous(*sizes, dtype, op[0] == "t", op[1] == "t")
@@ -312,8 +332,8 @@ ACTIVATION_SLOPE = {None: 1.0, "bias": 1.0, "bias_sigmoid": 0.25, "bias_relu": 1
 
 def reference(p: Problem, a, b, alpha=1.0, beta=0.0, c=None, bias=None, aux=None) -> dict:
     """{"d": (value, magnitude, K)}: D in float64, and the bound's term |alpha| |op(A)| |op(B)| +
-    |beta C| + |bias| times the epilogue's slope."""
-    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    |beta C| + |bias| times the epilogue's slope. bfloat16 operands arrive as their bits (uint16)."""
+    a64, b64 = (bf16_values(x) if p.bf16_operands else np.asarray(x, np.float64) for x in (a, b))
     opa, opb = (a64.T if p.trans_a else a64), (b64.T if p.trans_b else b64)
     value = alpha * (opa @ opb)                                     # D: (M, N)
     magnitude = abs(alpha) * (np.abs(opa) @ np.abs(opb))
@@ -322,6 +342,18 @@ def reference(p: Problem, a, b, alpha=1.0, beta=0.0, c=None, bias=None, aux=None
         value += beta * c64
         magnitude += abs(beta * c64)
     return {"d": apply_epilogue(p.epilogue, value, magnitude, bias, aux) + (p.k,)}
+
+
+def bf16_bits(x) -> np.ndarray:
+    """float32 values rounded to bfloat16 (to nearest even; NaN stays NaN), as the uint16 of their bits."""
+    x = np.asarray(x, np.float32)
+    u = x.view(np.uint32).astype(np.uint64)
+    return np.where(np.isnan(x), (u >> 16) | 0x40, (u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def bf16_values(bits) -> np.ndarray:
+    """The float64 values of bfloat16 bits (uint16)."""
+    return (np.asarray(bits, np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
 def apply_epilogue(name: str | None, value, magnitude, bias, aux) -> tuple:

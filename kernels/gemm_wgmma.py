@@ -2,9 +2,9 @@
 3xTF32 or, for calls at reduced precision, single TF32 or BF16 products.
 
 The same call as the gemm family (its Problem, keys, epilogues and reference): D = epi(alpha * op(A)
-@ op(B) + beta * C), every op, float32, on compute capability 9.0 (sm_90a). wgmma reads TF32
-operands K-major, so an operand with M or N contiguous (op(A) = A^T, op(B) = B) is transposed in
-shared memory as each stage lands.
+@ op(B) + beta * C), every op, float32 or bfloat16 operands (float32 out), on compute capability 9.0
+(sm_90a). wgmma reads TF32 operands K-major, so an operand with M or N contiguous (op(A) = A^T,
+op(B) = B) is transposed in shared memory as each stage lands.
 """
 import itertools
 
@@ -53,14 +53,14 @@ def mn_major(p: Problem) -> tuple[bool, bool]:
 def smem_bytes(c, p: Problem) -> int:
     """STAGES stages of the A and B tiles; 2 + INFLIGHT prepared buffers holding, of each operand,
     its transposed tile if it is M/N-major and its lo part under 3xTF32, or under BF16 its bfloat16
-    tile; room to align them to 1024 bytes."""
+    tile where it is float32 or M/N-major; room to align them to 1024 bytes."""
     a_mn, b_mn = mn_major(p)
     split = c.math == "3xtf32"
     if c.math == "bf16":
-        prepared = (c.bm + c.bn) * BK * 2
+        prepared = ((not p.bf16_operands or a_mn) * c.bm + (not p.bf16_operands or b_mn) * c.bn) * BK * 2
     else:
         prepared = ((a_mn + split) * c.bm + (b_mn + split) * c.bn) * BK * p.itemsize
-    return c.stages * (c.bm + c.bn) * BK * p.itemsize + (2 + c.inflight) * prepared + SWIZZLE_ALIGN
+    return c.stages * (c.bm + c.bn) * BK * p.operand_itemsize + (2 + c.inflight) * prepared + SWIZZLE_ALIGN
 
 
 def accumulators(c) -> int:
@@ -74,10 +74,11 @@ CONSTRAINTS = (
     ("the wgmma path is float32", lambda c, p, d: p.dtype == "float32"),
     ("math tf32 and bf16 round the operands: for calls at that precision or a lower one",
      lambda c, p, d: gemm.PRECISIONS.index(MATH_PRECISION[c.math]) <= gemm.PRECISIONS.index(p.precision)),
+    ("bfloat16 operands are multiplied by math bf16", lambda c, p, d: not p.bf16_operands or c.math == "bf16"),
     ("a k-tile's wgmmas in flight need a stage beside those loading and computing: stages >= 3",
      lambda c, p, d: c.inflight == 0 or c.stages >= 3),
-    ("16-byte copies need A and B 16-byte aligned with leading dimensions a multiple of 4",
-     lambda c, p, d: p.vec_a == 4 and p.vec_b == 4),
+    ("16-byte copies need A and B 16-byte aligned with leading dimensions a multiple of 16 bytes",
+     lambda c, p, d: p.vec_a * p.operand_itemsize == 16 and p.vec_b * p.operand_itemsize == 16),
     ("each warpgroup's rows BM/warpgroups must be a whole number of 64-row wgmma tiles",
      lambda c, p, d: c.bm % (64 * c.warpgroups) == 0),
     ("at most 128 accumulators per thread (BM/warpgroups/64 * BN/2)", lambda c, p, d: accumulators(c) <= 128),
@@ -92,12 +93,12 @@ def output_vector(p: Problem) -> int:
 
 
 def template_args(c, p: Problem) -> dict:
-    return dict(dict(c), trans_a=p.trans_a, trans_b=p.trans_b, epilogue=p.epilogue, use_c=p.use_c,
-                out_vec=output_vector(p))
+    return dict(dict(c), trans_a=p.trans_a, trans_b=p.trans_b, bf16_operands=p.bf16_operands, epilogue=p.epilogue,
+                use_c=p.use_c, out_vec=output_vector(p))
 
 
 def instance_name(c, p: Problem) -> str:
-    name = f"gemm_wgmma_f32_{p.op}_bm{c.bm}_bn{c.bn}_wg{c.warpgroups}_s{c.stages}_if{c.inflight}_{c.math}"
+    name = f"gemm_wgmma_{'bf16' if p.bf16_operands else 'f32'}_{p.op}_bm{c.bm}_bn{c.bn}_wg{c.warpgroups}_s{c.stages}_if{c.inflight}_{c.math}"
     if p.epilogue:
         name += f"_{p.epilogue}"
     if p.use_c:

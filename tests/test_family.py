@@ -486,6 +486,12 @@ def test_gemm_wgmma_runs_float32_gemms_with_16_byte_rows_on_hopper_alone():
     assert not wgmma.can_run(nt, dataclasses.replace(H100, compute_capability="8.0"))
     tn = gemm.Problem.contiguous(1000, 784, 800, "float32", True, False)
     assert implementation("gemm", tn, None, H100) == "gemm"          # neither tuned: the first listed
+    bf16 = gemm.Problem.contiguous(1000, 784, 800, "float32", True, False, precision="bf16", bf16_operands=True)
+    assert (bf16.vec_a, bf16.vec_b, bf16.arithmetic) == (8, 8, "bfloat16")
+    assert not family("gemm").can_run(bf16, H100) and not family("gemm_naive").can_run(bf16, H100)
+    assert wgmma.can_run(bf16, H100) and wgmma.default(bf16, H100).math == "bf16"
+    assert implementation("gemm", bf16, None, H100) == implementation("gemm", bf16, "default", H100) == "gemm_wgmma"
+    assert not wgmma.can_run(dataclasses.replace(bf16, vec_a=4), H100)      # rows not a multiple of 16 bytes
     assert implementation("gemm", nt, dict(bm=128, bn=128, warpgroups=2, stages=3, math="3xtf32", inflight=0), H100) == "gemm_wgmma"
     assert implementation("gemm", nt, "default", H100) == "gemm"
 

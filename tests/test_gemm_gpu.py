@@ -288,3 +288,65 @@ def test_cublas_baseline_at_reduced_precision(precision, ta, tb):
     verdict = compare(cupy.asnumpy(out), value, magnitude, k, np.float32, precision)
     assert verdict.ok, verdict.describe()
     assert verdict.max_rel_error > 1e-5      # rounded operands indeed (FP32 would be near 1e-7)
+
+
+def test_to_bf16_rounds_as_numpy_does():
+    """autogemm.to_bf16 against kernels.gemm.bf16_bits: to nearest even, ties, infinities, NaN."""
+    import cupy
+
+    import autogemm
+    from kernels.gemm import bf16_bits
+
+    rng = np.random.default_rng(15)
+    x = rng.standard_normal(100_000).astype(np.float32)
+    x[:4] = [np.inf, -np.inf, 3.4028235e38, 0.0]                     # the largest float rounds up to infinity
+    x[4:1000] = (x[4:1000].view(np.uint32) & 0xFFFF0000 | 0x8000).view(np.float32)   # exact ties
+    got = cupy.asnumpy(autogemm.to_bf16(cupy.asarray(x)))
+    assert np.array_equal(got, bf16_bits(x))
+    nan = cupy.asnumpy(autogemm.to_bf16(cupy.asarray(np.array([np.nan], np.float32))))
+    assert (nan[0] & 0x7F80) == 0x7F80 and nan[0] & 0x7F
+
+
+@pytest.mark.parametrize("epilogue", (None,) + EPILOGUES[1:])
+def test_wgmma_bfloat16_operands_every_op_and_epilogue(epilogue):
+    """A and B in bfloat16 (autogemm.to_bf16's bits), float32 out, on every op: within float32's
+    bound of the bfloat16 values' product (their products are exact in float32)."""
+    if not hopper():
+        pytest.skip("gemm_wgmma needs a Hopper GPU (sm_90a)")
+    import cupy
+
+    import autogemm
+    from kernels.gemm import bf16_bits
+
+    rng = np.random.default_rng(16)
+    for m, n, k, ta, tb in [(800, 1000, 784, False, True), (136, 72, 264, False, True), (1000, 784, 800, True, False),
+                            (800, 784, 1000, False, False), (24, 16, 40, True, True), (4096, 784, 8192, True, False)]:
+        host, dev = operands(rng, m, n, k, ta, tb, np.float32, epilogue, 0.5)
+        a16, b16 = autogemm.to_bf16(dev["a"]), autogemm.to_bf16(dev["b"])
+        out = dev["c"].copy()
+        autogemm.gemm(a16, b16, out, alpha=1.5, beta=0.5, trans_a=ta, trans_b=tb, epilogue=epilogue,
+                      bias=dev["bias"], aux=dev["aux"], precision="bf16")
+        problem = Problem(m, n, k, trans_a=ta, trans_b=tb, epilogue=epilogue, precision="bf16", bf16_operands=True)
+        value, magnitude, _ = reference(problem, bf16_bits(host["a"]), bf16_bits(host["b"]), 1.5, 0.5, host["c"],
+                                        host["bias"], host["aux"])["d"]
+        verdict = compare(cupy.asnumpy(out), value, magnitude, k, np.float32)
+        assert verdict.ok, f"{m}x{n}x{k} {'tn'[ta]}{'tn'[tb]} {epilogue}: {verdict.describe()}"
+
+
+@pytest.mark.parametrize("ta,tb", OPS)
+def test_cublas_baseline_of_bfloat16_operands(ta, tb):
+    """cuBLAS's GemmEx on bfloat16 A and B into float32, as autogemm bench --dtype bfloat16 times it."""
+    import cupy
+
+    import autogemm
+    from kernels.gemm import bf16_bits
+
+    rng = np.random.default_rng(17)
+    m, n, k = 300, 200, 520
+    host, dev = operands(rng, m, n, k, ta, tb, np.float32, None, 0.5)
+    out = dev["c"].copy()
+    autogemm.cublas_gemm(autogemm.to_bf16(dev["a"]), autogemm.to_bf16(dev["b"]), out, ta, tb, "bf16", 1.5, 0.5)
+    problem = Problem(m, n, k, trans_a=ta, trans_b=tb, precision="bf16", bf16_operands=True)
+    value, magnitude, _ = reference(problem, bf16_bits(host["a"]), bf16_bits(host["b"]), 1.5, 0.5, host["c"])["d"]
+    verdict = compare(cupy.asnumpy(out), value, magnitude, k, np.float32)
+    assert verdict.ok, verdict.describe()

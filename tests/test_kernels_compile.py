@@ -112,8 +112,8 @@ def small_families() -> list:
 
 def wgmma_sample() -> list:
     """gemm_wgmma: its default for every epilogue and C or not, on ragged and even shapes, every op
-    (each operand K-major or transposed in shared memory), every precision, and sampled configs (one
-    to four 64-row tiles a warpgroup, every stage count, tile width and math)."""
+    (each operand K-major or transposed in shared memory), every precision, bfloat16 operands, and
+    sampled configs (one to four 64-row tiles a warpgroup, every stage count, tile width and math)."""
     fam, out = family("gemm_wgmma"), []
     shapes = itertools.cycle(((800, 1000, 784), (132, 68, 260), (1024, 1024, 1024)))
     ops = itertools.cycle(((False, True), (True, False), (False, False), (True, True), (True, False)))
@@ -123,6 +123,10 @@ def wgmma_sample() -> list:
                                           precision=next(precisions))
         out += [fam.instance(fam.default(problem, H100), problem)]
         out += [fam.instance(cfg, problem) for cfg in fam.sample(problem, H100, 2, seed=len(out))]
+    for (trans_a, trans_b), epilogue in zip(itertools.product((False, True), repeat=2), gemm.EPILOGUES[1:]):
+        problem = gemm.Problem.contiguous(264, 136, 520, "float32", trans_a, trans_b, epilogue=epilogue,
+                                          precision="bf16", bf16_operands=True)      # A, B in bfloat16
+        out += [fam.instance(cfg, problem) for cfg in [fam.default(problem, H100), *fam.sample(problem, H100, 1)]]
     return out
 
 
@@ -212,6 +216,7 @@ def test_gemm_wgmma_sample_compiles_without_spills(compiled):
     assert {c.warpgroups for c in configs} == {1, 2} and len({c.bn for c in configs}) >= 5
     assert {i.name.split("_")[3] for i in WGMMA} == set(gemm.KEY_OPS)
     assert {c.math for c in configs} == set(family("gemm_wgmma").params["math"])
+    assert {i.name.split("_")[2] for i in WGMMA} == {"f32", "bf16"}          # operand types
     assert_compiled_without_spills(WGMMA, compiled)
 
 

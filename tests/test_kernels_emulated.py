@@ -103,7 +103,8 @@ def gemm_launches(monkeypatch, cases, family_name="gemm") -> list:
     """(launch, D, (value, magnitude), K, dtype, precision) for each config of each case (M, N, K,
     dtype, trans_a, trans_b, epilogue, use_c, configs: problem -> [Config][, precision]) of a family
     of the gemm call; the arguments are autogemm.ops.gemm.launch_args's, with NumPy scratch in place
-    of CuPy's."""
+    of CuPy's. Precision "bfloat16" stands for bfloat16 operands (their bits), checked within
+    float32's bound: their products are exact."""
     from kernels import gemm
 
     entry = importlib.import_module("autogemm.ops.gemm")           # the package's `gemm` is the function
@@ -111,13 +112,17 @@ def gemm_launches(monkeypatch, cases, family_name="gemm") -> list:
     rng, out = np.random.default_rng(7), []
     for m, n, k, dtype, ta, tb, epilogue, use_c, configs, *precision in cases:
         precision = precision[0] if precision else "fp32"
+        bf16_operands = precision == "bfloat16"
         t = np.dtype(dtype).type
         a = rng.standard_normal((k, m) if ta else (m, k)).astype(t)          # op(A): (M, K)
         b = rng.standard_normal((n, k) if tb else (k, n)).astype(t)          # op(B): (K, N)
+        if bf16_operands:
+            a, b, precision = gemm.bf16_bits(a), gemm.bf16_bits(b), "fp32"  # uint16 bits of the same shapes
         bias, aux = rng.standard_normal(n).astype(t), rng.uniform(-0.5, 1, (m, n)).astype(t)
         c = rng.standard_normal((m, n)).astype(t)                            # C: (M, N)
         alpha, beta = -0.5, (0.75 if use_c else 0.0)
-        problem = gemm.Problem.contiguous(m, n, k, dtype, ta, tb, epilogue=epilogue, use_c=use_c, precision=precision)
+        problem = gemm.Problem.contiguous(m, n, k, dtype, ta, tb, epilogue=epilogue, use_c=use_c,
+                                          precision="bf16" if bf16_operands else precision, bf16_operands=bf16_operands)
         want = gemm.reference(problem, a, b, alpha, beta, c, bias, aux)["d"][:2]
         for cfg in configs(problem):
             assert not family(family_name).violations(cfg, problem, H100), (cfg, problem)
@@ -148,6 +153,25 @@ def test_the_3xtf32_split_rounds_to_nearest_ties_away_as_cvt_rna_does():
         assert np.array_equal(hi, want.astype(np.float32))
 
 
+def test_bf16_bits_round_to_nearest_even():
+    """kernels.gemm.bf16_bits (the bfloat16 operands of the tests and the tuner) against float64
+    arithmetic: 7 fraction bits, ties to even, overflow to infinity, NaN kept; bf16_values inverts it."""
+    from kernels.gemm import bf16_bits, bf16_values
+
+    rng = np.random.default_rng(4)
+    bits = rng.integers(0x00800000, 0x7f800000, 200_000, dtype=np.uint32)       # normal magnitudes
+    bits[:1000] = (bits[:1000] & 0xffff0000) | 0x8000                            # exact ties
+    bits[1000:1010] = 0x7f7fffff                                                 # the largest float
+    bits = np.concatenate([bits, bits | 0x80000000])
+    x = bits.view(np.float32).astype(np.float64)
+    _, exponent = np.frexp(np.abs(x))
+    unit = np.ldexp(1.0, exponent - 8)                                           # a bfloat16 unit of |x|
+    with np.errstate(over="ignore"):
+        want = (np.sign(x) * np.round(np.abs(x) / unit) * unit).astype(np.float32)   # np.round: ties to even
+        assert np.array_equal(bf16_values(bf16_bits(bits.view(np.float32))), want.astype(np.float64))
+    assert np.isnan(bf16_values(bf16_bits(np.float32([np.nan])))).all()
+
+
 def run_and_check(launches, tmp_path):
     """Run (launch, output, (value, magnitude), k, dtype[, precision]) launches, each once however
     many outputs it lists, and check each output against float64, naming the kernel that fails."""
@@ -174,7 +198,8 @@ def wgmma_config(bm, bn, warpgroups, stages, math="3xtf32", inflight=0):
 # one and two warpgroups, 2 to 5 stages (K of 2 to 4 tiles: every stage slot reused or not), N from
 # 32 to 256, odd N (scalar stores), the epilogues, C in place; every op (operands transposed in
 # shared memory: M and N a multiple of 4, the 16-byte copies' alignment); TF32 and BF16 products
-# for calls at those precisions (checked within their bounds).
+# for calls at those precisions (checked within their bounds); bfloat16 operands (rows a multiple
+# of 8 elements).
 WGMMAS = [
     (130, 70, 100, "float32", False, True, "bias_sigmoid", False, wgmma_config(128, 64, 1, 3)),
     (130, 70, 164, "float32", False, True, "dsigmoid", True, wgmma_config(128, 64, 2, 3, inflight=1)),
@@ -195,6 +220,10 @@ WGMMAS = [
     (132, 72, 100, "float32", True, False, "dsigmoid", False, wgmma_config(64, 64, 1, 4, "bf16"), "bf16"),
     (68, 40, 36, "float32", False, False, None, True, wgmma_config(64, 32, 1, 2, "bf16"), "bf16"),
     (200, 45, 68, "float32", True, True, "bias", False, wgmma_config(192, 48, 1, 3, "bf16", 1), "bf16"),
+    (130, 100, 168, "float32", False, True, "bias_sigmoid", True, wgmma_config(128, 96, 2, 3, "bf16", 1), "bfloat16"),
+    (136, 72, 104, "float32", True, False, "dsigmoid", True, wgmma_config(64, 64, 1, 4, "bf16"), "bfloat16"),
+    (72, 40, 40, "float32", False, False, None, False, wgmma_config(64, 32, 1, 2, "bf16"), "bfloat16"),
+    (200, 45, 72, "float32", True, True, "drelu", False, wgmma_config(192, 48, 1, 3, "bf16", 1), "bfloat16"),
 ]
 
 

@@ -10,7 +10,7 @@ from autogemm.ops.kernels import kernel
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import family
 from autogemm.store import locations, lookup
-from autogemm.store.keys import distance, key_of, make_key, problem_of
+from autogemm.store.keys import distance, key_of, make_key, problem_of, serving_keys
 from autogemm.store.records import file_for
 from fake_tuned import GEMM, edit, record, write_store
 from kernels.gemm import Problem
@@ -302,6 +302,15 @@ def test_a_bf16_call_takes_bf16_then_tf32_then_fp32_records_and_no_other_call_a_
     assert [lookup.choose("gemm_wgmma", p, H100).config.math for p in (fp32, tf32, bf16)] == ["3xtf32", "tf32", "bf16"]
 
 
+def test_bfloat16_operands_have_their_own_records():
+    """A kernel reading bfloat16 operands serves those alone, and only its records serve them."""
+    bf16_ops = gemm_problem(800, 1000, 784, precision="bf16", bf16_operands=True)
+    key = key_of("gemm_wgmma", bf16_ops)
+    assert key.dtype == "bfloat16" and problem_of(key) == bf16_ops
+    assert [k.dtype for k in serving_keys(key)] == ["bfloat16"]
+    assert [k.dtype for k in serving_keys(key._replace(dtype="bf16"))] == ["bf16", "tf32", "float32"]
+
+
 def test_only_gemm_calls_have_a_tf32_arithmetic():
     with pytest.raises(ValueError, match="dtype 'tf32' is not one of float32, float64 for colsum"):
         make_key("colsum", (800, 10), "-", "tf32")
@@ -309,5 +318,7 @@ def test_only_gemm_calls_have_a_tf32_arithmetic():
         Problem(8, 8, 8, "float64", precision="tf32")
     with pytest.raises(ValueError, match="precision bf16 multiplies float32 data"):
         Problem(8, 8, 8, "float64", precision="bf16")
+    with pytest.raises(ValueError, match="bfloat16 operands are multiplied at precision bf16, not tf32"):
+        Problem(8, 8, 8, precision="tf32", bf16_operands=True)
     with pytest.raises(ValueError, match="precision 'bf8' is not one of fp32, tf32, bf16"):
         Problem(8, 8, 8, precision="bf8")

@@ -302,7 +302,18 @@ def test_tune_precision_tunes_the_kernels_at_it_into_its_records(fake_gpu, tmp_p
     assert (record.key.family, record.key.dtype, record.config.math) == ("gemm_wgmma", precision, precision)
 
 
+def test_tune_dtype_bfloat16_tunes_the_wgmma_gemm_of_bfloat16_operands(fake_gpu, tmp_path, capsys):
+    out = tmp_path / "tuned"
+    status = cli.main(["tune", "--shapes", "1000x784x800:tn", "--dtype", "bfloat16", "--trials", "6", "--out", str(out)])
+    assert status == 0, capsys.readouterr().err
+    assert "gemm cannot run them" in capsys.readouterr().out
+    (record,) = load(file_for(out, H100)).records.values()
+    assert (record.key.family, record.key.dtype, record.config.math) == ("gemm_wgmma", "bfloat16", "bf16")
+
+
 @pytest.mark.parametrize("argv, words", [
+    (["--shapes", "800x1000x784:nt", "--dtype", "bfloat16", "--precision", "tf32"],
+     "--dtype bfloat16 multiplies at precision bf16; --precision is tf32"),
     (["--shapes", "800x1000x784:nt", "--precision", "tf32", "--dtype", "float64"],
      "--precision tf32 rounds float32 operands; --dtype is float64"),
     (["--shapes", "800x1000x784:nt", "--precision", "tf32", "--families", "gemm"],

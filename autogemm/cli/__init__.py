@@ -89,10 +89,14 @@ def cmd_bench(args) -> int:
     convolutions = network_convolutions(args.shapes, args.batch)
     configs = {f"config{i}": _config_json(text) for i, text in enumerate(args.config, 1)}
     _claim_json(args.json, "autogemm bench")
-    dtype = np.dtype(args.dtype).type
-    _arithmetic(args)                        # tf32 or bf16 with float64 fails here, in one line
+    arithmetic = _arithmetic(args)           # tf32 or bf16 with float64 fails here, in one line
+    bf16_operands = arithmetic == "bfloat16"
+    if bf16_operands and convolutions:
+        raise AutogemmError("--dtype bfloat16: GEMMs only (A and B in bfloat16); the convolutions compute in float32")
+    dtype = np.float32 if bf16_operands else np.dtype(args.dtype).type   # of the outputs
+    precision = "bf16" if bf16_operands else args.precision
     dev = this_device()
-    at = f" at precision {args.precision}" if args.precision != "fp32" else ""
+    at = f" at precision {precision}" if precision != "fp32" else ""
     how = (f"{args.dtype}{at}, median of {args.reps} event-timed runs, "
            f"L2 {'flushed' if args.l2 == 'flush' else 'warm'}")
     records = []
@@ -100,11 +104,11 @@ def cmd_bench(args) -> int:
     for shape in shapes:
         extra = dict(configs)
         if args.sample:
-            problem = _problem(shape, args.dtype)
+            problem = _problem(shape, arithmetic)
             for i, cfg in enumerate(family("gemm").sample(problem, dev, args.sample, seed=args.seed), 1):
                 extra[f"sample{i}"] = dict(cfg)
         rows = bench_shape(shape, dtype, configs=extra, reps=args.reps, naive=args.naive,
-                           flush_l2=args.l2 == "flush", precision=args.precision)
+                           flush_l2=args.l2 == "flush", precision=precision, bf16_operands=bf16_operands)
         samples = sorted((r for r in rows if r.variant.startswith("sample") and r.timing),
                          key=lambda r: r.timing.median_us)
         shown = [r for r in rows if not r.variant.startswith("sample")] + samples[:args.show]
@@ -173,7 +177,9 @@ def cmd_tune(args) -> int:
     targets = None if args.stale else parse_targets(shapes, args.batch, args.hidden, args.train_size, args.ranks,
                                                      args.families, args.activation, args.layers, args.parallel)
     arithmetic = _arithmetic(args)
-    if targets and args.precision != "fp32":   # the families whose own kernels compute at it
+    if targets and arithmetic == "bfloat16":   # the GEMM call's families read bfloat16 operands
+        targets = [t for t in targets if call_of(t.family) == "gemm"]
+    elif targets and args.precision != "fp32":   # the families whose own kernels compute at it
         targets = [t for t in targets if args.precision in getattr(REGISTRY[t.family], "KERNEL_PRECISIONS", ("fp32",))]
         if not targets:
             raise AutogemmError(f"--precision {args.precision}: no family of these shapes has {args.precision} kernels "
@@ -387,15 +393,19 @@ def _config_json(text: str) -> dict:
 
 def _arithmetic(args) -> str:
     """The dtype field of the keys a run tunes or benches: --dtype, or the precision (tf32, bf16)."""
+    if args.dtype == "bfloat16":
+        if args.precision not in ("fp32", "bf16"):
+            raise AutogemmError(f"--dtype bfloat16 multiplies at precision bf16; --precision is {args.precision}")
+        return "bfloat16"
     if args.precision != "fp32" and args.dtype != "float32":
         raise AutogemmError(f"--precision {args.precision} rounds float32 operands; --dtype is {args.dtype}")
     return args.dtype if args.precision == "fp32" else args.precision
 
 
-def _problem(shape, dtype: str):
-    from kernels.gemm import Problem
+def _problem(shape, arithmetic: str):
+    from kernels.gemm import problem_of
 
-    return Problem.contiguous(shape.m, shape.n, shape.k, dtype, shape.trans_a, shape.trans_b)
+    return problem_of((shape.m, shape.n, shape.k), shape.op, arithmetic)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -409,7 +419,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--batch", type=_size, help="batch size of a network (its default: 800 for nn, 1000 for lenet)")
     bench.add_argument("--hidden", type=_sizes, default=(1000,),
                        help="hidden sizes for --shapes nn, comma-separated (1000)")
-    bench.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="(float32)")
+    bench.add_argument("--dtype", choices=("float32", "float64", "bfloat16"), default="float32",
+                       help="of the arrays; bfloat16: A and B in bfloat16 (uint16 bits), float32 out, precision bf16 "
+                            "(gemm_wgmma on Hopper), cuBLAS's GemmEx on the same (float32)")
     bench.add_argument("--precision", choices=PRECISIONS, default="fp32",
                        help="the GEMMs' precision: fp32 (FP32-accurate), tf32 or bf16 (operands rounded to TF32 or "
                             "bfloat16, float32 sums; cuBLAS timed with its TF32 or BF16 tensor-core math on float32 "
@@ -449,7 +461,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="the hidden layers' activation for nn (its derivative is fused into the output layer) (sigmoid)")
     tune.add_argument("--families", type=_families, default=TUNE_FAMILIES,
                       help=f"kernel families to tune, comma-separated (all: {','.join(TUNE_FAMILIES)})")
-    tune.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="(float32)")
+    tune.add_argument("--dtype", choices=("float32", "float64", "bfloat16"), default="float32",
+                      help="of the arrays; bfloat16: the GEMMs with A and B in bfloat16, float32 out (float32)")
     tune.add_argument("--precision", choices=PRECISIONS, default="fp32",
                       help="the GEMMs' precision: fp32 (FP32-accurate), tf32 or bf16: the families with kernels "
                            "at it (gemm_wgmma) tuned into records of it, which only calls at it or a lower precision use (fp32)")

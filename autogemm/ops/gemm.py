@@ -1,7 +1,9 @@
 """`autogemm.gemm`: D = epi(alpha * op(A) @ op(B) + beta * C) with a generated kernel.
 
 Arrays are CuPy, row-major, any leading dimension (unit stride along rows). The config is the one
-given, else the best known for this shape on this GPU, else the family's sound default.
+given, else the best known for this shape on this GPU, else the family's sound default. A and B may
+be bfloat16 (at precision bf16, on Hopper): CuPy has no bfloat16, so they travel as uint16 arrays of
+the bits, as `to_bf16` makes them; C, D and the epilogue's arrays are then float32.
 """
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,8 +32,8 @@ def leading_dim(x, what: str) -> int:
 
 
 def vector_width(x, ld: int) -> int:
-    """Widest vector (1, 2, 4 elements, at most 16 bytes) that x's pointer and rows allow."""
-    for width in (4, 2):
+    """Widest vector (1, 2, 4, 8 elements, at most 16 bytes) that x's pointer and rows allow."""
+    for width in (8, 4, 2):
         if width * x.itemsize <= 16 and x.data.ptr % (width * x.itemsize) == 0 and ld % width == 0:
             return width
     return 1
@@ -58,12 +60,28 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=No
     else the default), "default" for the family's untuned default, or a mapping of parameters.
     precision: "fp32" (float32's own accuracy, the default), "tf32" or "bf16" (float32 operands
     rounded to TF32 or bfloat16 in each product, float32 sums, where a faster kernel does so; a
-    more accurate one may serve it).
+    more accurate one may serve it). Bfloat16 operands (uint16 bits from `to_bf16`) need "bf16".
     """
     call = plan_gemm(a, b, out, alpha, beta, trans_a, trans_b, c, epilogue, bias, aux, config, kernel_family,
                      precision)
     call()
     return call.out
+
+
+def to_bf16(x, out=None):
+    """float32 `x` rounded to bfloat16 (to nearest even; NaN stays NaN) as the uint16 array of its
+    bits that `gemm` takes for bfloat16 operands; into `out` (uint16, x's shape) when given."""
+    cupy = require_cupy()
+    if not isinstance(x, cupy.ndarray) or x.dtype != np.float32:
+        raise BadArguments(f"to_bf16: x must be a float32 cupy.ndarray, got {getattr(x, 'dtype', type(x).__name__)}")
+    if out is not None and (not isinstance(out, cupy.ndarray) or out.dtype != np.uint16 or out.shape != x.shape):
+        raise BadArguments(f"to_bf16: out must be a uint16 cupy array of shape {x.shape}")
+    u = x.view(cupy.uint32)
+    bits = cupy.where(cupy.isnan(x), (u >> 16) | 0x40, (u + 0x7FFF + ((u >> 16) & 1)) >> 16)
+    if out is None:
+        return bits.astype(cupy.uint16)
+    out[...] = bits
+    return out
 
 
 @dataclass
@@ -88,21 +106,26 @@ def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     for name, x in (("a", a), ("b", b)):
         if not isinstance(x, cupy.ndarray):
             raise BadArguments(f"gemm: {name} must be a cupy.ndarray, got {type(x).__name__}")
-    if a.dtype != b.dtype or a.dtype not in (np.float32, np.float64):
-        raise BadArguments(f"gemm: a and b must both be float32 or both float64, got {a.dtype} and {b.dtype}")
+    if a.dtype != b.dtype or a.dtype not in (np.float32, np.float64, np.uint16):
+        raise BadArguments(f"gemm: a and b must both be float32, both float64 or both bfloat16 (uint16 bits, "
+                           f"autogemm.to_bf16), got {a.dtype} and {b.dtype}")
     if epilogue not in EPILOGUES:
         raise BadArguments(f"gemm: epilogue {epilogue!r} is not one of {', '.join(map(str, EPILOGUES[1:]))}")
     if precision not in PRECISIONS:
         raise BadArguments(f"gemm: precision {precision!r} is not one of {', '.join(PRECISIONS)}")
-    if precision != "fp32" and a.dtype != np.float32:
+    bf16_operands = a.dtype == np.uint16
+    if bf16_operands and precision != "bf16":
+        raise BadArguments(f"gemm: bfloat16 operands (uint16 bits) multiply at precision 'bf16', not {precision!r}")
+    if precision != "fp32" and a.dtype == np.float64:
         raise BadArguments(f"gemm: precision {precision} multiplies float32 arrays; these are {a.dtype}")
+    dtype = np.dtype(np.float32) if bf16_operands else a.dtype       # of C, D, bias, aux
     lda, ldb = leading_dim(a, "a"), leading_dim(b, "b")
     m, k = (a.shape[1], a.shape[0]) if trans_a else a.shape
     k2, n = (b.shape[1], b.shape[0]) if trans_b else b.shape
     if k != k2:
         raise BadArguments(f"gemm: op(a) is {m}x{k} but op(b) is {k2}x{n}: inner sizes differ")
     if out is None:
-        out = cupy.empty((m, n), dtype=a.dtype)
+        out = cupy.empty((m, n), dtype=dtype)
     use_c = beta != 0
     if use_c and c is None:
         c = out
@@ -110,8 +133,8 @@ def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     for name, x in operands.items():
         if x is None:
             continue
-        if not isinstance(x, cupy.ndarray) or x.shape != (m, n) or x.dtype != a.dtype:
-            raise BadArguments(f"gemm: {name} must be a {a.dtype} cupy array of shape ({m}, {n}), "
+        if not isinstance(x, cupy.ndarray) or x.shape != (m, n) or x.dtype != dtype:
+            raise BadArguments(f"gemm: {name} must be a {dtype} cupy array of shape ({m}, {n}), "
                                f"got {getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
     for x, name in ((a, "a"), (b, "b")):
         if _overlaps(out, x):
@@ -119,9 +142,9 @@ def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     if use_c and c is not out and _overlaps(out, c):
         raise BadArguments("gemm: out partially overlaps c; pass the same array or disjoint ones")
     needs_bias = epilogue in ("bias", "bias_sigmoid", "bias_relu")
-    if needs_bias and (bias is None or bias.shape != (n,) or bias.dtype != a.dtype
+    if needs_bias and (bias is None or bias.shape != (n,) or bias.dtype != dtype
                        or (n > 1 and bias.strides[0] != bias.itemsize)):
-        raise BadArguments(f"gemm: epilogue {epilogue} needs a contiguous {a.dtype} bias of shape ({n},)")
+        raise BadArguments(f"gemm: epilogue {epilogue} needs a contiguous {dtype} bias of shape ({n},)")
     if epilogue in ("dsigmoid", "drelu") and aux is None:
         raise BadArguments(f"gemm: epilogue {epilogue} needs aux, the saved activation of shape ({m}, {n})")
 
@@ -129,8 +152,8 @@ def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     ldc = leading_dim(c, "c") if use_c else ldd
     ldaux = leading_dim(aux, "aux") if aux is not None else ldd
     vec_out = min(vector_width(x, leading_dim(x, name)) for name, x in operands.items() if x is not None)
-    problem = Problem(m, n, k, str(a.dtype), bool(trans_a), bool(trans_b), epilogue, use_c,
-                      vector_width(a, lda), vector_width(b, ldb), vec_out, precision)
+    problem = Problem(m, n, k, str(dtype), bool(trans_a), bool(trans_b), epilogue, use_c,
+                      vector_width(a, lda), vector_width(b, ldb), vec_out, precision, bf16_operands)
     device = this_device()
     name = implementation("gemm", problem, config, device) if kernel_family == "gemm" else kernel_family
     instance = kernel(name, problem, config, device)

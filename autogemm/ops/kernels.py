@@ -55,22 +55,23 @@ def implementation(call: str, problem, config: Mapping | str | None, device: Dev
     """The family that runs `call` (a key of kernels.IMPLEMENTATIONS, else the family itself): with
     config None, the one whose lookup is best known (a record of this shape, exact or stale, then
     nearest, then default), the faster record between two of this shape, the first listed on a tie,
-    among those that can run `problem` on `device` (the first always can); "default": the first
-    listed; a mapping: the family whose parameters it names."""
+    among those that can run `problem` on `device` (the first listed where none can: its error
+    says why); "default": the first listed that can; a mapping: the family whose parameters it names."""
     names = IMPLEMENTATIONS.get(call, (call,))
     if len(names) == 1:
         return names[0]
-    if config == "default":
-        return names[0]
-    if config is not None:
+    if config is not None and config != "default":
         return next((n for n in names if set(config) == set(family(n).params)), names[0])
     _follow_lookup()
-    key = (call, problem, device)
+    key = (call, problem, device, config)
     if key not in _implementations:
-        choices = [(name, lookup.choose(name, problem, device)) for name in names
-                   if name == names[0] or family(name).can_run(problem, device)]
-        _implementations[key] = min(choices, key=lambda nc: (_RANK[nc[1].source],
-                                                             nc[1].record.median_us if nc[1].record else 0.0))[0]
+        runnable = [name for name in names if family(name).can_run(problem, device)] or names[:1]
+        if config == "default":
+            _implementations[key] = runnable[0]
+        else:
+            choices = [(name, lookup.choose(name, problem, device)) for name in runnable]
+            _implementations[key] = min(choices, key=lambda nc: (_RANK[nc[1].source],
+                                                                 nc[1].record.median_us if nc[1].record else 0.0))[0]
     return _implementations[key]
 
 

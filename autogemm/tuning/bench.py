@@ -25,7 +25,8 @@ class Row:
 
 
 def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, reps: int = 50,
-                naive: bool = False, flush_l2: bool = True, precision: str = "fp32") -> list[Row]:
+                naive: bool = False, flush_l2: bool = True, precision: str = "fp32",
+                bf16_operands: bool = False) -> list[Row]:
     """Time each variant on `shape` after checking its output against float64 NumPy; the checked
     ones and cuBLAS are timed interleaved (autogemm.tuning.timing.time_interleaved).
 
@@ -33,8 +34,10 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
     tuned one (autogemm.store.lookup: "tuned" for this shape, "stale" for this shape on older templates,
     "nearest" for a neighbour's, when the store has one), the call's other families' (their name
     first) where they can run it, and cuBLAS.
-    At precision tf32 the GEMMs are tf32 calls, checked within that bound, and cuBLAS runs its TF32
-    tensor-core math. A variant that fails to compile, launch or match gets a Row with the reason and no time.
+    At precision tf32 or bf16 the GEMMs are calls at it, checked within its bound, and cuBLAS
+    rounds its operands alike; with bf16_operands A and B are bfloat16 (precision bf16, float32 out)
+    and the tiled family, which cannot read them, has no variants. A variant that fails to compile,
+    launch or match gets a Row with the reason and no time.
     """
     import cupy
 
@@ -45,12 +48,14 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
     from kernels.gemm import Problem
 
     problem = Problem.contiguous(shape.m, shape.n, shape.k, np.dtype(dtype).name, shape.trans_a, shape.trans_b,
-                                 precision=precision)
+                                 precision=precision, bf16_operands=bf16_operands)
     device = this_device()
-    choice = lookup.choose("gemm", problem, device)
-    known = {"default": dict(family("gemm").default(problem, device))}
-    if choice.source != "default":
-        known[{"exact": "tuned"}.get(choice.source, choice.source)] = dict(choice.config)
+    known = {}
+    if family("gemm").can_run(problem, device):
+        choice = lookup.choose("gemm", problem, device)
+        known = {"default": dict(family("gemm").default(problem, device))}
+        if choice.source != "default":
+            known[{"exact": "tuned"}.get(choice.source, choice.source)] = dict(choice.config)
     configs = {**known, **(configs or {})}
     measure = GemmMeasure(key_of("gemm", problem), device)  # operands, reference, check
     flops = 2 * shape.m * shape.n * shape.k

@@ -25,6 +25,7 @@ from autogemm.store.keys import Key, problem_of
 from autogemm.tuning.timing import Timing, time_gpu
 from autogemm.tuning.verify import compare
 from kernels import REGISTRY, call_of
+from kernels.gemm import bf16_bits
 
 QUICK_WARMUP = 2
 
@@ -129,6 +130,8 @@ class GemmMeasure(KernelMeasure):
         self.trans_a, self.trans_b = key.op[0] == "t", key.op[1] == "t"
         host_a = self.normal(*((k, m) if self.trans_a else (m, k)))   # A: op(A) is (M, K)
         host_b = self.normal(*((n, k) if self.trans_b else (k, n)))   # B: op(B) is (K, N)
+        if self.problem.bf16_operands:                                # their bfloat16 bits, uint16
+            host_a, host_b = bf16_bits(host_a), bf16_bits(host_b)
         self.expected = self.reference(self.problem, a=host_a, b=host_b)["d"]
         self.a, self.b = cupy.asarray(host_a), cupy.asarray(host_b)
         self.out = cupy.empty((m, n), dtype=self.dtype)               # D: (M, N)
