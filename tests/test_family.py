@@ -15,7 +15,7 @@ from autogemm.ops.kernels import kernel
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import FAMILIES, family
 from autogemm.tuning.targets import parse_shapes
-from kernels import adam, call_of, colsum, elementwise, gemm, gemm_seeds, linear_xent, pool2x2, softmax_xent
+from kernels import adam, call_of, colsum, elementwise, gemm, gemm_seeds, linear_xent, pool2x2, softmax_xent, to_bf16
 from kernels.contract import ceil_div
 
 GEMM = family("gemm")
@@ -57,6 +57,8 @@ def problems_of(name: str, dtype: str) -> list:
                 ((1000, 6, 26, 26, "forward", None), (3, 1, 2, 3, "backward", "relu"), (7, 10, 11, 11, "backward", None))]
     if name == "adam":
         return [adam.Problem(n, dtype) for n in (54528, 1, 4099)]
+    if name == "to_bf16":      # float32 alone
+        return [to_bf16.Problem(n, aligned=aligned) for n, aligned in ((627200, 8), (1, 1), (4099, 2))]
     return [family(name).Problem(rows, cols, dtype) for rows, cols in ((800, 10), (1, 1), (33, 1000))]
 
 
@@ -396,6 +398,7 @@ def test_each_math_paths_rendered_code_is_pinned(math):
 def test_every_registered_family_keeps_the_contract():
     """kernels.REGISTRY is the one list of families: each module declares all of KernelFamily, and
     every template file it names is in the folder."""
+    from autogemm.store.keys import dtypes
     from kernels import REGISTRY
     from kernels.contract import TEMPLATE_DIR, KernelFamily
 
@@ -406,8 +409,8 @@ def test_every_registered_family_keeps_the_contract():
         fam = family(name)
         assert all((TEMPLATE_DIR / source).is_file() for cfg in fam._variants() for source in fam.sources(cfg))
         sizes = key_sizes(name, (800, 10, 784))
-        for op in module.KEY_OPS:          # a key's problem has that key
-            assert module.key_of(module.problem_of(sizes, op, "float64")) == (sizes, op)
+        for op, dtype in itertools.product(module.KEY_OPS, dtypes(name)):   # a key's problem has that key
+            assert module.key_of(module.problem_of(sizes, op, dtype)) == (sizes, op)
 
 
 def key_sizes(name: str, small: tuple) -> tuple:
@@ -450,19 +453,23 @@ def reference_operands(name: str, p, rng) -> dict:
     if name == "adam":
         return {"w": normal(p.n), "g": normal(p.n), "m": normal(p.n), "v": rng.uniform(0, 1, p.n), "steps": 3,
                 "lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-7}
+    if name == "to_bf16":
+        return {"x": normal(p.n).astype(np.float32)}
     return {"g": normal((p.rows, p.cols))}                            # colsum
 
 
 def test_every_registered_family_has_a_float64_reference():
     """Each family's reference, on random float64 operands of a small problem of each op (and GEMM
     epilogue), is {output: (value, magnitude, k)}: magnitudes of the values' shapes, never negative."""
+    from autogemm.store.keys import dtypes
     from kernels import REGISTRY
 
     rng = np.random.default_rng(0)
     for name, module in REGISTRY.items():
         assert callable(module.reference)
         sizes = key_sizes(name, (5, 7, 3))
-        problems = [module.problem_of(sizes, op, "float64") for op in module.KEY_OPS]
+        dtype = "float64" if "float64" in dtypes(name) else dtypes(name)[0]
+        problems = [module.problem_of(sizes, op, dtype) for op in module.KEY_OPS]
         problems += [dataclasses.replace(problems[0], epilogue=e) for e in getattr(module, "EPILOGUES", ())[1:]]
         for problem in problems:
             assert isinstance(problem, module.Problem)

@@ -18,7 +18,7 @@ import pytest
 
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import family
-from kernels import adam, elementwise, gemm, linear_xent, pool2x2
+from kernels import adam, elementwise, gemm, linear_xent, pool2x2, to_bf16
 
 NVCC = shutil.which("nvcc")
 if NVCC is None:
@@ -73,8 +73,7 @@ TF32X3_SPACE = family("gemm").restricted({"math": ("3xtf32",), "copy": ("async",
 def small_families() -> list:
     """gemm_naive, elementwise (every op), softmax_xent, colsum, linear_xent (with and without the
     input gradient, K with and without a ragged last slice), the convolutions (LeNet's layers, odd sizes),
-    pooling both ways and Adam,
-    both dtypes, sampled configs."""
+    pooling both ways and Adam, both dtypes, sampled configs; the bfloat16 rounding's every vector width."""
     out = []
     for dtype in DTYPES:
         naive = family("gemm_naive")
@@ -107,6 +106,9 @@ def small_families() -> list:
         opt = family("adam")
         problem = adam.Problem(54528, dtype)
         out += [opt.instance(cfg, problem) for cfg in opt.candidates(problem, H100)[:1] + opt.sample(problem, H100, 2)]
+    rounding = family("to_bf16")
+    problem = to_bf16.Problem(627200)
+    out += [rounding.instance(cfg, problem) for cfg in rounding.candidates(problem, H100)]
     return out
 
 
@@ -200,7 +202,7 @@ def test_sample_covers_the_space():
     assert {"_even_" in i.name for i in GEMM_MATRIX} == {True, False}
     assert {i.family for i in SMALL} == {"gemm_naive", "elementwise", "softmax_xent", "colsum", "linear_xent", "conv2d",
                                          "conv2d_dgrad", "conv2d_wgrad", "conv2d_direct", "conv2d_dgrad_direct",
-                                         "conv2d_wgrad_direct", "pool2x2", "adam"}
+                                         "conv2d_wgrad_direct", "pool2x2", "adam", "to_bf16"}
     heads = [i.config for i in SMALL if i.family == "linear_xent"]
     assert {c.w_smem for c in heads} == {False, True} and {c.vec for c in heads} == {1, 2, 4}
 

@@ -485,3 +485,24 @@ def test_adam_matches_float64_and_advances_the_step_count_on_the_cpu(tmp_path):
             counts.append((steps, arrivals, done))
     run_and_check(cases, tmp_path)
     assert all(steps[0] == done + 1 and arrivals[0] == 0 for steps, arrivals, done in counts)
+
+
+def test_to_bf16_rounds_bit_for_bit_on_the_cpu(tmp_path):
+    """The bfloat16 rounding kernel (cvt.rn.bf16x2) against kernels.gemm.bf16_bits, every vector
+    width, a ragged tail, ties and the largest float included."""
+    from kernels import to_bf16
+    from kernels.gemm import bf16_bits
+
+    rng, cases = np.random.default_rng(16), []
+    fam = family("to_bf16")
+    for n in (1000, 4099, 1):
+        x = rng.standard_normal(n).astype(np.float32)
+        x[:n // 2] = (x[:n // 2].view(np.uint32) & 0xFFFF0000 | 0x8000).view(np.float32)   # exact ties
+        x[-1:] = 3.4028235e38
+        p = to_bf16.Problem(n)
+        for cfg in fam.candidates(p, H100):
+            out = np.full(n, 0xFFFF, np.uint16)
+            cases.append((Launch(fam.instance(cfg, p), [x, out, np.int32(n)]), out, bf16_bits(x)))
+    run([launch for launch, *_ in cases], tmp_path)
+    for launch, out, want in cases:
+        assert np.array_equal(out, want), launch.instance.name

@@ -11,10 +11,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from autogemm.errors import BadArguments
-from autogemm.ops.kernels import implementation, kernel, scratch
+from autogemm.ops.kernels import implementation, kernel, launch, scratch
 from autogemm.runtime import compile as compiler
 from autogemm.runtime.device import require_cupy, this_device
 from autogemm.runtime.family import Instance
+from kernels import to_bf16 as to_bf16_family
 from kernels.gemm import EPILOGUES, PRECISIONS, Problem
 
 def leading_dim(x, what: str) -> int:
@@ -68,20 +69,28 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=No
     return call.out
 
 
-def to_bf16(x, out=None):
-    """float32 `x` rounded to bfloat16 (to nearest even; NaN stays NaN) as the uint16 array of its
-    bits that `gemm` takes for bfloat16 operands; into `out` (uint16, x's shape) when given."""
+def to_bf16(x, out=None, config=None):
+    """C-contiguous float32 `x` rounded to bfloat16 (to nearest even; NaN stays NaN) as the uint16
+    array of its bits that `gemm` takes for bfloat16 operands (kernels/to_bf16.py); into `out`
+    (C-contiguous uint16 of x's shape) when given."""
     cupy = require_cupy()
-    if not isinstance(x, cupy.ndarray) or x.dtype != np.float32:
-        raise BadArguments(f"to_bf16: x must be a float32 cupy.ndarray, got {getattr(x, 'dtype', type(x).__name__)}")
-    if out is not None and (not isinstance(out, cupy.ndarray) or out.dtype != np.uint16 or out.shape != x.shape):
-        raise BadArguments(f"to_bf16: out must be a uint16 cupy array of shape {x.shape}")
-    u = x.view(cupy.uint32)
-    bits = cupy.where(cupy.isnan(x), (u >> 16) | 0x40, (u + 0x7FFF + ((u >> 16) & 1)) >> 16)
-    if out is None:
-        return bits.astype(cupy.uint16)
-    out[...] = bits
+    if not isinstance(x, cupy.ndarray) or x.dtype != np.float32 or not x.flags.c_contiguous:
+        raise BadArguments(f"to_bf16: x must be a C-contiguous float32 cupy.ndarray, got "
+                           f"{getattr(x, 'dtype', type(x).__name__)}")
+    out = cupy.empty(x.shape, np.uint16) if out is None else out
+    if not isinstance(out, cupy.ndarray) or out.dtype != np.uint16 or out.shape != x.shape or not out.flags.c_contiguous:
+        raise BadArguments(f"to_bf16: out must be a C-contiguous uint16 cupy array of shape {x.shape}")
+    if _overlaps_flat(x, out):
+        raise BadArguments("to_bf16: out overlaps x")
+    aligned = next(w for w in (8, 4, 2, 1) if x.data.ptr % min(16, 4 * w) == 0 and out.data.ptr % (2 * w) == 0)
+    if x.size:
+        launch("to_bf16", to_bf16_family.Problem(x.size, aligned=aligned), config,
+               lambda geometry: (x, out, np.int32(x.size)))
     return out
+
+
+def _overlaps_flat(x, y) -> bool:
+    return x.data.ptr < y.data.ptr + y.nbytes and y.data.ptr < x.data.ptr + x.nbytes
 
 
 @dataclass

@@ -445,12 +445,35 @@ class AdamMeasure(KernelMeasure):
         return max(self.check(self.arrays[name], *self.expected[name]) for name in ("w", "m", "v"))
 
 
+class ToBf16Measure(KernelMeasure):
+    """Random float32 values rounded to bfloat16, checked bit for bit."""
+
+    def __init__(self, key: Key, device: DeviceInfo, seed: int = 0):
+        import cupy
+
+        super().__init__(key, device, seed)
+        (n,) = key.sizes
+        host = self.normal(n)                                          # x: (n,) float32
+        self.expected = self.reference(self.problem, host)["out"]
+        self.x, self.out = cupy.asarray(host), cupy.empty(n, np.uint16)   # out: (n,) bfloat16 bits
+
+    def launcher(self, cfg: Config):
+        from autogemm.ops.gemm import to_bf16
+
+        return lambda: to_bf16(self.x, self.out, config=cfg)
+
+    def verify(self, run) -> float:
+        self.out.fill(0xFFFF)                                          # a NaN no rounding of these values gives
+        run()
+        return self.check(self.out, *self.expected)
+
+
 MEASURES = {"gemm": GemmMeasure, "gemm_naive": GemmMeasure, "gemm_wgmma": GemmMeasure,
             "elementwise": ElementwiseMeasure,
             "softmax_xent": SoftmaxXentMeasure, "colsum": ColsumMeasure, "linear_xent": LinearXentMeasure,
             "conv2d": ConvMeasure, "conv2d_dgrad": ConvMeasure, "conv2d_wgrad": ConvMeasure,
             "conv2d_direct": ConvMeasure, "conv2d_dgrad_direct": ConvMeasure, "conv2d_wgrad_direct": ConvMeasure,
-            "pool2x2": PoolMeasure, "adam": AdamMeasure}
+            "pool2x2": PoolMeasure, "adam": AdamMeasure, "to_bf16": ToBf16Measure}
 
 
 def measure_for(key: Key, device: DeviceInfo, seed: int = 0) -> KernelMeasure:
