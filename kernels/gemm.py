@@ -27,6 +27,11 @@ PRECISIONS = ("fp32", "tf32", "bf16")
 KEY_DTYPES = ("float32", "float64", "tf32", "bf16", "bfloat16")
 
 
+def serves(precision: str, call_precision: str) -> bool:
+    """Whether products at `precision` may compute a call at `call_precision`: as or more accurate."""
+    return PRECISIONS.index(precision) <= PRECISIONS.index(call_precision)
+
+
 def served_by(arithmetic: str) -> tuple[str, ...]:
     """The key arithmetics whose records may serve a call of `arithmetic`: its own, then the more
     accurate ones (bf16: bf16, tf32, float32); a kernel reading bfloat16 operands serves those alone."""

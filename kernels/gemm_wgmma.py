@@ -73,7 +73,7 @@ CONSTRAINTS = (
      lambda c, p, d: d.compute_capability == "9.0"),
     ("the wgmma path is float32", lambda c, p, d: p.dtype == "float32"),
     ("math tf32 and bf16 round the operands: for calls at that precision or a lower one",
-     lambda c, p, d: gemm.PRECISIONS.index(MATH_PRECISION[c.math]) <= gemm.PRECISIONS.index(p.precision)),
+     lambda c, p, d: gemm.serves(MATH_PRECISION[c.math], p.precision)),
     ("bfloat16 operands are multiplied by math bf16", lambda c, p, d: not p.bf16_operands or c.math == "bf16"),
     ("a k-tile's wgmmas in flight need a stage beside those loading and computing: stages >= 3",
      lambda c, p, d: c.inflight == 0 or c.stages >= 3),
@@ -114,14 +114,16 @@ def geometry(c, p: Problem):
 def default_candidates(p: Problem, d):
     """Tiles largest first, the first of which gives every SM a block (else the one with the most
     blocks), each with the most stages that fit, two warpgroups before one, wgmmas in flight before
-    not; the call's own precision's products first, then the more accurate maths."""
+    not; bfloat16 operands take bf16 products, float32 ones the maths their precision allows, fastest
+    first as measured (bf16's rounding pass costs more than its k16 products save:
+    tuned/bench/issue18-h100/ops-bf16)."""
     tiles = [(bm, bn) for bm, bn in itertools.product(PARAMS["bm"], PARAMS["bn"])]
     tiles.sort(key=lambda t: -t[0] * t[1])
     filling = [t for t in tiles if ceil_div(p.m, t[0]) * ceil_div(p.n, t[1]) >= d.sm_count]
     rest = sorted((t for t in tiles if t not in filling),
                   key=lambda t: -ceil_div(p.m, t[0]) * ceil_div(p.n, t[1]))
-    maths = sorted((m for m, prec in MATH_PRECISION.items() if gemm.PRECISIONS.index(prec) <= gemm.PRECISIONS.index(p.precision)),
-                   key=lambda m: -gemm.PRECISIONS.index(MATH_PRECISION[m]))
+    maths = ["bf16"] if p.bf16_operands else [m for m in ("tf32", "bf16", "3xtf32")
+                                              if gemm.serves(MATH_PRECISION[m], p.precision)]
     for math, (bm, bn) in itertools.product(maths, filling + rest):
         for warpgroups, stages, inflight in itertools.product((2, 1), reversed(PARAMS["stages"]), (1, 0)):
             yield {"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math, "inflight": inflight}

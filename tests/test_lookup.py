@@ -302,6 +302,24 @@ def test_a_bf16_call_takes_bf16_then_tf32_then_fp32_records_and_no_other_call_a_
     assert [lookup.choose("gemm_wgmma", p, H100).config.math for p in (fp32, tf32, bf16)] == ["3xtf32", "tf32", "bf16"]
 
 
+def test_a_bf16_call_takes_the_fastest_record_of_its_shape_across_the_precisions_that_serve_it(tuned):
+    """A bf16 record slower than the tf32 one of its shape (the bf16 path's conversion pass costs
+    more than its products save) loses to it; a record of the shape beats a nearest faster one."""
+    bf16 = gemm_problem(800, 1000, 784, precision="bf16")
+    write_store(tuned, [record(fam="gemm_wgmma", dtype="bf16", config=dict(WGMMA, math="bf16"), median_us=30.2),
+                        record(fam="gemm_wgmma", dtype="tf32", config=dict(WGMMA, math="tf32"), median_us=18.8),
+                        record(fam="gemm_wgmma", config=dict(WGMMA, math="3xtf32"), median_us=35.0)])
+    lookup.reload()
+    assert lookup.choose("gemm_wgmma", bf16, H100).config.math == "tf32"
+    write_store(tuned, [record((300, 1000, 784), fam="gemm_wgmma", dtype="bf16", config=dict(WGMMA, math="bf16"),
+                               median_us=5.0),
+                        record((400, 1000, 784), fam="gemm_wgmma", dtype="tf32", config=dict(WGMMA, math="tf32"),
+                               median_us=12.0)])
+    lookup.reload()
+    choice = lookup.choose("gemm_wgmma", gemm_problem(400, 1000, 784, precision="bf16"), H100)
+    assert (choice.source, choice.config.math) == ("exact", "tf32")
+
+
 def test_bfloat16_operands_have_their_own_records():
     """A kernel reading bfloat16 operands serves those alone, and only its records serve them."""
     bf16_ops = gemm_problem(800, 1000, 784, precision="bf16", bf16_operands=True)

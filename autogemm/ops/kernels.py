@@ -46,11 +46,6 @@ def kernel(family_name: str, problem, config: Mapping | str | None, device: Devi
     return inst
 
 
-# How well a lookup's choice is known: a stale record's time is still a measurement of its own shape
-# (its template has changed since), so it competes with exact ones on time.
-_RANK = {"exact": 0, "stale": 0, "nearest": 1, "default": 2}
-
-
 def implementation(call: str, problem, config: Mapping | str | None, device: DeviceInfo) -> str:
     """The family that runs `call` (a key of kernels.IMPLEMENTATIONS, else the family itself): with
     config None, the one whose lookup is best known (a record of this shape, exact or stale, then
@@ -70,8 +65,7 @@ def implementation(call: str, problem, config: Mapping | str | None, device: Dev
             _implementations[key] = runnable[0]
         else:
             choices = [(name, lookup.choose(name, problem, device)) for name in runnable]
-            _implementations[key] = min(choices, key=lambda nc: (_RANK[nc[1].source],
-                                                                 nc[1].record.median_us if nc[1].record else 0.0))[0]
+            _implementations[key] = min(choices, key=lambda nc: nc[1].rank)[0]
     return _implementations[key]
 
 

@@ -3,9 +3,9 @@ shape on older template code (a stale record, whose config today's space still h
 nearest tuned shape (every size within a factor of 4) whose config can run it, else the family's
 default. A stale record serves only its own shape: for it, the config found by measuring this very
 shape is a better guess than another shape's or the untuned default, until `autogemm tune --stale`
-measures again. A GEMM at precision tf32 looks for tf32 records first, then for the FP32-accurate
-ones, which serve it too (bf16: bf16, tf32, then FP32-accurate); an FP32-accurate call never gets a
-tf32 or bf16 record.
+measures again. A GEMM at precision tf32 is served by tf32 records and by the FP32-accurate ones
+(bf16: bf16, tf32 and FP32-accurate): of those, a record of its shape beats a nearest one, and
+between two of its shape the faster wins. An FP32-accurate call never gets a tf32 or bf16 record.
 
 Two folders hold tuned files (autogemm.store.locations): the one `autogemm tune` writes (the user's
 store), then the results shipped with autogemm. For each key, a current record beats a stale one,
@@ -39,6 +39,16 @@ class Choice:
     source: str                  # "exact", "stale", "nearest" or "default"
     record: Record | None = None
     distance: float = 0.0
+
+    @property
+    def rank(self) -> tuple[int, float]:
+        """Lower is better: a record of the shape, then a nearest one, then the default; between two
+        of a kind, the faster record. A stale record's time is still a measurement of its own shape
+        (its template changed since), so it competes with exact ones on time."""
+        return _RANK[self.source], self.record.median_us if self.record else 0.0
+
+
+_RANK = {"exact": 0, "stale": 0, "nearest": 1, "default": 2}
 
 
 class Index:
@@ -140,11 +150,9 @@ def choose(family_name: str, problem, device: DeviceInfo) -> Choice:
     choice = None
     if index is not None:
         fits = lambda cfg: cfg is not None and not fam.violations(cfg, problem, device)  # noqa: E731
-        # A tf32 or bf16 call takes a record of its precision, else a more accurate one.
-        for serving in serving_keys(key):
-            choice = _from_index(index, serving, fam, fits)
-            if choice is not None:
-                break
+        # A tf32 or bf16 call takes the best of its precision's records and the more accurate ones.
+        found = [c for serving in serving_keys(key) if (c := _from_index(index, serving, fam, fits))]
+        choice = min(found, key=lambda c: c.rank, default=None)
     if choice is None:
         choice = Choice(fam.default(problem, device), "default")
     if key not in _logged:
