@@ -76,7 +76,8 @@ def make_backend(backend_name: str, dtype: str = "float32"):
     """The trainer backend of a benchmark name: numpy, cublas, cupy-default, cupy-tuned,
     cupy-tuned-tf32 or cupy-tuned-bf16 (its GEMMs at that precision)."""
     options = {"tuned": backend_name.startswith("cupy-tuned")} if backend_name.startswith("cupy") else {}
-    options |= {"precision": precision_of(backend_name)} if precision_of(backend_name) != "fp32" else {}
+    precision = precision_of(backend_name)
+    options |= {"precision": precision} if precision != "fp32" else {}
     return get_backend(backend_name.split("-")[0], dtype, **options)
 
 

@@ -1,5 +1,6 @@
 """GPU checks of the GEMM families against float64 NumPy: every op, epilogue and dtype, poisoned outputs."""
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -253,20 +254,43 @@ def test_wgmma_tf32_products_every_epilogue(epilogue):
         autogemm.gemm(a, b, precision="bf8")
 
 
+WGMMA_TILES = dict(bm=128, bn=128, warpgroups=2, stages=4, inflight=1)
+
+
 @pytest.mark.parametrize("epilogue", (None,) + EPILOGUES[1:])
 def test_wgmma_bf16_products_every_epilogue(epilogue):
-    """Precision bf16: BF16 products (the family's default for a bf16 call) within the bfloat16
-    bound on every op, and bfloat16 indeed: errors well above TF32's on the same data."""
+    """Precision bf16: BF16 products within the bfloat16 bound on every op, and bfloat16 indeed:
+    errors well above TF32's on the same data."""
     if not hopper():
         pytest.skip("gemm_wgmma needs a Hopper GPU (sm_90a)")
     errors = []
     for m, n, k, ta, tb in [(800, 1000, 784, False, True), (131, 67, 260, False, True), (1024, 1024, 1024, False, True),
                             (1000, 784, 800, True, False), (800, 784, 1000, False, False), (12, 8, 28, True, True)]:
         bf16, tf32 = (run_and_check(np.random.default_rng(13), m, n, k, ta, tb, np.float32, epilogue=epilogue,
-                                    beta=0.5, config="default", kernel_family="gemm_wgmma", precision=p)
+                                    beta=0.5, config=dict(WGMMA_TILES, math=p), kernel_family="gemm_wgmma",
+                                    precision=p)
                       for p in ("bf16", "tf32"))
         errors.append((bf16.max_rel_error, tf32.max_rel_error))
     assert all(b > 2 * t for b, t in errors), errors
+
+
+@pytest.mark.parametrize("args, words", [
+    (dict(a="float64", precision="tf32"), "at precision tf32 a and b must both be float32 (uint16: bfloat16 bits), got float64 and float32"),
+    (dict(precision="bf8"), "precision 'bf8' is not one of fp32, tf32, bf16"),
+    (dict(out="float64"), "out must be float32 for float32 operands, got float64"),
+    (dict(k2=9), "op(a) is 6x8, op(b) 9x5 and out 6x5: the sizes do not chain"),
+    (dict(a_strided=True), "a must have unit stride along rows"),
+])
+def test_cublas_baseline_rejects_bad_arguments_in_one_line(args, words):
+    import cupy
+
+    import autogemm
+
+    a = cupy.ones((6, 16), args.get("a", "float32"))[:, ::2] if args.get("a_strided") else \
+        cupy.ones((6, 8), args.get("a", "float32"))
+    b, out = cupy.ones((args.get("k2", 8), 5), np.float32), cupy.ones((6, 5), args.get("out", "float32"))
+    with pytest.raises(autogemm.BadArguments, match=re.escape(words)):
+        autogemm.cublas_gemm(a, b, out, precision=args.get("precision", "tf32"))
 
 
 @pytest.mark.parametrize("precision", ("tf32", "bf16"))
@@ -276,7 +300,7 @@ def test_cublas_baseline_at_reduced_precision(precision, ta, tb):
     operands, alpha and beta in place, within that precision's bound."""
     import cupy
 
-    from autogemm.tuning.measure import cublas_gemm
+    from autogemm.ops.cublas import cublas_gemm
 
     rng = np.random.default_rng(14)
     m, n, k = 300, 200, 520
@@ -305,6 +329,29 @@ def test_to_bf16_rounds_as_numpy_does():
     assert np.array_equal(got, bf16_bits(x))
     nan = cupy.asnumpy(autogemm.to_bf16(cupy.asarray(np.array([np.nan], np.float32))))
     assert (nan[0] & 0x7F80) == 0x7F80 and nan[0] & 0x7F
+
+
+def test_to_bf16_every_alignment_and_config():
+    """Arrays that start off the 16-byte vectors (the kernel's narrower vectors) and every vector
+    width of the family's candidates, tails included; nothing past `out` written."""
+    import cupy
+
+    import autogemm
+    from kernels.gemm import bf16_bits
+
+    rng = np.random.default_rng(17)
+    x = rng.standard_normal(10_007).astype(np.float32)
+    for shift_x, shift_out in ((0, 0), (1, 0), (0, 1), (2, 6), (3, 3)):
+        dev_x = cupy.asarray(np.concatenate([np.zeros(shift_x, np.float32), x]))[shift_x:]
+        room = cupy.full(x.size + shift_out + 5, 0xABCD, np.uint16)
+        out = room[shift_out:shift_out + x.size]
+        for config in (None, "default", dict(block=128, ept=4, vec=1), dict(block=64, ept=1, vec=2)):
+            if isinstance(config, dict) and (shift_x % config["vec"] or shift_out % config["vec"]):
+                continue
+            out.fill(0)
+            autogemm.to_bf16(dev_x, out, config=config)
+            assert np.array_equal(cupy.asnumpy(out), bf16_bits(x)), (shift_x, shift_out, config)
+        assert (cupy.asnumpy(room[shift_out + x.size:]) == 0xABCD).all()
 
 
 @pytest.mark.parametrize("epilogue", (None,) + EPILOGUES[1:])

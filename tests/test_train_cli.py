@@ -45,6 +45,10 @@ def test_use_tuned_falls_back_to_numpy_without_a_device(tmp_path, fake_dir):
                        "--epochs", "1", "--no-log", "--quiet")
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0].startswith("--use-tuned: no CUDA device")
+    result = run_train(tmp_path, "--use-tuned", "--precision", "bf16", "--data-dir", fake_dir, "--dataset", "mnist",
+                       "--hidden", "8", "--epochs", "1", "--no-log")
+    assert result.returncode == 0, result.stderr
+    assert "(--precision bf16 ignored: the NumPy backend is float32)" in result.stdout.splitlines()[1]
 
 
 def test_output_and_run_log(tmp_path, fake_dir):

@@ -321,7 +321,12 @@ def test_tune_dtype_bfloat16_tunes_the_wgmma_gemm_of_bfloat16_operands(fake_gpu,
      "--precision tf32 rounds float32 operands; --dtype is float64"),
     (["--shapes", "800x1000x784:nt", "--precision", "tf32", "--families", "gemm"],
      "--precision tf32: no family of these shapes has tf32 kernels"),
-    (["--shapes", "1002x784x800:tn", "--precision", "tf32"], "no config of them can run these shapes"),   # M % 4
+    (["--shapes", "1002x784x800:tn", "--precision", "tf32"],      # M % 4
+     "no config can run these shapes at tf32 on NVIDIA H100 80GB HBM3 (gemm_wgmma: 16-byte copies need A and B"),
+    (["--shapes", "1002x784x801:tn", "--dtype", "bfloat16"],
+     "(gemm: bfloat16 operands are read by gemm_wgmma alone; gemm_wgmma: 16-byte copies"),
+    (["--shapes", "800x1000x784:nt", "--precision", "bf16", "--fix", "bm=64"],
+     "--fix confines the tiled gemm family, which has no bf16 kernels"),
 ])
 def test_tune_precision_tf32_where_nothing_computes_it_is_one_line(fake_gpu, tmp_path, capsys, argv, words):
     assert cli.main(["tune", *argv, "--out", str(tmp_path / "tuned")]) == 2

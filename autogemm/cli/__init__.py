@@ -97,8 +97,8 @@ def cmd_bench(args) -> int:
     precision = "bf16" if bf16_operands else args.precision
     dev = this_device()
     at = f" at precision {precision}" if precision != "fp32" else ""
-    how = (f"{args.dtype}{at}, median of {args.reps} event-timed runs, "
-           f"L2 {'flushed' if args.l2 == 'flush' else 'warm'}")
+    timer = f"median of {args.reps} event-timed runs, L2 {'flushed' if args.l2 == 'flush' else 'warm'}"
+    how = f"{args.dtype}{at}, {timer}"
     records = []
     gemms = _bench_table(f"autogemm bench on {dev.name} ({dev.sm_count} SMs): GEMMs, {how}", "cuBLAS")
     for shape in shapes:
@@ -116,7 +116,8 @@ def cmd_bench(args) -> int:
         records += _add_bench_rows(gemms, shown, "cublas")
     Console().print(gemms)
     if convolutions:
-        convs = _bench_table(f"autogemm bench on {dev.name}: convolutions, {how}", "cuDNN")
+        convs = _bench_table(f"autogemm bench on {dev.name}: convolutions, {args.dtype} (FP32-accurate), {timer}",
+                             "cuDNN")
         for target in convolutions:
             records += _add_bench_rows(convs, bench_convolution(target, dtype, reps=args.reps,
                                                                 flush_l2=args.l2 == "flush"), "cudnn")
@@ -165,6 +166,7 @@ def cmd_tune(args) -> int:
     from autogemm.runtime.device import software, this_device
     from autogemm.runtime.family import family
     from autogemm.store import locations
+    from autogemm.store.keys import problem_of
     from autogemm.store.records import Meta, file_for, load
     from autogemm.tuning.search import Settings
     from autogemm.tuning.tune import runnable_targets, stale_targets, tune_targets
@@ -183,9 +185,13 @@ def cmd_tune(args) -> int:
         targets = [t for t in targets if args.precision in getattr(REGISTRY[t.family], "KERNEL_PRECISIONS", ("fp32",))]
         if not targets:
             raise AutogemmError(f"--precision {args.precision}: no family of these shapes has {args.precision} kernels "
-                                f"(gemm_wgmma: float32 GEMMs on Hopper); FP32-accurate records serve {args.precision} calls")
+                                f"(gemm_wgmma: float32 GEMMs on Hopper); the more accurate records serve "
+                                f"{args.precision} calls")
     gemm_space = _fixed(args.fix)
     family("gemm").restricted(gemm_space)      # an unknown name or value fails here, in one line
+    if gemm_space and arithmetic != args.dtype:
+        raise AutogemmError(f"--fix confines the tiled gemm family, which has no {arithmetic} kernels; "
+                            f"drop --fix, or tune the FP32-accurate records without --precision/--dtype")
     if gemm_space and targets:                 # --fix confines the tiled family: the GEMMs are its alone
         targets = [t for t in targets if call_of(t.family) != "gemm" or t.family == "gemm"]
     out = Path(args.out) if args.out else locations.tune_dir()
@@ -213,12 +219,18 @@ def cmd_tune(args) -> int:
                   "nothing to tune")
             return 0
     targets, elsewhere = runnable_targets(targets, arithmetic, device)
+    if not targets:
+        if not elsewhere:
+            raise AutogemmError(f"--families {','.join(args.families)}: none of them launches in these shapes")
+        first = {}                # each family's first shape
+        for t in elsewhere:
+            first.setdefault(t.family, t)
+        why = "; ".join(f"{name}: {', '.join(family(name).why_not(problem_of(t.key(arithmetic)), device))}"
+                        for name, t in first.items())
+        raise AutogemmError(f"no config can run these shapes at {arithmetic} on {device.name} ({why})")
     for name, count in Counter(t.family for t in elsewhere).items():
         print(f"autogemm tune: {count} shape(s) left to the other implementations of their call: {name} cannot "
               f"run them on {device.name}")
-    if not targets:
-        raise AutogemmError(f"--families {','.join(args.families)}: no config of them can run these shapes on "
-                            f"{device.name}")
     settings = Settings(trials=args.trials, timeout=args.timeout, seed=args.seed)
     console = _console()
     console.print(f"autogemm tune: {len(targets)} shapes on {device.name}, {arithmetic}, up to {args.trials} "

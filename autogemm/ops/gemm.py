@@ -18,17 +18,17 @@ from autogemm.runtime.family import Instance
 from kernels import to_bf16 as to_bf16_family
 from kernels.gemm import EPILOGUES, PRECISIONS, Problem
 
-def leading_dim(x, what: str) -> int:
+def leading_dim(x, what: str, call: str = "gemm") -> int:
     """Leading dimension (elements) of a row-major 2-D array; BadArguments for other layouts."""
     if x.ndim != 2:
-        raise BadArguments(f"gemm: {what} must be 2-D, got shape {x.shape}")
+        raise BadArguments(f"{call}: {what} must be 2-D, got shape {x.shape}")
     item = x.itemsize
     if x.shape[1] > 1 and x.strides[1] != item:
-        raise BadArguments(f"gemm: {what} must have unit stride along rows (row-major); "
+        raise BadArguments(f"{call}: {what} must have unit stride along rows (row-major); "
                            f"got strides {x.strides}: pass cupy.ascontiguousarray({what})")
     ld = x.strides[0] // item if x.shape[0] > 1 else x.shape[1]
     if x.strides[0] % item or ld < x.shape[1]:
-        raise BadArguments(f"gemm: {what} has strides {x.strides} that are not a row-major layout")
+        raise BadArguments(f"{call}: {what} has strides {x.strides} that are not a row-major layout")
     return max(ld, 1)
 
 

@@ -187,6 +187,14 @@ class Family:
         a GPU), as gemm_wgmma's do."""
         return bool(self.candidates(problem, device))
 
+    def why_not(self, problem, device: DeviceInfo) -> list[str]:
+        """The constraints every untuned candidate breaks on `problem`: why none can run it."""
+        broken = None
+        for values in self.module.default_candidates(problem, device):
+            found = set(self.violations(self.config(values, "default"), problem, device))
+            broken = found if broken is None else broken & found
+        return sorted(broken or ())
+
     def all_configs(self) -> Iterator[Config]:
         """Every point of the space, valid or not (filter with `violations`)."""
         for values in itertools.product(*self.params.values()):

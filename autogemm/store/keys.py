@@ -1,6 +1,7 @@
 """How a kernel call is named in tuned files: (family, shape, op, dtype), and back to a Problem.
-The dtype field names the arithmetic: float32, float64, or for the GEMM also tf32 (float32 data
-multiplied in TF32), whose records never serve an FP32-accurate call.
+The dtype field names the arithmetic: float32, float64, or for the GEMM also tf32 and bf16 (float32
+data multiplied in TF32 or BF16: records that never serve a more accurate call) and bfloat16
+(bfloat16 operands, float32 out: served by their own records alone).
 
 Each family declares its keys (kernels.contract.KernelFamily): what its sizes stand for
 (KEY_SIZES, joined by "x" in the shape: "800x1000x784" for a GEMM's m, n, k), the ops a key may

@@ -29,7 +29,8 @@ class Verdict:
         return f"mismatch (max-norm relative error {self.max_rel_error:.2e}{extra}): {first}"
 
 
-# Relative rounding of each operand before its product, by precision (kernels.gemm.PRECISIONS).
+# Relative rounding of each operand before its product, by precision (kernels.gemm.PRECISIONS):
+# TF32 truncated or rounded (its top 19 bits), BF16 rounded to nearest.
 OPERAND_ROUNDING = {"fp32": 0.0, "tf32": 2.0 ** -10, "bf16": 2.0 ** -8}
 
 
@@ -37,7 +38,8 @@ def compare(out, value, magnitude, k: int, dtype, precision: str = "fp32", show:
     """Elementwise check of `out` against the reference within the K-, dtype- and precision-scaled bound."""
     out = np.asarray(out, np.float64)
     eps = np.finfo(dtype).eps
-    tol = ((k + 4) * eps + 2 * OPERAND_ROUNDING[precision]) * magnitude + 4 * eps * np.abs(value) + np.finfo(dtype).tiny
+    product = (1 + OPERAND_ROUNDING[precision]) ** 2 - 1          # both operands of a product rounded
+    tol = ((k + 4) * eps + product) * magnitude + 4 * eps * np.abs(value) + np.finfo(dtype).tiny
     err = np.abs(out - value)
     bad = ~(err <= tol)                  # NaN counts as bad
     ref_norm = np.max(np.abs(value)) if value.size else 0.0

@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 case "${1:-wgmma}" in
-bfloat16)   # bfloat16 operands: their GPU tests, the kernels tuned and timed against cuBLAS's GemmEx on
-            # the same arrays, then every stale wgmma record re-tuned in each precision
+bfloat16)   # bfloat16 operands: their GPU tests and to_bf16's, what rounding to bfloat16 costs, the
+            # kernels tuned and timed against cuBLAS's GemmEx on the same arrays
     python -m pytest -q -m gpu tests/test_gemm_gpu.py -k "bf16 or bfloat16 or cublas_baseline" \
         > "$out/pytest-bfloat16.txt" 2>&1; tail -3 "$out/pytest-bfloat16.txt"
+    python tuned/bench/issue18_to_bf16.py --json "$out/to-bf16.json" 2>&1 | tee "$out/to-bf16.txt"
     shapes=4096x4096x4096:nt,8192x4096x784:nt,800x1000x784:nt,4096x784x8192:tn,1000x784x800:tn
     python -m autogemm.cli tune --dtype bfloat16 --shapes $shapes --trials 24 --timeout 15 > "$out/tune-bfloat16.txt" 2>&1
     grep -E "│ gemm|rror" "$out/tune-bfloat16.txt" | tail -6
     python -m autogemm.cli bench --dtype bfloat16 --reps 50 --shapes $shapes > "$out/bench-bfloat16.txt" 2>&1
     grep -E "│|rror" "$out/bench-bfloat16.txt" | tail -22
-    for precision in fp32 tf32; do python -m autogemm.cli tune --stale --precision $precision; done \
-        > "$out/tune-stale.txt" 2>&1; grep "│ gemm" "$out/tune-stale.txt" | tail -30
+    cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
+    ;;
+stale)   # every stale record re-tuned in each precision (after a template change)
+    for precision in fp32 tf32 bf16; do
+        python -m autogemm.cli tune --stale --precision $precision --trials 30 --timeout 12
+    done > "$out/tune-stale.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-stale.txt" | tail -30
     cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
     ;;
 smoke)   # a few minutes: every op and bf16 once on hardware, cuBLAS at reduced precision, and the

@@ -11,23 +11,10 @@ import json
 SHAPES = ((4096, 4096, 4096), (8192, 4096, 784), (800, 1000, 784), (200, 1000, 784), (8192, 784, 4096))
 
 
-def cublas_tf32(a, b, out):
-    """cuBLAS's SGEMM with TF32 tensor-core products (the handle's math mode, for this call only)."""
-    import cupy
-    from cupy import cublas
-    from cupy_backends.cuda.libs import cublas as libcublas
-
-    handle = cupy.cuda.device.get_cublas_handle()
-    libcublas.setMathMode(handle, getattr(libcublas, "CUBLAS_TF32_TENSOR_OP_MATH", 3))
-    try:
-        cublas.gemm("N", "T", a, b, out=out)
-    finally:
-        libcublas.setMathMode(handle, getattr(libcublas, "CUBLAS_DEFAULT_MATH", 0))
-
-
 def main():
     from cupy import cublas
 
+    from autogemm.ops.cublas import cublas_gemm
     from autogemm.ops.gemm import plan_gemm
     from autogemm.runtime.device import this_device
     from autogemm.runtime.family import family
@@ -59,7 +46,7 @@ def main():
         measure.verify(tuned)
         runs["mma.sync tuned"] = tuned
         runs["cublas fp32"] = lambda: cublas.gemm("N", "T", measure.a, measure.b, out=measure.out)
-        runs["cublas tf32"] = lambda: cublas_tf32(measure.a, measure.b, measure.out)
+        runs["cublas tf32"] = lambda: cublas_gemm(measure.a, measure.b, measure.out, trans_b=True, precision="tf32")
         timings = time_interleaved(runs, reps=args.reps)
         flops = 2 * m * n * k
         best = min((t.median_us, name) for name, t in timings.items() if name in names)
