@@ -4,7 +4,8 @@
 The same call as the gemm family (its Problem, keys, epilogues and reference): D = epi(alpha * op(A)
 @ op(B) + beta * C), every op, float32 or bfloat16 operands (float32 out), on compute capability 9.0
 (sm_90a). wgmma reads TF32 operands K-major, so an operand with M or N contiguous (op(A) = A^T,
-op(B) = B) is transposed in shared memory as each stage lands.
+op(B) = B) is transposed in shared memory as each stage lands; bfloat16 operands are read as they
+land, M/N-major ones by wgmma's transposing form.
 """
 import itertools
 
@@ -53,11 +54,12 @@ def mn_major(p: Problem) -> tuple[bool, bool]:
 def smem_bytes(c, p: Problem) -> int:
     """STAGES stages of the A and B tiles; 2 + INFLIGHT prepared buffers holding, of each operand,
     its transposed tile if it is M/N-major and its lo part under 3xTF32, or under BF16 its bfloat16
-    tile where it is float32 or M/N-major; room to align them to 1024 bytes."""
+    tile where it is float32 (bfloat16 operands are read as they land); room to align them to 1024
+    bytes."""
     a_mn, b_mn = mn_major(p)
     split = c.math == "3xtf32"
     if c.math == "bf16":
-        prepared = ((not p.bf16_operands or a_mn) * c.bm + (not p.bf16_operands or b_mn) * c.bn) * BK * 2
+        prepared = 0 if p.bf16_operands else (c.bm + c.bn) * BK * 2
     else:
         prepared = ((a_mn + split) * c.bm + (b_mn + split) * c.bn) * BK * p.itemsize
     return c.stages * (c.bm + c.bn) * BK * p.operand_itemsize + (2 + c.inflight) * prepared + SWIZZLE_ALIGN
@@ -75,6 +77,8 @@ CONSTRAINTS = (
     ("math tf32 and bf16 round the operands: for calls at that precision or a lower one",
      lambda c, p, d: gemm.serves(MATH_PRECISION[c.math], p.precision)),
     ("bfloat16 operands are multiplied by math bf16", lambda c, p, d: not p.bf16_operands or c.math == "bf16"),
+    ("bfloat16 B with N contiguous (op(B) = B) is read in blocks of 64 columns: BN a multiple of 64",
+     lambda c, p, d: not (p.bf16_operands and mn_major(p)[1]) or c.bn % 64 == 0),
     ("a k-tile's wgmmas in flight need a stage beside those loading and computing: stages >= 3",
      lambda c, p, d: c.inflight == 0 or c.stages >= 3),
     ("16-byte copies need A and B 16-byte aligned with leading dimensions a multiple of 16 bytes",

@@ -11,7 +11,8 @@
 // warp's mma.sync m16n8k8 gathers the 32 lanes' fragments in the warp's slots, like a shuffle, and
 // sums the products of their TF32 values (the top 19 bits) in double. A warpgroup's wgmma reads
 // its operands (TF32 or bfloat16) from shared memory through their descriptors (start, stride of
-// 8-row atoms, the 128- or 64-byte swizzle) as it is issued, each thread summing its own accumulators of the 64 x N tile:
+// 8-row atoms, the 128- or 64-byte swizzle; for transposed bfloat16, 64-row blocks of 128-byte k
+// rows) as it is issued, each thread summing its own accumulators of the 64 x N tile:
 // it checks the kernel's shared layout against the descriptor's meaning, not the hardware's timing
 // (the kernels wait for each group before touching its memory).
 #pragma once
@@ -204,29 +205,40 @@ inline float wgmma_operand(uint64_t desc, unsigned row, unsigned k) {
     return x;
 }
 
-// The bfloat16 at row `row`, element `k` of a K-major BF16 operand, as a double.
-inline double wgmma_bf16_operand(uint64_t desc, unsigned row, unsigned k) {
+// The shared-memory address of element (row, k) of an M/N-major 16-bit operand described by `desc`
+// (the 128-byte swizzle only): 64-row blocks the leading byte offset apart (bits 16-29), each k a
+// 128-byte row, 8-k atoms the stride byte offset apart (bits 32-45).
+inline size_t wgmma_address_mn(uint64_t desc, unsigned row, unsigned k) {
+    if (desc >> 62 != 1) throw std::runtime_error("emulated wgmma: M/N-major operands in the 128-byte swizzle only");
+    const size_t start = (desc & 0x3fff) << 4, block = ((desc >> 16) & 0x3fff) << 4, atom = ((desc >> 32) & 0x3fff) << 4;
+    const size_t logical = start + row / 64 * block + k / 8 * atom + k % 8 * 128 + 2 * (row % 64);
+    return logical ^ (((logical >> 7) & 7) << 4);
+}
+
+// The bfloat16 at row `row`, element `k` of a BF16 operand, K-major or (transposed) M/N-major, as a double.
+inline double wgmma_bf16_operand(uint64_t desc, unsigned row, unsigned k, bool transposed) {
     uint16_t x;
-    std::memcpy(&x, dynamic_smem + wgmma_address(desc, row, 2 * k), 2);
+    std::memcpy(&x, dynamic_smem + (transposed ? wgmma_address_mn(desc, row, k) : wgmma_address(desc, row, 2 * k)), 2);
     return std::bit_cast<float>(uint32_t(x) << 16);
 }
 
 // wgmma.mma_async m64nNk8 .f32.tf32.tf32, A and B from shared memory (K-major), D += A B^T: this
 // thread's N/2 accumulators (d[4j + i] at row 16 warp + lane/4 + 8 (i/2), column 8j + 2 (lane%4) + i%2).
-// The k16 .bf16 form sums 16 products of bfloat16 operands alike.
+// The k16 .bf16 form sums 16 products of bfloat16 operands alike, each operand K-major or, with its
+// transpose flag (the statement's last two operands), M/N-major.
 template <unsigned N, unsigned K, class Operand, class Operands, size_t... I>
-void wgmma(Operand operand, Operands&& ops, std::index_sequence<I...>) {
+void wgmma(Operand operand, Operands&& ops, std::index_sequence<I...>, bool trans_a = false, bool trans_b = false) {
     float* d[] = {&std::get<I>(ops)...};
     const uint64_t a = std::get<N / 2>(ops), b = std::get<N / 2 + 1>(ops);
     const unsigned t = emu_thread() % 128, warp = t / 32, lane = t % 32;
     for (unsigned r = 0; r < N / 2; ++r) {
         const unsigned row = 16 * warp + lane / 4 + 8 * (r % 4 / 2), col = 8 * (r / 4) + 2 * (lane % 4) + r % 2;
         double sum = *d[r];
-        for (unsigned k = 0; k < K; ++k) sum += operand(a, row, k) * operand(b, col, k);
+        for (unsigned k = 0; k < K; ++k) sum += operand(a, row, k, trans_a) * operand(b, col, k, trans_b);
         *d[r] = float(sum);
     }
 }
-inline double tf32_operand(uint64_t desc, unsigned row, unsigned k) {
+inline double tf32_operand(uint64_t desc, unsigned row, unsigned k, bool) {
     return std::bit_cast<float>(std::bit_cast<uint32_t>(wgmma_operand(desc, row, k)) & 0xffffe000u);
 }
 #define EMU_WGMMA(N)                                                                                  \
@@ -237,8 +249,10 @@ inline double tf32_operand(uint64_t desc, unsigned row, unsigned k) {
     }                                                                                                      \
     template <class... Args>                                                                               \
     void wgmma_mma_async_sync_aligned_m64n##N##k16_f32_bf16_bf16(Args&&... args) {                         \
-        static_assert(sizeof...(Args) == N / 2 + 2, "wgmma m64n" #N "k16: N/2 accumulators, 2 descriptors"); \
-        wgmma<N, 16>(wgmma_bf16_operand, std::forward_as_tuple(args...), std::make_index_sequence<N / 2>()); \
+        static_assert(sizeof...(Args) == N / 2 + 4, "wgmma m64n" #N "k16: N/2 accumulators, 2 descriptors, 2 transpose flags"); \
+        auto ops = std::forward_as_tuple(args...);                                                         \
+        wgmma<N, 16>(wgmma_bf16_operand, ops, std::make_index_sequence<N / 2>(), std::get<N / 2 + 2>(ops) != 0, \
+                     std::get<N / 2 + 3>(ops) != 0);                                                       \
     }
 EMU_WGMMA(8) EMU_WGMMA(16) EMU_WGMMA(24) EMU_WGMMA(32) EMU_WGMMA(48)
 EMU_WGMMA(64) EMU_WGMMA(80) EMU_WGMMA(96) EMU_WGMMA(112) EMU_WGMMA(128)

@@ -199,7 +199,7 @@ def wgmma_config(bm, bn, warpgroups, stages, math="3xtf32", inflight=0):
 # 32 to 256, odd N (scalar stores), the epilogues, C in place; every op (operands transposed in
 # shared memory: M and N a multiple of 4, the 16-byte copies' alignment); TF32 and BF16 products
 # for calls at those precisions (checked within their bounds); bfloat16 operands (rows a multiple
-# of 8 elements).
+# of 8 elements), M/N-major ones read by the transposing wgmma (one and two 64-row blocks).
 WGMMAS = [
     (130, 70, 100, "float32", False, True, "bias_sigmoid", False, wgmma_config(128, 64, 1, 3)),
     (130, 70, 164, "float32", False, True, "dsigmoid", True, wgmma_config(128, 64, 2, 3, inflight=1)),
@@ -222,8 +222,10 @@ WGMMAS = [
     (200, 45, 68, "float32", True, True, "bias", False, wgmma_config(192, 48, 1, 3, "bf16", 1), "bf16"),
     (130, 100, 168, "float32", False, True, "bias_sigmoid", True, wgmma_config(128, 96, 2, 3, "bf16", 1), "bfloat16"),
     (136, 72, 104, "float32", True, False, "dsigmoid", True, wgmma_config(64, 64, 1, 4, "bf16"), "bfloat16"),
-    (72, 40, 40, "float32", False, False, None, False, wgmma_config(64, 32, 1, 2, "bf16"), "bfloat16"),
+    (72, 40, 40, "float32", False, False, None, False, wgmma_config(64, 64, 1, 2, "bf16"), "bfloat16"),
     (200, 45, 72, "float32", True, True, "drelu", False, wgmma_config(192, 48, 1, 3, "bf16", 1), "bfloat16"),
+    (72, 136, 48, "float32", False, False, "bias", False, wgmma_config(64, 128, 1, 3, "bf16", 1), "bfloat16"),
+    (296, 64, 72, "float32", True, False, None, True, wgmma_config(256, 64, 2, 3, "bf16"), "bfloat16"),
 ]
 
 
