@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -17,6 +17,17 @@ bfloat16)   # bfloat16 operands: their GPU tests and to_bf16's, what rounding to
     grep -E "│ gemm|rror" "$out/tune-bfloat16.txt" | tail -6
     python -m autogemm.cli bench --dtype bfloat16 --reps 50 --shapes $shapes > "$out/bench-bfloat16.txt" 2>&1
     grep -E "│|rror" "$out/bench-bfloat16.txt" | tail -22
+    cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
+    ;;
+epochs)   # after a template change: the stale records re-tuned in each precision, the tf32 records
+          # of the networks' update GEMMs (tn), then the epochs in each precision against PyTorch's BF16
+    for precision in fp32 tf32 bf16; do
+        python -m autogemm.cli tune --stale --precision $precision --trials 30 --timeout 12
+    done > "$out/tune-stale.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-stale.txt" | tail -30
+    python -m autogemm.cli tune --precision tf32 --shapes 1000x784x800:tn,4096x784x8192:tn --trials 30 --timeout 20 \
+        > "$out/tune-tf32-tn.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-tf32-tn.txt"
+    python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32,cupy-tuned-bf16,torch-graph-bf16 \
+        --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -3 "$out/nn-bench.txt"
     cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
     ;;
 stale)   # every stale record re-tuned in each precision (after a template change)
