@@ -94,7 +94,7 @@ def time_backend(net: Network | ConvNetwork, backend_name: str, x: np.ndarray, y
         model = MLP(backend, sizes, net.activation, init_params(sizes, "he" if net.activation == "relu" else "cme213"))
         step = Step(model, net.batch, net.batch, net.lr, 1e-4)
     index, spans = rank_rows(len(y), net.batch, 0, 1)
-    xd, yd = backend.asarray(x[index]), backend.asarray(y[index])  # X: (N, 784) float32, labels (N,)
+    xd, yd = backend.read_only(backend.asarray(x[index])), backend.asarray(y[index])  # X: (N, 784) float32, labels (N,)
     epoch = Epoch(step, spans, xd, yd, graph=True)
     times = []
     for i in range(epochs + 1):

@@ -419,7 +419,7 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
     # Rows: this rank's share of each batch, or every row when the ranks split the model.
     index, spans = rank_rows(n_train, cfg.batch, 0, 1) if model_split else rank_rows(n_train, cfg.batch, dist.rank,
                                                                                        dist.size)
-    x_train = backend.asarray(ds.train.x[index])  # X: (rows of this rank, D) dtype
+    x_train = backend.read_only(backend.asarray(ds.train.x[index]))  # X: (rows of this rank, D) dtype
     y_train = backend.asarray(ds.train.y[index])  # (rows of this rank,) int64
     max_rows = max(count for _, count in spans)
     allreduce = _agreed(dist, lambda: reductions.choose(args.allreduce, dist, backend, not args.no_overlap))

@@ -197,3 +197,44 @@ def test_reduced_precisions_train_as_fp32_does(tmp_path, data_dir):
     for p in ("tf32", "bf16"):
         assert abs(accuracy[p] - accuracy["fp32"]) <= 1.0, accuracy
         assert 1e-6 < max_rel_diff(runs[p][0], runs["fp32"][0]) < 0.1, p
+
+
+def test_bf16_gemms_read_bfloat16_copies_of_their_operands():
+    """At precision bf16 the backend's GEMMs multiply the bfloat16 values of their operands: a
+    read-only array's copy (a row slice of it too), a weight rounded again before each call (after
+    it changed); operands no kernel can read in bfloat16 (rows of 10 floats) stay float32. Each result
+    within float32's bound of the bfloat16 values' product; the plan's kernel reads uint16."""
+    import cupy
+
+    from autogemm.runtime.device import this_device
+    from autogemm.tuning.verify import compare
+    from kernels.gemm import Problem, bf16_bits, reference
+
+    if this_device().compute_capability != "9.0":
+        pytest.skip("bfloat16 operands are read by Hopper's kernels (gemm_wgmma)")
+    bk = get_backend("cupy", "float32", tuned=True, precision="bf16")
+    rng = np.random.default_rng(19)
+    x_host = rng.standard_normal((1000, 784)).astype(np.float32)
+    x = bk.read_only(bk.asarray(x_host))                                # X: (1000, 784) float32
+    w = bk.asarray(rng.standard_normal((512, 784)).astype(np.float32))  # W: (512, 784) float32
+    out = bk.empty((800, 512))
+
+    def rounded(a):
+        return (bf16_bits(a).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+    for step in range(2):
+        bk.gemm(x[100:900], w, out, trans_b=True)
+        want, magnitude, _ = reference(Problem(800, 512, 784, trans_b=True), rounded(x_host[100:900]),
+                                       rounded(cupy.asnumpy(w)))["d"]
+        verdict = compare(cupy.asnumpy(out), want, magnitude, 784, np.float32)
+        assert verdict.ok, (step, verdict.describe())
+        w *= 1.5                                                        # the copy must follow
+    (plan,) = bk._plans.values()
+    assert plan.gemm.instance.name.startswith("gemm_wgmma_bf16_") and len(plan.rounding) == 1   # W alone
+    g = bk.asarray(rng.standard_normal((800, 10)).astype(np.float32))   # G: (800, 10), rows of 40 bytes
+    dw = bk.empty((10, 784))
+    bk.gemm(g, x[:800], dw, trans_a=True)
+    assert not hasattr(bk._plans[next(reversed(bk._plans))], "rounding")       # float32 operands
+    want, magnitude, _ = reference(Problem(10, 784, 800, trans_a=True), cupy.asnumpy(g).astype(np.float64),
+                                   x_host[:800].astype(np.float64))["d"]
+    assert compare(cupy.asnumpy(dw), want, magnitude, 800, np.float32, "bf16").ok

@@ -54,6 +54,11 @@ class Backend(ABC):
     def asarray(self, a: np.ndarray):
         """Copy a host array to the backend; floating arrays become `self.dtype`, integer arrays keep theirs."""
 
+    def read_only(self, x):
+        """Declare that `x` (a backend array) is never written again, so that derived copies of it
+        stay valid (the bfloat16 copy a GPU backend's bf16 GEMMs read); returns x."""
+        return x
+
     @abstractmethod
     def to_numpy(self, a) -> np.ndarray:
         """The host copy of `a` (may share memory with `a` on a host backend)."""

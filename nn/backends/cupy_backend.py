@@ -7,6 +7,7 @@ All work goes to one non-blocking stream of the backend's own (graphs cannot cap
 default stream). Ranks under MPI take GPUs round-robin by their node-local rank.
 """
 import contextlib
+import dataclasses
 import os
 
 import numpy as np
@@ -30,7 +31,10 @@ def gpu_for_rank(rank: int, gpus: int) -> int:
 
 class CupyBackend(Backend):
     """autogemm kernels on one GPU; `tuned` picks configs from tuned/ (else the family defaults);
-    `precision` is its GEMMs' (autogemm.gemm's)."""
+    `precision` is its GEMMs' (autogemm.gemm's). At precision bf16 a GEMM whose operands a kernel
+    can read in bfloat16 (Hopper's, rows of whole 16-byte vectors) reads them so: read-only arrays
+    (`read_only`: the data) rounded once, the others (weights, gradients) rounded by to_bf16 before
+    each call; float32 weights, sums and outputs."""
 
     name = "cupy"
     can_capture = True
@@ -54,6 +58,8 @@ class CupyBackend(Backend):
         self.config = None if tuned else "default"  # None: autogemm's tuned lookup
         self.precision = precision
         self._plans = {}
+        self._bf16_copies = []          # (float32 array, its bfloat16 copy): the read-only arrays'
+
 
     # ---- storage --------------------------------------------------------------------------
 
@@ -61,6 +67,11 @@ class CupyBackend(Backend):
         a = np.asarray(a)
         dtype = self.dtype if np.issubdtype(a.dtype, np.floating) else np.int32  # labels: int32 for the kernels
         return self.xp.asarray(np.ascontiguousarray(a, dtype=dtype))
+
+    def read_only(self, x):
+        if self.precision == "bf16" and x.dtype == np.float32 and x.flags.c_contiguous and x.size:
+            self._bf16_copies.append((x, autogemm.to_bf16(x)))
+        return x
 
     def to_numpy(self, a):
         return self.xp.asnumpy(a, stream=self.stream)
@@ -92,10 +103,33 @@ class CupyBackend(Backend):
                alpha, beta, trans_a, trans_b, epilogue)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = autogemm.plan_gemm(a, b, out, alpha, beta, trans_a, trans_b, c, epilogue, bias, aux,
-                                                         config=self.config, precision=self.precision)
+            plan = self._plans[key] = self._plan(a, b, out, alpha, beta, trans_a, trans_b, c, epilogue, bias, aux)
         plan()
         return out
+
+    def _plan(self, a, b, *args):
+        """The GEMM as one call: at precision bf16, on the bfloat16 copies of its operands where a
+        kernel can read them (their rounding first), else on the float32 arrays."""
+        plan = lambda x, y: autogemm.plan_gemm(x, y, *args, config=self.config, precision=self.precision)  # noqa: E731
+        if self.precision != "bf16" or not (a.flags.c_contiguous and b.flags.c_contiguous):
+            return plan(a, b)
+        (a16, round_a), (b16, round_b) = self._bf16_copy(a), self._bf16_copy(b)
+        try:
+            gemm = plan(a16, b16)
+        except autogemm.InvalidConfig:            # no kernel reads these bfloat16 operands here
+            return plan(a, b)
+        return RoundedGemm(gemm, [r for r in (round_a, round_b) if r is not None])
+
+    def _bf16_copy(self, x):
+        """(x's bfloat16 copy, the call that rounds x into it before each GEMM, or None for a
+        read-only array's copy, rounded once)."""
+        for source, copy in self._bf16_copies:
+            offset = x.data.ptr - source.data.ptr
+            if 0 <= offset < source.nbytes:
+                start = offset // source.itemsize
+                return copy.ravel()[start:start + x.size].reshape(x.shape), None
+        copy = self.xp.empty(x.shape, np.uint16)
+        return copy, lambda: autogemm.to_bf16(x, copy)
 
     def softmax_xent(self, z, labels, grad_out, scale, loss_acc):
         if z.size:
@@ -225,6 +259,19 @@ class CublasBackend(CupyBackend):
 
     def capture(self, fn):
         raise NNError("the cublas backend cannot be captured into a CUDA graph (CuPy forbids cuBLAS during capture)")
+
+
+@dataclasses.dataclass
+class RoundedGemm:
+    """A GEMM on bfloat16 copies of its operands, the calls that round them into the copies first."""
+
+    gemm: object            # autogemm's GemmCall
+    rounding: list
+
+    def __call__(self):
+        for round_into_copy in self.rounding:
+            round_into_copy()
+        self.gemm()
 
 
 def _layout(x):

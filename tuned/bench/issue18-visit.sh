@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -18,6 +18,16 @@ bfloat16)   # bfloat16 operands: their GPU tests and to_bf16's, what rounding to
     python -m autogemm.cli bench --dtype bfloat16 --reps 50 --shapes $shapes > "$out/bench-bfloat16.txt" 2>&1
     grep -E "│|rror" "$out/bench-bfloat16.txt" | tail -22
     cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
+    ;;
+bf16-train)   # the trainer at bf16 on bfloat16 copies of its GEMM operands: its GPU tests, the epochs
+              # against tf32 and PyTorch's BF16 graph, the default run's test accuracy in fp32 and bf16
+    python -m pytest -q -m gpu tests/test_cupy_backend_gpu.py -k "bf16 or reduced_precisions" \
+        > "$out/pytest-bf16-train.txt" 2>&1; tail -3 "$out/pytest-bf16-train.txt"
+    python -m nn.bench --networks cme213,large --backends cupy-tuned-tf32,cupy-tuned-bf16,torch-graph-bf16 \
+        --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -3 "$out/nn-bench.txt"
+    for precision in fp32 bf16; do
+        python -m nn.train --use-tuned --precision $precision --no-log --quiet | tail -1 | sed "s/^/$precision: /"
+    done | tee "$out/accuracy.txt"
     ;;
 epochs)   # after a template change: the stale records re-tuned in each precision, the tf32 records
           # of the networks' update GEMMs (tn), then the epochs in each precision against PyTorch's BF16
