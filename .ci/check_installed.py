@@ -11,7 +11,7 @@ import kernels
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import FAMILIES, family
 from autogemm.store import locations
-from autogemm.store.keys import arity, make_key, ops, problem_of
+from autogemm.store.keys import arity, dtypes, make_key, ops, problem_of
 
 
 def main(checkout: Path) -> int:
@@ -31,7 +31,7 @@ def main(checkout: Path) -> int:
     for name in FAMILIES:
         fam = family(name)
         for op in ops(name):
-            for dtype in ("float32", "float64"):
+            for dtype in dtypes(name):
                 sizes = {"conv2d": (1000, 1, 28, 28, 6, 3), "pool2x2": (1000, 6, 26, 26)}.get(
                     name.split("_")[0], (800, 10, 784)[:arity(name)])
                 problem = problem_of(make_key(name, sizes, op, dtype))
