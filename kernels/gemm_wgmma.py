@@ -47,7 +47,8 @@ def threads(c) -> int:
 
 
 def mn_major(p: Problem) -> tuple[bool, bool]:
-    """Whether op(A), op(B) have M, N contiguous in global memory (and are transposed in shared memory)."""
+    """Whether op(A), op(B) have M, N contiguous in global memory (float32 ones are transposed in
+    shared memory, bfloat16 ones read by the transposing wgmma)."""
     return p.trans_a, not p.trans_b
 
 

@@ -20,7 +20,9 @@ from nn.model_parallel import ShardedMLP, ShardedStep, check_split
 
 class LaunchRecorder(Backend):
     """A backend of shapes: each operation appends the autogemm launch that the GPU backend makes
-    for it (nothing for an empty one), named by the step's arrays (`names`, by start address)."""
+    for it on float32 operands (nothing for an empty one), named by the step's arrays (`names`, by
+    start address). At precision bf16 the backend reads bfloat16 copies where it can: the same
+    GEMM shapes, tuned by `autogemm tune --dtype bfloat16`."""
 
     name = "record"
     xp = np

@@ -318,6 +318,9 @@ def test_a_bf16_call_takes_the_fastest_record_of_its_shape_across_the_precisions
     lookup.reload()
     choice = lookup.choose("gemm_wgmma", gemm_problem(400, 1000, 784, precision="bf16"), H100)
     assert (choice.source, choice.config.math) == ("exact", "tf32")
+    # between two nearest records, the closer shape's, however fast the farther one ran
+    choice = lookup.choose("gemm_wgmma", gemm_problem(360, 1000, 784, precision="bf16"), H100)
+    assert (choice.source, choice.record.key.shape, choice.config.math) == ("nearest", "400x1000x784", "tf32")
 
 
 def test_bfloat16_operands_have_their_own_records():

@@ -189,7 +189,7 @@ def cmd_tune(args) -> int:
                                 f"{args.precision} calls")
     gemm_space = _fixed(args.fix)
     family("gemm").restricted(gemm_space)      # an unknown name or value fails here, in one line
-    if gemm_space and arithmetic != args.dtype:
+    if gemm_space and arithmetic not in ("float32", "float64"):
         raise AutogemmError(f"--fix confines the tiled gemm family, which has no {arithmetic} kernels; "
                             f"drop --fix, or tune the FP32-accurate records without --precision/--dtype")
     if gemm_space and targets:                 # --fix confines the tiled family: the GEMMs are its alone

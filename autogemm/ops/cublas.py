@@ -43,7 +43,7 @@ def cublas_gemm(a, b, out, trans_a=False, trans_b=False, precision: str = "fp32"
 
 def _check(cupy, a, b, out, trans_a, trans_b, precision):
     """((lda, ldb, ldo), (m, n, k)) of checked arguments; BadArguments naming what is wrong."""
-    from autogemm.ops.gemm import leading_dim
+    from autogemm.ops.gemm import leading_dim, overlaps
 
     if precision not in PRECISIONS:
         raise BadArguments(f"cublas_gemm: precision {precision!r} is not one of {', '.join(PRECISIONS)}")
@@ -52,8 +52,9 @@ def _check(cupy, a, b, out, trans_a, trans_b, precision):
             raise BadArguments(f"cublas_gemm: {name} must be a cupy.ndarray, got {type(x).__name__}")
     operands = {"fp32": ("float32", "float64"), "tf32": ("float32",), "bf16": ("float32", "uint16")}[precision]
     if a.dtype != b.dtype or a.dtype.name not in operands:
+        bits = " (uint16: bfloat16 bits)" if precision == "bf16" else ""
         raise BadArguments(f"cublas_gemm: at precision {precision} a and b must both be "
-                           f"{' or both '.join(operands)} (uint16: bfloat16 bits), got {a.dtype} and {b.dtype}")
+                           f"{' or both '.join(operands)}{bits}, got {a.dtype} and {b.dtype}")
     out_dtype = np.float32 if a.dtype == np.uint16 else a.dtype
     if out.dtype != out_dtype:
         raise BadArguments(f"cublas_gemm: out must be {np.dtype(out_dtype).name} for {a.dtype} operands, got {out.dtype}")
@@ -62,4 +63,6 @@ def _check(cupy, a, b, out, trans_a, trans_b, precision):
     if k != k2 or out.shape != (m, n):
         raise BadArguments(f"cublas_gemm: op(a) is {m}x{k}, op(b) {k2}x{n} and out {out.shape[0]}x{out.shape[1]}: "
                            f"the sizes do not chain")
+    if any(overlaps(out, x) for x in (a, b)):
+        raise BadArguments("cublas_gemm: out overlaps a or b")
     return lds, (m, n, k)

@@ -41,10 +41,14 @@ def vector_width(x, ld: int) -> int:
 
 
 def _span(x) -> tuple[int, int]:
+    """The bytes a C-contiguous or row-major 2-D array spans."""
+    if x.flags.c_contiguous:
+        return x.data.ptr, x.data.ptr + x.nbytes
     return x.data.ptr, x.data.ptr + ((x.shape[0] - 1) * x.strides[0] + x.shape[1] * x.itemsize)
 
 
-def _overlaps(x, y) -> bool:
+def overlaps(x, y) -> bool:
+    """Whether two arrays (C-contiguous, or row-major 2-D) share any byte."""
     (a0, a1), (b0, b1) = _span(x), _span(y)
     return a0 < b1 and b0 < a1
 
@@ -74,23 +78,20 @@ def to_bf16(x, out=None, config=None):
     array of its bits that `gemm` takes for bfloat16 operands (kernels/to_bf16.py); into `out`
     (C-contiguous uint16 of x's shape) when given."""
     cupy = require_cupy()
-    if not isinstance(x, cupy.ndarray) or x.dtype != np.float32 or not x.flags.c_contiguous:
-        raise BadArguments(f"to_bf16: x must be a C-contiguous float32 cupy.ndarray, got "
-                           f"{getattr(x, 'dtype', type(x).__name__)}")
+    if not isinstance(x, cupy.ndarray) or x.dtype != np.float32:
+        raise BadArguments(f"to_bf16: x must be a float32 cupy.ndarray, got {getattr(x, 'dtype', type(x).__name__)}")
+    if not x.flags.c_contiguous:
+        raise BadArguments(f"to_bf16: x must be C-contiguous, got strides {x.strides}: pass cupy.ascontiguousarray(x)")
     out = cupy.empty(x.shape, np.uint16) if out is None else out
     if not isinstance(out, cupy.ndarray) or out.dtype != np.uint16 or out.shape != x.shape or not out.flags.c_contiguous:
         raise BadArguments(f"to_bf16: out must be a C-contiguous uint16 cupy array of shape {x.shape}")
-    if _overlaps_flat(x, out):
+    if overlaps(x, out):
         raise BadArguments("to_bf16: out overlaps x")
     aligned = next(w for w in (8, 4, 2, 1) if x.data.ptr % min(16, 4 * w) == 0 and out.data.ptr % (2 * w) == 0)
     if x.size:
         launch("to_bf16", to_bf16_family.Problem(x.size, aligned=aligned), config,
                lambda geometry: (x, out, np.int32(x.size)))
     return out
-
-
-def _overlaps_flat(x, y) -> bool:
-    return x.data.ptr < y.data.ptr + y.nbytes and y.data.ptr < x.data.ptr + x.nbytes
 
 
 @dataclass
@@ -146,9 +147,9 @@ def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
             raise BadArguments(f"gemm: {name} must be a {dtype} cupy array of shape ({m}, {n}), "
                                f"got {getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
     for x, name in ((a, "a"), (b, "b")):
-        if _overlaps(out, x):
+        if overlaps(out, x):
             raise BadArguments(f"gemm: out overlaps {name}; only c may be the same array as out")
-    if use_c and c is not out and _overlaps(out, c):
+    if use_c and c is not out and overlaps(out, c):
         raise BadArguments("gemm: out partially overlaps c; pass the same array or disjoint ones")
     needs_bias = epilogue in ("bias", "bias_sigmoid", "bias_relu")
     if needs_bias and (bias is None or bias.shape != (n,) or bias.dtype != dtype

@@ -188,12 +188,12 @@ class Family:
         return bool(self.candidates(problem, device))
 
     def why_not(self, problem, device: DeviceInfo) -> list[str]:
-        """The constraints every untuned candidate breaks on `problem`: why none can run it."""
-        broken = None
-        for values in self.module.default_candidates(problem, device):
-            found = set(self.violations(self.config(values, "default"), problem, device))
-            broken = found if broken is None else broken & found
-        return sorted(broken or ())
+        """Why no untuned candidate can run `problem`: the constraints every one breaks, else those
+        the first breaks."""
+        broken = [self.violations(self.config(values, "default"), problem, device)
+                  for values in self.module.default_candidates(problem, device)]
+        common = set.intersection(*map(set, broken)) if broken else set()
+        return sorted(common) or (broken[0] if broken else [])
 
     def all_configs(self) -> Iterator[Config]:
         """Every point of the space, valid or not (filter with `violations`)."""

@@ -41,11 +41,12 @@ class Choice:
     distance: float = 0.0
 
     @property
-    def rank(self) -> tuple[int, float]:
-        """Lower is better: a record of the shape, then a nearest one, then the default; between two
-        of a kind, the faster record. A stale record's time is still a measurement of its own shape
-        (its template changed since), so it competes with exact ones on time."""
-        return _RANK[self.source], self.record.median_us if self.record else 0.0
+    def rank(self) -> tuple[int, float, float]:
+        """Lower is better: a record of the shape, then a nearest one (the closer first), then the
+        default; between two records of the shape, the faster. A stale record's time is still a
+        measurement of its own shape (its template changed since), so it competes with exact ones
+        on time; a nearest record's time is another shape's, so distance decides first."""
+        return _RANK[self.source], self.distance, self.record.median_us if self.record else 0.0
 
 
 _RANK = {"exact": 0, "stale": 0, "nearest": 1, "default": 2}

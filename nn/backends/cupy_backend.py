@@ -60,7 +60,6 @@ class CupyBackend(Backend):
         self._plans = {}
         self._bf16_copies = []          # (float32 array, its bfloat16 copy): the read-only arrays'
 
-
     # ---- storage --------------------------------------------------------------------------
 
     def asarray(self, a):
@@ -70,7 +69,7 @@ class CupyBackend(Backend):
 
     def read_only(self, x):
         if self.precision == "bf16" and x.dtype == np.float32 and x.flags.c_contiguous and x.size:
-            self._bf16_copies.append((x, autogemm.to_bf16(x)))
+            self._bf16_copies.append((x, autogemm.to_bf16(x, config=self.config)))
         return x
 
     def to_numpy(self, a):
@@ -129,7 +128,7 @@ class CupyBackend(Backend):
                 start = offset // source.itemsize
                 return copy.ravel()[start:start + x.size].reshape(x.shape), None
         copy = self.xp.empty(x.shape, np.uint16)
-        return copy, lambda: autogemm.to_bf16(x, copy)
+        return copy, lambda: autogemm.to_bf16(x, copy, config=self.config)
 
     def softmax_xent(self, z, labels, grad_out, scale, loss_acc):
         if z.size:
@@ -256,6 +255,7 @@ class CublasBackend(CupyBackend):
 
     # The unfused output layer: cuBLAS's logits GEMM and input-gradient GEMM around softmax_xent.
     linear_xent = Backend.linear_xent
+    read_only = Backend.read_only       # cuBLAS rounds float32 operands itself
 
     def capture(self, fn):
         raise NNError("the cublas backend cannot be captured into a CUDA graph (CuPy forbids cuBLAS during capture)")

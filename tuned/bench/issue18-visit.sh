@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -18,6 +18,21 @@ bfloat16)   # bfloat16 operands: their GPU tests and to_bf16's, what rounding to
     python -m autogemm.cli bench --dtype bfloat16 --reps 50 --shapes $shapes > "$out/bench-bfloat16.txt" 2>&1
     grep -E "│|rror" "$out/bench-bfloat16.txt" | tail -22
     cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
+    ;;
+h200)   # another Hopper GPU's file after the template changes: bfloat16 operands tested, the stale
+        # wgmma records re-tuned, the weight updates' tf32 records and the networks' bfloat16 ones
+        # tuned, the epochs in tf32 and bf16
+    python -m pytest -q -m gpu tests/test_gemm_gpu.py -k "bfloat16_operands" > "$out/pytest.txt" 2>&1; tail -1 "$out/pytest.txt"
+    for precision in fp32 tf32; do
+        python -m autogemm.cli tune --stale --precision $precision --trials 30 --timeout 12
+    done > "$out/tune-stale.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-stale.txt" | tail -20
+    { python -m autogemm.cli tune --precision tf32 --shapes 1000x784x800:tn,4096x784x8192:tn --trials 30 --timeout 20
+      python -m autogemm.cli tune --dtype bfloat16 --trials 24 --timeout 15 \
+          --shapes 800x1000x784:nt,1000x784x800:tn,8192x4096x784:nt,4096x784x8192:tn
+    } > "$out/tune.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune.txt"
+    python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32,cupy-tuned-bf16 \
+        --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -3 "$out/nn-bench.txt"
+    cp tuned/nvidia-h200.json "$out/"
     ;;
 bf16-train)   # the trainer at bf16 on bfloat16 copies of its GEMM operands: its GPU tests, the epochs
               # against tf32 and PyTorch's BF16 graph, the default run's test accuracy in fp32 and bf16
