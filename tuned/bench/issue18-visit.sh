@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -19,13 +19,16 @@ bfloat16)   # bfloat16 operands: their GPU tests and to_bf16's, what rounding to
     grep -E "│|rror" "$out/bench-bfloat16.txt" | tail -22
     cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
     ;;
-h200)   # another Hopper GPU's file after the template changes: bfloat16 operands tested, the stale
-        # wgmma records re-tuned, the weight updates' tf32 records and the networks' bfloat16 ones
-        # tuned, the epochs in tf32 and bf16
-    python -m pytest -q -m gpu tests/test_gemm_gpu.py -k "bfloat16_operands" > "$out/pytest.txt" 2>&1; tail -1 "$out/pytest.txt"
+h200)   # another Hopper GPU's file after the template changes: the bfloat16 tests, the stale wgmma
+        # records re-tuned (then h200-tune)
+    python -m pytest -q -m gpu tests/test_gemm_gpu.py tests/test_cupy_backend_gpu.py \
+        -k "bfloat16 or to_bf16 or cublas_baseline or bf16_gemms" > "$out/pytest.txt" 2>&1; tail -1 "$out/pytest.txt"
     for precision in fp32 tf32; do
         python -m autogemm.cli tune --stale --precision $precision --trials 30 --timeout 12
     done > "$out/tune-stale.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-stale.txt" | tail -20
+    cp tuned/nvidia-h200.json "$out/"
+    ;;
+h200-tune)   # the weight updates' tf32 records and the networks' bfloat16 ones tuned, the epochs
     { python -m autogemm.cli tune --precision tf32 --shapes 1000x784x800:tn,4096x784x8192:tn --trials 30 --timeout 20
       python -m autogemm.cli tune --dtype bfloat16 --trials 24 --timeout 15 \
           --shapes 800x1000x784:nt,1000x784x800:tn,8192x4096x784:nt,4096x784x8192:tn
