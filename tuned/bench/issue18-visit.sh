@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -18,6 +18,12 @@ bfloat16)   # bfloat16 operands: their GPU tests and to_bf16's, what rounding to
     python -m autogemm.cli bench --dtype bfloat16 --reps 50 --shapes $shapes > "$out/bench-bfloat16.txt" 2>&1
     grep -E "│|rror" "$out/bench-bfloat16.txt" | tail -22
     cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
+    ;;
+profile-bf16)   # Nsight Compute on the GEMMs of bfloat16 arrays (nt and tn, tuned configs)
+    ncu --kernel-name regex:gemm_wgmma --launch-skip 2 --launch-count 4 --section SpeedOfLight \
+        --section ComputeWorkloadAnalysis --section WarpStateStats --section MemoryWorkloadAnalysis \
+        --section LaunchStats --section Occupancy python tuned/bench/issue18_profile.py --bfloat16 > "$out/ncu-bfloat16.txt" 2>&1
+    grep -E "gemm_wgmma_bf16|Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|Executed Ipc A|Stall|Achieved Occupancy|Registers Per|Dynamic Shared" "$out/ncu-bfloat16.txt" | head -60
     ;;
 h200)   # another Hopper GPU's file after the template changes: the bfloat16 tests, the stale wgmma
         # records re-tuned (then h200-tune)

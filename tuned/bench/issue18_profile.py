@@ -5,8 +5,12 @@
         python tuned/bench/issue18_profile.py
 
 4096^3 with the best config of the bench (128 x 256 tiles, 2 warpgroups, 2 stages) and 800x1000x784
-with its tuned record's config (autogemm.gemm's choice when given gemm_wgmma's family).
+with its tuned record's config (autogemm.gemm's choice when given gemm_wgmma's family). With
+`--bfloat16`: GEMMs of bfloat16 arrays with their tuned records' configs, 4096^3 (nt: both operands
+K-major) and 4096x784x8192 (tn: both read by the transposing wgmma).
 """
+import sys
+
 import cupy
 
 import autogemm
@@ -14,7 +18,20 @@ import autogemm
 RUNS = 3
 
 
+def bfloat16_runs():
+    rng = cupy.random.default_rng(0)
+    for (m, n, k), trans_a, trans_b in (((4096, 4096, 4096), False, True), ((4096, 784, 8192), True, False)):
+        a = autogemm.to_bf16(rng.standard_normal((k, m) if trans_a else (m, k), dtype=cupy.float32))
+        b = autogemm.to_bf16(rng.standard_normal((n, k) if trans_b else (k, n), dtype=cupy.float32))
+        out = cupy.empty((m, n), dtype=cupy.float32)           # D: (M, N)
+        for _ in range(RUNS):
+            autogemm.gemm(a, b, out, trans_a=trans_a, trans_b=trans_b, precision="bf16", kernel_family="gemm_wgmma")
+    cupy.cuda.get_current_stream().synchronize()
+
+
 def main():
+    if "--bfloat16" in sys.argv[1:]:
+        return bfloat16_runs()
     rng = cupy.random.default_rng(0)
     for (m, n, k), config in (((4096, 4096, 4096), dict(bm=128, bn=256, warpgroups=2, stages=2, math="3xtf32", inflight=0)),
                               ((800, 1000, 784), None)):
