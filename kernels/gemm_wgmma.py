@@ -33,6 +33,7 @@ PARAMS = {
     "stages": (2, 3, 4, 5),                          # shared-memory buffers of K (32 each)
     "math": ("3xtf32", "tf32", "bf16"),              # FP32-accurate, TF32 or BF16 products (MATH_PRECISION)
     "inflight": (0, 1),                              # wgmma groups left running across a k-tile
+    "split_k": (1, 2, 3, 4, 6),                      # slices of K, reduced by the last block of each tile
 }
 BK = 32               # K per stage: a 128-byte tile row of float32
 SWIZZLE_ALIGN = 1024  # the dynamic shared memory is aligned up to this in the kernel
@@ -89,7 +90,13 @@ CONSTRAINTS = (
     ("at most 128 accumulators per thread (BM/warpgroups/64 * BN/2)", lambda c, p, d: accumulators(c) <= 128),
     ("shared memory must fit the device's per-block limit", lambda c, p, d: smem_bytes(c, p) <= d.smem_per_block),
     ("grid rows ceil(M/BM) must be at most 65535", lambda c, p, d: ceil_div(p.m, c.bm) <= 65535),
+    ("every split-K slice must have some of K", lambda c, p, d: (c.split_k - 1) * k_slice(c, p.k) < p.k),
 )
+
+
+def k_slice(c, k: int) -> int:
+    """K of each split-K slice: whole BK steps."""
+    return ceil_div(k, c.split_k * BK) * BK
 
 
 def output_vector(p: Problem) -> int:
@@ -103,7 +110,8 @@ def template_args(c, p: Problem) -> dict:
 
 
 def instance_name(c, p: Problem) -> str:
-    name = f"gemm_wgmma_{'bf16' if p.bf16_operands else 'f32'}_{p.op}_bm{c.bm}_bn{c.bn}_wg{c.warpgroups}_s{c.stages}_if{c.inflight}_{c.math}"
+    name = (f"gemm_wgmma_{'bf16' if p.bf16_operands else 'f32'}_{p.op}_bm{c.bm}_bn{c.bn}_wg{c.warpgroups}_s{c.stages}"
+            f"_if{c.inflight}_sk{c.split_k}_{c.math}")
     if p.epilogue:
         name += f"_{p.epilogue}"
     if p.use_c:
@@ -112,14 +120,17 @@ def instance_name(c, p: Problem) -> str:
 
 
 def geometry(c, p: Problem):
-    return Geometry(grid=(ceil_div(p.n, c.bn), ceil_div(p.m, c.bm), 1), block=(threads(c), 1, 1),
-                         smem_bytes=smem_bytes(c, p))
+    tiles = ceil_div(p.n, c.bn) * ceil_div(p.m, c.bm)
+    split = c.split_k > 1
+    return Geometry(grid=(ceil_div(p.n, c.bn), ceil_div(p.m, c.bm), c.split_k), block=(threads(c), 1, 1),
+                    smem_bytes=smem_bytes(c, p), workspace_elems=c.split_k * p.m * p.n if split else 0,
+                    counters=tiles if split else 0)
 
 
 def default_candidates(p: Problem, d):
     """Tiles largest first, the first of which gives every SM a block (else the one with the most
     blocks), each with the most stages that fit, two warpgroups before one, wgmmas in flight before
-    not; bfloat16 operands take bf16 products, float32 ones the maths their precision allows, fastest
+    not, K unsplit (the search tries split-K); bfloat16 operands take bf16 products, float32 ones the maths their precision allows, fastest
     first as measured (bf16's rounding pass costs more than its k16 products save:
     tuned/bench/issue18-h100/ops-bf16)."""
     tiles = [(bm, bn) for bm, bn in itertools.product(PARAMS["bm"], PARAMS["bn"])]
@@ -131,4 +142,5 @@ def default_candidates(p: Problem, d):
                                               if gemm.serves(MATH_PRECISION[m], p.precision)]
     for math, (bm, bn) in itertools.product(maths, filling + rest):
         for warpgroups, stages, inflight in itertools.product((2, 1), reversed(PARAMS["stages"]), (1, 0)):
-            yield {"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math, "inflight": inflight}
+            yield {"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math, "inflight": inflight,
+                   "split_k": 1}

@@ -254,7 +254,22 @@ def test_wgmma_tf32_products_every_epilogue(epilogue):
         autogemm.gemm(a, b, precision="bf8")
 
 
-WGMMA_TILES = dict(bm=128, bn=128, warpgroups=2, stages=4, inflight=1)
+WGMMA_TILES = dict(bm=128, bn=128, warpgroups=2, stages=4, inflight=1, split_k=1)
+
+
+@pytest.mark.parametrize("ta,tb", OPS)
+def test_wgmma_split_k_every_op_and_math(ta, tb):
+    """Split-K on every op and math, C in place, each call twice (the tile counters are left at
+    zero for the next launch): within each precision's bound."""
+    if not hopper():
+        pytest.skip("gemm_wgmma needs a Hopper GPU (sm_90a)")
+    for (m, n, k), split_k, math in [((200, 1000, 784), 3, "3xtf32"), ((136, 256, 1000), 4, "tf32"),
+                                      ((64, 64, 4096), 6, "bf16"), ((200, 1000, 784), 2, "tf32")]:
+        precision = {"3xtf32": "fp32", "tf32": "tf32", "bf16": "bf16"}[math]
+        config = dict(WGMMA_TILES, bm=64, bn=64, warpgroups=1, math=math, split_k=split_k)
+        for _ in range(2):
+            run_and_check(np.random.default_rng(k), m, n, k, ta, tb, np.float32, epilogue="bias_relu" if tb else None,
+                          beta=0.5, config=config, kernel_family="gemm_wgmma", precision=precision)
 
 
 @pytest.mark.parametrize("epilogue", (None,) + EPILOGUES[1:])

@@ -189,8 +189,8 @@ def test_gemm_both_math_paths_every_layout_on_the_cpu(tmp_path, monkeypatch):
     run_and_check(cases, tmp_path)
 
 
-def wgmma_config(bm, bn, warpgroups, stages, math="3xtf32", inflight=0):
-    values = dict(bm=bm, bn=bn, warpgroups=warpgroups, stages=stages, math=math, inflight=inflight)
+def wgmma_config(bm, bn, warpgroups, stages, math="3xtf32", inflight=0, split_k=1):
+    values = dict(bm=bm, bn=bn, warpgroups=warpgroups, stages=stages, math=math, inflight=inflight, split_k=split_k)
     return lambda problem: [family("gemm_wgmma").config(values)]
 
 
@@ -199,7 +199,8 @@ def wgmma_config(bm, bn, warpgroups, stages, math="3xtf32", inflight=0):
 # 32 to 256, odd N (scalar stores), the epilogues, C in place; every op (operands transposed in
 # shared memory: M and N a multiple of 4, the 16-byte copies' alignment); TF32 and BF16 products
 # for calls at those precisions (checked within their bounds); bfloat16 operands (rows a multiple
-# of 8 elements), M/N-major ones read by the transposing wgmma (one and two 64-row blocks).
+# of 8 elements), M/N-major ones read by the transposing wgmma (one and two 64-row blocks); split-K
+# in 2 to 4 slices (the last one short), C in place.
 WGMMAS = [
     (130, 70, 100, "float32", False, True, "bias_sigmoid", False, wgmma_config(128, 64, 1, 3)),
     (130, 70, 164, "float32", False, True, "dsigmoid", True, wgmma_config(128, 64, 2, 3, inflight=1)),
@@ -226,6 +227,9 @@ WGMMAS = [
     (200, 45, 72, "float32", True, True, "drelu", False, wgmma_config(192, 48, 1, 3, "bf16", 1), "bfloat16"),
     (72, 136, 48, "float32", False, False, "bias", False, wgmma_config(64, 128, 1, 3, "bf16", 1), "bfloat16"),
     (296, 64, 72, "float32", True, False, None, True, wgmma_config(256, 64, 2, 3, "bf16"), "bfloat16"),
+    (130, 70, 300, "float32", False, True, "bias_sigmoid", True, wgmma_config(64, 64, 1, 3, split_k=3)),
+    (72, 40, 400, "float32", False, True, "dsigmoid", False, wgmma_config(64, 32, 1, 4, "tf32", 1, split_k=4), "tf32"),
+    (136, 128, 200, "float32", True, False, "bias", True, wgmma_config(128, 64, 2, 3, "bf16", split_k=2), "bfloat16"),
 ]
 
 

@@ -280,6 +280,9 @@ def _record(obj, where: str) -> Record:
 # Values that older spaces wrote and today's spells otherwise, read in today's spelling so that a
 # stale record still serves its shape: the GEMM's pad was a padding in elements (0 or 4).
 RESPELLED = {("gemm", "pad"): {0: False, 4: True}}
+# Parameters a space gained, with the value that computes as the older space did: a stale record's
+# config without them gets it, so that it still serves its shape.
+ADDED = {("gemm_wgmma", "split_k"): 1}
 
 
 def _stale_config(family_name: str, obj, where: str) -> Config:
@@ -292,7 +295,8 @@ def _stale_config(family_name: str, obj, where: str) -> Config:
         if not _WORD.fullmatch(name) or not plain:
             raise StoreError(f"{where}: {brief(name, 24)}: {brief(value, 24)} is not a plain word, "
                              "integer or boolean")
-    return Config({name: _respelled(family_name, name, value) for name, value in obj.items()})
+    added = {name: value for (fam, name), value in ADDED.items() if fam == family_name and name not in obj}
+    return Config({**{name: _respelled(family_name, name, value) for name, value in obj.items()}, **added})
 
 
 def _respelled(family_name: str, name: str, value):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -17,6 +17,24 @@ bfloat16)   # bfloat16 operands: their GPU tests and to_bf16's, what rounding to
     grep -E "│ gemm|rror" "$out/tune-bfloat16.txt" | tail -6
     python -m autogemm.cli bench --dtype bfloat16 --reps 50 --shapes $shapes > "$out/bench-bfloat16.txt" 2>&1
     grep -E "│|rror" "$out/bench-bfloat16.txt" | tail -22
+    cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
+    ;;
+split-k)   # after split-K joined gemm_wgmma's space: the wgmma GPU tests, then the stale records
+           # re-tuned in fp32 and tf32 (split-k-2: the rest, and the epochs)
+    python -m pytest -q -m gpu tests/test_gemm_gpu.py -k "wgmma" > "$out/pytest-wgmma.txt" 2>&1; tail -1 "$out/pytest-wgmma.txt"
+    for precision in fp32 tf32; do
+        python -m autogemm.cli tune --stale --precision $precision --trials 30 --timeout 12
+    done > "$out/tune-stale.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-stale.txt" | tail -30
+    cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
+    ;;
+split-k-2)
+    { python -m autogemm.cli tune --stale --precision bf16 --trials 30 --timeout 12
+      python -m autogemm.cli tune --stale --dtype bfloat16 --trials 24 --timeout 15
+    } > "$out/tune-stale-2.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-stale-2.txt" | tail -12
+    python -m autogemm.cli bench --reps 30 --shapes 200x1000x784:nt,100x1000x784:nt,800x1000x784:nt > "$out/bench-fp32.txt" 2>&1
+    grep -E "│|rror" "$out/bench-fp32.txt" | tail -16
+    python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32,cupy-tuned-bf16 \
+        --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -3 "$out/nn-bench.txt"
     cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
     ;;
 profile-bf16)   # Nsight Compute on the GEMMs of bfloat16 arrays (nt and tn, tuned configs)

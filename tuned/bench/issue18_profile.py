@@ -33,7 +33,7 @@ def main():
     if "--bfloat16" in sys.argv[1:]:
         return bfloat16_runs()
     rng = cupy.random.default_rng(0)
-    for (m, n, k), config in (((4096, 4096, 4096), dict(bm=128, bn=256, warpgroups=2, stages=2, math="3xtf32", inflight=0)),
+    for (m, n, k), config in (((4096, 4096, 4096), dict(bm=128, bn=256, warpgroups=2, stages=2, math="3xtf32", inflight=0, split_k=1)),
                               ((800, 1000, 784), None)):
         a = rng.standard_normal((m, k), dtype=cupy.float32)     # A: (M, K)
         b = rng.standard_normal((n, k), dtype=cupy.float32)     # B: (N, K), used as B^T
