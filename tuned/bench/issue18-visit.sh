@@ -47,9 +47,9 @@ h200)   # another Hopper GPU's file after the template changes: the bfloat16 tes
         # records re-tuned (then h200-tune)
     python -m pytest -q -m gpu tests/test_gemm_gpu.py tests/test_cupy_backend_gpu.py \
         -k "bfloat16 or to_bf16 or cublas_baseline or bf16_gemms" > "$out/pytest.txt" 2>&1; tail -1 "$out/pytest.txt"
-    for precision in fp32 tf32; do
-        python -m autogemm.cli tune --stale --precision $precision --trials 30 --timeout 12
-    done > "$out/tune-stale.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-stale.txt" | tail -20
+    for arithmetic in "--precision fp32" "--precision tf32" "--dtype bfloat16"; do
+        python -m autogemm.cli tune --stale $arithmetic --trials 30 --timeout 12
+    done > "$out/tune-stale.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-stale.txt" | tail -30
     cp tuned/nvidia-h200.json "$out/"
     ;;
 h200-tune)   # the weight updates' tf32 records and the networks' bfloat16 ones tuned, the epochs
