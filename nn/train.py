@@ -453,9 +453,10 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
     if not args.quiet:
         network = describe(layers) if layers is not None else "-".join(map(str, sizes))
         optimizer = f", {cfg.optimizer}" if layers is not None else ""
-        precision = (f" ({cfg.precision} GEMMs)" if cfg.precision != "fp32" and "precision" in options
-                     else f" (--precision {cfg.precision} ignored: the NumPy backend is float32)"
-                     if cfg.precision != "fp32" else "")
+        precision = ""
+        if cfg.precision != "fp32":
+            precision = (f" ({cfg.precision} GEMMs)" if "precision" in options
+                         else f" (--precision {cfg.precision} ignored: the NumPy backend is float32)")
         print0(f"{network} {cfg.activation}{optimizer}, {cfg.dtype}{precision}, {backend.name} backend, "
                f"{dist.size} rank{'s' * (dist.size > 1)}"
                + (f", {args.parallel} parallel ({_bytes(sent)} sent by each rank a step, "
