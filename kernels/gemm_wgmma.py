@@ -5,7 +5,9 @@ The same call as the gemm family (its Problem, keys, epilogues and reference): D
 @ op(B) + beta * C), every op, float32 or bfloat16 operands (float32 out), on compute capability 9.0
 (sm_90a). wgmma reads TF32 operands K-major, so an operand with M or N contiguous (op(A) = A^T,
 op(B) = B) is transposed in shared memory as each stage lands; bfloat16 operands are read as they
-land, M/N-major ones by wgmma's transposing form.
+land, M/N-major ones by wgmma's transposing form. Stages are copied and prepared either by every
+thread, one block-wide synchronization a k-tile, or by a producer warpgroup handing them to the
+computing ones through mbarriers (warp specialization).
 """
 import itertools
 
@@ -34,6 +36,7 @@ PARAMS = {
     "math": ("3xtf32", "tf32", "bf16"),              # FP32-accurate, TF32 or BF16 products (MATH_PRECISION)
     "inflight": (0, 1),                              # wgmma groups left running across a k-tile
     "split_k": (1, 2, 3, 4, 6),                      # slices of K, reduced by the last block of each tile
+    "producer": (0, 1),                              # 1: a producer warpgroup copies and prepares stages
 }
 BK = 32               # K per stage: a 128-byte tile row of float32
 SWIZZLE_ALIGN = 1024  # the dynamic shared memory is aligned up to this in the kernel
@@ -44,7 +47,8 @@ def sources(c) -> tuple[str, ...]:
 
 
 def threads(c) -> int:
-    return 128 * c.warpgroups
+    """The computing warpgroups and the producer's."""
+    return 128 * (c.warpgroups + c.producer)
 
 
 def mn_major(p: Problem) -> tuple[bool, bool]:
@@ -54,17 +58,19 @@ def mn_major(p: Problem) -> tuple[bool, bool]:
 
 
 def smem_bytes(c, p: Problem) -> int:
-    """STAGES stages of the A and B tiles; 2 + INFLIGHT prepared buffers holding, of each operand,
-    its transposed tile if it is M/N-major and its lo part under 3xTF32, or under BF16 its bfloat16
-    tile where it is float32 (bfloat16 operands are read as they land); room to align them to 1024
-    bytes."""
+    """STAGES stages of the A and B tiles; prepared buffers (one a stage under a producer, else
+    2 + INFLIGHT) holding, of each operand, its transposed tile if it is M/N-major and its lo part
+    under 3xTF32, or under BF16 its bfloat16 tile where it is float32 (bfloat16 operands are read as
+    they land); a producer's two 8-byte mbarriers a stage; room to align them to 1024 bytes."""
     a_mn, b_mn = mn_major(p)
     split = c.math == "3xtf32"
     if c.math == "bf16":
         prepared = 0 if p.bf16_operands else (c.bm + c.bn) * BK * 2
     else:
         prepared = ((a_mn + split) * c.bm + (b_mn + split) * c.bn) * BK * p.itemsize
-    return c.stages * (c.bm + c.bn) * BK * p.operand_itemsize + (2 + c.inflight) * prepared + SWIZZLE_ALIGN
+    buffers = c.stages if c.producer else 2 + c.inflight
+    barriers = 16 * c.stages if c.producer else 0
+    return c.stages * (c.bm + c.bn) * BK * p.operand_itemsize + buffers * prepared + barriers + SWIZZLE_ALIGN
 
 
 def accumulators(c) -> int:
@@ -111,7 +117,7 @@ def template_args(c, p: Problem) -> dict:
 
 def instance_name(c, p: Problem) -> str:
     name = (f"gemm_wgmma_{'bf16' if p.bf16_operands else 'f32'}_{p.op}_bm{c.bm}_bn{c.bn}_wg{c.warpgroups}_s{c.stages}"
-            f"_if{c.inflight}_sk{c.split_k}_{c.math}")
+            f"_if{c.inflight}_sk{c.split_k}_p{c.producer}_{c.math}")
     if p.epilogue:
         name += f"_{p.epilogue}"
     if p.use_c:
@@ -141,6 +147,7 @@ def default_candidates(p: Problem, d):
     maths = ["bf16"] if p.bf16_operands else [m for m in ("tf32", "bf16", "3xtf32")
                                               if gemm.serves(MATH_PRECISION[m], p.precision)]
     for math, (bm, bn) in itertools.product(maths, filling + rest):
-        for warpgroups, stages, inflight in itertools.product((2, 1), reversed(PARAMS["stages"]), (1, 0)):
+        for warpgroups, producer, stages, inflight in itertools.product((2, 1), (1, 0), reversed(PARAMS["stages"]),
+                                                                        (1, 0)):
             yield {"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math, "inflight": inflight,
-                   "split_k": 1}
+                   "split_k": 1, "producer": producer}

@@ -14,16 +14,21 @@
 // 8-row atoms, the 128- or 64-byte swizzle; for transposed bfloat16, 64-row blocks of 128-byte k
 // rows) as it is issued, each thread summing its own accumulators of the 64 x N tile:
 // it checks the kernel's shared layout against the descriptor's meaning, not the hardware's timing
-// (the kernels wait for each group before touching its memory).
+// (the kernels wait for each group before touching its memory). mbarriers count arrivals per
+// phase, and a thread waiting on one sleeps until the phase completes; cp.async.mbarrier.arrive
+// lands the thread's copies, then arrives; bar.sync's named barriers are barriers of their count.
 #pragma once
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <barrier>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <condition_variable>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -64,6 +69,13 @@ struct Block {
     std::vector<std::unique_ptr<std::barrier<>>> warps;
     std::vector<uint64_t> slots;                         // one value per thread, for shuffles
     std::vector<std::array<uint32_t, 6>> fragments;      // a0-a3, b0-b1 per thread, for mma.sync
+    struct Mbarrier {
+        unsigned count, pending, phase;                  // arrivals a phase, those still due, phases done
+    };
+    std::mutex sync;                                     // guards the two maps below
+    std::condition_variable arrived;
+    std::map<unsigned, Mbarrier> mbarriers;              // by shared address
+    std::map<unsigned, std::unique_ptr<std::barrier<>>> named;   // bar.sync's barriers 1-15, by id
 };
 inline Block* block = nullptr;
 inline unsigned char* dynamic_smem = nullptr;
@@ -76,6 +88,7 @@ inline dim3 blockDim, gridDim;
 inline unsigned emu_thread() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
 
 inline void __syncthreads() { emu::block->all.arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { emu::block->warps[emu_thread() / 32]->arrive_and_wait(); }
 
 template <class T>
 T __shfl_xor_sync(unsigned, T v, int lane_mask, int width = 32) {
@@ -176,6 +189,46 @@ inline void mma_sync_aligned_m16n8k8_row_col_f32_tf32_tf32_f32(float& d0, float&
         *d[i] = float(sum);
     }
     warp.arrive_and_wait();
+}
+
+// mbarriers, by their shared address: a phase completes when its `count` arrivals are in; a wait
+// for the phase of parity `parity` returns once it has (and gives up, as a deadlock, after 20 s).
+inline void mbarrier_init_shared(unsigned bar, unsigned count) {
+    std::lock_guard<std::mutex> lock(block->sync);
+    block->mbarriers[bar] = {count, count, 0};
+}
+inline void mbarrier_arrive_shared(unsigned bar) {
+    std::lock_guard<std::mutex> lock(block->sync);
+    Block::Mbarrier& b = block->mbarriers.at(bar);
+    if (--b.pending == 0) {
+        b.pending = b.count;
+        ++b.phase;
+        block->arrived.notify_all();
+    }
+}
+inline void mbarrier_try_wait_parity_shared(unsigned& done, unsigned bar, unsigned parity) {
+    std::unique_lock<std::mutex> lock(block->sync);
+    const Block::Mbarrier& b = block->mbarriers.at(bar);
+    done = block->arrived.wait_for(lock, std::chrono::seconds(20), [&] { return (b.phase & 1) != parity; });
+    if (!done) throw std::runtime_error("emulated mbarrier: no arrival in 20 s (a deadlock)");
+}
+// The arrival once this thread's copies so far have landed: they land now, the latest a GPU may.
+inline void cp_async_mbarrier_arrive_noinc_shared(unsigned bar) {
+    for (const std::vector<AsyncCopy>& group : groups)
+        for (const AsyncCopy& c : group) c.land();
+    groups.assign(1, {});
+    mbarrier_arrive_shared(bar);
+}
+// bar.sync id, count: barrier `id` of `count` threads (not __syncthreads' barrier 0).
+inline void bar_sync(unsigned id, unsigned count) {
+    std::barrier<>* b;
+    {
+        std::lock_guard<std::mutex> lock(block->sync);
+        auto& slot = block->named[id];
+        if (!slot) slot = std::make_unique<std::barrier<>>(count);
+        b = slot.get();
+    }
+    b->arrive_and_wait();
 }
 
 // Ordering of shared memory between the generic and async proxies, and wgmma's group fences: the

@@ -1,7 +1,8 @@
 """Run rendered kernels on the CPU: the source under tests/cuda_emu.h, built with g++, each block's
 threads as OS threads, so CI checks what every family's kernels compute without a GPU. Each inline
 PTX statement becomes a call of its emulation: asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x))
--> emu::ptx::cvt_rna_tf32_f32(r, x), operands in order (outputs by reference).
+-> emu::ptx::cvt_rna_tf32_f32(r, x), operands in order (outputs by reference); a "{ ... }" block is
+one call, named by its first instruction.
 
     launches = [Launch(instance, [out, x, np.int32(n), np.float32(0.5)]), ...]
     run(launches, tmp_path)       # array arguments are copied in, and back out after the run
@@ -23,6 +24,9 @@ HEADER_DIR = Path(__file__).resolve().parent
 _DYNAMIC_SMEM = re.compile(r"extern __shared__ __align__\(\d+\) unsigned char (\w+)\[\];")
 _ASM = re.compile(r"\basm\s*(?:volatile\s*)?\(")
 _OPERAND = re.compile(r'^"[=+]?\w+"\s*\((.*)\)$', re.S)
+# A statement's first instruction, past a brace block's opening and its .reg declarations (a block
+# is emulated as a whole, under its first instruction's name), up to a "::" qualifier.
+_MNEMONIC = re.compile(r'\s*"(?:\{(?:\\n|\s)*)?(?:\.reg [^;]*;(?:\\n|\s)*)*([\w.]+)')
 
 
 def _split_top_level(text: str, separator: str) -> list[str]:
@@ -44,7 +48,7 @@ def _split_top_level(text: str, separator: str) -> list[str]:
 def _ptx_call(statement: str) -> str:
     """The emu::ptx call of one asm statement's contents: `"template" : outputs : inputs [: clobbers]`."""
     template, *operand_lists = _split_top_level(statement, ":")
-    mnemonic = re.match(r'\s*"([\w.]+)', template)[1]
+    mnemonic = _MNEMONIC.match(template)[1]
     operands = []
     for operand in (o.strip() for part in operand_lists[:2] for o in _split_top_level(part, ",")):  # not clobbers
         if operand:

@@ -35,21 +35,29 @@ def operands(rng, m, n, k, ta, tb, dtype, epilogue, beta):
 
 
 def run_and_check(rng, m, n, k, ta, tb, dtype, epilogue=None, alpha=1.5, beta=0.0, config=None,
-                  kernel_family="gemm", precision="fp32"):
+                  kernel_family="gemm", precision="fp32", bfloat16=False):
+    """One call against float64; `bfloat16`: A and B passed as their bfloat16 copies, checked within
+    float32's bound of the bfloat16 values' product (exact in float32)."""
     import cupy
 
     import autogemm
+    from kernels.gemm import bf16_bits
 
     host, dev = operands(rng, m, n, k, ta, tb, dtype, epilogue, beta)
+    a, b = dev["a"], dev["b"]
+    if bfloat16:
+        a, b = autogemm.to_bf16(a), autogemm.to_bf16(b)
+        host = dict(host, a=bf16_bits(host["a"]), b=bf16_bits(host["b"]))
     out = cupy.full((m, n), np.nan, dtype=dtype)          # poison: unwritten elements stay NaN
     if beta:
         out[...] = dev["c"]                               # in place: C and D are one array
-    autogemm.gemm(dev["a"], dev["b"], out, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb,
+    autogemm.gemm(a, b, out, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb,
                   epilogue=epilogue, bias=dev["bias"], aux=dev["aux"], config=config,
                   kernel_family=kernel_family, precision=precision)
-    value, magnitude, _ = reference(Problem(m, n, k, trans_a=ta, trans_b=tb, epilogue=epilogue), host["a"], host["b"],
-                                    alpha, beta, host["c"], host["bias"], host["aux"])["d"]
-    verdict = compare(cupy.asnumpy(out), value, magnitude, k, dtype, precision)
+    problem = Problem(m, n, k, trans_a=ta, trans_b=tb, epilogue=epilogue, precision=precision, bf16_operands=bfloat16)
+    value, magnitude, _ = reference(problem, host["a"], host["b"], alpha, beta, host["c"], host["bias"],
+                                    host["aux"])["d"]
+    verdict = compare(cupy.asnumpy(out), value, magnitude, k, dtype, "fp32" if bfloat16 else precision)
     assert verdict.ok, f"{m}x{n}x{k} {'tn'[ta]}{'tn'[tb]} {dtype.__name__} {epilogue} {config}: {verdict.describe()}"
     return verdict
 
@@ -254,7 +262,7 @@ def test_wgmma_tf32_products_every_epilogue(epilogue):
         autogemm.gemm(a, b, precision="bf8")
 
 
-WGMMA_TILES = dict(bm=128, bn=128, warpgroups=2, stages=4, inflight=1, split_k=1)
+WGMMA_TILES = dict(bm=128, bn=128, warpgroups=2, stages=4, inflight=1, split_k=1, producer=0)
 
 
 @pytest.mark.parametrize("ta,tb", OPS)
@@ -270,6 +278,29 @@ def test_wgmma_split_k_every_op_and_math(ta, tb):
         for _ in range(2):
             run_and_check(np.random.default_rng(k), m, n, k, ta, tb, np.float32, epilogue="bias_relu" if tb else None,
                           beta=0.5, config=config, kernel_family="gemm_wgmma", precision=precision)
+
+
+@pytest.mark.parametrize("ta,tb", OPS)
+def test_wgmma_producer_every_op_and_math(ta, tb):
+    """The warp-specialized pipeline (a producer warpgroup, mbarriers) on every op and math, float32
+    and bfloat16 operands, 2 to 5 stages (every lag of the prepare step), wgmmas in flight, split-K:
+    within each precision's bound, each call twice."""
+    if not hopper():
+        pytest.skip("gemm_wgmma needs a Hopper GPU (sm_90a)")
+    for (m, n, k), tiles, math, bfloat16 in [
+            ((800, 1000, 784), dict(bm=128, bn=128, stages=3, inflight=0), "3xtf32", False),
+            ((1000, 784, 800), dict(bm=64, bn=64, warpgroups=1, stages=4, inflight=1), "3xtf32", False),
+            ((131, 67, 2600), dict(bm=128, bn=64, stages=5, inflight=0), "tf32", False),
+            ((800, 1000, 784), dict(bm=128, bn=128, stages=4, inflight=1), "bf16", False),
+            ((1024, 1024, 1024), dict(bm=128, bn=256, stages=4, inflight=1), "bf16", True),
+            ((200, 1000, 784), dict(bm=64, bn=64, warpgroups=1, stages=2, inflight=0, split_k=3), "3xtf32", False),
+            ((136, 256, 1000), dict(bm=128, bn=64, stages=3, inflight=1, split_k=2), "bf16", True)]:
+        precision = {"3xtf32": "fp32", "tf32": "tf32", "bf16": "bf16"}[math]
+        config = dict(WGMMA_TILES, **tiles, math=math, producer=1)
+        for _ in range(2):
+            run_and_check(np.random.default_rng(k), m, n, k, ta, tb, np.float32, epilogue="bias_relu" if tb else None,
+                          beta=0.5, config=config, kernel_family="gemm_wgmma", precision=precision,
+                          bfloat16=bfloat16)
 
 
 @pytest.mark.parametrize("epilogue", (None,) + EPILOGUES[1:])

@@ -265,14 +265,16 @@ def test_a_stale_record_from_before_pad_was_a_bool_reads_in_todays_spelling(tmp_
     assert family("gemm").holds(old.config) == Config(dict(GEMM, pad=pad))
 
 
-def test_a_stale_wgmma_record_from_before_split_k_computes_unsplit(tmp_path):
-    """gemm_wgmma gained split_k: a record tuned before it reads with split_k = 1 (what it ran) and
-    still serves its shape."""
-    wgmma = dict(bm=128, bn=128, warpgroups=2, stages=3, math="3xtf32", inflight=1)
-    path = write_store(tmp_path, [record(fam="gemm_wgmma", config=dict(wgmma, split_k=1))])
-    edit(path, lambda d: d["records"][0].update(config=wgmma, template_hash="0123456789abcdef"))
+@pytest.mark.parametrize("gained", [dict(split_k=1, producer=0), dict(producer=0)])
+def test_a_stale_wgmma_record_from_before_split_k_and_producer_computes_as_it_did(tmp_path, gained):
+    """gemm_wgmma gained split_k, then producer: a record tuned before either reads with split_k = 1
+    and producer = 0 (what it ran) and still serves its shape."""
+    wgmma = dict(bm=128, bn=128, warpgroups=2, stages=3, math="3xtf32", inflight=1, split_k=1, producer=0)
+    old_config = {name: value for name, value in wgmma.items() if name not in gained}
+    path = write_store(tmp_path, [record(fam="gemm_wgmma", config=wgmma)])
+    edit(path, lambda d: d["records"][0].update(config=old_config, template_hash="0123456789abcdef"))
     old, = load(path).records.values()
-    assert old.stale and family("gemm_wgmma").holds(old.config) == Config(dict(wgmma, split_k=1))
+    assert old.stale and family("gemm_wgmma").holds(old.config) == Config(wgmma)
 
 
 @pytest.mark.parametrize("config", [{"bm": "{{ evil }}"}, {"bm": 1.5}, {"b m": 1}, {"bm": [1]}, [1, 2]])

@@ -1,0 +1,72 @@
+"""Issue 18 on a Hopper GPU: gemm_wgmma's warp-specialized pipeline (producer = 1) against its
+one-loop pipeline, on the configs of this GPU's tuned records. For each record: its config, the
+same with a producer warpgroup (as many of its stages as fit), and producer variants with the most
+stages that fit, wgmmas in flight or not; each checked against float64 first, then all timed
+interleaved with autogemm's timer (events, L2 flushed, median), cuBLAS in the record's precision
+beside them.
+
+    python tuned/bench/issue18_producer.py [--shapes 800x1000x784:nt,...] [--reps 30] [--json PATH]
+"""
+import argparse
+import json
+
+
+def variants(fam, cfg, problem, device) -> list:
+    """The record's config, then producer variants that fit, without repeats."""
+    out = [cfg]
+    for stages, inflight in ((cfg.stages, cfg.inflight), (5, 1), (5, 0)):
+        for s in range(stages, 1, -1):
+            c = fam.config(dict(cfg, producer=1, stages=s, inflight=inflight if s >= 3 else 0))
+            if not fam.violations(c, problem, device):
+                out.append(c)
+                break
+    return list(dict.fromkeys(out))
+
+
+def main():
+    from autogemm.ops.cublas import cublas_gemm
+    from autogemm.runtime.device import this_device
+    from autogemm.runtime.family import family
+    from autogemm.store.locations import tune_dir
+    from autogemm.store.records import file_for, load
+    from autogemm.tuning.measure import GemmMeasure
+    from autogemm.tuning.timing import time_interleaved
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--shapes", help="SIZES:OP of the records to take (default: all gemm_wgmma records)")
+    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--json")
+    args = p.parse_args()
+    device, fam, results = this_device(), family("gemm_wgmma"), []
+    wanted = set(args.shapes.split(",")) if args.shapes else None
+    records = [r for r in load(file_for(tune_dir(), device)).records.values() if r.key.family == "gemm_wgmma"
+               and (wanted is None or f"{'x'.join(map(str, r.key.sizes))}:{r.key.op}" in wanted)]
+    for r in records:
+        measure = GemmMeasure(r.key, device)
+        runs, configs = {}, {}
+        for cfg in variants(fam, r.config, measure.problem, device):
+            run = measure.launcher(cfg)
+            try:
+                measure.verify(run)
+            except Exception as exc:
+                print(f"{r.key}: {run.instance.name}: FAILED {str(exc)[:300]}", flush=True)
+                continue
+            runs[run.instance.name], configs[run.instance.name] = run, dict(cfg)
+        runs["cublas"] = lambda m=measure: cublas_gemm(m.a, m.b, m.out, m.trans_a, m.trans_b, m.precision)
+        timings = time_interleaved(runs, reps=args.reps)
+        us = {name: timings[name].median_us for name in runs}
+        record_name = fam.instance(r.config, measure.problem).name
+        best = min((t, name) for name, t in us.items() if name in configs and configs[name]["producer"])
+        results.append({"key": str(r.key), "record_us": us.get(record_name), "best_producer_us": best[0],
+                        "best_producer": configs[best[1]], "cublas_us": us["cublas"], "all_us": us,
+                        "configs": configs})
+        print(f"{str(r.key):44s} record {us.get(record_name, float('nan')):8.1f} us   producer {best[0]:8.1f} us "
+              f"({configs[best[1]]['stages']} stages, inflight {configs[best[1]]['inflight']})   "
+              f"cuBLAS {us['cublas']:8.1f} us", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"gpu": device.name, "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
