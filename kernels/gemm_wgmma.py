@@ -37,6 +37,7 @@ PARAMS = {
     "inflight": (0, 1),                              # wgmma groups left running across a k-tile
     "split_k": (1, 2, 3, 4, 6),                      # slices of K, reduced by the last block of each tile
     "producer": (0, 1),                              # 1: a producer warpgroup copies and prepares stages
+    "chains": (1, 2),                                # accumulator sets a k-tile's wgmmas alternate between
 }
 BK = 32               # K per stage: a 128-byte tile row of float32
 SWIZZLE_ALIGN = 1024  # the dynamic shared memory is aligned up to this in the kernel
@@ -74,8 +75,8 @@ def smem_bytes(c, p: Problem) -> int:
 
 
 def accumulators(c) -> int:
-    """float32 accumulators a thread holds: BN/2 per 64-row wgmma tile of its warpgroup."""
-    return c.bm // c.warpgroups // 64 * c.bn // 2
+    """float32 accumulators a thread holds: BN/2 per 64-row wgmma tile of its warpgroup, per chain."""
+    return c.chains * c.bm // c.warpgroups // 64 * c.bn // 2
 
 
 CONSTRAINTS = (
@@ -93,7 +94,7 @@ CONSTRAINTS = (
      lambda c, p, d: p.vec_a * p.operand_itemsize == 16 and p.vec_b * p.operand_itemsize == 16),
     ("each warpgroup's rows BM/warpgroups must be a whole number of 64-row wgmma tiles",
      lambda c, p, d: c.bm % (64 * c.warpgroups) == 0),
-    ("at most 128 accumulators per thread (BM/warpgroups/64 * BN/2)", lambda c, p, d: accumulators(c) <= 128),
+    ("at most 128 accumulators per thread (chains * BM/warpgroups/64 * BN/2)", lambda c, p, d: accumulators(c) <= 128),
     ("shared memory must fit the device's per-block limit", lambda c, p, d: smem_bytes(c, p) <= d.smem_per_block),
     ("grid rows ceil(M/BM) must be at most 65535", lambda c, p, d: ceil_div(p.m, c.bm) <= 65535),
     ("every split-K slice must have some of K", lambda c, p, d: (c.split_k - 1) * k_slice(c, p.k) < p.k),
@@ -117,7 +118,7 @@ def template_args(c, p: Problem) -> dict:
 
 def instance_name(c, p: Problem) -> str:
     name = (f"gemm_wgmma_{'bf16' if p.bf16_operands else 'f32'}_{p.op}_bm{c.bm}_bn{c.bn}_wg{c.warpgroups}_s{c.stages}"
-            f"_if{c.inflight}_sk{c.split_k}_p{c.producer}_{c.math}")
+            f"_if{c.inflight}_sk{c.split_k}_p{c.producer}_c{c.chains}_{c.math}")
     if p.epilogue:
         name += f"_{p.epilogue}"
     if p.use_c:
@@ -150,4 +151,4 @@ def default_candidates(p: Problem, d):
         for warpgroups, producer, stages, inflight in itertools.product((2, 1), (1, 0), reversed(PARAMS["stages"]),
                                                                         (1, 0)):
             yield {"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math, "inflight": inflight,
-                   "split_k": 1, "producer": producer}
+                   "split_k": 1, "producer": producer, "chains": 1}

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | producer-ab]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 case "${1:-wgmma}" in
-producer)   # the warp-specialized pipeline (producer = 1): the wgmma GPU tests
+producer)   # the warp-specialized pipeline (producer = 1), two accumulator chains: the wgmma GPU tests
     python -m pytest -q -m gpu tests/test_gemm_gpu.py -k "wgmma" > "$out/pytest-wgmma.txt" 2>&1; tail -3 "$out/pytest-wgmma.txt"
     ;;
-producer-ab)   # producer variants of every record's config timed against it, cuBLAS beside them
-    python tuned/bench/issue18_producer.py --json "$out/producer.json" > "$out/producer.txt" 2>&1
-    grep -vE "^ *$" "$out/producer.txt" | tail -40
+pipeline)   # producer and chain variants of every record's config timed against it, cuBLAS beside them
+    python tuned/bench/issue18_pipeline.py --json "$out/pipeline.json" > "$out/pipeline.txt" 2>&1
+    grep -vE "^ *$" "$out/pipeline.txt" | tail -40
     ;;
 bfloat16)   # bfloat16 operands: their GPU tests and to_bf16's, what rounding to bfloat16 costs, the
             # kernels tuned and timed against cuBLAS's GemmEx on the same arrays

@@ -1,0 +1,76 @@
+"""Issue 18 on a Hopper GPU: gemm_wgmma's warp-specialized pipeline (producer = 1) and its second
+accumulator chain (chains = 2) against the configs of this GPU's tuned records. For each record:
+its config, the same with two chains, and with a producer warpgroup (as many of its stages as fit,
+or the most that fit without wgmmas in flight), one chain or two; each checked against float64
+first, then all timed interleaved with autogemm's timer (events, L2 flushed, median), cuBLAS in the
+record's precision beside them.
+
+    python tuned/bench/issue18_pipeline.py [--shapes 800x1000x784:nt,...] [--reps 30] [--json PATH]
+"""
+import argparse
+import json
+
+
+def variants(fam, cfg, problem, device) -> list:
+    """The record's config, then the variants that fit, without repeats."""
+    out = [cfg, fam.config(dict(cfg, chains=2))]
+    for chains in (1, 2):
+        for stages, inflight in ((cfg.stages, cfg.inflight), (5, 0)):
+            for s in range(stages, 1, -1):
+                c = fam.config(dict(cfg, producer=1, chains=chains, stages=s, inflight=inflight if s >= 3 else 0))
+                if not fam.violations(c, problem, device):
+                    out.append(c)
+                    break
+    return [c for c in dict.fromkeys(out) if not fam.violations(c, problem, device)]
+
+
+def main():
+    from autogemm.ops.cublas import cublas_gemm
+    from autogemm.runtime.device import this_device
+    from autogemm.runtime.family import family
+    from autogemm.store.locations import tune_dir
+    from autogemm.store.records import file_for, load
+    from autogemm.tuning.measure import GemmMeasure
+    from autogemm.tuning.timing import time_interleaved
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--shapes", help="SIZES:OP of the records to take (default: all gemm_wgmma records)")
+    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--json")
+    args = p.parse_args()
+    device, fam, results = this_device(), family("gemm_wgmma"), []
+    wanted = set(args.shapes.split(",")) if args.shapes else None
+    records = [r for r in load(file_for(tune_dir(), device)).records.values() if r.key.family == "gemm_wgmma"
+               and (wanted is None or f"{'x'.join(map(str, r.key.sizes))}:{r.key.op}" in wanted)]
+    for r in records:
+        measure = GemmMeasure(r.key, device)
+        runs, configs = {}, {}
+        for cfg in variants(fam, r.config, measure.problem, device):
+            run = measure.launcher(cfg)
+            try:
+                measure.verify(run)
+            except Exception as exc:
+                print(f"{r.key}: {run.instance.name}: FAILED {str(exc)[:300]}", flush=True)
+                continue
+            runs[run.instance.name], configs[run.instance.name] = run, dict(cfg)
+        runs["cublas"] = lambda m=measure: cublas_gemm(m.a, m.b, m.out, m.trans_a, m.trans_b, m.precision)
+        timings = time_interleaved(runs, reps=args.reps)
+        us = {name: timings[name].median_us for name in runs}
+        record_name = fam.instance(r.config, measure.problem).name
+        best = {(p, c): min((t, name) for name, t in us.items()
+                            if name in configs and (configs[name]["producer"], configs[name]["chains"]) == (p, c))
+                for p, c in {(cfg["producer"], cfg["chains"]) for cfg in configs.values()}}
+        results.append({"key": str(r.key), "record_us": us.get(record_name), "cublas_us": us["cublas"],
+                        "best": {f"producer {p} chains {c}": {"us": t, "config": configs[name]}
+                                 for (p, c), (t, name) in sorted(best.items())},
+                        "all_us": us, "configs": configs})
+        print(f"{str(r.key):44s} record {us.get(record_name, float('nan')):7.1f}  "
+              + "  ".join(f"p{p}c{c} {t:7.1f}" for (p, c), (t, _) in sorted(best.items()))
+              + f"  cuBLAS {us['cublas']:7.1f} us", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"gpu": device.name, "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
