@@ -95,6 +95,8 @@ CONSTRAINTS = (
     ("each warpgroup's rows BM/warpgroups must be a whole number of 64-row wgmma tiles",
      lambda c, p, d: c.bm % (64 * c.warpgroups) == 0),
     ("at most 128 accumulators per thread (chains * BM/warpgroups/64 * BN/2)", lambda c, p, d: accumulators(c) <= 128),
+    ("split-K beside a producer and two computing warpgroups (168 registers a thread): at most 64 accumulators",
+     lambda c, p, d: not (c.split_k > 1 and c.producer and c.warpgroups == 2) or accumulators(c) <= 64),
     ("shared memory must fit the device's per-block limit", lambda c, p, d: smem_bytes(c, p) <= d.smem_per_block),
     ("grid rows ceil(M/BM) must be at most 65535", lambda c, p, d: ceil_div(p.m, c.bm) <= 65535),
     ("every split-K slice must have some of K", lambda c, p, d: (c.split_k - 1) * k_slice(c, p.k) < p.k),
