@@ -37,7 +37,6 @@ PARAMS = {
     "inflight": (0, 1),                              # wgmma groups left running across a k-tile
     "split_k": (1, 2, 3, 4, 6),                      # slices of K, reduced by the last block of each tile
     "producer": (0, 1),                              # 1: a producer warpgroup copies and prepares stages
-    "chains": (1, 2),                                # accumulator sets a k-tile's wgmmas alternate between
 }
 BK = 32               # K per stage: a 128-byte tile row of float32
 SWIZZLE_ALIGN = 1024  # the dynamic shared memory is aligned up to this in the kernel
@@ -75,8 +74,8 @@ def smem_bytes(c, p: Problem) -> int:
 
 
 def accumulators(c) -> int:
-    """float32 accumulators a thread holds: BN/2 per 64-row wgmma tile of its warpgroup, per chain."""
-    return c.chains * c.bm // c.warpgroups // 64 * c.bn // 2
+    """float32 accumulators a thread holds: BN/2 per 64-row wgmma tile of its warpgroup."""
+    return c.bm // c.warpgroups // 64 * c.bn // 2
 
 
 CONSTRAINTS = (
@@ -94,7 +93,7 @@ CONSTRAINTS = (
      lambda c, p, d: p.vec_a * p.operand_itemsize == 16 and p.vec_b * p.operand_itemsize == 16),
     ("each warpgroup's rows BM/warpgroups must be a whole number of 64-row wgmma tiles",
      lambda c, p, d: c.bm % (64 * c.warpgroups) == 0),
-    ("at most 128 accumulators per thread (chains * BM/warpgroups/64 * BN/2)", lambda c, p, d: accumulators(c) <= 128),
+    ("at most 128 accumulators per thread (BM/warpgroups/64 * BN/2)", lambda c, p, d: accumulators(c) <= 128),
     ("split-K beside a producer and two computing warpgroups (168 registers a thread): at most 64 accumulators",
      lambda c, p, d: not (c.split_k > 1 and c.producer and c.warpgroups == 2) or accumulators(c) <= 64),
     ("shared memory must fit the device's per-block limit", lambda c, p, d: smem_bytes(c, p) <= d.smem_per_block),
@@ -120,7 +119,7 @@ def template_args(c, p: Problem) -> dict:
 
 def instance_name(c, p: Problem) -> str:
     name = (f"gemm_wgmma_{'bf16' if p.bf16_operands else 'f32'}_{p.op}_bm{c.bm}_bn{c.bn}_wg{c.warpgroups}_s{c.stages}"
-            f"_if{c.inflight}_sk{c.split_k}_p{c.producer}_c{c.chains}_{c.math}")
+            f"_if{c.inflight}_sk{c.split_k}_p{c.producer}_{c.math}")
     if p.epilogue:
         name += f"_{p.epilogue}"
     if p.use_c:
@@ -139,9 +138,9 @@ def geometry(c, p: Problem):
 def default_candidates(p: Problem, d):
     """Tiles largest first, the first of which gives every SM a block (else the one with the most
     blocks), each with the most stages that fit, two warpgroups before one, wgmmas in flight before
-    not, K unsplit (the search tries split-K); bfloat16 operands take bf16 products, float32 ones the maths their precision allows, fastest
-    first as measured (bf16's rounding pass costs more than its k16 products save:
-    tuned/bench/issue18-h100/ops-bf16)."""
+    not, K unsplit (the search tries split-K); bfloat16 operands take bf16 products, float32 ones
+    the maths their precision allows, fastest first as measured (bf16's rounding pass costs more
+    than its k16 products save: tuned/bench/issue18-h100/ops-bf16)."""
     tiles = [(bm, bn) for bm, bn in itertools.product(PARAMS["bm"], PARAMS["bn"])]
     tiles.sort(key=lambda t: -t[0] * t[1])
     filling = [t for t in tiles if ceil_div(p.m, t[0]) * ceil_div(p.n, t[1]) >= d.sm_count]
@@ -150,7 +149,10 @@ def default_candidates(p: Problem, d):
     maths = ["bf16"] if p.bf16_operands else [m for m in ("tf32", "bf16", "3xtf32")
                                               if gemm.serves(MATH_PRECISION[m], p.precision)]
     for math, (bm, bn) in itertools.product(maths, filling + rest):
-        for warpgroups, producer, stages, inflight in itertools.product((2, 1), (1, 0), reversed(PARAMS["stages"]),
-                                                                        (1, 0)):
-            yield {"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math, "inflight": inflight,
-                   "split_k": 1, "producer": producer, "chains": 1}
+        for warpgroups in (2, 1):
+            # A producer warpgroup first beside one computing warpgroup: faster on the small GEMMs,
+            # slower beside two on the large ones (tuned/bench/issue18-h100/pipeline).
+            for producer, stages, inflight in itertools.product((0, 1) if warpgroups == 2 else (1, 0),
+                                                                reversed(PARAMS["stages"]), (1, 0)):
+                yield {"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math,
+                       "inflight": inflight, "split_k": 1, "producer": producer}

@@ -262,7 +262,7 @@ def test_wgmma_tf32_products_every_epilogue(epilogue):
         autogemm.gemm(a, b, precision="bf8")
 
 
-WGMMA_TILES = dict(bm=128, bn=128, warpgroups=2, stages=4, inflight=1, split_k=1, producer=0, chains=1)
+WGMMA_TILES = dict(bm=128, bn=128, warpgroups=2, stages=4, inflight=1, split_k=1, producer=0)
 
 
 @pytest.mark.parametrize("ta,tb", OPS)
@@ -281,23 +281,21 @@ def test_wgmma_split_k_every_op_and_math(ta, tb):
 
 
 @pytest.mark.parametrize("ta,tb", OPS)
-def test_wgmma_producer_and_chains_every_op_and_math(ta, tb):
+def test_wgmma_producer_every_op_and_math(ta, tb):
     """The warp-specialized pipeline (a producer warpgroup, mbarriers) on every op and math, float32
-    and bfloat16 operands, 2 to 5 stages (every lag of the prepare step), wgmmas in flight, split-K;
-    two accumulator chains in either pipeline: within each precision's bound, each call twice."""
+    and bfloat16 operands, 2 to 5 stages (every lag of the prepare step), wgmmas in flight, split-K:
+    within each precision's bound, each call twice."""
     if not hopper():
         pytest.skip("gemm_wgmma needs a Hopper GPU (sm_90a)")
     for (m, n, k), tiles, math, bfloat16 in [
             ((800, 1000, 784), dict(bm=128, bn=128, stages=2, inflight=0), "3xtf32", False),
-            ((1000, 784, 800), dict(bm=64, bn=64, warpgroups=1, stages=4, inflight=1, chains=2), "3xtf32", False),
+            ((1000, 784, 800), dict(bm=64, bn=64, warpgroups=1, stages=4, inflight=1), "3xtf32", False),
             ((132, 68, 2600), dict(bm=64, bn=64, warpgroups=1, stages=5, inflight=0), "tf32", False),
             ((800, 1000, 784), dict(bm=128, bn=128, stages=4, inflight=1), "bf16", False),
             ((1024, 1024, 1024), dict(bm=128, bn=256, stages=4, inflight=1), "bf16", True),
-            ((200, 1000, 784), dict(bm=64, bn=64, warpgroups=1, stages=2, inflight=0, split_k=3, chains=2), "3xtf32",
-             False),
+            ((200, 1000, 784), dict(bm=64, bn=64, warpgroups=1, stages=2, inflight=0, split_k=3), "3xtf32", False),
             ((136, 256, 1000), dict(bm=128, bn=64, stages=3, inflight=1, split_k=2), "bf16", True),
-            ((800, 784, 1000), dict(bm=64, bn=64, warpgroups=1, stages=4, producer=0, chains=2), "tf32", False),
-            ((800, 784, 1000), dict(bm=64, bn=128, warpgroups=1, stages=4, producer=0, chains=2), "bf16", True)]:
+            ((800, 784, 1000), dict(bm=64, bn=128, warpgroups=1, stages=3, inflight=1), "bf16", True)]:
         precision = {"3xtf32": "fp32", "tf32": "tf32", "bf16": "bf16"}[math]
         config = dict(WGMMA_TILES, producer=1) | tiles | dict(math=math)
         for _ in range(2):

@@ -1,16 +1,32 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 case "${1:-wgmma}" in
-producer)   # the warp-specialized pipeline (producer = 1), two accumulator chains: the wgmma GPU tests
+producer)   # the warp-specialized pipeline (producer = 1): the wgmma GPU tests
     python -m pytest -q -m gpu tests/test_gemm_gpu.py -k "wgmma" > "$out/pytest-wgmma.txt" 2>&1; tail -3 "$out/pytest-wgmma.txt"
     ;;
-pipeline)   # producer and chain variants of every record's config timed against it, cuBLAS beside them
+producer-tune)   # after the producer joined gemm_wgmma's space: its GPU tests, then the stale records
+                 # re-tuned in fp32 and tf32 (producer-tune-2: the rest, and the epochs)
+    python -m pytest -q -m gpu tests/test_gemm_gpu.py -k "producer" > "$out/pytest-producer.txt" 2>&1; tail -1 "$out/pytest-producer.txt"
+    for precision in fp32 tf32; do
+        python -m autogemm.cli tune --stale --precision $precision --trials 30 --timeout 12
+    done > "$out/tune-stale.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-stale.txt" | tail -30
+    cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
+    ;;
+producer-tune-2)
+    { python -m autogemm.cli tune --stale --precision bf16 --trials 30 --timeout 12
+      python -m autogemm.cli tune --stale --dtype bfloat16 --trials 24 --timeout 15
+    } > "$out/tune-stale-2.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-stale-2.txt" | tail -12
+    python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32,cupy-tuned-bf16 \
+        --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -3 "$out/nn-bench.txt"
+    cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
+    ;;
+pipeline)   # producer variants of every record's config timed against it, cuBLAS beside them
     python tuned/bench/issue18_pipeline.py --json "$out/pipeline.json" > "$out/pipeline.txt" 2>&1
     grep -vE "^ *$" "$out/pipeline.txt" | tail -40
     ;;

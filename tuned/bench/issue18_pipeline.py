@@ -1,7 +1,6 @@
-"""Issue 18 on a Hopper GPU: gemm_wgmma's warp-specialized pipeline (producer = 1) and its second
-accumulator chain (chains = 2) against the configs of this GPU's tuned records. For each record:
-its config, the same with two chains, and with a producer warpgroup (as many of its stages as fit,
-or the most that fit without wgmmas in flight), one chain or two; each checked against float64
+"""Issue 18 on a Hopper GPU: gemm_wgmma's two pipelines on the configs of this GPU's tuned records.
+For each record: its config in either pipeline (producer 0 or 1, as many of its stages as fit), and
+with a producer and the most stages that fit without wgmmas in flight; each checked against float64
 first, then all timed interleaved with autogemm's timer (events, L2 flushed, median), cuBLAS in the
 record's precision beside them.
 
@@ -13,14 +12,13 @@ import json
 
 def variants(fam, cfg, problem, device) -> list:
     """The record's config, then the variants that fit, without repeats."""
-    out = [cfg, fam.config(dict(cfg, chains=2))]
-    for chains in (1, 2):
-        for stages, inflight in ((cfg.stages, cfg.inflight), (5, 0)):
-            for s in range(stages, 1, -1):
-                c = fam.config(dict(cfg, producer=1, chains=chains, stages=s, inflight=inflight if s >= 3 else 0))
-                if not fam.violations(c, problem, device):
-                    out.append(c)
-                    break
+    out = [cfg]
+    for producer, stages, inflight in ((0, cfg.stages, cfg.inflight), (1, cfg.stages, cfg.inflight), (1, 5, 0)):
+        for s in range(stages, 1, -1):
+            c = fam.config(dict(cfg, producer=producer, stages=s, inflight=inflight if s >= 3 else 0))
+            if not fam.violations(c, problem, device):
+                out.append(c)
+                break
     return [c for c in dict.fromkeys(out) if not fam.violations(c, problem, device)]
 
 
@@ -57,15 +55,14 @@ def main():
         timings = time_interleaved(runs, reps=args.reps)
         us = {name: timings[name].median_us for name in runs}
         record_name = fam.instance(r.config, measure.problem).name
-        best = {(p, c): min((t, name) for name, t in us.items()
-                            if name in configs and (configs[name]["producer"], configs[name]["chains"]) == (p, c))
-                for p, c in {(cfg["producer"], cfg["chains"]) for cfg in configs.values()}}
+        best = {p: min((t, name) for name, t in us.items() if name in configs and configs[name]["producer"] == p)
+                for p in {cfg["producer"] for cfg in configs.values()}}
         results.append({"key": str(r.key), "record_us": us.get(record_name), "cublas_us": us["cublas"],
-                        "best": {f"producer {p} chains {c}": {"us": t, "config": configs[name]}
-                                 for (p, c), (t, name) in sorted(best.items())},
+                        "best": {f"producer {p}": {"us": t, "config": configs[name]}
+                                 for p, (t, name) in sorted(best.items())},
                         "all_us": us, "configs": configs})
         print(f"{str(r.key):44s} record {us.get(record_name, float('nan')):7.1f}  "
-              + "  ".join(f"p{p}c{c} {t:7.1f}" for (p, c), (t, _) in sorted(best.items()))
+              + "  ".join(f"producer {p} {t:7.1f}" for p, (t, _) in sorted(best.items()))
               + f"  cuBLAS {us['cublas']:7.1f} us", flush=True)
     if args.json:
         with open(args.json, "w") as f:
