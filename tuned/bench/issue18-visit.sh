@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -25,6 +25,16 @@ producer-tune-2)
     python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32,cupy-tuned-bf16 \
         --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -3 "$out/nn-bench.txt"
     cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
+    ;;
+h200-producer)   # the H200's file after the producer joined the space: its GPU tests, every stale
+                 # wgmma record re-tuned in each precision and for bfloat16 arrays, the epochs
+    python -m pytest -q -m gpu tests/test_gemm_gpu.py -k "producer" > "$out/pytest-producer.txt" 2>&1; tail -1 "$out/pytest-producer.txt"
+    for arithmetic in "--precision fp32" "--precision tf32" "--precision bf16" "--dtype bfloat16"; do
+        python -m autogemm.cli tune --stale $arithmetic --trials 24 --timeout 12
+    done > "$out/tune-stale.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-stale.txt" | tail -40
+    python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32,cupy-tuned-bf16 \
+        --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -3 "$out/nn-bench.txt"
+    cp tuned/nvidia-h200.json "$out/"
     ;;
 pipeline)   # producer variants of every record's config timed against it, cuBLAS beside them
     python tuned/bench/issue18_pipeline.py --json "$out/pipeline.json" > "$out/pipeline.txt" 2>&1
