@@ -214,9 +214,8 @@ inline void mbarrier_try_wait_parity_shared(unsigned& done, unsigned bar, unsign
 }
 // The arrival once this thread's copies so far have landed: they land now, the latest a GPU may.
 inline void cp_async_mbarrier_arrive_noinc_shared(unsigned bar) {
-    for (const std::vector<AsyncCopy>& group : groups)
-        for (const AsyncCopy& c : group) c.land();
-    groups.assign(1, {});
+    cp_async_commit_group();
+    cp_async_wait_group(0);
     mbarrier_arrive_shared(bar);
 }
 // bar.sync id, count: barrier `id` of `count` threads (not __syncthreads' barrier 0).

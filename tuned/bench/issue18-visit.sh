@@ -10,22 +10,6 @@ case "${1:-wgmma}" in
 producer)   # the warp-specialized pipeline (producer = 1): the wgmma GPU tests
     python -m pytest -q -m gpu tests/test_gemm_gpu.py -k "wgmma" > "$out/pytest-wgmma.txt" 2>&1; tail -3 "$out/pytest-wgmma.txt"
     ;;
-producer-tune)   # after the producer joined gemm_wgmma's space: its GPU tests, then the stale records
-                 # re-tuned in fp32 and tf32 (producer-tune-2: the rest, and the epochs)
-    python -m pytest -q -m gpu tests/test_gemm_gpu.py -k "producer" > "$out/pytest-producer.txt" 2>&1; tail -1 "$out/pytest-producer.txt"
-    for precision in fp32 tf32; do
-        python -m autogemm.cli tune --stale --precision $precision --trials 30 --timeout 12
-    done > "$out/tune-stale.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-stale.txt" | tail -30
-    cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
-    ;;
-producer-tune-2)
-    { python -m autogemm.cli tune --stale --precision bf16 --trials 30 --timeout 12
-      python -m autogemm.cli tune --stale --dtype bfloat16 --trials 24 --timeout 15
-    } > "$out/tune-stale-2.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-stale-2.txt" | tail -12
-    python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32,cupy-tuned-bf16 \
-        --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -3 "$out/nn-bench.txt"
-    cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
-    ;;
 h200-producer)   # the H200's file after the producer joined the space: its GPU tests, every stale
                  # wgmma record re-tuned in each precision and for bfloat16 arrays, the epochs
     python -m pytest -q -m gpu tests/test_gemm_gpu.py -k "producer" > "$out/pytest-producer.txt" 2>&1; tail -1 "$out/pytest-producer.txt"
@@ -52,20 +36,24 @@ bfloat16)   # bfloat16 operands: their GPU tests and to_bf16's, what rounding to
     grep -E "│|rror" "$out/bench-bfloat16.txt" | tail -22
     cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
     ;;
-split-k)   # after split-K joined gemm_wgmma's space: the wgmma GPU tests, then the stale records
-           # re-tuned in fp32 and tf32 (split-k-2: the rest, and the epochs)
-    python -m pytest -q -m gpu tests/test_gemm_gpu.py -k "wgmma" > "$out/pytest-wgmma.txt" 2>&1; tail -1 "$out/pytest-wgmma.txt"
+split-k|producer-tune)   # after split-K (producer-tune: the producer) joined gemm_wgmma's space: the wgmma
+                         # GPU tests (producer-tune: the producer's), then the stale records re-tuned in
+                         # fp32 and tf32 (split-k-2, producer-tune-2: the rest, and the epochs)
+    tests=$([ "$1" = split-k ] && echo wgmma || echo producer)
+    python -m pytest -q -m gpu tests/test_gemm_gpu.py -k "$tests" > "$out/pytest-$tests.txt" 2>&1; tail -1 "$out/pytest-$tests.txt"
     for precision in fp32 tf32; do
         python -m autogemm.cli tune --stale --precision $precision --trials 30 --timeout 12
     done > "$out/tune-stale.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-stale.txt" | tail -30
     cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
     ;;
-split-k-2)
+split-k-2|producer-tune-2)
     { python -m autogemm.cli tune --stale --precision bf16 --trials 30 --timeout 12
       python -m autogemm.cli tune --stale --dtype bfloat16 --trials 24 --timeout 15
     } > "$out/tune-stale-2.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-stale-2.txt" | tail -12
-    python -m autogemm.cli bench --reps 30 --shapes 200x1000x784:nt,100x1000x784:nt,800x1000x784:nt > "$out/bench-fp32.txt" 2>&1
-    grep -E "│|rror" "$out/bench-fp32.txt" | tail -16
+    if [ "$1" = split-k-2 ]; then
+        python -m autogemm.cli bench --reps 30 --shapes 200x1000x784:nt,100x1000x784:nt,800x1000x784:nt > "$out/bench-fp32.txt" 2>&1
+        grep -E "│|rror" "$out/bench-fp32.txt" | tail -16
+    fi
     python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32,cupy-tuned-bf16 \
         --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -3 "$out/nn-bench.txt"
     cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
