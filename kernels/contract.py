@@ -20,12 +20,22 @@ MAX_SIZE = 2**31 - 1    # every kernel takes its sizes as 32-bit ints
 NO_OP = "-"             # the op of a tuned key whose family has no ops
 
 
+class TileMap(NamedTuple):
+    """A tensor map that a kernel takes by value after its other parameters, for its bulk tensor
+    copies (TMA): of the call's 2-D row-major array `operand`, copied `box` (inner, outer) elements
+    at a time into shared memory in the swizzle of `swizzle` bytes (0: none), zeros past its edges."""
+    operand: str
+    box: tuple[int, int]
+    swizzle: int
+
+
 class Geometry(NamedTuple):
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     smem_bytes: int = 0
     workspace_elems: int = 0   # scratch of the problem's dtype (split-K partial sums)
     counters: int = 0          # int32 counters that must start at zero (split-K tiles)
+    tensor_maps: tuple[TileMap, ...] = ()
 
 
 def ceil_div(a: int, b: int) -> int:

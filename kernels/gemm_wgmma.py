@@ -7,12 +7,13 @@ The same call as the gemm family (its Problem, keys, epilogues and reference): D
 op(B) = B) is transposed in shared memory as each stage lands; bfloat16 operands are read as they
 land, M/N-major ones by wgmma's transposing form. Stages are copied and prepared either by every
 thread, one block-wide synchronization a k-tile, or by a producer warpgroup handing them to the
-computing ones through mbarriers (warp specialization).
+computing ones through mbarriers (warp specialization), which copies by cp.async or, one thread
+for the block, by bulk tensor copies (TMA) through tensor maps of A and B that every launch passes.
 """
 import itertools
 
 from kernels import gemm
-from kernels.contract import Geometry, ceil_div
+from kernels.contract import Geometry, TileMap, ceil_div
 
 NAME = "gemm_wgmma"
 TEMPLATE = "gemm_wgmma.cu.j2"
@@ -37,6 +38,7 @@ PARAMS = {
     "inflight": (0, 1),                              # wgmma groups left running across a k-tile
     "split_k": (1, 2, 3, 4, 6),                      # slices of K, reduced by the last block of each tile
     "producer": (0, 1),                              # 1: a producer warpgroup copies and prepares stages
+    "tma": (0, 1),                                   # 1: the producer copies by TMA (bulk tensor copies)
 }
 BK = 32               # K per stage: a 128-byte tile row of float32
 SWIZZLE_ALIGN = 1024  # the dynamic shared memory is aligned up to this in the kernel
@@ -61,7 +63,7 @@ def smem_bytes(c, p: Problem) -> int:
     """STAGES stages of the A and B tiles; prepared buffers (one a stage under a producer, else
     2 + INFLIGHT) holding, of each operand, its transposed tile if it is M/N-major and its lo part
     under 3xTF32, or under BF16 its bfloat16 tile where it is float32 (bfloat16 operands are read as
-    they land); a producer's two 8-byte mbarriers a stage; room to align them to 1024 bytes."""
+    they land); a producer's three 8-byte mbarriers a stage; room to align them to 1024 bytes."""
     a_mn, b_mn = mn_major(p)
     split = c.math == "3xtf32"
     if c.math == "bf16":
@@ -69,7 +71,7 @@ def smem_bytes(c, p: Problem) -> int:
     else:
         prepared = ((a_mn + split) * c.bm + (b_mn + split) * c.bn) * BK * p.itemsize
     buffers = c.stages if c.producer else 2 + c.inflight
-    barriers = 16 * c.stages if c.producer else 0
+    barriers = 24 * c.stages if c.producer else 0
     return c.stages * (c.bm + c.bn) * BK * p.operand_itemsize + buffers * prepared + barriers + SWIZZLE_ALIGN
 
 
@@ -94,6 +96,8 @@ CONSTRAINTS = (
     ("each warpgroup's rows BM/warpgroups must be a whole number of 64-row wgmma tiles",
      lambda c, p, d: c.bm % (64 * c.warpgroups) == 0),
     ("at most 128 accumulators per thread (BM/warpgroups/64 * BN/2)", lambda c, p, d: accumulators(c) <= 128),
+    ("bulk tensor copies (tma) are issued by the producer warpgroup: tma needs producer 1",
+     lambda c, p, d: c.producer or not c.tma),
     ("split-K beside a producer and two computing warpgroups (168 registers a thread): at most 64 accumulators",
      lambda c, p, d: not (c.split_k > 1 and c.producer and c.warpgroups == 2) or accumulators(c) <= 64),
     ("shared memory must fit the device's per-block limit", lambda c, p, d: smem_bytes(c, p) <= d.smem_per_block),
@@ -112,6 +116,19 @@ def output_vector(p: Problem) -> int:
     return 2 if p.vec_out >= 2 and p.n % 2 == 0 else 1
 
 
+def tile_maps(c, p: Problem) -> tuple[TileMap, TileMap]:
+    """The tensor maps of A's and B's tiles, as each stage holds them: a K-major operand's tile
+    rows of BK k in its swizzle (float32: 128 bytes, bfloat16: 64), a float32 M/N-major one's BK
+    rows of its tile unswizzled, a bfloat16 M/N-major one's 64-row blocks of BK k rows in the
+    128-byte swizzle."""
+    def tile(operand: str, rows: int, mn: bool) -> TileMap:
+        if not mn:
+            return TileMap(operand, (BK, rows), 64 if p.bf16_operands else 128)
+        return TileMap(operand, (64, BK), 128) if p.bf16_operands else TileMap(operand, (rows, BK), 0)
+    a_mn, b_mn = mn_major(p)
+    return tile("a", c.bm, a_mn), tile("b", c.bn, b_mn)
+
+
 def template_args(c, p: Problem) -> dict:
     return dict(dict(c), trans_a=p.trans_a, trans_b=p.trans_b, bf16_operands=p.bf16_operands, epilogue=p.epilogue,
                 use_c=p.use_c, out_vec=output_vector(p))
@@ -119,7 +136,7 @@ def template_args(c, p: Problem) -> dict:
 
 def instance_name(c, p: Problem) -> str:
     name = (f"gemm_wgmma_{'bf16' if p.bf16_operands else 'f32'}_{p.op}_bm{c.bm}_bn{c.bn}_wg{c.warpgroups}_s{c.stages}"
-            f"_if{c.inflight}_sk{c.split_k}_p{c.producer}_{c.math}")
+            f"_if{c.inflight}_sk{c.split_k}_p{c.producer}_t{c.tma}_{c.math}")
     if p.epilogue:
         name += f"_{p.epilogue}"
     if p.use_c:
@@ -132,7 +149,7 @@ def geometry(c, p: Problem):
     split = c.split_k > 1
     return Geometry(grid=(ceil_div(p.n, c.bn), ceil_div(p.m, c.bm), c.split_k), block=(threads(c), 1, 1),
                     smem_bytes=smem_bytes(c, p), workspace_elems=c.split_k * p.m * p.n if split else 0,
-                    counters=tiles if split else 0)
+                    counters=tiles if split else 0, tensor_maps=tile_maps(c, p))
 
 
 def default_candidates(p: Problem, d):
@@ -155,4 +172,4 @@ def default_candidates(p: Problem, d):
             for producer, stages, inflight in itertools.product((0, 1) if warpgroups == 2 else (1, 0),
                                                                 reversed(PARAMS["stages"]), (1, 0)):
                 yield {"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math,
-                       "inflight": inflight, "split_k": 1, "producer": producer}
+                       "inflight": inflight, "split_k": 1, "producer": producer, "tma": 0}

@@ -17,6 +17,9 @@
 // (the kernels wait for each group before touching its memory). mbarriers count arrivals per
 // phase, and a thread waiting on one sleeps until the phase completes; cp.async.mbarrier.arrive
 // lands the thread's copies, then arrives; bar.sync's named barriers are barriers of their count.
+// A bulk tensor copy (TMA) reads a tensor map that the emulator encodes (TensorMapArgument: what
+// cuTensorMapEncodeTiled is given) and is queued on its mbarrier, whose phase also waits for the
+// bytes expected of it; the copies land, swizzled, when a thread waits on that mbarrier.
 #pragma once
 #include <algorithm>
 #include <array>
@@ -44,6 +47,7 @@
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
 #define __shared__ static
+#define __grid_constant__
 
 using std::exp;
 using std::fma;
@@ -69,8 +73,15 @@ struct Block {
     std::vector<std::unique_ptr<std::barrier<>>> warps;
     std::vector<uint64_t> slots;                         // one value per thread, for shuffles
     std::vector<std::array<uint32_t, 6>> fragments;      // a0-a3, b0-b1 per thread, for mma.sync
+    struct BulkCopy {                                    // a queued bulk tensor copy
+        unsigned dst;
+        std::array<unsigned char, 128> map;
+        int c0, c1;
+    };
     struct Mbarrier {
         unsigned count, pending, phase;                  // arrivals a phase, those still due, phases done
+        long long tx = 0;                                // bytes expected of copies and not yet landed
+        std::vector<BulkCopy> queued;
     };
     std::mutex sync;                                     // guards the two maps below
     std::condition_variable arrived;
@@ -78,6 +89,29 @@ struct Block {
     std::map<unsigned, std::unique_ptr<std::barrier<>>> named;   // bar.sync's barriers 1-15, by id
 };
 inline Block* block = nullptr;
+
+// A 2-D tiled tensor map as the emulator encodes it in a kernel's 128 opaque bytes: the array, its
+// element size, its (row length, rows) and row pitch, the box (inner, outer) and the swizzle bytes.
+struct TensorMapFields {
+    const unsigned char* base;
+    uint64_t inner, outer, row_bytes;
+    uint32_t elem, box_inner, box_outer, swizzle;
+};
+static_assert(sizeof(TensorMapFields) <= 128);
+// The argument that passes a map by value: converts to the kernel's 128-byte parameter type.
+struct TensorMapArgument {
+    TensorMapFields fields;
+    TensorMapArgument(const void* base, unsigned elem, uint64_t inner, uint64_t outer, uint64_t row_bytes,
+                      unsigned box_inner, unsigned box_outer, unsigned swizzle)
+        : fields{static_cast<const unsigned char*>(base), inner, outer, row_bytes, elem, box_inner, box_outer, swizzle} {}
+    template <class T>
+    operator T() const {
+        static_assert(sizeof(T) == 128, "a tensor map parameter is 128 bytes");
+        T map{};
+        std::memcpy(&map, &fields, sizeof fields);
+        return map;
+    }
+};
 inline unsigned char* dynamic_smem = nullptr;
 inline std::mutex atomics;
 }  // namespace emu
@@ -197,19 +231,64 @@ inline void mbarrier_init_shared(unsigned bar, unsigned count) {
     std::lock_guard<std::mutex> lock(block->sync);
     block->mbarriers[bar] = {count, count, 0};
 }
-inline void mbarrier_arrive_shared(unsigned bar) {
-    std::lock_guard<std::mutex> lock(block->sync);
-    Block::Mbarrier& b = block->mbarriers.at(bar);
-    if (--b.pending == 0) {
+// With block->sync held: the phase completes once every arrival is in and every expected byte landed.
+inline void complete_if_due(Block::Mbarrier& b) {
+    if (b.pending == 0 && b.tx == 0) {
         b.pending = b.count;
         ++b.phase;
         block->arrived.notify_all();
     }
 }
+inline void mbarrier_arrive_shared(unsigned bar) {
+    std::lock_guard<std::mutex> lock(block->sync);
+    Block::Mbarrier& b = block->mbarriers.at(bar);
+    --b.pending;
+    complete_if_due(b);
+}
+// mbarrier.arrive.expect_tx: `bytes` more to land in this phase, then the arrival.
+inline void mbarrier_arrive_expect_tx_shared(unsigned bar, unsigned bytes) {
+    std::lock_guard<std::mutex> lock(block->sync);
+    Block::Mbarrier& b = block->mbarriers.at(bar);
+    b.tx += bytes;
+    --b.pending;
+    complete_if_due(b);
+}
+// cp.async.bulk.tensor.2d ... mbarrier::complete_tx::bytes: the box of the map at `map` whose first
+// element is (c0 along a row, c1 across rows), queued on `bar`.
+inline void cp_async_bulk_tensor_2d_shared(unsigned dst, uint64_t map, int c0, int c1, unsigned bar) {
+    std::lock_guard<std::mutex> lock(block->sync);
+    Block::BulkCopy copy{dst, {}, c0, c1};
+    std::memcpy(copy.map.data(), reinterpret_cast<const void*>(map), 128);
+    block->mbarriers.at(bar).queued.push_back(copy);
+    block->arrived.notify_all();
+}
+// With block->sync held: a queued copy lands, row-major within the box, each byte at its address
+// in the map's swizzle (the 16-byte chunk bits 4.. XORed with bits 7..: address bits the GPU uses),
+// zeros where the box passes the array's edges; its bytes count off what `b` expects.
+inline void land(Block::Mbarrier& b, const Block::BulkCopy& copy) {
+    TensorMapFields m;
+    std::memcpy(&m, copy.map.data(), sizeof m);
+    const unsigned mask = m.swizzle == 128 ? 7 : m.swizzle == 64 ? 3 : m.swizzle == 32 ? 1 : 0;
+    for (uint64_t o = 0; o < m.box_outer; ++o)
+        for (uint64_t i = 0; i < m.box_inner; ++i) {
+            const int64_t x = copy.c0 + int64_t(i), y = copy.c1 + int64_t(o);
+            const bool inside = x >= 0 && y >= 0 && uint64_t(x) < m.inner && uint64_t(y) < m.outer;
+            for (uint32_t e = 0; e < m.elem; ++e) {
+                const size_t logical = copy.dst + (o * m.box_inner + i) * m.elem + e;
+                dynamic_smem[logical ^ (((logical >> 7) & mask) << 4)] = inside ? m.base[y * m.row_bytes + x * m.elem + e] : 0;
+            }
+        }
+    b.tx -= int64_t(m.box_inner) * m.box_outer * m.elem;
+}
 inline void mbarrier_try_wait_parity_shared(unsigned& done, unsigned bar, unsigned parity) {
     std::unique_lock<std::mutex> lock(block->sync);
-    const Block::Mbarrier& b = block->mbarriers.at(bar);
-    done = block->arrived.wait_for(lock, std::chrono::seconds(20), [&] { return (b.phase & 1) != parity; });
+    Block::Mbarrier& b = block->mbarriers.at(bar);
+    done = block->arrived.wait_for(lock, std::chrono::seconds(20), [&] {
+        for (const Block::BulkCopy& copy : b.queued) land(b, copy);
+        b.queued.clear();
+        complete_if_due(b);
+        return (b.phase & 1) != parity;
+    });
     if (!done) throw std::runtime_error("emulated mbarrier: no arrival in 20 s (a deadlock)");
 }
 // The arrival once this thread's copies so far have landed: they land now, the latest a GPU may.

@@ -8,7 +8,8 @@ one call, named by its first instruction.
     run(launches, tmp_path)       # array arguments are copied in, and back out after the run
 
 Arguments are what the GPU launch passes: NumPy arrays in place of device arrays, NumPy scalars of
-the kernel parameter's type, np.uint64(0) for a null pointer.
+the kernel parameter's type, np.uint64(0) for a null pointer, and tensor maps
+(autogemm.runtime.tensor_map.TensorMap) of arrays among the arguments, which the emulator encodes.
 """
 import re
 import shutil
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from autogemm.runtime.tensor_map import TensorMap
 
 GXX = shutil.which("g++")
 HEADER_DIR = Path(__file__).resolve().parent
@@ -82,7 +85,12 @@ class Launch:
     args: list
 
 
-def _literal(i: int, arg) -> str:
+def _literal(i: int, arg, args: list) -> str:
+    if isinstance(arg, TensorMap):
+        j = next(j for j, a in enumerate(args) if a is arg.array)
+        (inner, outer), (box_inner, box_outer) = arg.dims, arg.box
+        return (f"emu::TensorMapArgument{{b{j}.data(), {arg.array.itemsize}, {inner}, {outer}, "
+                f"{arg.ld * arg.array.itemsize}, {box_inner}, {box_outer}, {arg.swizzle}}}")
     if isinstance(arg, np.ndarray):
         return f"Buf{{b{i}.data()}}"
     if isinstance(arg, np.uint64):
@@ -112,7 +120,7 @@ def _program(launches: list[Launch]) -> str:
         lines += [f'    auto b{i} = read("l{j}_arg{i}.bin", {a.nbytes});' for i, a in arrays]
         lines.append(f"    emu::launch({namespaces[inst.name]}::{inst.name}, dim3{{{', '.join(map(str, g.grid))}}}, "
                      f"dim3{{{', '.join(map(str, g.block))}}}, {g.smem_bytes}, "
-                     + ", ".join(_literal(i, a) for i, a in enumerate(launch.args)) + ");")
+                     + ", ".join(_literal(i, a, launch.args) for i, a in enumerate(launch.args)) + ");")
         lines += [f'    write("l{j}_arg{i}.out", b{i}, {a.nbytes});' for i, a in arrays]
         calls.append("  {\n" + "\n".join(lines) + "\n  }")
     return f'''#include "cuda_emu.h"

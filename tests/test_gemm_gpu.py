@@ -262,7 +262,7 @@ def test_wgmma_tf32_products_every_epilogue(epilogue):
         autogemm.gemm(a, b, precision="bf8")
 
 
-WGMMA_TILES = dict(bm=128, bn=128, warpgroups=2, stages=4, inflight=1, split_k=1, producer=0)
+WGMMA_TILES = dict(bm=128, bn=128, warpgroups=2, stages=4, inflight=1, split_k=1, producer=0, tma=0)
 
 
 @pytest.mark.parametrize("ta,tb", OPS)
@@ -280,11 +280,12 @@ def test_wgmma_split_k_every_op_and_math(ta, tb):
                           beta=0.5, config=config, kernel_family="gemm_wgmma", precision=precision)
 
 
+@pytest.mark.parametrize("tma", (0, 1))
 @pytest.mark.parametrize("ta,tb", OPS)
-def test_wgmma_producer_every_op_and_math(ta, tb):
-    """The warp-specialized pipeline (a producer warpgroup, mbarriers) on every op and math, float32
-    and bfloat16 operands, 2 to 5 stages (every lag of the prepare step), wgmmas in flight, split-K:
-    within each precision's bound, each call twice."""
+def test_wgmma_producer_every_op_and_math(ta, tb, tma):
+    """The warp-specialized pipeline (a producer warpgroup, mbarriers), copying by cp.async and by
+    TMA, on every op and math, float32 and bfloat16 operands, 2 to 5 stages (every lag of the prepare
+    step), wgmmas in flight, split-K: within each precision's bound, each call twice."""
     if not hopper():
         pytest.skip("gemm_wgmma needs a Hopper GPU (sm_90a)")
     for (m, n, k), tiles, math, bfloat16 in [
@@ -297,7 +298,7 @@ def test_wgmma_producer_every_op_and_math(ta, tb):
             ((136, 256, 1000), dict(bm=128, bn=64, stages=3, inflight=1, split_k=2), "bf16", True),
             ((800, 784, 1000), dict(bm=64, bn=128, warpgroups=1, stages=3, inflight=1), "bf16", True)]:
         precision = {"3xtf32": "fp32", "tf32": "tf32", "bf16": "bf16"}[math]
-        config = dict(WGMMA_TILES, producer=1) | tiles | dict(math=math)
+        config = dict(WGMMA_TILES, producer=1, tma=tma) | tiles | dict(math=math)
         for _ in range(2):
             run_and_check(np.random.default_rng(k), m, n, k, ta, tb, np.float32, epilogue="bias_relu" if tb else None,
                           beta=0.5, config=config, kernel_family="gemm_wgmma", precision=precision,

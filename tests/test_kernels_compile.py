@@ -115,7 +115,8 @@ def small_families() -> list:
 def wgmma_sample() -> list:
     """gemm_wgmma: its default for every epilogue and C or not, on ragged and even shapes, every op
     (each operand K-major or transposed in shared memory), every precision, bfloat16 operands, and
-    sampled configs (one to four 64-row tiles a warpgroup, every stage count, tile width and math)."""
+    sampled configs (one to four 64-row tiles a warpgroup, every stage count, tile width and math,
+    both pipelines, copies by cp.async and by TMA)."""
     fam, out = family("gemm_wgmma"), []
     shapes = itertools.cycle(((800, 1000, 784), (132, 68, 260), (1024, 1024, 1024)))
     ops = itertools.cycle(((False, True), (True, False), (False, False), (True, True), (True, False)))
@@ -218,6 +219,7 @@ def test_gemm_wgmma_sample_compiles_without_spills(compiled):
     assert {c.warpgroups for c in configs} == {1, 2} and len({c.bn for c in configs}) >= 5
     assert {i.name.split("_")[3] for i in WGMMA} == set(gemm.KEY_OPS)
     assert {c.math for c in configs} == set(family("gemm_wgmma").params["math"])
+    assert {(c.producer, c.tma) for c in configs} == {(0, 0), (1, 0), (1, 1)}   # the pipelines and their copies
     assert {i.name.split("_")[2] for i in WGMMA} == {"f32", "bf16"}          # operand types
     assert_compiled_without_spills(WGMMA, compiled)
 

@@ -189,9 +189,9 @@ def test_gemm_both_math_paths_every_layout_on_the_cpu(tmp_path, monkeypatch):
     run_and_check(cases, tmp_path)
 
 
-def wgmma_config(bm, bn, warpgroups, stages, math="3xtf32", inflight=0, split_k=1, producer=0):
+def wgmma_config(bm, bn, warpgroups, stages, math="3xtf32", inflight=0, split_k=1, producer=0, tma=0):
     values = dict(bm=bm, bn=bn, warpgroups=warpgroups, stages=stages, math=math, inflight=inflight, split_k=split_k,
-                  producer=producer)
+                  producer=producer, tma=tma)
     return lambda problem: [family("gemm_wgmma").config(values)]
 
 
@@ -203,7 +203,8 @@ def wgmma_config(bm, bn, warpgroups, stages, math="3xtf32", inflight=0, split_k=
 # of 8 elements), M/N-major ones read by the transposing wgmma (one and two 64-row blocks); split-K
 # in 2 to 4 slices (the last one short), C in place; the producer warpgroup's pipeline on each kind
 # of stage (prepared with every lag from 0 to 3 stages, or read as landed) over K of 7 to 13 tiles,
-# so that every slot is reused.
+# so that every slot is reused, copying by cp.async and by TMA (the emulated bulk copies land at the
+# wait for them, swizzled, with zeros past the edges: ragged M, N and K).
 WGMMAS = [
     (130, 70, 100, "float32", False, True, "bias_sigmoid", False, wgmma_config(128, 64, 1, 3)),
     (130, 70, 164, "float32", False, True, "dsigmoid", True, wgmma_config(128, 64, 2, 3, inflight=1)),
@@ -243,6 +244,19 @@ WGMMAS = [
      "bfloat16"),
     (72, 40, 400, "float32", False, True, "dsigmoid", False, wgmma_config(64, 32, 1, 4, "tf32", 1, split_k=4, producer=1),
      "tf32"),
+    (130, 70, 300, "float32", False, True, "bias_sigmoid", False, wgmma_config(128, 64, 2, 3, inflight=1, producer=1, tma=1)),
+    (132, 72, 400, "float32", True, False, "dsigmoid", True, wgmma_config(64, 64, 1, 4, producer=1, tma=1)),
+    (132, 80, 420, "float32", True, False, "bias", False, wgmma_config(64, 64, 1, 5, "tf32", producer=1, tma=1), "tf32"),
+    (200, 45, 220, "float32", True, True, None, False, wgmma_config(192, 48, 1, 2, producer=1, tma=1)),
+    (70, 256, 200, "float32", False, True, None, False, wgmma_config(64, 256, 1, 2, "tf32", producer=1, tma=1), "tf32"),
+    (130, 100, 264, "float32", False, False, "bias_relu", True, wgmma_config(128, 96, 2, 4, "bf16", 1, producer=1, tma=1),
+     "bf16"),
+    (130, 100, 296, "float32", False, True, "bias_sigmoid", True, wgmma_config(128, 96, 2, 3, "bf16", 1, producer=1, tma=1),
+     "bfloat16"),
+    (136, 128, 300, "float32", True, False, "bias", True, wgmma_config(128, 64, 2, 3, "bf16", split_k=2, producer=1, tma=1),
+     "bfloat16"),
+    (72, 40, 400, "float32", False, True, "dsigmoid", False,
+     wgmma_config(64, 32, 1, 4, "tf32", 1, split_k=4, producer=1, tma=1), "tf32"),
 ]
 
 

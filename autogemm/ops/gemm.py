@@ -15,6 +15,7 @@ from autogemm.ops.kernels import implementation, kernel, launch, scratch
 from autogemm.runtime import compile as compiler
 from autogemm.runtime.device import require_cupy, this_device
 from autogemm.runtime.family import Instance
+from autogemm.runtime.tensor_map import TensorMap, kernel_args
 from kernels import to_bf16 as to_bf16_family
 from kernels.gemm import EPILOGUES, PRECISIONS, Problem
 
@@ -169,17 +170,20 @@ def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     instance = kernel(name, problem, config, device)
     args = launch_args(instance, a, b, c if use_c else out, out, bias, aux,
                        (m, n, k, lda, ldb, ldc, ldd, ldaux), alpha, beta)
-    return GemmCall(instance, out, args)
+    return GemmCall(instance, out, kernel_args(args))
 
 
 def launch_args(instance: Instance, a, b, c, d, bias, aux, sizes, alpha, beta) -> tuple:
-    """The kernel arguments of a GEMM-family instance, scratch for split-K included."""
+    """The kernel arguments of a GEMM-family instance, scratch for split-K and the tensor maps of A
+    and B (where its kernel takes them) included."""
     g = instance.geometry
     scalar = np.float32 if d.dtype == np.float32 else np.float64
     workspace = scratch("workspace", d.dtype, g.workspace_elems) if g.workspace_elems else None
     counters = scratch("counters", np.int32, g.counters) if g.counters else None
     null = np.uint64(0)
+    operands = {"a": (a, sizes[3]), "b": (b, sizes[4])}     # with lda, ldb
     return (a, b, c, d,
             bias if bias is not None else null, aux if aux is not None else null,
             workspace if workspace is not None else null, counters if counters is not None else null,
-            *(np.int32(s) for s in sizes), scalar(alpha), scalar(beta))
+            *(np.int32(s) for s in sizes), scalar(alpha), scalar(beta),
+            *(TensorMap(*operands[m.operand], m.box, m.swizzle) for m in g.tensor_maps))

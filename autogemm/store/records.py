@@ -282,7 +282,7 @@ def _record(obj, where: str) -> Record:
 RESPELLED = {("gemm", "pad"): {0: False, 4: True}}
 # Parameters a space gained, with the value that computes as the older space did: a stale record's
 # config without them gets it, so that it still serves its shape.
-ADDED = {("gemm_wgmma", "split_k"): 1, ("gemm_wgmma", "producer"): 0}
+ADDED = {("gemm_wgmma", "split_k"): 1, ("gemm_wgmma", "producer"): 0, ("gemm_wgmma", "tma"): 0}
 
 
 def _stale_config(family_name: str, obj, where: str) -> Config:

@@ -1,12 +1,30 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 case "${1:-wgmma}" in
+tma)   # the producer copying by TMA: one call first (the tensor maps reach the kernel), the wgmma GPU
+       # tests, then the pipelines on the records of the networks' large and small GEMMs
+    python - <<'PY' 2>&1 | tee "$out/probe.txt" || exit 1
+import cupy, numpy as np, autogemm
+a, b = (cupy.asarray(np.random.default_rng(s).standard_normal((256, 512)), np.float32) for s in (1, 2))
+cfg = dict(bm=128, bn=128, warpgroups=2, stages=4, math="tf32", inflight=1, split_k=1, producer=1, tma=1)
+d = autogemm.gemm(a, b, trans_b=True, config=cfg, kernel_family="gemm_wgmma", precision="tf32")
+want = cupy.asnumpy(a).astype(np.float64) @ cupy.asnumpy(b).astype(np.float64).T
+err = float(np.abs(cupy.asnumpy(d) - want).max() / np.abs(want).max())
+print(f"probe: tma tf32 256x256x512 max-norm relative error {err:.2e}")
+assert err < 1e-2
+PY
+    python -m pytest -q -m gpu tests/test_gemm_gpu.py -k "wgmma" > "$out/pytest-wgmma.txt" 2>&1; tail -3 "$out/pytest-wgmma.txt"
+    python tuned/bench/issue18_pipeline.py --json "$out/pipeline.json" \
+        --shapes 8192x4096x784:nt,4096x4096x4096:nt,4096x784x8192:tn,800x1000x784:nt,100x100x784:nt \
+        > "$out/pipeline.txt" 2>&1
+    grep -vE "^ *$" "$out/pipeline.txt" | tail -30
+    ;;
 producer)   # the warp-specialized pipeline (producer = 1): the wgmma GPU tests
     python -m pytest -q -m gpu tests/test_gemm_gpu.py -k "wgmma" > "$out/pytest-wgmma.txt" 2>&1; tail -3 "$out/pytest-wgmma.txt"
     ;;

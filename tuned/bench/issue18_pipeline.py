@@ -1,8 +1,9 @@
-"""Issue 18 on a Hopper GPU: gemm_wgmma's two pipelines on the configs of this GPU's tuned records.
-For each record: its config in either pipeline (producer 0 or 1, as many of its stages as fit), and
-with a producer and the most stages that fit without wgmmas in flight; each checked against float64
-first, then all timed interleaved with autogemm's timer (events, L2 flushed, median), cuBLAS in the
-record's precision beside them.
+"""Issue 18 on a Hopper GPU: gemm_wgmma's pipelines on the configs of this GPU's tuned records.
+For each record: its config in each pipeline (one loop; a producer copying by cp.async; a producer
+copying by TMA; as many of its stages as fit), and with a producer of either kind and the most
+stages that fit without wgmmas in flight; each checked against float64 first, then all timed
+interleaved with autogemm's timer (events, L2 flushed, median), cuBLAS in the record's precision
+beside them.
 
     python tuned/bench/issue18_pipeline.py [--shapes 800x1000x784:nt,...] [--reps 30] [--json PATH]
 """
@@ -13,13 +14,18 @@ import json
 def variants(fam, cfg, problem, device) -> list:
     """The record's config, then the variants that fit, without repeats."""
     out = [cfg]
-    for producer, stages, inflight in ((0, cfg.stages, cfg.inflight), (1, cfg.stages, cfg.inflight), (1, 5, 0)):
+    for producer, tma, stages, inflight in ((0, 0, cfg.stages, cfg.inflight), (1, 0, cfg.stages, cfg.inflight),
+                                            (1, 1, cfg.stages, cfg.inflight), (1, 0, 5, 0), (1, 1, 5, 0)):
         for s in range(stages, 1, -1):
-            c = fam.config(dict(cfg, producer=producer, stages=s, inflight=inflight if s >= 3 else 0))
+            c = fam.config(dict(cfg, producer=producer, tma=tma, stages=s, inflight=inflight if s >= 3 else 0))
             if not fam.violations(c, problem, device):
                 out.append(c)
                 break
     return [c for c in dict.fromkeys(out) if not fam.violations(c, problem, device)]
+
+
+def pipeline(cfg) -> str:
+    return {(0, 0): "one-loop", (1, 0): "cp.async-producer", (1, 1): "tma-producer"}[cfg["producer"], cfg["tma"]]
 
 
 def main():
@@ -55,14 +61,13 @@ def main():
         timings = time_interleaved(runs, reps=args.reps)
         us = {name: timings[name].median_us for name in runs}
         record_name = fam.instance(r.config, measure.problem).name
-        best = {p: min((t, name) for name, t in us.items() if name in configs and configs[name]["producer"] == p)
-                for p in {cfg["producer"] for cfg in configs.values()}}
+        best = {p: min((t, name) for name, t in us.items() if name in configs and pipeline(configs[name]) == p)
+                for p in {pipeline(cfg) for cfg in configs.values()}}
         results.append({"key": str(r.key), "record_us": us.get(record_name), "cublas_us": us["cublas"],
-                        "best": {f"producer {p}": {"us": t, "config": configs[name]}
-                                 for p, (t, name) in sorted(best.items())},
+                        "best": {p: {"us": t, "config": configs[name]} for p, (t, name) in sorted(best.items())},
                         "all_us": us, "configs": configs})
         print(f"{str(r.key):44s} record {us.get(record_name, float('nan')):7.1f}  "
-              + "  ".join(f"producer {p} {t:7.1f}" for p, (t, _) in sorted(best.items()))
+              + "  ".join(f"{p} {t:7.1f}" for p, (t, _) in sorted(best.items()))
               + f"  cuBLAS {us['cublas']:7.1f} us", flush=True)
     if args.json:
         with open(args.json, "w") as f:
