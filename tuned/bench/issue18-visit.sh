@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -75,6 +75,12 @@ split-k-2|producer-tune-2)
     python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32,cupy-tuned-bf16 \
         --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -3 "$out/nn-bench.txt"
     cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
+    ;;
+profile-tma)   # Nsight Compute on the TMA producer's kernels (tuned/bench/issue18_profile.py --tma)
+    ncu --kernel-name regex:gemm_wgmma --launch-count 6 --section SpeedOfLight --section ComputeWorkloadAnalysis \
+        --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
+        python tuned/bench/issue18_profile.py --tma > "$out/ncu-tma.txt" 2>&1
+    grep -E "  gemm_wgmma|Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|Executed Ipc A|highest-utilized|Stall|Registers Per|Dynamic Shared|Waves Per SM" "$out/ncu-tma.txt" | head -90
     ;;
 profile-bf16)   # Nsight Compute on the GEMMs of bfloat16 arrays (nt and tn, tuned configs)
     ncu --kernel-name regex:gemm_wgmma --launch-skip 2 --launch-count 4 --section SpeedOfLight \

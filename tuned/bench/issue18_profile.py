@@ -7,7 +7,9 @@
 4096^3 with the best config of the bench (128 x 256 tiles, 2 warpgroups, 2 stages) and 800x1000x784
 with its tuned record's config (autogemm.gemm's choice when given gemm_wgmma's family). With
 `--bfloat16`: GEMMs of bfloat16 arrays with their tuned records' configs, 4096^3 (nt: both operands
-K-major) and 4096x784x8192 (tn: both read by the transposing wgmma).
+K-major) and 4096x784x8192 (tn: both read by the transposing wgmma). With `--tma`: the TMA
+producer's records, 4096^3 of bfloat16 arrays and 8192x4096x784 in TF32 (nt), and 4096x784x8192 in
+TF32 (tn, both operands transposed in shared memory) on the TMA config of the pipeline A/B.
 """
 import sys
 
@@ -29,9 +31,28 @@ def bfloat16_runs():
     cupy.cuda.get_current_stream().synchronize()
 
 
+def tma_runs():
+    rng = cupy.random.default_rng(0)
+    tn = dict(bm=128, bn=128, warpgroups=2, stages=3, math="tf32", inflight=0, split_k=1, producer=1, tma=1)
+    for (m, n, k), trans_a, trans_b, precision, config in (((4096, 4096, 4096), False, True, "bf16", None),
+                                                           ((8192, 4096, 784), False, True, "tf32", None),
+                                                           ((4096, 784, 8192), True, False, "tf32", tn)):
+        a = rng.standard_normal((k, m) if trans_a else (m, k), dtype=cupy.float32)
+        b = rng.standard_normal((n, k) if trans_b else (k, n), dtype=cupy.float32)
+        if precision == "bf16":
+            a, b = autogemm.to_bf16(a), autogemm.to_bf16(b)
+        out = cupy.empty((m, n), dtype=cupy.float32)           # D: (M, N)
+        for _ in range(2):
+            autogemm.gemm(a, b, out, trans_a=trans_a, trans_b=trans_b, precision=precision, config=config,
+                          kernel_family="gemm_wgmma")
+    cupy.cuda.get_current_stream().synchronize()
+
+
 def main():
     if "--bfloat16" in sys.argv[1:]:
         return bfloat16_runs()
+    if "--tma" in sys.argv[1:]:
+        return tma_runs()
     rng = cupy.random.default_rng(0)
     for (m, n, k), config in (((4096, 4096, 4096), dict(bm=128, bn=256, warpgroups=2, stages=2, math="3xtf32", inflight=0, split_k=1)),
                               ((800, 1000, 784), None)):
