@@ -40,7 +40,7 @@ PARAMS = {
     "producer": (0, 1),                              # 1: a producer warpgroup copies and prepares stages
     "tma": (0, 1),                                   # 1: the producer copies by TMA (bulk tensor copies)
 }
-BK = 32               # K per stage: a 128-byte tile row of float32
+STAGE_ROW_BYTES = 128  # a stage's K-major tile row: BK k (k_step) of the operands' type
 SWIZZLE_ALIGN = 1024  # the dynamic shared memory is aligned up to this in the kernel
 
 
@@ -59,6 +59,11 @@ def mn_major(p: Problem) -> tuple[bool, bool]:
     return p.trans_a, not p.trans_b
 
 
+def k_step(p: Problem) -> int:
+    """BK, the K of a stage: a 128-byte row of the operands' type (32 float32, 64 bfloat16)."""
+    return STAGE_ROW_BYTES // p.operand_itemsize
+
+
 def smem_bytes(c, p: Problem) -> int:
     """STAGES stages of the A and B tiles; prepared buffers (one a stage under a producer, else
     2 + INFLIGHT) holding, of each operand, its transposed tile if it is M/N-major and its lo part
@@ -67,12 +72,12 @@ def smem_bytes(c, p: Problem) -> int:
     a_mn, b_mn = mn_major(p)
     split = c.math == "3xtf32"
     if c.math == "bf16":
-        prepared = 0 if p.bf16_operands else (c.bm + c.bn) * BK * 2
+        prepared = 0 if p.bf16_operands else (c.bm + c.bn) * k_step(p) * 2
     else:
-        prepared = ((a_mn + split) * c.bm + (b_mn + split) * c.bn) * BK * p.itemsize
+        prepared = ((a_mn + split) * c.bm + (b_mn + split) * c.bn) * k_step(p) * p.itemsize
     buffers = c.stages if c.producer else 2 + c.inflight
     barriers = 24 * c.stages if c.producer else 0
-    return c.stages * (c.bm + c.bn) * BK * p.operand_itemsize + buffers * prepared + barriers + SWIZZLE_ALIGN
+    return c.stages * (c.bm + c.bn) * STAGE_ROW_BYTES + buffers * prepared + barriers + SWIZZLE_ALIGN
 
 
 def accumulators(c) -> int:
@@ -102,13 +107,13 @@ CONSTRAINTS = (
      lambda c, p, d: not (c.split_k > 1 and c.producer and c.warpgroups == 2) or accumulators(c) <= 64),
     ("shared memory must fit the device's per-block limit", lambda c, p, d: smem_bytes(c, p) <= d.smem_per_block),
     ("grid rows ceil(M/BM) must be at most 65535", lambda c, p, d: ceil_div(p.m, c.bm) <= 65535),
-    ("every split-K slice must have some of K", lambda c, p, d: (c.split_k - 1) * k_slice(c, p.k) < p.k),
+    ("every split-K slice must have some of K", lambda c, p, d: (c.split_k - 1) * k_slice(c, p) < p.k),
 )
 
 
-def k_slice(c, k: int) -> int:
-    """K of each split-K slice: whole BK steps."""
-    return ceil_div(k, c.split_k * BK) * BK
+def k_slice(c, p: Problem) -> int:
+    """K of each split-K slice: whole stages of K."""
+    return ceil_div(p.k, c.split_k * k_step(p)) * k_step(p)
 
 
 def output_vector(p: Problem) -> int:
@@ -118,13 +123,14 @@ def output_vector(p: Problem) -> int:
 
 def tile_maps(c, p: Problem) -> tuple[TileMap, TileMap]:
     """The tensor maps of A's and B's tiles, as each stage holds them: a K-major operand's tile
-    rows of BK k in its swizzle (float32: 128 bytes, bfloat16: 64), a float32 M/N-major one's BK
-    rows of its tile unswizzled, a bfloat16 M/N-major one's 64-row blocks of BK k rows in the
-    128-byte swizzle."""
+    rows of BK k in the 128-byte swizzle, a float32 M/N-major one's BK rows of its tile unswizzled,
+    a bfloat16 M/N-major one's 64-row blocks of BK k rows in the 128-byte swizzle."""
+    bk = k_step(p)
+
     def tile(operand: str, rows: int, mn: bool) -> TileMap:
         if not mn:
-            return TileMap(operand, (BK, rows), 64 if p.bf16_operands else 128)
-        return TileMap(operand, (64, BK), 128) if p.bf16_operands else TileMap(operand, (rows, BK), 0)
+            return TileMap(operand, (bk, rows), 128)
+        return TileMap(operand, (64, bk), 128) if p.bf16_operands else TileMap(operand, (rows, bk), 0)
     a_mn, b_mn = mn_major(p)
     return tile("a", c.bm, a_mn), tile("b", c.bn, b_mn)
 

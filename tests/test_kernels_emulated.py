@@ -200,10 +200,10 @@ def wgmma_config(bm, bn, warpgroups, stages, math="3xtf32", inflight=0, split_k=
 # 32 to 256, odd N (scalar stores), the epilogues, C in place; every op (operands transposed in
 # shared memory: M and N a multiple of 4, the 16-byte copies' alignment); TF32 and BF16 products
 # for calls at those precisions (checked within their bounds); bfloat16 operands (rows a multiple
-# of 8 elements), M/N-major ones read by the transposing wgmma (one and two 64-row blocks); split-K
-# in 2 to 4 slices (the last one short), C in place; the producer warpgroup's pipeline on each kind
-# of stage (prepared with every lag from 0 to 3 stages, or read as landed) over K of 7 to 13 tiles,
-# so that every slot is reused, copying by cp.async and by TMA (the emulated bulk copies land at the
+# of 8 elements, stages of 64 k), M/N-major ones read by the transposing wgmma (one and two 64-row
+# blocks); split-K in 2 to 4 slices (the last one short), C in place; the producer warpgroup's
+# pipeline on each kind of stage (prepared with every lag from 0 to 3 stages, or read as landed)
+# over K of 5 to 13 stages, so that every slot is reused, copying by cp.async and by TMA (the emulated bulk copies land at the
 # wait for them, swizzled, with zeros past the edges: ragged M, N and K).
 WGMMAS = [
     (130, 70, 100, "float32", False, True, "bias_sigmoid", False, wgmma_config(128, 64, 1, 3)),
@@ -225,8 +225,8 @@ WGMMAS = [
     (132, 72, 100, "float32", True, False, "dsigmoid", False, wgmma_config(64, 64, 1, 4, "bf16"), "bf16"),
     (68, 40, 36, "float32", False, False, None, True, wgmma_config(64, 32, 1, 2, "bf16"), "bf16"),
     (200, 45, 68, "float32", True, True, "bias", False, wgmma_config(192, 48, 1, 3, "bf16", 1), "bf16"),
-    (130, 100, 168, "float32", False, True, "bias_sigmoid", True, wgmma_config(128, 96, 2, 3, "bf16", 1), "bfloat16"),
-    (136, 72, 104, "float32", True, False, "dsigmoid", True, wgmma_config(64, 64, 1, 4, "bf16"), "bfloat16"),
+    (130, 100, 328, "float32", False, True, "bias_sigmoid", True, wgmma_config(128, 96, 2, 3, "bf16", 1), "bfloat16"),
+    (136, 72, 328, "float32", True, False, "dsigmoid", True, wgmma_config(64, 64, 1, 4, "bf16"), "bfloat16"),
     (72, 40, 40, "float32", False, False, None, False, wgmma_config(64, 64, 1, 2, "bf16"), "bfloat16"),
     (200, 45, 72, "float32", True, True, "drelu", False, wgmma_config(192, 48, 1, 3, "bf16", 1), "bfloat16"),
     (72, 136, 48, "float32", False, False, "bias", False, wgmma_config(64, 128, 1, 3, "bf16", 1), "bfloat16"),
@@ -240,7 +240,7 @@ WGMMAS = [
     (200, 45, 220, "float32", True, True, None, False, wgmma_config(192, 48, 1, 2, producer=1)),
     (70, 256, 200, "float32", False, True, None, False, wgmma_config(64, 256, 1, 2, "tf32", producer=1), "tf32"),
     (130, 100, 264, "float32", False, False, "bias_relu", True, wgmma_config(128, 96, 2, 4, "bf16", 1, producer=1), "bf16"),
-    (136, 128, 300, "float32", True, False, "bias", True, wgmma_config(128, 64, 2, 3, "bf16", split_k=2, producer=1),
+    (136, 128, 600, "float32", True, False, "bias", True, wgmma_config(128, 64, 2, 3, "bf16", split_k=2, producer=1),
      "bfloat16"),
     (72, 40, 400, "float32", False, True, "dsigmoid", False, wgmma_config(64, 32, 1, 4, "tf32", 1, split_k=4, producer=1),
      "tf32"),
@@ -251,9 +251,9 @@ WGMMAS = [
     (70, 256, 200, "float32", False, True, None, False, wgmma_config(64, 256, 1, 2, "tf32", producer=1, tma=1), "tf32"),
     (130, 100, 264, "float32", False, False, "bias_relu", True, wgmma_config(128, 96, 2, 4, "bf16", 1, producer=1, tma=1),
      "bf16"),
-    (130, 100, 296, "float32", False, True, "bias_sigmoid", True, wgmma_config(128, 96, 2, 3, "bf16", 1, producer=1, tma=1),
+    (130, 100, 456, "float32", False, True, "bias_sigmoid", True, wgmma_config(128, 96, 2, 3, "bf16", 1, producer=1, tma=1),
      "bfloat16"),
-    (136, 128, 300, "float32", True, False, "bias", True, wgmma_config(128, 64, 2, 3, "bf16", split_k=2, producer=1, tma=1),
+    (136, 128, 600, "float32", True, False, "bias", True, wgmma_config(128, 64, 2, 3, "bf16", split_k=2, producer=1, tma=1),
      "bfloat16"),
     (72, 40, 400, "float32", False, True, "dsigmoid", False,
      wgmma_config(64, 32, 1, 4, "tf32", 1, split_k=4, producer=1, tma=1), "tf32"),
