@@ -35,6 +35,7 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -289,7 +290,9 @@ inline void mbarrier_try_wait_parity_shared(unsigned& done, unsigned bar, unsign
         complete_if_due(b);
         return (b.phase & 1) != parity;
     });
-    if (!done) throw std::runtime_error("emulated mbarrier: no arrival in 20 s (a deadlock)");
+    if (!done)
+        throw std::runtime_error("emulated mbarrier: phase " + std::to_string(b.phase) + " incomplete for 20 s (a deadlock): " +
+                                 std::to_string(b.pending) + " arrivals and " + std::to_string(b.tx) + " bytes still due");
 }
 // The arrival once this thread's copies so far have landed: they land now, the latest a GPU may.
 inline void cp_async_mbarrier_arrive_noinc_shared(unsigned bar) {
@@ -309,9 +312,11 @@ inline void bar_sync(unsigned id, unsigned count) {
     b->arrive_and_wait();
 }
 
-// Ordering of shared memory between the generic and async proxies, and wgmma's group fences: the
-// emulated wgmma reads shared memory when it is issued, so these have nothing to order.
+// Ordering of shared memory between the generic and async proxies, of mbarrier initialization, and
+// wgmma's group fences: the emulated wgmma reads shared memory when it is issued and the emulated
+// mbarriers live behind a lock, so these have nothing to order.
 inline void fence_proxy_async_shared() {}
+inline void fence_mbarrier_init_release_cluster() {}
 inline void wgmma_fence_sync_aligned() {}
 inline void wgmma_commit_group_sync_aligned() {}
 inline void wgmma_wait_group_sync_aligned(int) {}

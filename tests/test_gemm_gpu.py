@@ -305,6 +305,50 @@ def test_wgmma_producer_every_op_and_math(ta, tb, tma):
                           bfloat16=bfloat16)
 
 
+def padded_view(rng, rows: int, cols: int, bfloat16: bool):
+    """A (rows, cols) float32 (or bfloat16-bits) view 16 bytes into a NaN-filled array whose rows are
+    two 16-byte chunks wider and which has 5 more of them: what lies outside the view is NaN."""
+    import cupy
+
+    import autogemm
+
+    e = 8 if bfloat16 else 4                               # elements in 16 bytes
+    ld = -(-cols // e) * e + 2 * e
+    whole = cupy.full((rows + 5, ld), np.nan, np.float32)
+    whole[:rows, e:e + cols] = cupy.asarray(rng.standard_normal((rows, cols)), np.float32)
+    if bfloat16:
+        whole = autogemm.to_bf16(whole)
+    return whole[:rows, e:e + cols]
+
+
+@pytest.mark.parametrize("ta,tb", OPS)
+def test_wgmma_tma_reads_views_of_padded_arrays(ta, tb):
+    """TMA's tensor maps cover the view alone (its shape, its rows' pitch, its offset): operands
+    that are views into NaN-padded arrays, every math, float32 and bfloat16 operands, split-K or
+    not, within each precision's bound and without a NaN."""
+    if not hopper():
+        pytest.skip("gemm_wgmma needs a Hopper GPU (sm_90a)")
+    import cupy
+
+    import autogemm
+
+    rng = np.random.default_rng(3)
+    m, n, k = 200, 136, 300
+    for math, bfloat16, split_k in itertools.product(("3xtf32", "tf32", "bf16"), (False, True), (1, 2)):
+        if bfloat16 and math != "bf16":
+            continue
+        precision = {"3xtf32": "fp32", "tf32": "tf32", "bf16": "bf16"}[math]
+        a = padded_view(rng, *((k, m) if ta else (m, k)), bfloat16)     # op(A): (M, K)
+        b = padded_view(rng, *((n, k) if tb else (k, n)), bfloat16)     # op(B): (K, N)
+        config = dict(WGMMA_TILES, bm=128, bn=64, producer=1, tma=1, math=math, split_k=split_k)
+        d = autogemm.gemm(a, b, trans_a=ta, trans_b=tb, config=config, kernel_family="gemm_wgmma", precision=precision)
+        host_a, host_b = (cupy.asnumpy(x) for x in (a, b))                # bfloat16: their bits
+        problem = Problem(m, n, k, trans_a=ta, trans_b=tb, precision=precision, bf16_operands=bfloat16)
+        value, magnitude, _ = reference(problem, host_a, host_b, 1.0, 0.0, None, None, None)["d"]
+        verdict = compare(cupy.asnumpy(d), value, magnitude, k, np.float32, "fp32" if bfloat16 else precision)
+        assert verdict.ok, f"{'tn'[ta]}{'tn'[tb]} {math} bfloat16={bfloat16} split_k={split_k}: {verdict.describe()}"
+
+
 @pytest.mark.parametrize("epilogue", (None,) + EPILOGUES[1:])
 def test_wgmma_bf16_products_every_epilogue(epilogue):
     """Precision bf16: BF16 products within the bfloat16 bound on every op, and bfloat16 indeed:

@@ -261,8 +261,9 @@ WGMMAS = [
 
 
 def test_gemm_wgmma_descriptors_swizzle_and_fragments_on_the_cpu(tmp_path, monkeypatch):
-    """The wgmma path's shared layout (cp.async into the 128-byte swizzle), its descriptors and its
-    accumulator fragments, as the emulator reads them, against float64."""
+    """The wgmma path's shared layout (stages copied by cp.async or TMA into the 128-byte swizzle), its
+    pipelines' mbarriers, its descriptors and its accumulator fragments, as the emulator runs them,
+    against float64."""
     run_and_check(gemm_launches(monkeypatch, WGMMAS, "gemm_wgmma"), tmp_path)
 
 

@@ -15,7 +15,7 @@ from autogemm.errors import AutogemmError
 
 MAP_BYTES, MAP_ALIGN = 128, 64        # a CUtensorMap: 128 opaque bytes, 64-byte aligned
 # CUtensorMapDataType of each dtype (the copies move bytes; the type only names their size).
-_DATA_TYPE = {np.dtype(np.uint16): 1, np.dtype(np.float32): 7, np.dtype(np.float64): 8}
+_DATA_TYPE = {np.dtype(np.uint16): 1, np.dtype(np.float32): 7}
 _SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}   # CUtensorMapSwizzle by bytes
 _L2_PROMOTION_128B = 2
 
@@ -58,10 +58,9 @@ def _driver():
     return encode
 
 
-@functools.lru_cache(maxsize=1024)
-def _encoded(ptr: int, dtype, dims, ld: int, box, swizzle: int):
-    """The launch argument of one map: a CuPy CPointer to its bytes, which it keeps alive. A map holds
-    only an address and a geometry, so one encoding serves every call on the same memory."""
+@functools.cache
+def _argument_type():
+    """A CuPy CPointer (what a launch copies a parameter from) that keeps its bytes alive."""
     from cupy.cuda.function import CPointer
 
     class MapArgument(CPointer):
@@ -69,6 +68,13 @@ def _encoded(ptr: int, dtype, dims, ld: int, box, swizzle: int):
             super().__init__(storage.ctypes.data + at)
             self.storage = storage
 
+    return MapArgument
+
+
+@functools.lru_cache(maxsize=1024)
+def _encoded(ptr: int, dtype, dims, ld: int, box, swizzle: int):
+    """The launch argument of one map. A map holds only an address and a geometry, so one encoding
+    serves every call on the same memory."""
     storage = np.zeros(MAP_BYTES + MAP_ALIGN, np.uint8)
     at = -storage.ctypes.data % MAP_ALIGN
     u32, u64 = ctypes.c_uint32, ctypes.c_uint64
@@ -78,4 +84,4 @@ def _encoded(ptr: int, dtype, dims, ld: int, box, swizzle: int):
     if status:
         raise AutogemmError(f"cuTensorMapEncodeTiled failed (CUresult {status}) for a {dims[1]}x{dims[0]} {dtype} "
                           f"array, rows {ld} elements apart, box {box[1]}x{box[0]}, swizzle {swizzle}")
-    return MapArgument(storage, at)
+    return _argument_type()(storage, at)

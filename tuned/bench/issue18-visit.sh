@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -75,6 +75,17 @@ split-k-2|producer-tune-2)
     python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32,cupy-tuned-bf16 \
         --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -3 "$out/nn-bench.txt"
     cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
+    ;;
+tma-check)   # the producer's GPU tests and TMA on views of padded arrays, that test under
+             # compute-sanitizer (memcheck, synccheck, racecheck), then producer-tune's re-tune
+    python -m pytest -q -m gpu tests/test_gemm_gpu.py -k "producer or tma_reads" > "$out/pytest-tma.txt" 2>&1
+    tail -1 "$out/pytest-tma.txt"
+    for tool in memcheck synccheck racecheck; do
+        timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 python -m pytest -q -m gpu tests/test_gemm_gpu.py \
+            -k "tma_reads and True-False" > "$out/sanitizer-$tool.txt" 2>&1
+        echo "compute-sanitizer $tool: exit $? | $(grep -E "ERROR SUMMARY|passed|failed" "$out/sanitizer-$tool.txt" | tr '\n' ' ')"
+    done
+    bash "$0" producer-tune
     ;;
 profile-tma)   # Nsight Compute on the TMA producer's kernels (tuned/bench/issue18_profile.py --tma)
     ncu --kernel-name regex:gemm_wgmma --launch-count 6 --section SpeedOfLight --section ComputeWorkloadAnalysis \
