@@ -340,7 +340,7 @@ def test_wgmma_tma_reads_views_of_padded_arrays(ta, tb):
         precision = {"3xtf32": "fp32", "tf32": "tf32", "bf16": "bf16"}[math]
         a = padded_view(rng, *((k, m) if ta else (m, k)), bfloat16)     # op(A): (M, K)
         b = padded_view(rng, *((n, k) if tb else (k, n)), bfloat16)     # op(B): (K, N)
-        config = dict(WGMMA_TILES, bm=128, bn=64, producer=1, tma=1, math=math, split_k=split_k)
+        config = dict(WGMMA_TILES, bm=128, bn=64, stages=3, producer=1, tma=1, math=math, split_k=split_k)
         d = autogemm.gemm(a, b, trans_a=ta, trans_b=tb, config=config, kernel_family="gemm_wgmma", precision=precision)
         host_a, host_b = (cupy.asnumpy(x) for x in (a, b))                # bfloat16: their bits
         problem = Problem(m, n, k, trans_a=ta, trans_b=tb, precision=precision, bf16_operands=bfloat16)
