@@ -19,7 +19,10 @@
 // lands the thread's copies, then arrives; bar.sync's named barriers are barriers of their count.
 // A bulk tensor copy (TMA) reads a tensor map that the emulator encodes (TensorMapArgument: what
 // cuTensorMapEncodeTiled is given) and is queued on its mbarrier, whose phase also waits for the
-// bytes expected of it; the copies land, swizzled, when a thread waits on that mbarrier.
+// bytes expected of it; the copies land, swizzled, when a thread waits on that mbarrier (the latest
+// a GPU may land them: a read before the wait finds stale data), or with
+// EMU_BULK_COPIES_LAND_AT_ISSUE when issued (the earliest: a slot refilled while still read is
+// overwritten under its reader).
 #pragma once
 #include <algorithm>
 #include <array>
@@ -254,16 +257,7 @@ inline void mbarrier_arrive_expect_tx_shared(unsigned bar, unsigned bytes) {
     --b.pending;
     complete_if_due(b);
 }
-// cp.async.bulk.tensor.2d ... mbarrier::complete_tx::bytes: the box of the map at `map` whose first
-// element is (c0 along a row, c1 across rows), queued on `bar`.
-inline void cp_async_bulk_tensor_2d_shared(unsigned dst, uint64_t map, int c0, int c1, unsigned bar) {
-    std::lock_guard<std::mutex> lock(block->sync);
-    Block::BulkCopy copy{dst, {}, c0, c1};
-    std::memcpy(copy.map.data(), reinterpret_cast<const void*>(map), 128);
-    block->mbarriers.at(bar).queued.push_back(copy);
-    block->arrived.notify_all();
-}
-// With block->sync held: a queued copy lands, row-major within the box, each byte at its address
+// With block->sync held: a bulk copy lands, row-major within the box, each byte at its address
 // in the map's swizzle (the 16-byte chunk bits 4.. XORed with bits 7..: address bits the GPU uses),
 // zeros where the box passes the array's edges; its bytes count off what `b` expects.
 inline void land(Block::Mbarrier& b, const Block::BulkCopy& copy) {
@@ -280,6 +274,21 @@ inline void land(Block::Mbarrier& b, const Block::BulkCopy& copy) {
             }
         }
     b.tx -= int64_t(m.box_inner) * m.box_outer * m.elem;
+}
+// cp.async.bulk.tensor.2d ... mbarrier::complete_tx::bytes: the box of the map at `map` whose first
+// element is (c0 along a row, c1 across rows), queued on `bar`.
+inline void cp_async_bulk_tensor_2d_shared(unsigned dst, uint64_t map, int c0, int c1, unsigned bar) {
+    std::lock_guard<std::mutex> lock(block->sync);
+    Block::BulkCopy copy{dst, {}, c0, c1};
+    std::memcpy(copy.map.data(), reinterpret_cast<const void*>(map), 128);
+    Block::Mbarrier& b = block->mbarriers.at(bar);
+#ifdef EMU_BULK_COPIES_LAND_AT_ISSUE
+    land(b, copy);
+    complete_if_due(b);
+#else
+    b.queued.push_back(copy);
+    block->arrived.notify_all();
+#endif
 }
 inline void mbarrier_try_wait_parity_shared(unsigned& done, unsigned bar, unsigned parity) {
     std::unique_lock<std::mutex> lock(block->sync);

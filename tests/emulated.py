@@ -153,7 +153,7 @@ int main() {{
 '''
 
 
-def _build_and_run(launches: list[Launch], workdir: Path):
+def _build_and_run(launches: list[Launch], workdir: Path, defines: tuple[str, ...]):
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "main.cpp").write_text(_program(launches))
     names = ", ".join(dict.fromkeys(launch.instance.name for launch in launches))
@@ -162,7 +162,7 @@ def _build_and_run(launches: list[Launch], workdir: Path):
             if isinstance(a, np.ndarray):
                 (workdir / f"l{j}_arg{i}.bin").write_bytes(np.ascontiguousarray(a).tobytes())
     build = subprocess.run([GXX, "-std=c++20", "-O1", "-pthread", "-Wno-unknown-pragmas", f"-I{HEADER_DIR}",
-                            "main.cpp", "-o", "kernel"], cwd=workdir, capture_output=True, text=True)
+                            *(f"-D{d}" for d in defines), "main.cpp", "-o", "kernel"], cwd=workdir, capture_output=True, text=True)
     if build.returncode:
         raise RuntimeError(f"{names}: g++ failed:\n{build.stderr[:3000]}")
     ran = subprocess.run(["./kernel"], cwd=workdir, capture_output=True, text=True, timeout=600)
@@ -179,11 +179,12 @@ def _build_and_run(launches: list[Launch], workdir: Path):
 PER_PROGRAM = 8   # launches built into one program: g++ spends about 1 s on cuda_emu.h's headers each
 
 
-def run(launches: list[Launch], workdir: Path, jobs: int = 2):
+def run(launches: list[Launch], workdir: Path, jobs: int = 2, defines: tuple[str, ...] = ()):
     """Build and run the launches, in order, as programs of at most PER_PROGRAM launches (`jobs`
-    programs at a time, each in its own folder under `workdir`)."""
+    programs at a time, each in its own folder under `workdir`), with the emulator's `defines`
+    (EMU_BULK_COPIES_LAND_AT_ISSUE: bulk tensor copies land when issued, not at the wait)."""
     programs = max(jobs, -(-len(launches) // PER_PROGRAM))
     size = -(-len(launches) // programs)
     groups = [launches[i:i + size] for i in range(0, len(launches), size)]
     with ThreadPoolExecutor(jobs) as pool:
-        list(pool.map(lambda ig: _build_and_run(ig[1], Path(workdir) / f"program{ig[0]}"), enumerate(groups)))
+        list(pool.map(lambda ig: _build_and_run(ig[1], Path(workdir) / f"program{ig[0]}", defines), enumerate(groups)))

@@ -172,10 +172,10 @@ def test_bf16_bits_round_to_nearest_even():
     assert np.isnan(bf16_values(bf16_bits(np.float32([np.nan])))).all()
 
 
-def run_and_check(launches, tmp_path):
+def run_and_check(launches, tmp_path, defines=()):
     """Run (launch, output, (value, magnitude), k, dtype[, precision]) launches, each once however
     many outputs it lists, and check each output against float64, naming the kernel that fails."""
-    run(list({id(launch): launch for launch, *_ in launches}.values()), tmp_path)
+    run(list({id(launch): launch for launch, *_ in launches}.values()), tmp_path, defines=defines)
     for launch, d, want, k, dtype, *precision in launches:
         verdict = compare(d, *want, k, dtype, *precision)
         assert verdict.ok, f"{launch.instance.name}: {verdict.describe()}"
@@ -265,6 +265,14 @@ def test_gemm_wgmma_descriptors_swizzle_and_fragments_on_the_cpu(tmp_path, monke
     pipelines' mbarriers, its descriptors and its accumulator fragments, as the emulator runs them,
     against float64."""
     run_and_check(gemm_launches(monkeypatch, WGMMAS, "gemm_wgmma"), tmp_path)
+
+
+def test_gemm_wgmma_bulk_copies_landing_when_issued_on_the_cpu(tmp_path, monkeypatch):
+    """The TMA cases again, their bulk copies landing as soon as they are issued (the earliest a
+    GPU may): a slot refilled while its stage is still read would change under its readers."""
+    launches = [case for case in gemm_launches(monkeypatch, WGMMAS, "gemm_wgmma") if case[0].instance.config.tma]
+    assert len(launches) >= 9
+    run_and_check(launches, tmp_path, defines=("EMU_BULK_COPIES_LAND_AT_ISSUE",))
 
 
 def tuned_gemm_cases() -> list:
