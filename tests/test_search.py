@@ -10,7 +10,7 @@ from optuna.trial import TrialState
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import Config, family
 from autogemm.store.keys import make_key, problem_of
-from autogemm.tuning.search import JournalFileBackend, SearchError, Settings, neighbours, tune
+from autogemm.tuning.search import JournalFileBackend, SearchError, Settings, neighbours, tune, valid_neighbours
 from fake_tuned import GEMM, FakeMeasure, gemm_model
 
 GEMM_FAM = family("gemm")
@@ -189,6 +189,22 @@ def test_neighbours_move_one_parameter_one_step():
     assert Config(dict(GEMM, pad=False)) in around and Config(dict(GEMM, split_k=2)) in around
     assert all(sum(c[k] != cfg[k] for k in cfg) == 1 for c in around)
     assert len(around) == sum(2 if 0 < v.index(cfg[k]) < len(v) - 1 else 1 for k, v in GEMM_FAM.params.items())
+
+
+def test_a_step_that_breaks_a_constraint_is_repaired_by_a_second():
+    """gemm_wgmma's tma needs a producer: from a one-loop config, the TMA producer with the same tiles
+    is two steps away, and among the valid neighbours; every single valid step is too."""
+    from kernels import gemm
+
+    wgmma = family("gemm_wgmma")
+    problem = gemm.Problem.contiguous(4096, 784, 8192, "float32", True, False, precision="tf32")
+    cfg = wgmma.config(dict(bm=128, bn=128, warpgroups=2, stages=3, math="tf32", inflight=0, split_k=1, producer=0,
+                            tma=0))
+    around = valid_neighbours(wgmma, cfg, problem, H100)
+    assert Config(dict(cfg, producer=1, tma=1)) in around
+    assert not any(wgmma.violations(c, problem, H100) for c in around)
+    assert {c for c in neighbours(wgmma, cfg) if not wgmma.violations(c, problem, H100)} <= set(around)
+    assert Config(dict(cfg, tma=1)) not in around                      # the refused step itself
 
 
 def test_the_last_trials_search_around_the_best():

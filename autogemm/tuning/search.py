@@ -11,7 +11,8 @@
   parallel; each is then measured quickly. A failure (compile, launch, mismatch: anything
   `measure` raises) is told FAIL with its reason, and the search goes on.
 - The last `local` fraction of the trials goes to the untried neighbours of the best configs
-  (one parameter one step away) before TPE's proposals: tile spaces are smooth near their best.
+  (one parameter one step away, or two where the first step alone breaks a constraint) before
+  TPE's proposals: tile spaces are smooth near their best.
 - The top candidates are re-timed with more repetitions, interleaved round robin over several
   rounds; each one's median across rounds picks the winner, so one lucky quick run cannot.
 - With a journal file the study persists: `resume` continues it (trials already measured are not
@@ -293,6 +294,19 @@ def neighbours(fam: Family, cfg: Config) -> list[Config]:
     return out
 
 
+def valid_neighbours(fam: Family, cfg: Config, problem, device) -> list[Config]:
+    """The valid configs one step away, and where a step breaks a constraint, the valid ones a
+    second step away from it: parameters that depend on each other (a copy mode that needs a
+    producer) leave no valid config out of reach."""
+    out = []
+    for step in neighbours(fam, cfg):
+        if not fam.violations(step, problem, device):
+            out.append(step)
+        else:
+            out += [c for c in neighbours(fam, step) if c != cfg and not fam.violations(c, problem, device)]
+    return list(dict.fromkeys(out))
+
+
 def _enqueue_neighbours(study, fam: Family, problem, device, seen: _Seen, count: int):
     """Queue up to `count` untried valid neighbours of the best configs so far (local search:
     tile spaces are smooth near their optimum, where TPE's samples are sparse)."""
@@ -302,11 +316,10 @@ def _enqueue_neighbours(study, fam: Family, problem, device, seen: _Seen, count:
         return
     rng = random.Random(len(seen.timings))      # no parameter always first, runs repeatable
     for best in sorted(seen.timings, key=lambda c: seen.timings[c][0])[:3]:
-        around = neighbours(fam, best)
+        around = valid_neighbours(fam, best, problem, device)
         rng.shuffle(around)
         for cfg in around:
-            if (cfg in seen.timings or cfg in seen.failures or cfg in waiting
-                    or fam.violations(cfg, problem, device)):
+            if cfg in seen.timings or cfg in seen.failures or cfg in waiting:
                 continue
             study.enqueue_trial(dict(cfg))
             waiting.add(cfg)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -86,6 +86,15 @@ tma-check)   # the producer's GPU tests and TMA on views of padded arrays, that 
         echo "compute-sanitizer $tool: exit $? | $(grep -E "ERROR SUMMARY|passed|failed" "$out/sanitizer-$tool.txt" | tr '\n' ' ')"
     done
     bash "$0" producer-tune
+    ;;
+neighbours)   # the records that kept the one loop, tuned again now that the local search reaches
+              # the TMA producer from them (two steps), then the epochs in fp32 and tf32
+    { python -m autogemm.cli tune --precision tf32 --shapes 4096x784x8192:tn,1000x784x800:tn --trials 30 --timeout 12
+      python -m autogemm.cli tune --shapes 4096x784x8192:tn,800x1000x784:nt --trials 30 --timeout 12
+    } > "$out/tune-one-loop.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-one-loop.txt"
+    python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32 \
+        --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -3 "$out/nn-bench.txt"
+    cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
     ;;
 profile-tma)   # Nsight Compute on the TMA producer's kernels (tuned/bench/issue18_profile.py --tma)
     ncu --kernel-name regex:gemm_wgmma --launch-count 6 --section SpeedOfLight --section ComputeWorkloadAnalysis \
