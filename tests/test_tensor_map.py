@@ -1,0 +1,40 @@
+"""autogemm.runtime.tensor_map on the CPU: what a launch binds, and a clear error without a driver
+(the encoding itself runs on the GPU: tests/test_gemm_gpu.py's TMA tests)."""
+import ctypes
+
+import numpy as np
+import pytest
+
+from autogemm.errors import AutogemmError
+from autogemm.runtime import tensor_map
+from autogemm.runtime.family import family
+from kernels import gemm
+
+
+def test_a_wgmma_launch_binds_a_and_b_with_their_leading_dimensions():
+    from autogemm.ops.gemm import launch_args
+
+    problem = gemm.Problem.contiguous(200, 136, 300, "float32", True, False)   # A^T, B: both M/N-major
+    instance = family("gemm_wgmma").instance(family("gemm_wgmma").config(dict(
+        bm=128, bn=64, warpgroups=2, stages=3, math="3xtf32", inflight=1, split_k=1, producer=1, tma=1)), problem)
+    a, b = np.ones((300, 208), np.float32)[:, :200], np.ones((300, 136), np.float32)   # A: (K, M) in rows of 208
+    d = np.zeros((200, 136), np.float32)
+    args = launch_args(instance, a, b, d, d, None, None, (200, 136, 300, 208, 136, 136, 136, 136), 1.0, 0.0)
+    a_map, b_map = args[-2:]
+    assert a_map.array is a and (a_map.ld, a_map.dims, a_map.box, a_map.swizzle) == (208, (200, 300), (128, 32), 0)
+    assert b_map.array is b and (b_map.ld, b_map.dims, b_map.box, b_map.swizzle) == (136, (136, 300), (64, 32), 0)
+    assert tensor_map.kernel_args(args[:-2]) == args[:-2]              # the other arguments pass as they are
+
+
+def test_encoding_without_the_cuda_driver_says_what_is_missing(monkeypatch):
+    def no_driver(name):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(ctypes, "CDLL", no_driver)
+    tensor_map._driver.cache_clear()
+    tensor_map._encoded.cache_clear()
+    try:
+        with pytest.raises(AutogemmError, match=r"tensor maps need the CUDA driver \(libcuda.so.1\)"):
+            tensor_map._encoded(1 << 20, np.dtype(np.float32), (300, 200), 300, (32, 128), 128)
+    finally:
+        tensor_map._driver.cache_clear()
