@@ -33,7 +33,7 @@ PARAMS = {
     "bm": (64, 128, 192, 256),                       # block tile rows: 64 per wgmma tile
     "bn": (32, 48, 64, 80, 96, 128, 160, 192, 256),  # block tile columns: wgmma's N
     "warpgroups": (1, 2),                            # 128-thread warpgroups, stacked along M
-    "stages": (2, 3, 4, 5),                          # shared-memory buffers of K (32 each)
+    "stages": (2, 3, 4, 5),                          # shared-memory buffers of K (k_step each)
     "math": ("3xtf32", "tf32", "bf16"),              # FP32-accurate, TF32 or BF16 products (MATH_PRECISION)
     "inflight": (0, 1),                              # wgmma groups left running across a k-tile
     "split_k": (1, 2, 3, 4, 6),                      # slices of K, reduced by the last block of each tile
@@ -151,11 +151,11 @@ def instance_name(c, p: Problem) -> str:
 
 
 def geometry(c, p: Problem):
-    tiles = ceil_div(p.n, c.bn) * ceil_div(p.m, c.bm)
+    columns, rows = ceil_div(p.n, c.bn), ceil_div(p.m, c.bm)
     split = c.split_k > 1
-    return Geometry(grid=(ceil_div(p.n, c.bn), ceil_div(p.m, c.bm), c.split_k), block=(threads(c), 1, 1),
+    return Geometry(grid=(columns, rows, c.split_k), block=(threads(c), 1, 1),
                     smem_bytes=smem_bytes(c, p), workspace_elems=c.split_k * p.m * p.n if split else 0,
-                    counters=tiles if split else 0, tensor_maps=tile_maps(c, p))
+                    counters=columns * rows if split else 0, tensor_maps=tile_maps(c, p))
 
 
 def default_candidates(p: Problem, d):
@@ -172,11 +172,10 @@ def default_candidates(p: Problem, d):
                   key=lambda t: -ceil_div(p.m, t[0]) * ceil_div(p.n, t[1]))
     maths = ["bf16"] if p.bf16_operands else [m for m in ("tf32", "bf16", "3xtf32")
                                               if gemm.serves(MATH_PRECISION[m], p.precision)]
-    for math, (bm, bn) in itertools.product(maths, filling + rest):
-        for warpgroups in (2, 1):
-            # A producer copying by TMA first: faster than both other pipelines on 13 of the 15
-            # records of the networks' GEMMs (tuned/bench/issue18-h100/tma); then the one loop.
-            for (producer, tma), stages, inflight in itertools.product(((1, 1), (0, 0), (1, 0)),
-                                                                       reversed(PARAMS["stages"]), (1, 0)):
-                yield {"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math,
-                       "inflight": inflight, "split_k": 1, "producer": producer, "tma": tma}
+    # (producer, tma): a producer copying by TMA first, faster than both other pipelines on 13 of the
+    # 15 records of the networks' GEMMs (tuned/bench/issue18-h100/tma); then the one loop.
+    pipelines = ((1, 1), (0, 0), (1, 0))
+    for math, (bm, bn), warpgroups, (producer, tma), stages, inflight in itertools.product(
+            maths, filling + rest, (2, 1), pipelines, reversed(PARAMS["stages"]), (1, 0)):
+        yield {"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math,
+               "inflight": inflight, "split_k": 1, "producer": producer, "tma": tma}

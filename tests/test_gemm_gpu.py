@@ -9,6 +9,7 @@ from autogemm.runtime.device import H100
 from autogemm.runtime.family import family
 from autogemm.tuning.verify import compare
 from kernels.gemm import EPILOGUES, Problem, reference
+from kernels.gemm_wgmma import MATH_PRECISION
 
 pytestmark = pytest.mark.gpu
 
@@ -273,7 +274,7 @@ def test_wgmma_split_k_every_op_and_math(ta, tb):
         pytest.skip("gemm_wgmma needs a Hopper GPU (sm_90a)")
     for (m, n, k), split_k, math in [((200, 1000, 784), 3, "3xtf32"), ((136, 256, 1000), 4, "tf32"),
                                       ((64, 64, 4096), 6, "bf16"), ((200, 1000, 784), 2, "tf32")]:
-        precision = {"3xtf32": "fp32", "tf32": "tf32", "bf16": "bf16"}[math]
+        precision = MATH_PRECISION[math]
         config = dict(WGMMA_TILES, bm=64, bn=64, warpgroups=1, math=math, split_k=split_k)
         for _ in range(2):
             run_and_check(np.random.default_rng(k), m, n, k, ta, tb, np.float32, epilogue="bias_relu" if tb else None,
@@ -297,7 +298,7 @@ def test_wgmma_producer_every_op_and_math(ta, tb, tma):
             ((200, 1000, 784), dict(bm=64, bn=64, warpgroups=1, stages=2, inflight=0, split_k=3), "3xtf32", False),
             ((136, 256, 1000), dict(bm=128, bn=64, stages=3, inflight=1, split_k=2), "bf16", True),
             ((800, 784, 1000), dict(bm=64, bn=128, warpgroups=1, stages=3, inflight=1), "bf16", True)]:
-        precision = {"3xtf32": "fp32", "tf32": "tf32", "bf16": "bf16"}[math]
+        precision = MATH_PRECISION[math]
         config = dict(WGMMA_TILES, producer=1, tma=tma) | tiles | dict(math=math)
         for _ in range(2):
             run_and_check(np.random.default_rng(k), m, n, k, ta, tb, np.float32, epilogue="bias_relu" if tb else None,
@@ -337,7 +338,7 @@ def test_wgmma_tma_reads_views_of_padded_arrays(ta, tb):
     for math, bfloat16, split_k in itertools.product(("3xtf32", "tf32", "bf16"), (False, True), (1, 2)):
         if bfloat16 and math != "bf16":
             continue
-        precision = {"3xtf32": "fp32", "tf32": "tf32", "bf16": "bf16"}[math]
+        precision = MATH_PRECISION[math]
         a = padded_view(rng, *((k, m) if ta else (m, k)), bfloat16)     # op(A): (M, K)
         b = padded_view(rng, *((n, k) if tb else (k, n)), bfloat16)     # op(B): (K, N)
         config = dict(WGMMA_TILES, bm=128, bn=64, stages=3, producer=1, tma=1, math=math, split_k=split_k)

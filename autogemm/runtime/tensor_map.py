@@ -72,14 +72,14 @@ def _argument_type():
 
 
 @functools.lru_cache(maxsize=1024)
-def _encoded(ptr: int, dtype, dims, ld: int, box, swizzle: int):
+def _encoded(ptr: int, dtype: np.dtype, dims, ld: int, box, swizzle: int):
     """The launch argument of one map. A map holds only an address and a geometry, so one encoding
     serves every call on the same memory."""
     storage = np.zeros(MAP_BYTES + MAP_ALIGN, np.uint8)
     at = -storage.ctypes.data % MAP_ALIGN
     u32, u64 = ctypes.c_uint32, ctypes.c_uint64
-    status = _driver()(storage.ctypes.data + at, _DATA_TYPE[np.dtype(dtype)], 2, ptr,
-                       (u64 * 2)(*dims), (u64 * 1)(ld * np.dtype(dtype).itemsize), (u32 * 2)(*box),
+    status = _driver()(storage.ctypes.data + at, _DATA_TYPE[dtype], 2, ptr,
+                       (u64 * 2)(*dims), (u64 * 1)(ld * dtype.itemsize), (u32 * 2)(*box),
                        (u32 * 2)(1, 1), 0, _SWIZZLE[swizzle], _L2_PROMOTION_128B, 0)
     if status:
         raise AutogemmError(f"cuTensorMapEncodeTiled failed (CUresult {status}) for a {dims[1]}x{dims[0]} {dtype} "
