@@ -5,13 +5,13 @@ a module, and a line here.
 """
 from kernels import (adam, colsum, conv2d, conv2d_dgrad, conv2d_dgrad_direct, conv2d_direct, conv2d_wgrad,
                      conv2d_wgrad_direct, elementwise, gemm, gemm_naive, gemm_wgmma, linear_xent, pool2x2, softmax_xent,
-                     to_bf16)
+                     to_bf16, transpose)
 from kernels.contract import KernelFamily
 
 REGISTRY: dict[str, KernelFamily] = {
     module.NAME: module for module in (gemm, gemm_naive, gemm_wgmma, elementwise, softmax_xent, colsum, linear_xent, conv2d,
                                        conv2d_dgrad, conv2d_wgrad, conv2d_direct, conv2d_dgrad_direct,
-                                       conv2d_wgrad_direct, pool2x2, adam, to_bf16)}
+                                       conv2d_wgrad_direct, pool2x2, adam, to_bf16, transpose)}
 
 # Families that compute the same call with different algorithms (and the same Problem and keys): a
 # call runs the one whose tuned record is fastest, the first where none is tuned, among those whose

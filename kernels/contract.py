@@ -36,6 +36,7 @@ class Geometry(NamedTuple):
     workspace_elems: int = 0   # scratch of the problem's dtype (split-K partial sums)
     counters: int = 0          # int32 counters that must start at zero (split-K tiles)
     tensor_maps: tuple[TileMap, ...] = ()
+    transposed: tuple[str, ...] = ()   # operands ("a", "b") a launch first copies transposed into scratch
 
 
 def ceil_div(a: int, b: int) -> int:

@@ -10,6 +10,7 @@ thread, one block-wide synchronization a k-tile, or by a producer warpgroup hand
 computing ones through mbarriers (warp specialization), which copies by cp.async or, one thread
 for the block, by bulk tensor copies (TMA) through tensor maps of A and B that every launch passes.
 """
+import dataclasses
 import itertools
 
 from kernels import gemm
@@ -39,6 +40,7 @@ PARAMS = {
     "split_k": (1, 2, 3, 4, 6),                      # slices of K, reduced by the last block of each tile
     "producer": (0, 1),                              # 1: a producer warpgroup copies and prepares stages
     "tma": (0, 1),                                   # 1: the producer copies by TMA (bulk tensor copies)
+    "pretranspose": (0, 1),                          # 1: M/N-major operands copied K-major first (kernel_problem)
 }
 STAGE_ROW_BYTES = 128  # a stage's K-major tile row: BK k (k_step) of the operands' type
 SWIZZLE_ALIGN = 1024  # the dynamic shared memory is aligned up to this in the kernel
@@ -57,6 +59,18 @@ def mn_major(p: Problem) -> tuple[bool, bool]:
     """Whether op(A), op(B) have M, N contiguous in global memory (float32 ones are transposed in
     shared memory, bfloat16 ones read by the transposing wgmma)."""
     return p.trans_a, not p.trans_b
+
+
+def kernel_problem(c, p: Problem) -> Problem:
+    """The problem that c's kernel computes: under `pretranspose` each M/N-major float32 operand
+    is first copied K-major into scratch whose rows are 16-byte aligned (kernels/transpose.py), so
+    the kernel reads both K-major, with nothing to transpose in shared memory."""
+    if not c.pretranspose:
+        return p
+    a_mn, b_mn = mn_major(p)
+    vec = 16 // p.itemsize
+    return dataclasses.replace(p, trans_a=False, trans_b=True, vec_a=vec if a_mn else p.vec_a,
+                               vec_b=vec if b_mn else p.vec_b)
 
 
 def k_step(p: Problem) -> int:
@@ -92,12 +106,15 @@ CONSTRAINTS = (
     ("math tf32 and bf16 round the operands: for calls at that precision or a lower one",
      lambda c, p, d: gemm.serves(MATH_PRECISION[c.math], p.precision)),
     ("bfloat16 operands are multiplied by math bf16", lambda c, p, d: not p.bf16_operands or c.math == "bf16"),
+    ("pretranspose copies float32 operands with M or N contiguous for TF32 products: an op with one, math tf32 or 3xtf32",
+     lambda c, p, d: not c.pretranspose or (any(mn_major(p)) and c.math != "bf16")),
     ("bfloat16 B with N contiguous (op(B) = B) is read in blocks of 64 columns: BN a multiple of 64",
      lambda c, p, d: not (p.bf16_operands and mn_major(p)[1]) or c.bn % 64 == 0),
     ("a k-tile's wgmmas in flight need a stage beside those loading and computing: stages >= 3",
      lambda c, p, d: c.inflight == 0 or c.stages >= 3),
-    ("16-byte copies need A and B 16-byte aligned with leading dimensions a multiple of 16 bytes",
-     lambda c, p, d: p.vec_a * p.operand_itemsize == 16 and p.vec_b * p.operand_itemsize == 16),
+    ("16-byte copies need A and B 16-byte aligned with leading dimensions a multiple of 16 bytes "
+     "(pretranspose makes aligned copies of M/N-major ones)",
+     lambda c, p, d: all(v * p.operand_itemsize == 16 for v in (kernel_problem(c, p).vec_a, kernel_problem(c, p).vec_b))),
     ("each warpgroup's rows BM/warpgroups must be a whole number of 64-row wgmma tiles",
      lambda c, p, d: c.bm % (64 * c.warpgroups) == 0),
     ("at most 128 accumulators per thread (BM/warpgroups/64 * BN/2)", lambda c, p, d: accumulators(c) <= 128),
@@ -105,7 +122,8 @@ CONSTRAINTS = (
      lambda c, p, d: c.producer or not c.tma),
     ("split-K beside a producer and two computing warpgroups (168 registers a thread): at most 64 accumulators",
      lambda c, p, d: not (c.split_k > 1 and c.producer and c.warpgroups == 2) or accumulators(c) <= 64),
-    ("shared memory must fit the device's per-block limit", lambda c, p, d: smem_bytes(c, p) <= d.smem_per_block),
+    ("shared memory must fit the device's per-block limit",
+     lambda c, p, d: smem_bytes(c, kernel_problem(c, p)) <= d.smem_per_block),
     ("grid rows ceil(M/BM) must be at most 65535", lambda c, p, d: ceil_div(p.m, c.bm) <= 65535),
     ("every split-K slice must have some of K", lambda c, p, d: (c.split_k - 1) * k_slice(c, p) < p.k),
 )
@@ -136,11 +154,14 @@ def tile_maps(c, p: Problem) -> tuple[TileMap, TileMap]:
 
 
 def template_args(c, p: Problem) -> dict:
+    p = kernel_problem(c, p)
     return dict(dict(c), trans_a=p.trans_a, trans_b=p.trans_b, bf16_operands=p.bf16_operands, epilogue=p.epilogue,
                 use_c=p.use_c, out_vec=output_vector(p))
 
 
 def instance_name(c, p: Problem) -> str:
+    """Built from the kernel's problem: a pretransposed call runs the K-major call's kernel."""
+    p = kernel_problem(c, p)
     name = (f"gemm_wgmma_{'bf16' if p.bf16_operands else 'f32'}_{p.op}_bm{c.bm}_bn{c.bn}_wg{c.warpgroups}_s{c.stages}"
             f"_if{c.inflight}_sk{c.split_k}_p{c.producer}_t{c.tma}_{c.math}")
     if p.epilogue:
@@ -151,18 +172,22 @@ def instance_name(c, p: Problem) -> str:
 
 
 def geometry(c, p: Problem):
+    a_mn, b_mn = mn_major(p) if c.pretranspose else (False, False)
+    p = kernel_problem(c, p)
     columns, rows = ceil_div(p.n, c.bn), ceil_div(p.m, c.bm)
     split = c.split_k > 1
     return Geometry(grid=(columns, rows, c.split_k), block=(threads(c), 1, 1),
                     smem_bytes=smem_bytes(c, p), workspace_elems=c.split_k * p.m * p.n if split else 0,
-                    counters=columns * rows if split else 0, tensor_maps=tile_maps(c, p))
+                    counters=columns * rows if split else 0, tensor_maps=tile_maps(c, p),
+                    transposed=("a",) * a_mn + ("b",) * b_mn)
 
 
 def default_candidates(p: Problem, d):
     """Tiles largest first, the first of which gives every SM a block (else the one with the most
     blocks), each with the most stages that fit, two warpgroups before one, a producer copying by
     TMA before the one loop before a producer copying by cp.async, wgmmas in flight before not, K
-    unsplit (the search tries split-K); bfloat16 operands take bf16 products, float32 ones the
+    unsplit (the search tries split-K), M/N-major float32 operands pretransposed or not as the
+    math prefers; bfloat16 operands take bf16 products, float32 ones the
     maths their precision allows, fastest first as measured (bf16's rounding pass costs more than
     its k16 products save: tuned/bench/issue18-h100/ops-bf16)."""
     tiles = [(bm, bn) for bm, bn in itertools.product(PARAMS["bm"], PARAMS["bn"])]
@@ -175,7 +200,11 @@ def default_candidates(p: Problem, d):
     # (producer, tma): a producer copying by TMA first, faster than both other pipelines on 13 of the
     # 15 records of the networks' GEMMs (tuned/bench/issue18-h100/tma); then the one loop.
     pipelines = ((1, 1), (0, 0), (1, 0))
-    for math, (bm, bn), warpgroups, (producer, tma), stages, inflight in itertools.product(
-            maths, filling + rest, (2, 1), pipelines, reversed(PARAMS["stages"]), (1, 0)):
-        yield {"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math,
-               "inflight": inflight, "split_k": 1, "producer": producer, "tma": tma}
+    # M/N-major operands pretransposed first under TF32 products, last under 3xTF32, whose
+    # producer has the split to prepare anyway (tuned/bench/issue18-h100/pretranspose).
+    pretransposes = {"tf32": (1, 0), "3xtf32": (0, 1), "bf16": (0,)}
+    for math in maths:
+        for pretranspose, (bm, bn), warpgroups, (producer, tma), stages, inflight in itertools.product(
+                pretransposes[math], filling + rest, (2, 1), pipelines, reversed(PARAMS["stages"]), (1, 0)):
+            yield {"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math, "inflight": inflight,
+                   "split_k": 1, "producer": producer, "tma": tma, "pretranspose": pretranspose}

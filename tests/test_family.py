@@ -455,6 +455,8 @@ def reference_operands(name: str, p, rng) -> dict:
                 "lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-7}
     if name == "to_bf16":
         return {"x": normal(p.n).astype(np.float32)}
+    if name == "transpose":
+        return {"x": normal((p.rows, p.cols))}
     return {"g": normal((p.rows, p.cols))}                            # colsum
 
 
@@ -488,7 +490,9 @@ def test_gemm_wgmma_runs_float32_gemms_with_16_byte_rows_on_hopper_alone():
     wgmma, nt = family("gemm_wgmma"), gemm.Problem.contiguous(800, 1000, 784, "float32", False, True)
     for trans_a, trans_b in itertools.product((False, True), repeat=2):
         assert wgmma.can_run(gemm.Problem.contiguous(800, 1000, 784, "float32", trans_a, trans_b), H100)
-    assert not wgmma.can_run(gemm.Problem.contiguous(798, 1000, 784, "float32", True, False), H100)     # A^T: M % 4
+    misaligned_a = gemm.Problem.contiguous(798, 1000, 784, "float32", True, False)      # A^T: M % 4
+    assert {c.pretranspose for c in wgmma.candidates(misaligned_a, H100)} == {1}        # its copy's rows are aligned
+    assert not wgmma.can_run(gemm.Problem.contiguous(800, 1000, 782, "float32", False, True), H100)    # A: K % 4
     assert not wgmma.can_run(gemm.Problem.contiguous(800, 1000, 784, "float64", False, True), H100)
     assert not wgmma.can_run(nt, dataclasses.replace(H100, compute_capability="8.0"))
     tn = gemm.Problem.contiguous(1000, 784, 800, "float32", True, False)
@@ -499,7 +503,7 @@ def test_gemm_wgmma_runs_float32_gemms_with_16_byte_rows_on_hopper_alone():
     assert wgmma.can_run(bf16, H100) and wgmma.default(bf16, H100).math == "bf16"
     assert implementation("gemm", bf16, None, H100) == implementation("gemm", bf16, "default", H100) == "gemm_wgmma"
     assert not wgmma.can_run(dataclasses.replace(bf16, vec_a=4), H100)      # rows not a multiple of 16 bytes
-    assert implementation("gemm", nt, dict(bm=128, bn=128, warpgroups=2, stages=3, math="3xtf32", inflight=0, split_k=1, producer=0, tma=0), H100) == "gemm_wgmma"
+    assert implementation("gemm", nt, dict(bm=128, bn=128, warpgroups=2, stages=3, math="3xtf32", inflight=0, split_k=1, producer=0, tma=0, pretranspose=0), H100) == "gemm_wgmma"
     assert implementation("gemm", nt, "default", H100) == "gemm"
 
 
@@ -507,7 +511,7 @@ def test_tf32_and_bf16_products_serve_calls_at_their_precision_or_lower():
     wgmma = family("gemm_wgmma")
     fp32 = gemm.Problem.contiguous(800, 1000, 784, "float32", False, True)
     tf32 = gemm.Problem.contiguous(800, 1000, 784, "float32", False, True, precision="tf32")
-    single = wgmma.config(dict(bm=128, bn=128, warpgroups=2, stages=3, math="tf32", inflight=1, split_k=1, producer=0, tma=0))
+    single = wgmma.config(dict(bm=128, bn=128, warpgroups=2, stages=3, math="tf32", inflight=1, split_k=1, producer=0, tma=0, pretranspose=0))
     bf16 = gemm.Problem.contiguous(800, 1000, 784, "float32", False, True, precision="bf16")
     rounding = ["math tf32 and bf16 round the operands: for calls at that precision or a lower one"]
     assert wgmma.violations(single, fp32, H100) == rounding

@@ -263,7 +263,7 @@ def test_wgmma_tf32_products_every_epilogue(epilogue):
         autogemm.gemm(a, b, precision="bf8")
 
 
-WGMMA_TILES = dict(bm=128, bn=128, warpgroups=2, stages=4, inflight=1, split_k=1, producer=0, tma=0)
+WGMMA_TILES = dict(bm=128, bn=128, warpgroups=2, stages=4, inflight=1, split_k=1, producer=0, tma=0, pretranspose=0)
 
 
 @pytest.mark.parametrize("ta,tb", OPS)
@@ -348,6 +348,67 @@ def test_wgmma_tma_reads_views_of_padded_arrays(ta, tb):
         value, magnitude, _ = reference(problem, host_a, host_b, 1.0, 0.0, None, None, None)["d"]
         verdict = compare(cupy.asnumpy(d), value, magnitude, k, np.float32, "fp32" if bfloat16 else precision)
         assert verdict.ok, f"{'tn'[ta]}{'tn'[tb]} {math} bfloat16={bfloat16} split_k={split_k}: {verdict.describe()}"
+
+
+@pytest.mark.parametrize("ta,tb", [op for op in OPS if op != (False, True)])
+def test_wgmma_pretransposed_operands(ta, tb):
+    """pretranspose on every op with an M/N-major operand: the operands are views into NaN-padded
+    arrays (tn with K = 301 too: the copies' rows padded to 16 bytes), both maths of TF32 products,
+    the one loop and the TMA producer, split-K or not, each call twice (the scratch reused): within
+    each precision's bound and without a NaN."""
+    if not hopper():
+        pytest.skip("gemm_wgmma needs a Hopper GPU (sm_90a)")
+    import cupy
+
+    import autogemm
+
+    rng = np.random.default_rng(5)
+    for (m, n, k), math, (producer, tma), split_k in itertools.product(
+            ((200, 136, 300), (200, 136, 301)), ("3xtf32", "tf32"), ((0, 0), (1, 1)), (1, 2)):
+        if k % 4 and (ta, tb) != (True, False):
+            continue                                                    # a K-major operand needs K % 4 == 0
+        precision = MATH_PRECISION[math]
+        a = padded_view(rng, *((k, m) if ta else (m, k)), False)        # op(A): (M, K)
+        b = padded_view(rng, *((n, k) if tb else (k, n)), False)        # op(B): (K, N)
+        config = dict(WGMMA_TILES, bm=128, bn=64, stages=3, producer=producer, tma=tma, math=math, split_k=split_k,
+                      pretranspose=1)
+        problem = Problem(m, n, k, trans_a=ta, trans_b=tb, precision=precision)
+        value, magnitude, _ = reference(problem, cupy.asnumpy(a), cupy.asnumpy(b), 1.0, 0.0, None, None, None)["d"]
+        for _ in range(2):
+            d = autogemm.gemm(a, b, trans_a=ta, trans_b=tb, config=config, kernel_family="gemm_wgmma",
+                              precision=precision)
+            verdict = compare(cupy.asnumpy(d), value, magnitude, k, np.float32, precision)
+            assert verdict.ok, f"{'tn'[ta]}{'tn'[tb]} K={k} {math} tma={tma} split_k={split_k}: {verdict.describe()}"
+
+
+def test_transpose_views_and_every_config():
+    """autogemm.transpose: every config, float32 and float64, of views into padded arrays and into
+    views, exact; the padding beside the output untouched; bad arguments refused in one line."""
+    if not hopper():
+        pytest.skip("needs a GPU")
+    import cupy
+
+    import autogemm
+    from autogemm.runtime.family import family
+    from kernels.contract import RowsProblem
+
+    rng = np.random.default_rng(6)
+    for dtype, (rows, cols) in itertools.product((np.float32, np.float64), ((8192, 784), (33, 1000), (1, 7))):
+        whole = cupy.asarray(rng.standard_normal((rows + 3, cols + 9)), dtype)
+        x = whole[1:rows + 1, 4:cols + 4]                              # x: (rows, cols), rows cols + 9 apart
+        want = cupy.asnumpy(x).T
+        for cfg in family("transpose").sample(RowsProblem(rows, cols, np.dtype(dtype).name), H100, 8):
+            out_whole = cupy.full((cols, rows + 5), np.nan, dtype)
+            autogemm.transpose(x, out_whole[:, :rows], config=cfg)
+            got = cupy.asnumpy(out_whole)
+            assert np.array_equal(got[:, :rows], want) and np.isnan(got[:, rows:]).all(), (dtype, rows, cols, cfg)
+    x = cupy.ones((4, 6), np.float32)
+    with pytest.raises(autogemm.BadArguments, match=r"transpose: out must be a float32 cupy array of shape \(6, 4\)"):
+        autogemm.transpose(x, cupy.ones((4, 6), np.float32))
+    with pytest.raises(autogemm.BadArguments, match="transpose: out overlaps x"):
+        autogemm.transpose(x, x.reshape(6, 4))
+    with pytest.raises(autogemm.BadArguments, match="transpose: x must be a float32 or float64 cupy.ndarray"):
+        autogemm.transpose(np.ones((4, 6), np.float32))
 
 
 @pytest.mark.parametrize("epilogue", (None,) + EPILOGUES[1:])

@@ -19,6 +19,7 @@ import pytest
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import family
 from kernels import adam, elementwise, gemm, linear_xent, pool2x2, to_bf16
+from kernels.contract import RowsProblem
 
 NVCC = shutil.which("nvcc")
 if NVCC is None:
@@ -109,6 +110,10 @@ def small_families() -> list:
     rounding = family("to_bf16")
     problem = to_bf16.Problem(627200)
     out += [rounding.instance(cfg, problem) for cfg in rounding.candidates(problem, H100)]
+    flip = family("transpose")
+    for dtype in ("float32", "float64"):
+        problem = RowsProblem(8192, 4096, dtype)
+        out += [flip.instance(cfg, problem) for cfg in flip.sample(problem, H100, 8)]
     return out
 
 
@@ -203,7 +208,7 @@ def test_sample_covers_the_space():
     assert {"_even_" in i.name for i in GEMM_MATRIX} == {True, False}
     assert {i.family for i in SMALL} == {"gemm_naive", "elementwise", "softmax_xent", "colsum", "linear_xent", "conv2d",
                                          "conv2d_dgrad", "conv2d_wgrad", "conv2d_direct", "conv2d_dgrad_direct",
-                                         "conv2d_wgrad_direct", "pool2x2", "adam", "to_bf16"}
+                                         "conv2d_wgrad_direct", "pool2x2", "adam", "to_bf16", "transpose"}
     heads = [i.config for i in SMALL if i.family == "linear_xent"]
     assert {c.w_smem for c in heads} == {False, True} and {c.vec for c in heads} == {1, 2, 4}
 

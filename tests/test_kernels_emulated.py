@@ -2,6 +2,7 @@
 NumPy: what CI can check of what they compute. Outputs are poisoned (NaN) before each run; sizes
 leave ragged blocks."""
 import importlib
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -99,12 +100,13 @@ GEMMS = [
 ]
 
 
-def gemm_launches(monkeypatch, cases, family_name="gemm") -> list:
+def gemm_launches(monkeypatch, cases, family_name="gemm", staging=None) -> list:
     """(launch, D, (value, magnitude), K, dtype, precision) for each config of each case (M, N, K,
     dtype, trans_a, trans_b, epilogue, use_c, configs: problem -> [Config][, precision]) of a family
     of the gemm call; the arguments are autogemm.ops.gemm.launch_args's, with NumPy scratch in place
     of CuPy's. Precision "bfloat16" stands for bfloat16 operands (their bits), checked within
-    float32's bound: their products are exact."""
+    float32's bound: their products are exact. The launches that stage operands first
+    (autogemm.ops.gemm.staged_operands, scratch of their own) go to `staging`: run them before."""
     from kernels import gemm
 
     entry = importlib.import_module("autogemm.ops.gemm")           # the package's `gemm` is the function
@@ -128,8 +130,11 @@ def gemm_launches(monkeypatch, cases, family_name="gemm") -> list:
             assert not family(family_name).violations(cfg, problem, H100), (cfg, problem)
             instance = family(family_name).instance(cfg, problem)
             d = c.copy() if use_c else np.full((m, n), np.nan, t)            # D: (M, N); C in place
-            args = entry.launch_args(instance, a, b, d, d, bias, aux, (m, n, k, a.shape[1], b.shape[1], n, n, n),
-                                     alpha, beta)
+            (ka, lda), (kb, ldb), staged = entry.staged_operands(instance, a, a.shape[1], b, b.shape[1], H100)
+            if staged:
+                assert staging is not None, "pass `staging` for configs that stage their operands"
+                staging += [Launch(*launch) for launch in staged]
+            args = entry.launch_args(instance, ka, kb, d, d, bias, aux, (m, n, k, lda, ldb, n, n, n), alpha, beta)
             out.append((Launch(instance, list(args)), d, want, k, dtype, precision))
     return out
 
@@ -189,9 +194,9 @@ def test_gemm_both_math_paths_every_layout_on_the_cpu(tmp_path, monkeypatch):
     run_and_check(cases, tmp_path)
 
 
-def wgmma_config(bm, bn, warpgroups, stages, math="3xtf32", inflight=0, split_k=1, producer=0, tma=0):
+def wgmma_config(bm, bn, warpgroups, stages, math="3xtf32", inflight=0, split_k=1, producer=0, tma=0, pretranspose=0):
     values = dict(bm=bm, bn=bn, warpgroups=warpgroups, stages=stages, math=math, inflight=inflight, split_k=split_k,
-                  producer=producer, tma=tma)
+                  producer=producer, tma=tma, pretranspose=pretranspose)
     return lambda problem: [family("gemm_wgmma").config(values)]
 
 
@@ -273,6 +278,29 @@ def test_gemm_wgmma_bulk_copies_landing_when_issued_on_the_cpu(tmp_path, monkeyp
     launches = [case for case in gemm_launches(monkeypatch, WGMMAS, "gemm_wgmma") if case[0].instance.config.tma]
     assert len(launches) >= 9
     run_and_check(launches, tmp_path, defines=("EMU_BULK_COPIES_LAND_AT_ISSUE",))
+
+
+# Pretransposed operands (pretranspose): every op with an M/N-major operand, either math of TF32
+# products, the one loop and the TMA producer, split-K; each operand transposed into scratch by the
+# transpose kernel (run first), then read K-major.
+PRETRANSPOSED = [
+    (132, 72, 100, "float32", True, False, "dsigmoid", True, wgmma_config(128, 64, 2, 3, inflight=1, pretranspose=1)),
+    (68, 96, 164, "float32", False, False, "bias_relu", False, wgmma_config(64, 96, 1, 4, "tf32", pretranspose=1),
+     "tf32"),
+    (200, 45, 220, "float32", True, True, None, False, wgmma_config(192, 48, 1, 2, producer=1, tma=1, pretranspose=1)),
+    (132, 80, 420, "float32", True, False, "bias", True,
+     wgmma_config(64, 64, 1, 5, "tf32", split_k=2, producer=1, tma=1, pretranspose=1), "tf32"),
+]
+
+
+def test_gemm_wgmma_pretransposed_operands_on_the_cpu(tmp_path, monkeypatch):
+    """Operands staged K-major by the transpose kernel into scratch, then multiplied by the kernel of
+    the K-major call (autogemm.ops.gemm.staged_operands: the staging a GemmCall launches first)."""
+    staging = []
+    launches = gemm_launches(monkeypatch, PRETRANSPOSED, "gemm_wgmma", staging)
+    assert len(staging) == 6 and all("_nt_" in launch.instance.name for launch, *_ in launches)
+    run(staging, tmp_path / "staging")
+    run_and_check(launches, tmp_path)
 
 
 def tuned_gemm_cases() -> list:
@@ -527,6 +555,27 @@ def test_adam_matches_float64_and_advances_the_step_count_on_the_cpu(tmp_path):
             counts.append((steps, arrivals, done))
     run_and_check(cases, tmp_path)
     assert all(steps[0] == done + 1 and arrivals[0] == 0 for steps, arrivals, done in counts)
+
+
+def test_transpose_every_config_on_the_cpu(tmp_path):
+    """out = x^T for every config, float32 and float64, ragged tiles, both leading dimensions wider
+    than the rows they hold; the padding beside them untouched."""
+    from kernels.contract import RowsProblem
+
+    rng, fam, cases = np.random.default_rng(17), family("transpose"), []
+    for (rows, cols), dtype in itertools.product(((70, 45), (33, 129), (1, 5)), ("float32", "float64")):
+        t = np.dtype(dtype).type
+        x = rng.standard_normal((rows, cols + 3)).astype(t)           # x: (rows, cols), leading dimension cols + 3
+        p = RowsProblem(rows, cols, dtype)
+        for cfg in fam.sample(p, H100, 8):
+            out = np.full((cols, rows + 5), np.nan, t)                 # out: (cols, rows), leading dimension rows + 5
+            args = [x, out, *map(np.int32, (rows, cols, cols + 3, rows + 5))]
+            cases.append((Launch(fam.instance(cfg, p), args), out, x[:, :cols].T))
+    assert {launch.instance.config.tile for launch, *_ in cases} == {32, 64}
+    run([launch for launch, *_ in cases], tmp_path)
+    for launch, out, want in cases:
+        assert np.array_equal(out[:, :want.shape[1]], want), launch.instance.name
+        assert np.isnan(out[:, want.shape[1]:]).all(), launch.instance.name
 
 
 def test_to_bf16_rounds_bit_for_bit_on_the_cpu(tmp_path):

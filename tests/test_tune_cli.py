@@ -229,15 +229,15 @@ def test_a_target_whose_operands_cannot_be_made_fails_alone(fake_gpu, tmp_path, 
     import autogemm.tuning.measure
 
     def measure_for(key, device, seed=0):
-        if key.shape == "800x10x1000":
+        if key.shape == "800x10x1002":
             raise MemoryError("Out of memory allocating 8,589,934,592 bytes")
         return FakeMeasure()
 
     monkeypatch.setattr(autogemm.tuning.measure, "measure_for", measure_for)
-    status = cli.main(["tune", "--shapes", "800x10x1000,800x1000x10", "--trials", "4", "--out", str(tmp_path)])
+    status = cli.main(["tune", "--shapes", "800x10x1002,800x1000x10", "--trials", "4", "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert status == 1 and err.count("\n") == 1
-    assert err.startswith("error: gemm 800x10x1000:nn: cannot set up its operands: Out of memory allocating")
+    assert err.startswith("error: gemm 800x10x1002:nn: cannot set up its operands: Out of memory allocating")
     assert [k.shape for k in load(file_for(tmp_path, H100)).records] == ["800x1000x10"]
 
 
@@ -286,7 +286,7 @@ def test_tune_ctrl_c_exits_130_with_what_was_saved(fake_gpu, tmp_path, capsys, m
         return FakeMeasure()
 
     monkeypatch.setattr(autogemm.tuning.measure, "measure_for", measure_for)
-    status = cli.main(["tune", "--shapes", "800x10x1000,800x1000x10", "--trials", "4", "--out", str(tmp_path)])
+    status = cli.main(["tune", "--shapes", "800x10x1002,800x1000x10", "--trials", "4", "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert status == 130
     assert err.startswith("interrupted: 1 of 2 shapes finished and saved in") and "--resume" in err
@@ -318,7 +318,7 @@ def test_tune_dtype_bfloat16_tunes_the_wgmma_gemm_of_bfloat16_operands(fake_gpu,
      "--precision tf32 rounds float32 operands; --dtype is float64"),
     (["--shapes", "800x1000x784:nt", "--precision", "tf32", "--families", "gemm"],
      "--precision tf32: no family of these shapes has tf32 kernels"),
-    (["--shapes", "1002x784x800:tn", "--precision", "tf32"],      # M % 4
+    (["--shapes", "1000x784x802:nt", "--precision", "tf32"],      # K % 4
      "no config can run these shapes at tf32 on NVIDIA H100 80GB HBM3 (gemm_wgmma: 16-byte copies need A and B"),
     (["--shapes", "1002x784x801:tn", "--dtype", "bfloat16"],
      "(gemm: bfloat16 operands are read by gemm_wgmma alone; gemm_wgmma: 16-byte copies"),

@@ -13,10 +13,11 @@ import numpy as np
 from autogemm.errors import BadArguments
 from autogemm.ops.kernels import implementation, kernel, launch, scratch
 from autogemm.runtime import compile as compiler
-from autogemm.runtime.device import require_cupy, this_device
+from autogemm.runtime.device import DeviceInfo, require_cupy, this_device
 from autogemm.runtime.family import Instance
 from autogemm.runtime.tensor_map import TensorMap, kernel_args
 from kernels import to_bf16 as to_bf16_family
+from kernels.contract import RowsProblem
 from kernels.gemm import EPILOGUES, PRECISIONS, Problem
 
 def leading_dim(x, what: str, call: str = "gemm") -> int:
@@ -95,17 +96,56 @@ def to_bf16(x, out=None, config=None):
     return out
 
 
+def transpose(x, out=None, config=None):
+    """out = x.T for a row-major 2-D float32 or float64 `x` (any leading dimension), into `out`
+    (row-major, x.T's shape and dtype, disjoint from x) when given; returns `out`."""
+    cupy = require_cupy()
+    if not isinstance(x, cupy.ndarray) or x.dtype not in (np.float32, np.float64):
+        raise BadArguments(f"transpose: x must be a float32 or float64 cupy.ndarray, got "
+                           f"{getattr(x, 'dtype', type(x).__name__)}")
+    ldx = leading_dim(x, "x", "transpose")
+    out = cupy.empty(x.shape[::-1], x.dtype) if out is None else out
+    if not isinstance(out, cupy.ndarray) or out.dtype != x.dtype or out.shape != x.shape[::-1]:
+        raise BadArguments(f"transpose: out must be a {x.dtype} cupy array of shape {x.shape[::-1]}")
+    ldout = leading_dim(out, "out", "transpose")
+    if overlaps(x, out):
+        raise BadArguments("transpose: out overlaps x")
+    if x.size:
+        launch("transpose", RowsProblem(*x.shape, str(x.dtype)), config,
+               lambda geometry: (x, out, *map(np.int32, (*x.shape, ldx, ldout))))
+    return out
+
+
+def staged_operands(instance: Instance, a, lda: int, b, ldb: int, device: DeviceInfo):
+    """The operands that `instance`'s kernel reads, ((a, lda), (b, ldb)), and the launches that
+    stage them first, ((Instance, args), ...): each operand its geometry names in `transposed` is
+    copied K-major into scratch, its rows padded to 16 bytes (gemm_wgmma's pretranspose)."""
+    operands, launches = {"a": (a, lda), "b": (b, ldb)}, []
+    for name in instance.geometry.transposed:
+        x, ld = operands[name]
+        k, mn = x.shape                                                 # stored K-major: (K, M) or (K, N)
+        ld_t = -(-k * x.itemsize // 16) * 16 // x.itemsize
+        x_t = scratch(f"transposed_{name}", x.dtype, mn * ld_t)[:mn * ld_t].reshape(mn, ld_t)[:, :k]   # (M or N, K)
+        t = kernel("transpose", RowsProblem(k, mn, str(x.dtype)), None, device)
+        launches.append((t, (x, x_t, *map(np.int32, (k, mn, ld, ld_t)))))
+        operands[name] = (x_t, ld_t)
+    return operands["a"], operands["b"], tuple(launches)
+
+
 @dataclass
 class GemmCall:
-    """A checked GEMM with its kernel and arguments bound: calling it only launches."""
+    """A checked GEMM with its kernels and arguments bound: calling it only launches (the staging
+    of its operands first, where its kernel reads them transposed)."""
 
     instance: Instance
     out: object
     args: tuple
+    staging: tuple = ()     # ((Instance, args), ...)
 
     def __call__(self):
-        g = self.instance.geometry
-        compiler.load(self.instance)(g.grid, g.block, self.args, shared_mem=g.smem_bytes)
+        for instance, args in (*self.staging, (self.instance, self.args)):
+            g = instance.geometry
+            compiler.load(instance)(g.grid, g.block, args, shared_mem=g.smem_bytes)
 
 
 def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,
@@ -168,9 +208,10 @@ def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     device = this_device()
     name = implementation("gemm", problem, config, device) if kernel_family == "gemm" else kernel_family
     instance = kernel(name, problem, config, device)
+    (a, lda), (b, ldb), staging = staged_operands(instance, a, lda, b, ldb, device)
     args = launch_args(instance, a, b, c if use_c else out, out, bias, aux,
                        (m, n, k, lda, ldb, ldc, ldd, ldaux), alpha, beta)
-    return GemmCall(instance, out, kernel_args(args))
+    return GemmCall(instance, out, kernel_args(args), staging)
 
 
 def launch_args(instance: Instance, a, b, c, d, bias, aux, sizes, alpha, beta) -> tuple:

@@ -262,7 +262,7 @@ def _record(obj, where: str) -> Record:
         config = _stale_config(key.family, obj["config"], f"{where}: config")
     else:
         try:
-            config = family(key.family).config(obj["config"], f"{where}: config")
+            config = family(key.family).config(_with_added(key.family, obj["config"]), f"{where}: config")
         except InvalidConfig as exc:
             raise StoreError(str(exc)) from None
     return Record(
@@ -280,9 +280,11 @@ def _record(obj, where: str) -> Record:
 # Values that older spaces wrote and today's spells otherwise, read in today's spelling so that a
 # stale record still serves its shape: the GEMM's pad was a padding in elements (0 or 4).
 RESPELLED = {("gemm", "pad"): {0: False, 4: True}}
-# Parameters a space gained, with the value that computes as the older space did: a stale record's
-# config without them gets it, so that it still serves its shape.
-ADDED = {("gemm_wgmma", "split_k"): 1, ("gemm_wgmma", "producer"): 0, ("gemm_wgmma", "tma"): 0}
+# Parameters a space gained, with the value that computes as the older space did: a record's config
+# without them gets it, so that it still serves its shape (a current one too: a parameter that
+# chooses no template code leaves the records current).
+ADDED = {("gemm_wgmma", "split_k"): 1, ("gemm_wgmma", "producer"): 0, ("gemm_wgmma", "tma"): 0,
+         ("gemm_wgmma", "pretranspose"): 0}
 
 
 def _stale_config(family_name: str, obj, where: str) -> Config:
@@ -295,8 +297,14 @@ def _stale_config(family_name: str, obj, where: str) -> Config:
         if not _WORD.fullmatch(name) or not plain:
             raise StoreError(f"{where}: {brief(name, 24)}: {brief(value, 24)} is not a plain word, "
                              "integer or boolean")
-    added = {name: value for (fam, name), value in ADDED.items() if fam == family_name and name not in obj}
-    return Config({**{name: _respelled(family_name, name, value) for name, value in obj.items()}, **added})
+    return Config(_with_added(family_name, {name: _respelled(family_name, name, value) for name, value in obj.items()}))
+
+
+def _with_added(family_name: str, obj):
+    """A config object with the parameters its family's space gained since (ADDED) where it lacks them."""
+    if not isinstance(obj, dict):
+        return obj
+    return {**obj, **{name: value for (fam, name), value in ADDED.items() if fam == family_name and name not in obj}}
 
 
 def _respelled(family_name: str, name: str, value):

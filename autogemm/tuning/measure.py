@@ -468,12 +468,36 @@ class ToBf16Measure(KernelMeasure):
         return self.check(self.out, *self.expected)
 
 
+class TransposeMeasure(KernelMeasure):
+    """A random matrix transposed, checked element for element."""
+
+    def __init__(self, key: Key, device: DeviceInfo, seed: int = 0):
+        import cupy
+
+        super().__init__(key, device, seed)
+        rows, cols = key.sizes
+        host = self.normal(rows, cols)                                 # x: (rows, cols)
+        self.expected = self.reference(self.problem, host)["out"]
+        self.x, self.out = cupy.asarray(host), cupy.empty((cols, rows), self.dtype)   # out: (cols, rows)
+
+    def launcher(self, cfg: Config):
+        from autogemm.ops.gemm import transpose
+
+        return lambda: transpose(self.x, self.out, config=cfg)
+
+    def verify(self, run) -> float:
+        self.out.fill(np.nan)
+        run()
+        return self.check(self.out, *self.expected)
+
+
 MEASURES = {"gemm": GemmMeasure, "gemm_naive": GemmMeasure, "gemm_wgmma": GemmMeasure,
             "elementwise": ElementwiseMeasure,
             "softmax_xent": SoftmaxXentMeasure, "colsum": ColsumMeasure, "linear_xent": LinearXentMeasure,
             "conv2d": ConvMeasure, "conv2d_dgrad": ConvMeasure, "conv2d_wgrad": ConvMeasure,
             "conv2d_direct": ConvMeasure, "conv2d_dgrad_direct": ConvMeasure, "conv2d_wgrad_direct": ConvMeasure,
-            "pool2x2": PoolMeasure, "adam": AdamMeasure, "to_bf16": ToBf16Measure}
+            "pool2x2": PoolMeasure, "adam": AdamMeasure, "to_bf16": ToBf16Measure,
+            "transpose": TransposeMeasure}
 
 
 def measure_for(key: Key, device: DeviceInfo, seed: int = 0) -> KernelMeasure:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -95,6 +95,38 @@ neighbours)   # the records that kept the one loop, tuned again now that the loc
     python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32 \
         --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -3 "$out/nn-bench.txt"
     cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
+    ;;
+pretranspose)   # M/N-major operands staged K-major first (pretranspose): its GPU tests, the transpose
+                # kernel's configs, the records of the weight updates (tn) timed with and without
+                # it, then their tf32 records tuned again (pretranspose-2: fp32, the epochs)
+    python -m pytest -q -m gpu tests/test_gemm_gpu.py -k "pretransposed or transpose_views" \
+        > "$out/pytest-pretranspose.txt" 2>&1; tail -1 "$out/pytest-pretranspose.txt"
+    python tuned/bench/issue18_transpose.py --json "$out/transpose.json" > "$out/transpose.txt" 2>&1
+    cut -c1-220 "$out/transpose.txt"
+    python tuned/bench/issue18_pipeline.py --json "$out/pipeline.json" --shapes 4096x784x8192:tn,1000x784x800:tn \
+        > "$out/pipeline.txt" 2>&1
+    grep -vE "^ *$" "$out/pipeline.txt" | tail -12
+    python -m autogemm.cli tune --precision tf32 --shapes 4096x784x8192:tn,1000x784x800:tn --trials 30 --timeout 12 \
+        > "$out/tune-tf32.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-tf32.txt"
+    cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
+    ;;
+pretranspose-2)
+    python -m autogemm.cli tune --shapes 4096x784x8192:tn,1000x784x800:tn --trials 30 --timeout 12 \
+        > "$out/tune-fp32.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-fp32.txt"
+    python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32 \
+        --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -3 "$out/nn-bench.txt"
+    cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
+    ;;
+h200-pretranspose)   # the H200's file after pretranspose joined the space: its GPU tests, the weight
+                     # updates' (tn) records tuned again in tf32 and fp32, the epochs
+    python -m pytest -q -m gpu tests/test_gemm_gpu.py -k "pretransposed or transpose_views" \
+        > "$out/pytest-pretranspose.txt" 2>&1; tail -1 "$out/pytest-pretranspose.txt"
+    for precision in tf32 fp32; do
+        python -m autogemm.cli tune --precision $precision --shapes 4096x784x8192:tn,1000x784x800:tn --trials 30 --timeout 12
+    done > "$out/tune.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune.txt"
+    python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32 \
+        --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -3 "$out/nn-bench.txt"
+    cp tuned/nvidia-h200.json "$out/"
     ;;
 profile-tma)   # Nsight Compute on the TMA producer's kernels (tuned/bench/issue18_profile.py --tma)
     ncu --kernel-name regex:gemm_wgmma --launch-count 6 --section SpeedOfLight --section ComputeWorkloadAnalysis \

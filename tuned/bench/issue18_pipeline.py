@@ -1,7 +1,8 @@
 """Issue 18 on a Hopper GPU: gemm_wgmma's pipelines on the configs of this GPU's tuned records.
 For each record: its config in each pipeline (one loop; a producer copying by cp.async; a producer
 copying by TMA; as many of its stages as fit), and with a producer of either kind and the most
-stages that fit without wgmmas in flight; each checked against float64 first, then all timed
+stages that fit without wgmmas in flight; each of those with its M/N-major operands pretransposed
+where it has any (and not, where the record does); each checked against float64 first, then all timed
 interleaved with autogemm's timer (events, L2 flushed, median), cuBLAS in the record's precision
 beside them.
 
@@ -21,11 +22,13 @@ def variants(fam, cfg, problem, device) -> list:
             if not fam.violations(c, problem, device):
                 out.append(c)
                 break
+    out += [fam.config(dict(c, pretranspose=1 - c.pretranspose)) for c in out]
     return [c for c in dict.fromkeys(out) if not fam.violations(c, problem, device)]
 
 
 def pipeline(cfg) -> str:
-    return {(0, 0): "one-loop", (1, 0): "cp.async-producer", (1, 1): "tma-producer"}[cfg["producer"], cfg["tma"]]
+    name = {(0, 0): "one-loop", (1, 0): "cp.async-producer", (1, 1): "tma-producer"}[cfg["producer"], cfg["tma"]]
+    return name + ("+pretransposed" if cfg["pretranspose"] else "")
 
 
 def main():

@@ -33,7 +33,7 @@ def bfloat16_runs():
 
 def tma_runs():
     rng = cupy.random.default_rng(0)
-    tn = dict(bm=128, bn=128, warpgroups=2, stages=3, math="tf32", inflight=0, split_k=1, producer=1, tma=1)
+    tn = dict(bm=128, bn=128, warpgroups=2, stages=3, math="tf32", inflight=0, split_k=1, producer=1, tma=1, pretranspose=0)
     for (m, n, k), trans_a, trans_b, precision, config in (((4096, 4096, 4096), False, True, "bf16", None),
                                                            ((8192, 4096, 784), False, True, "tf32", None),
                                                            ((4096, 784, 8192), True, False, "tf32", tn)):

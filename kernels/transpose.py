@@ -1,0 +1,70 @@
+"""Transpose family (transpose.cu.j2): out = x^T through shared-memory tiles, both sides coalesced.
+What gemm_wgmma's `pretranspose` runs first: wgmma reads TF32 operands K-major alone, so an
+operand with M or N contiguous is copied K-major once rather than transposed in every block's
+shared memory.
+"""
+import numpy as np
+
+from kernels.contract import DTYPES, ITEMSIZE, NO_OP, SHORT, Geometry, RowsProblem, ceil_div
+
+NAME = "transpose"
+TEMPLATE = "transpose.cu.j2"
+SOURCE_PARAMS = ()
+
+PARAMS = {
+    "tile": (32, 64),               # the square tile a block moves
+    "block_rows": (4, 8, 16, 32),   # rows of 32 threads per block
+}
+
+Problem = RowsProblem           # x's rows and columns
+KEY_SIZES = ("rows", "cols")
+KEY_OPS = (NO_OP,)
+
+CONSTRAINTS = (
+    ("the block's rows must not outnumber the tile's", lambda c, p, d: c.block_rows <= c.tile),
+    ("the tile must fit 48 KB of static shared memory",
+     lambda c, p, d: c.tile * (c.tile + 1) * ITEMSIZE[p.dtype] <= 48 * 1024),
+    ("grid rows ceil(rows/TILE) must be at most 65535", lambda c, p, d: ceil_div(p.rows, c.tile) <= 65535),
+)
+
+
+def sources(c) -> tuple[str, ...]:
+    return (TEMPLATE,)
+
+
+def template_args(c, p: Problem) -> dict:
+    return dict(c, ctype=DTYPES[p.dtype])
+
+
+def instance_name(c, p: Problem) -> str:
+    return f"transpose_{SHORT[p.dtype]}_t{c.tile}_r{c.block_rows}"
+
+
+def geometry(c, p: Problem) -> Geometry:
+    return Geometry(grid=(ceil_div(p.cols, c.tile), ceil_div(p.rows, c.tile), 1), block=(32, c.block_rows, 1))
+
+
+def flops(p: Problem) -> int:
+    return p.rows * p.cols
+
+
+def key_of(p: Problem) -> tuple[tuple[int, ...], str]:
+    return (p.rows, p.cols), NO_OP
+
+
+def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
+    return Problem(*sizes, dtype)
+
+
+def default_candidates(p: Problem, d):
+    """64-element tiles of 8 rows of threads where they give every SM 8 blocks or more, else 32-element
+    ones: the fastest on the trainers' operands (tuned/bench/issue18-h100/pretranspose: 125 against
+    141 µs at 8192x4096, 8.7 against 13.9 at 800x1000)."""
+    large = ceil_div(p.rows, 64) * ceil_div(p.cols, 64) >= 8 * d.sm_count
+    yield from (dict(tile=64, block_rows=8), dict(tile=32, block_rows=8))[::1 if large else -1]
+
+
+def reference(p: Problem, x) -> dict:
+    """{"out": x^T}: exact, so its magnitude is zero (verify then asks for equality)."""
+    value = np.asarray(x, np.float64).T
+    return {"out": (value, np.zeros_like(value), 1)}
