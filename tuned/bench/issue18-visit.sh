@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -115,6 +115,14 @@ pretranspose-2)
         > "$out/tune-fp32.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-fp32.txt"
     python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32 \
         --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -3 "$out/nn-bench.txt"
+    cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
+    ;;
+pretranspose-rest)   # the other weight updates' tf32 records tuned again with pretranspose in the
+                     # space (the grading network's, and each of 4 ranks'), the epochs in tf32
+    python -m autogemm.cli tune --precision tf32 --shapes 100x784x800:tn,1000x784x200:tn,100x784x200:tn \
+        --trials 30 --timeout 12 > "$out/tune-tf32.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-tf32.txt"
+    python -m nn.bench --networks cme213,grading,large --backends cupy-tuned-tf32 \
+        --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -4 "$out/nn-bench.txt"
     cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
     ;;
 h200-pretranspose)   # the H200's file after pretranspose joined the space: its GPU tests, the weight
