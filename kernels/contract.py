@@ -56,7 +56,7 @@ def check_problem(problem, sizes: tuple[str, ...], what: str):
 
 @dataclass(frozen=True)
 class RowsProblem:
-    """A kernel over the rows of one (rows, cols) matrix (softmax_xent, colsum)."""
+    """A kernel over one (rows, cols) matrix (softmax_xent, colsum, transpose)."""
 
     rows: int
     cols: int

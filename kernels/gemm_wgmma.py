@@ -4,7 +4,8 @@
 The same call as the gemm family (its Problem, keys, epilogues and reference): D = epi(alpha * op(A)
 @ op(B) + beta * C), every op, float32 or bfloat16 operands (float32 out), on compute capability 9.0
 (sm_90a). wgmma reads TF32 operands K-major, so an operand with M or N contiguous (op(A) = A^T,
-op(B) = B) is transposed in shared memory as each stage lands; bfloat16 operands are read as they
+op(B) = B) is transposed in shared memory as each stage lands, or (`pretranspose`) copied K-major
+into scratch by the transpose family before the kernel runs; bfloat16 operands are read as they
 land, M/N-major ones by wgmma's transposing form. Stages are copied and prepared either by every
 thread, one block-wide synchronization a k-tile, or by a producer warpgroup handing them to the
 computing ones through mbarriers (warp specialization), which copies by cp.async or, one thread
@@ -18,7 +19,7 @@ from kernels.contract import Geometry, TileMap, ceil_div
 
 NAME = "gemm_wgmma"
 TEMPLATE = "gemm_wgmma.cu.j2"
-SOURCE_PARAMS = ()
+SOURCE_PARAMS = ("pretranspose",)   # a pretransposed config's time includes the transpose kernel's
 COMPILE_OPTIONS = ("-arch=sm_90a",)   # wgmma exists on sm_90a only
 # The precision each math computes (gemm.PRECISIONS): what its own kernels offer tune --precision.
 MATH_PRECISION = {"3xtf32": "fp32", "tf32": "tf32", "bf16": "bf16"}
@@ -47,7 +48,8 @@ SWIZZLE_ALIGN = 1024  # the dynamic shared memory is aligned up to this in the k
 
 
 def sources(c) -> tuple[str, ...]:
-    return TEMPLATE, "common.cuh", "gemm_epilogue.cuh"
+    """The kernel's files, and the transpose kernel's where it stages the operands."""
+    return (TEMPLATE, "common.cuh", "gemm_epilogue.cuh") + (("transpose.cu.j2",) if c.pretranspose else ())
 
 
 def threads(c) -> int:
@@ -57,7 +59,7 @@ def threads(c) -> int:
 
 def mn_major(p: Problem) -> tuple[bool, bool]:
     """Whether op(A), op(B) have M, N contiguous in global memory (float32 ones are transposed in
-    shared memory, bfloat16 ones read by the transposing wgmma)."""
+    shared memory or pretransposed, bfloat16 ones read by the transposing wgmma)."""
     return p.trans_a, not p.trans_b
 
 
@@ -68,9 +70,14 @@ def kernel_problem(c, p: Problem) -> Problem:
     if not c.pretranspose:
         return p
     a_mn, b_mn = mn_major(p)
-    vec = 16 // p.itemsize
+    vec = 16 // p.operand_itemsize
     return dataclasses.replace(p, trans_a=False, trans_b=True, vec_a=vec if a_mn else p.vec_a,
                                vec_b=vec if b_mn else p.vec_b)
+
+
+def aligned_copies(p: Problem) -> bool:
+    """Whether A and B allow 16-byte copies."""
+    return p.vec_a * p.operand_itemsize == 16 and p.vec_b * p.operand_itemsize == 16
 
 
 def k_step(p: Problem) -> int:
@@ -114,7 +121,7 @@ CONSTRAINTS = (
      lambda c, p, d: c.inflight == 0 or c.stages >= 3),
     ("16-byte copies need A and B 16-byte aligned with leading dimensions a multiple of 16 bytes "
      "(pretranspose makes aligned copies of M/N-major ones)",
-     lambda c, p, d: all(v * p.operand_itemsize == 16 for v in (kernel_problem(c, p).vec_a, kernel_problem(c, p).vec_b))),
+     lambda c, p, d: aligned_copies(kernel_problem(c, p))),
     ("each warpgroup's rows BM/warpgroups must be a whole number of 64-row wgmma tiles",
      lambda c, p, d: c.bm % (64 * c.warpgroups) == 0),
     ("at most 128 accumulators per thread (BM/warpgroups/64 * BN/2)", lambda c, p, d: accumulators(c) <= 128),
@@ -202,9 +209,9 @@ def default_candidates(p: Problem, d):
     pipelines = ((1, 1), (0, 0), (1, 0))
     # M/N-major operands pretransposed first under TF32 products, last under 3xTF32, whose
     # producer has the split to prepare anyway (tuned/bench/issue18-h100/pretranspose).
-    pretransposes = {"tf32": (1, 0), "3xtf32": (0, 1), "bf16": (0,)}
+    pretransposes = {"tf32": (1, 0), "3xtf32": (0, 1), "bf16": (0,)} if any(mn_major(p)) else {}
     for math in maths:
         for pretranspose, (bm, bn), warpgroups, (producer, tma), stages, inflight in itertools.product(
-                pretransposes[math], filling + rest, (2, 1), pipelines, reversed(PARAMS["stages"]), (1, 0)):
+                pretransposes.get(math, (0,)), filling + rest, (2, 1), pipelines, reversed(PARAMS["stages"]), (1, 0)):
             yield {"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math, "inflight": inflight,
                    "split_k": 1, "producer": producer, "tma": tma, "pretranspose": pretranspose}

@@ -557,13 +557,17 @@ def test_adam_matches_float64_and_advances_the_step_count_on_the_cpu(tmp_path):
     assert all(steps[0] == done + 1 and arrivals[0] == 0 for steps, arrivals, done in counts)
 
 
-def test_transpose_every_config_on_the_cpu(tmp_path):
+def test_transpose_every_config_on_the_cpu(tmp_path, monkeypatch):
     """out = x^T for every config, float32 and float64, ragged tiles, both leading dimensions wider
-    than the rows they hold; the padding beside them untouched."""
+    than the rows they hold, each also with one grid row stepping down all the tiles (as past
+    65535 tiles); the padding beside them untouched."""
+    from kernels import transpose
     from kernels.contract import RowsProblem
 
     rng, fam, cases = np.random.default_rng(17), family("transpose"), []
-    for (rows, cols), dtype in itertools.product(((70, 45), (33, 129), (1, 5)), ("float32", "float64")):
+    for (rows, cols), dtype, grid_rows in itertools.product(((70, 45), (33, 129), (1, 5)), ("float32", "float64"),
+                                                            (transpose.MAX_GRID_ROWS, 1)):
+        monkeypatch.setattr(transpose, "MAX_GRID_ROWS", grid_rows)
         t = np.dtype(dtype).type
         x = rng.standard_normal((rows, cols + 3)).astype(t)           # x: (rows, cols), leading dimension cols + 3
         p = RowsProblem(rows, cols, dtype)
@@ -571,6 +575,7 @@ def test_transpose_every_config_on_the_cpu(tmp_path):
             out = np.full((cols, rows + 5), np.nan, t)                 # out: (cols, rows), leading dimension rows + 5
             args = [x, out, *map(np.int32, (rows, cols, cols + 3, rows + 5))]
             cases.append((Launch(fam.instance(cfg, p), args), out, x[:, :cols].T))
+    assert any(launch.instance.geometry.grid[1] == 1 < -(-70 // launch.instance.config.tile) for launch, *_ in cases)
     assert {launch.instance.config.tile for launch, *_ in cases} == {32, 64}
     run([launch for launch, *_ in cases], tmp_path)
     for launch, out, want in cases:

@@ -17,7 +17,7 @@ from autogemm.runtime.device import DeviceInfo, require_cupy, this_device
 from autogemm.runtime.family import Instance
 from autogemm.runtime.tensor_map import TensorMap, kernel_args
 from kernels import to_bf16 as to_bf16_family
-from kernels.contract import RowsProblem
+from kernels.contract import MAX_SIZE, RowsProblem
 from kernels.gemm import EPILOGUES, PRECISIONS, Problem
 
 def leading_dim(x, what: str, call: str = "gemm") -> int:
@@ -101,18 +101,23 @@ def transpose(x, out=None, config=None):
     (row-major, x.T's shape and dtype, disjoint from x) when given; returns `out`."""
     cupy = require_cupy()
     if not isinstance(x, cupy.ndarray) or x.dtype not in (np.float32, np.float64):
-        raise BadArguments(f"transpose: x must be a float32 or float64 cupy.ndarray, got "
-                           f"{getattr(x, 'dtype', type(x).__name__)}")
+        got = f"a {x.dtype} cupy.ndarray" if isinstance(x, cupy.ndarray) else type(x).__name__
+        raise BadArguments(f"transpose: x must be a float32 or float64 cupy.ndarray, got {got}")
     ldx = leading_dim(x, "x", "transpose")
     out = cupy.empty(x.shape[::-1], x.dtype) if out is None else out
     if not isinstance(out, cupy.ndarray) or out.dtype != x.dtype or out.shape != x.shape[::-1]:
         raise BadArguments(f"transpose: out must be a {x.dtype} cupy array of shape {x.shape[::-1]}")
     ldout = leading_dim(out, "out", "transpose")
     if overlaps(x, out):
-        raise BadArguments("transpose: out overlaps x")
+        raise BadArguments("transpose: out may overlap x (their spans do): pass disjoint arrays")
     if x.size:
-        launch("transpose", RowsProblem(*x.shape, str(x.dtype)), config,
-               lambda geometry: (x, out, *map(np.int32, (*x.shape, ldx, ldout))))
+        try:
+            problem = RowsProblem(*x.shape, str(x.dtype))
+        except ValueError as exc:
+            raise BadArguments(f"transpose: x's {exc}") from None
+        if max(ldx, ldout) > MAX_SIZE:
+            raise BadArguments(f"transpose: leading dimensions must be at most {MAX_SIZE}, got {ldx} and {ldout}")
+        launch("transpose", problem, config, lambda geometry: (x, out, *map(np.int32, (*x.shape, ldx, ldout))))
     return out
 
 
@@ -123,7 +128,7 @@ def staged_operands(instance: Instance, a, lda: int, b, ldb: int, device: Device
     operands, launches = {"a": (a, lda), "b": (b, ldb)}, []
     for name in instance.geometry.transposed:
         x, ld = operands[name]
-        k, mn = x.shape                                                 # stored K-major: (K, M) or (K, N)
+        k, mn = x.shape                                                 # M/N-major: (K, M) or (K, N)
         ld_t = -(-k * x.itemsize // 16) * 16 // x.itemsize
         x_t = scratch(f"transposed_{name}", x.dtype, mn * ld_t)[:mn * ld_t].reshape(mn, ld_t)[:, :k]   # (M or N, K)
         t = kernel("transpose", RowsProblem(k, mn, str(x.dtype)), None, device)
@@ -151,7 +156,10 @@ class GemmCall:
 def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,
               epilogue=None, bias=None, aux=None, config: Mapping | str | None = None,
               kernel_family="gemm", precision="fp32") -> GemmCall:
-    """Check the arguments of `gemm`, choose and render its kernel, bind the launch arguments."""
+    """Check the arguments of `gemm`, choose and render its kernel, bind the launch arguments.
+
+    Call the plan on the stream current when it was planned: its scratch (split-K partial sums,
+    pretransposed operands) is that stream's, shared with the other plans made on it."""
     cupy = require_cupy()
 
     for name, x in (("a", a), ("b", b)):

@@ -1,6 +1,6 @@
 """The kernel of a call: its config (given, the family's default, or the store's choice), rendered
 once per problem and kept, so that a repeated call costs one dict lookup; its launch, and the
-scratch that split-K and step counters need."""
+scratch that split-K, its tile counters and pretransposed operands need."""
 from collections.abc import Callable, Mapping
 
 import numpy as np

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -124,6 +124,20 @@ pretranspose-rest)   # the other weight updates' tf32 records tuned again with p
     python -m nn.bench --networks cme213,grading,large --backends cupy-tuned-tf32 \
         --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -4 "$out/nn-bench.txt"
     cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
+    ;;
+pretranspose-stale)   # after the transpose kernel's change (its blocks step down the rows, and a
+                      # pretransposed record's hash now covers it): its GPU tests and configs, the
+                      # stale records tuned again (this GPU's file), the epochs
+    python -m pytest -q -m gpu tests/test_gemm_gpu.py -k "pretransposed or transpose_views" \
+        > "$out/pytest-pretranspose.txt" 2>&1; tail -1 "$out/pytest-pretranspose.txt"
+    python tuned/bench/issue18_transpose.py --json "$out/transpose.json" > "$out/transpose.txt" 2>&1
+    cut -c1-160 "$out/transpose.txt"
+    for precision in fp32 tf32; do
+        python -m autogemm.cli tune --stale --precision $precision --trials 30 --timeout 12
+    done > "$out/tune-stale.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-stale.txt"
+    python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32 \
+        --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -3 "$out/nn-bench.txt"
+    cp tuned/nvidia-h*.json "$out/"
     ;;
 h200-pretranspose)   # the H200's file after pretranspose joined the space: its GPU tests, the weight
                      # updates' (tn) records tuned again in tf32 and fp32, the epochs
