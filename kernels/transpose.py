@@ -59,11 +59,11 @@ def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
 
 
 def default_candidates(p: Problem, d):
-    """64-element tiles of 8 rows of threads where they give every SM 8 blocks or more, else 32-element
-    ones: the fastest on the trainers' operands (tuned/bench/issue18-h100/pretranspose: 125 against
-    141 µs at 8192x4096, 8.7 against 13.9 at 800x1000)."""
-    large = ceil_div(p.rows, 64) * ceil_div(p.cols, 64) >= 8 * d.sm_count
-    yield from (dict(tile=64, block_rows=8), dict(tile=32, block_rows=8))[::1 if large else -1]
+    """64-element tiles and 1024 threads a block: the fastest config on each of the trainers'
+    operands measured (tuned/bench/issue18-h100/pretranspose-stale: 102.3 µs at 8192x4096, 2625
+    GB/s, and 7.3 at 800x1000); then 32-element tiles."""
+    yield dict(tile=64, block_rows=32)
+    yield dict(tile=32, block_rows=8)
 
 
 def reference(p: Problem, x) -> dict:

@@ -405,7 +405,7 @@ def test_transpose_views_and_every_config():
     x = cupy.ones((4, 6), np.float32)
     with pytest.raises(autogemm.BadArguments, match=r"transpose: out must be a float32 cupy array of shape \(6, 4\)"):
         autogemm.transpose(x, cupy.ones((4, 6), np.float32))
-    with pytest.raises(autogemm.BadArguments, match="transpose: out overlaps x"):
+    with pytest.raises(autogemm.BadArguments, match="transpose: out may overlap x"):
         autogemm.transpose(x, x.reshape(6, 4))
     with pytest.raises(autogemm.BadArguments, match="transpose: x must be a float32 or float64 cupy.ndarray"):
         autogemm.transpose(np.ones((4, 6), np.float32))

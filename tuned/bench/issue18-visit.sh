@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -135,6 +135,15 @@ pretranspose-stale)   # after the transpose kernel's change (its blocks step dow
     for precision in fp32 tf32; do
         python -m autogemm.cli tune --stale --precision $precision --trials 30 --timeout 12
     done > "$out/tune-stale.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-stale.txt"
+    python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32 \
+        --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -3 "$out/nn-bench.txt"
+    cp tuned/nvidia-h*.json "$out/"
+    ;;
+pretranspose-retune)   # the pretransposed records tuned again with the transpose kernel's new default
+    { python -m autogemm.cli tune --precision tf32 --shapes 4096x784x8192:tn,1000x784x800:tn,1000x784x200:tn \
+          --trials 30 --timeout 12
+      python -m autogemm.cli tune --shapes 1000x784x800:tn --trials 30 --timeout 12
+    } > "$out/tune.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune.txt"
     python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32 \
         --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -3 "$out/nn-bench.txt"
     cp tuned/nvidia-h*.json "$out/"
