@@ -1,7 +1,8 @@
 """Column-sum family (colsum.cu.j2): bias gradients, optionally fused with the bias SGD step."""
 import numpy as np
 
-from kernels.contract import DTYPES, ITEMSIZE, NO_OP, SHORT, Geometry, RowsProblem, ceil_div
+from kernels.contract import (DTYPES, ITEMSIZE, NO_OP, SHORT, Geometry, RowsProblem, ceil_div,
+                              rows_key_of, rows_problem_of)
 
 NAME = "colsum"
 TEMPLATE = "colsum.cu.j2"
@@ -15,6 +16,7 @@ PARAMS = {
 Problem = RowsProblem
 KEY_SIZES = ("rows", "cols")
 KEY_OPS = (NO_OP,)
+key_of, problem_of = rows_key_of, rows_problem_of
 
 CONSTRAINTS = (
     ("threads per block must be a multiple of 32 and fit the device",
@@ -42,14 +44,6 @@ def geometry(c, p: Problem) -> Geometry:
 
 def flops(p: Problem) -> int:
     return p.rows * p.cols
-
-
-def key_of(p: Problem) -> tuple[tuple[int, ...], str]:
-    return (p.rows, p.cols), NO_OP
-
-
-def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
-    return Problem(*sizes, dtype)
 
 
 def default_candidates(p: Problem, d):

@@ -66,6 +66,16 @@ class RowsProblem:
         check_problem(self, ("rows", "cols"), "size")
 
 
+def rows_key_of(p: RowsProblem) -> tuple[tuple[int, ...], str]:
+    """The tuned key of a RowsProblem family's call: (rows, cols), no op."""
+    return (p.rows, p.cols), NO_OP
+
+
+def rows_problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> RowsProblem:
+    """The RowsProblem that such a key stands for."""
+    return RowsProblem(*sizes, dtype)
+
+
 @runtime_checkable
 class KernelFamily(Protocol):
     """What a family module declares (`cfg` arrives as a namespace whose values autogemm has already

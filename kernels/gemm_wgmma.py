@@ -194,9 +194,9 @@ def default_candidates(p: Problem, d):
     blocks), each with the most stages that fit, two warpgroups before one, a producer copying by
     TMA before the one loop before a producer copying by cp.async, wgmmas in flight before not, K
     unsplit (the search tries split-K), M/N-major float32 operands pretransposed or not as the
-    math prefers; bfloat16 operands take bf16 products, float32 ones the
-    maths their precision allows, fastest first as measured (bf16's rounding pass costs more than
-    its k16 products save: tuned/bench/issue18-h100/ops-bf16)."""
+    math prefers; bfloat16 operands take bf16 products, float32 ones the maths their precision
+    allows, fastest first as measured (bf16's rounding pass costs more than its k16 products save:
+    tuned/bench/issue18-h100/ops-bf16)."""
     tiles = [(bm, bn) for bm, bn in itertools.product(PARAMS["bm"], PARAMS["bn"])]
     tiles.sort(key=lambda t: -t[0] * t[1])
     filling = [t for t in tiles if ceil_div(p.m, t[0]) * ceil_div(p.n, t[1]) >= d.sm_count]

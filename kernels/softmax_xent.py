@@ -1,7 +1,8 @@
 """Softmax + cross-entropy + gradient family (softmax_xent.cu.j2): the MLP's output layer in one kernel."""
 import numpy as np
 
-from kernels.contract import DTYPES, NO_OP, SHORT, Geometry, RowsProblem, ceil_div
+from kernels.contract import (DTYPES, NO_OP, SHORT, Geometry, RowsProblem, ceil_div,
+                              rows_key_of, rows_problem_of)
 
 NAME = "softmax_xent"
 TEMPLATE = "softmax_xent.cu.j2"
@@ -15,6 +16,7 @@ PARAMS = {
 Problem = RowsProblem
 KEY_SIZES = ("rows", "cols")
 KEY_OPS = (NO_OP,)
+key_of, problem_of = rows_key_of, rows_problem_of
 
 CONSTRAINTS = (
     ("threads per row must divide the block", lambda c, p, d: c.block % c.tpr == 0),
@@ -41,14 +43,6 @@ def geometry(c, p: Problem) -> Geometry:
 
 def flops(p: Problem) -> int:
     return 5 * p.rows * p.cols
-
-
-def key_of(p: Problem) -> tuple[tuple[int, ...], str]:
-    return (p.rows, p.cols), NO_OP
-
-
-def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
-    return Problem(*sizes, dtype)
 
 
 def default_candidates(p: Problem, d):

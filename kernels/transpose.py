@@ -5,7 +5,8 @@ shared memory.
 """
 import numpy as np
 
-from kernels.contract import DTYPES, ITEMSIZE, NO_OP, SHORT, Geometry, RowsProblem, ceil_div
+from kernels.contract import (DTYPES, ITEMSIZE, NO_OP, SHORT, Geometry, RowsProblem, ceil_div,
+                              rows_key_of, rows_problem_of)
 
 NAME = "transpose"
 TEMPLATE = "transpose.cu.j2"
@@ -19,6 +20,7 @@ PARAMS = {
 Problem = RowsProblem           # x's rows and columns
 KEY_SIZES = ("rows", "cols")
 KEY_OPS = (NO_OP,)
+key_of, problem_of = rows_key_of, rows_problem_of
 
 CONSTRAINTS = (
     ("the block's rows must not outnumber the tile's", lambda c, p, d: c.block_rows <= c.tile),
@@ -48,14 +50,6 @@ def geometry(c, p: Problem) -> Geometry:
 def flops(p: Problem) -> int:
     """The elements moved (GFLOP/s in its records reads as giga-elements a second)."""
     return p.rows * p.cols
-
-
-def key_of(p: Problem) -> tuple[tuple[int, ...], str]:
-    return (p.rows, p.cols), NO_OP
-
-
-def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
-    return Problem(*sizes, dtype)
 
 
 def default_candidates(p: Problem, d):

@@ -17,7 +17,7 @@ from autogemm.runtime.device import DeviceInfo, require_cupy, this_device
 from autogemm.runtime.family import Instance
 from autogemm.runtime.tensor_map import TensorMap, kernel_args
 from kernels import to_bf16 as to_bf16_family
-from kernels.contract import MAX_SIZE, RowsProblem
+from kernels.contract import MAX_SIZE, RowsProblem, ceil_div
 from kernels.gemm import EPILOGUES, PRECISIONS, Problem
 
 def leading_dim(x, what: str, call: str = "gemm") -> int:
@@ -129,7 +129,8 @@ def staged_operands(instance: Instance, a, lda: int, b, ldb: int, device: Device
     for name in instance.geometry.transposed:
         x, ld = operands[name]
         k, mn = x.shape                                                 # M/N-major: (K, M) or (K, N)
-        ld_t = -(-k * x.itemsize // 16) * 16 // x.itemsize
+        per_16_bytes = 16 // x.itemsize
+        ld_t = ceil_div(k, per_16_bytes) * per_16_bytes
         x_t = scratch(f"transposed_{name}", x.dtype, mn * ld_t)[:mn * ld_t].reshape(mn, ld_t)[:, :k]   # (M or N, K)
         t = kernel("transpose", RowsProblem(k, mn, str(x.dtype)), None, device)
         launches.append((t, (x, x_t, *map(np.int32, (k, mn, ld, ld_t)))))
