@@ -36,7 +36,6 @@ PARAMS = {
     "bn": (32, 48, 64, 80, 96, 128, 160, 192, 256),  # block tile columns: wgmma's N
     "warpgroups": (1, 2),                            # 128-thread warpgroups, stacked along M
     "stages": (2, 3, 4, 5),                          # shared-memory buffers of K (k_step each)
-    "k_bytes": (128, 256),                           # K a stage holds, in bytes of the operand type
     "math": ("3xtf32", "tf32", "bf16"),              # FP32-accurate, TF32 or BF16 products (MATH_PRECISION)
     "inflight": (0, 1),                              # wgmma groups left running across a k-tile
     "split_k": (1, 2, 3, 4, 6),                      # slices of K, reduced by the last block of each tile
@@ -44,7 +43,7 @@ PARAMS = {
     "tma": (0, 1),                                   # 1: the producer copies by TMA (bulk tensor copies)
     "pretranspose": (0, 1),                          # 1: M/N-major operands copied K-major first (kernel_problem)
 }
-SUBTILE_ROW_BYTES = 128  # a K-major tile's rows are held in sub-tiles of 128 bytes of k (the swizzle's span)
+STAGE_ROW_BYTES = 128  # a stage's K-major tile row: BK k (k_step) of the operands' type
 SWIZZLE_ALIGN = 1024  # the dynamic shared memory is aligned up to this in the kernel
 
 
@@ -81,9 +80,9 @@ def aligned_copies(p: Problem) -> bool:
     return p.vec_a * p.operand_itemsize == 16 and p.vec_b * p.operand_itemsize == 16
 
 
-def k_step(c, p: Problem) -> int:
-    """BK, the K of a stage: k_bytes of the operands' type (32 or 64 float32, 64 or 128 bfloat16)."""
-    return c.k_bytes // p.operand_itemsize
+def k_step(p: Problem) -> int:
+    """BK, the K of a stage: a 128-byte row of the operands' type (32 float32, 64 bfloat16)."""
+    return STAGE_ROW_BYTES // p.operand_itemsize
 
 
 def smem_bytes(c, p: Problem) -> int:
@@ -94,12 +93,12 @@ def smem_bytes(c, p: Problem) -> int:
     a_mn, b_mn = mn_major(p)
     split = c.math == "3xtf32"
     if c.math == "bf16":
-        prepared = 0 if p.bf16_operands else (c.bm + c.bn) * k_step(c, p) * 2
+        prepared = 0 if p.bf16_operands else (c.bm + c.bn) * k_step(p) * 2
     else:
-        prepared = ((a_mn + split) * c.bm + (b_mn + split) * c.bn) * k_step(c, p) * p.itemsize
+        prepared = ((a_mn + split) * c.bm + (b_mn + split) * c.bn) * k_step(p) * p.itemsize
     buffers = c.stages if c.producer else 2 + c.inflight
     barriers = 24 * c.stages if c.producer else 0
-    return c.stages * (c.bm + c.bn) * c.k_bytes + buffers * prepared + barriers + SWIZZLE_ALIGN
+    return c.stages * (c.bm + c.bn) * STAGE_ROW_BYTES + buffers * prepared + barriers + SWIZZLE_ALIGN
 
 
 def accumulators(c) -> int:
@@ -139,7 +138,7 @@ CONSTRAINTS = (
 
 def k_slice(c, p: Problem) -> int:
     """K of each split-K slice: whole stages of K."""
-    return ceil_div(p.k, c.split_k * k_step(c, p)) * k_step(c, p)
+    return ceil_div(p.k, c.split_k * k_step(p)) * k_step(p)
 
 
 def output_vector(p: Problem) -> int:
@@ -149,14 +148,13 @@ def output_vector(p: Problem) -> int:
 
 def tile_maps(c, p: Problem) -> tuple[TileMap, TileMap]:
     """The tensor maps of A's and B's tiles, as each stage holds them: a K-major operand's tile
-    rows in sub-tiles of 128 bytes of k (a box each) in the 128-byte swizzle, a float32 M/N-major
-    one's BK rows of its tile unswizzled, a bfloat16 M/N-major one's 64-row blocks of BK k rows in
-    the 128-byte swizzle."""
-    bk = k_step(c, p)
+    rows of BK k in the 128-byte swizzle, a float32 M/N-major one's BK rows of its tile unswizzled,
+    a bfloat16 M/N-major one's 64-row blocks of BK k rows in the 128-byte swizzle."""
+    bk = k_step(p)
 
     def tile(operand: str, rows: int, mn: bool) -> TileMap:
         if not mn:
-            return TileMap(operand, (SUBTILE_ROW_BYTES // p.operand_itemsize, rows), 128)
+            return TileMap(operand, (bk, rows), 128)
         return TileMap(operand, (64, bk), 128) if p.bf16_operands else TileMap(operand, (rows, bk), 0)
     a_mn, b_mn = mn_major(p)
     return tile("a", c.bm, a_mn), tile("b", c.bn, b_mn)
@@ -172,7 +170,7 @@ def instance_name(c, p: Problem) -> str:
     """Built from the kernel's problem: a pretransposed call runs the K-major call's kernel."""
     p = kernel_problem(c, p)
     name = (f"gemm_wgmma_{'bf16' if p.bf16_operands else 'f32'}_{p.op}_bm{c.bm}_bn{c.bn}_wg{c.warpgroups}_s{c.stages}"
-            f"_kb{c.k_bytes}_if{c.inflight}_sk{c.split_k}_p{c.producer}_t{c.tma}_{c.math}")
+            f"_if{c.inflight}_sk{c.split_k}_p{c.producer}_t{c.tma}_{c.math}")
     if p.epilogue:
         name += f"_{p.epilogue}"
     if p.use_c:
@@ -193,8 +191,7 @@ def geometry(c, p: Problem):
 
 def default_candidates(p: Problem, d):
     """Tiles largest first, the first of which gives every SM a block (else the one with the most
-    blocks), each with the most stages that fit, stages of 256 bytes of k before 128, two
-    warpgroups before one, a producer copying by
+    blocks), each with the most stages that fit, two warpgroups before one, a producer copying by
     TMA before the one loop before a producer copying by cp.async, wgmmas in flight before not, K
     unsplit (the search tries split-K), M/N-major float32 operands pretransposed or not as the
     math prefers; bfloat16 operands take bf16 products, float32 ones the maths their precision
@@ -214,8 +211,7 @@ def default_candidates(p: Problem, d):
     # producer has the split to prepare anyway (tuned/bench/issue18-h100/pretranspose).
     pretransposes = {"tf32": (1, 0), "3xtf32": (0, 1), "bf16": (0,)} if any(mn_major(p)) else {}
     for math in maths:
-        for pretranspose, (bm, bn), warpgroups, (producer, tma), k_bytes, stages, inflight in itertools.product(
-                pretransposes.get(math, (0,)), filling + rest, (2, 1), pipelines, reversed(PARAMS["k_bytes"]),
-                reversed(PARAMS["stages"]), (1, 0)):
-            yield {"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "k_bytes": k_bytes, "math": math,
-                   "inflight": inflight, "split_k": 1, "producer": producer, "tma": tma, "pretranspose": pretranspose}
+        for pretranspose, (bm, bn), warpgroups, (producer, tma), stages, inflight in itertools.product(
+                pretransposes.get(math, (0,)), filling + rest, (2, 1), pipelines, reversed(PARAMS["stages"]), (1, 0)):
+            yield {"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math, "inflight": inflight,
+                   "split_k": 1, "producer": producer, "tma": tma, "pretranspose": pretranspose}

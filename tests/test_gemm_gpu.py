@@ -263,7 +263,7 @@ def test_wgmma_tf32_products_every_epilogue(epilogue):
         autogemm.gemm(a, b, precision="bf8")
 
 
-WGMMA_TILES = dict(bm=128, bn=128, warpgroups=2, stages=4, inflight=1, split_k=1, producer=0, tma=0, pretranspose=0, k_bytes=128)
+WGMMA_TILES = dict(bm=128, bn=128, warpgroups=2, stages=4, inflight=1, split_k=1, producer=0, tma=0, pretranspose=0)
 
 
 @pytest.mark.parametrize("ta,tb", OPS)
@@ -303,34 +303,6 @@ def test_wgmma_producer_every_op_and_math(ta, tb, tma):
         for _ in range(2):
             run_and_check(np.random.default_rng(k), m, n, k, ta, tb, np.float32, epilogue="bias_relu" if tb else None,
                           beta=0.5, config=config, kernel_family="gemm_wgmma", precision=precision,
-                          bfloat16=bfloat16)
-
-
-# Stages of 256 bytes of k (two 128-byte sub-tiles a K-major tile): ((M, N, K), tiles, math, bfloat16
-# operands), valid on every op.
-K_BYTES_256 = [
-    ((800, 1000, 784), dict(bm=128, bn=64, stages=2, inflight=0), "tf32", False),
-    ((1000, 784, 800), dict(bm=64, bn=64, warpgroups=1, stages=2, inflight=0), "3xtf32", False),
-    ((132, 68, 2600), dict(bm=64, bn=64, warpgroups=1, stages=3, inflight=1), "tf32", False),
-    ((800, 1000, 784), dict(bm=128, bn=64, stages=2, inflight=0), "bf16", False),
-    ((1024, 1024, 1024), dict(bm=128, bn=128, stages=3, inflight=1), "bf16", True),
-    ((200, 1000, 784), dict(bm=64, bn=64, warpgroups=1, stages=3, inflight=1, split_k=3), "tf32", False),
-    ((136, 256, 1000), dict(bm=128, bn=64, stages=3, inflight=1, split_k=2), "bf16", True),
-]
-
-
-@pytest.mark.parametrize("producer,tma", ((0, 0), (1, 0), (1, 1)))
-@pytest.mark.parametrize("ta,tb", OPS)
-def test_wgmma_stages_of_256_bytes_every_op_and_math(ta, tb, producer, tma):
-    """k_bytes 256 in each pipeline, on every op and math, float32 and bfloat16 operands, wgmmas in
-    flight, split-K: within each precision's bound, each call twice."""
-    if not hopper():
-        pytest.skip("gemm_wgmma needs a Hopper GPU (sm_90a)")
-    for (m, n, k), tiles, math, bfloat16 in K_BYTES_256:
-        config = dict(WGMMA_TILES, producer=producer, tma=tma, k_bytes=256) | tiles | dict(math=math)
-        for _ in range(2):
-            run_and_check(np.random.default_rng(k), m, n, k, ta, tb, np.float32, epilogue="bias_relu" if tb else None,
-                          beta=0.5, config=config, kernel_family="gemm_wgmma", precision=MATH_PRECISION[math],
                           bfloat16=bfloat16)
 
 

@@ -265,17 +265,15 @@ def test_a_stale_record_from_before_pad_was_a_bool_reads_in_todays_spelling(tmp_
     assert family("gemm").holds(old.config) == Config(dict(GEMM, pad=pad))
 
 
-@pytest.mark.parametrize("gained", [dict(split_k=1, producer=0, tma=0, pretranspose=0, k_bytes=128),
-                                    dict(producer=0, tma=0, pretranspose=0, k_bytes=128),
-                                    dict(tma=0, pretranspose=0, k_bytes=128), dict(pretranspose=0, k_bytes=128),
-                                    dict(k_bytes=128)])
-def test_a_stale_wgmma_record_from_before_split_k_producer_tma_pretranspose_and_k_bytes_computes_as_it_did(
-        tmp_path, gained):
-    """gemm_wgmma gained split_k, then producer, then tma, then pretranspose, then k_bytes: a record
-    tuned before any reads with split_k = 1, producer = 0, tma = 0, pretranspose = 0 and k_bytes =
-    128 (what it ran) and still serves its shape."""
+@pytest.mark.parametrize("gained", [dict(split_k=1, producer=0, tma=0, pretranspose=0),
+                                    dict(producer=0, tma=0, pretranspose=0), dict(tma=0, pretranspose=0),
+                                    dict(pretranspose=0)])
+def test_a_stale_wgmma_record_from_before_split_k_producer_tma_and_pretranspose_computes_as_it_did(tmp_path, gained):
+    """gemm_wgmma gained split_k, then producer, then tma, then pretranspose: a record tuned before
+    any reads with split_k = 1, producer = 0, tma = 0 and pretranspose = 0 (what it ran) and still
+    serves its shape."""
     wgmma = dict(bm=128, bn=128, warpgroups=2, stages=3, math="3xtf32", inflight=1, split_k=1, producer=0, tma=0,
-                 pretranspose=0, k_bytes=128)
+                 pretranspose=0)
     old_config = {name: value for name, value in wgmma.items() if name not in gained}
     path = write_store(tmp_path, [record(fam="gemm_wgmma", config=wgmma)])
     edit(path, lambda d: d["records"][0].update(config=old_config, template_hash="0123456789abcdef"))

@@ -12,35 +12,31 @@ from kernels import gemm
 
 
 def test_a_wgmma_launch_binds_a_and_b_with_their_leading_dimensions():
-    """M/N-major float32 operands: a box of the tile's rows by a stage's K (64 at k_bytes 256)."""
     from autogemm.ops.gemm import launch_args
 
     problem = gemm.Problem.contiguous(200, 136, 300, "float32", True, False)   # A^T, B: both M/N-major
     instance = family("gemm_wgmma").instance(family("gemm_wgmma").config(dict(
-        bm=128, bn=64, warpgroups=2, stages=3, k_bytes=256, math="3xtf32", inflight=1, split_k=1, producer=1, tma=1,
-        pretranspose=0)), problem)
+        bm=128, bn=64, warpgroups=2, stages=3, math="3xtf32", inflight=1, split_k=1, producer=1, tma=1, pretranspose=0)), problem)
     a, b = np.ones((300, 208), np.float32)[:, :200], np.ones((300, 136), np.float32)   # A: (K, M) in rows of 208
     d = np.zeros((200, 136), np.float32)
     args = launch_args(instance, a, b, d, d, None, None, (200, 136, 300, 208, 136, 136, 136, 136), 1.0, 0.0)
     a_map, b_map = args[-2:]
-    assert a_map.array is a and (a_map.ld, a_map.dims, a_map.box, a_map.swizzle) == (208, (200, 300), (128, 64), 0)
-    assert b_map.array is b and (b_map.ld, b_map.dims, b_map.box, b_map.swizzle) == (136, (136, 300), (64, 64), 0)
+    assert a_map.array is a and (a_map.ld, a_map.dims, a_map.box, a_map.swizzle) == (208, (200, 300), (128, 32), 0)
+    assert b_map.array is b and (b_map.ld, b_map.dims, b_map.box, b_map.swizzle) == (136, (136, 300), (64, 32), 0)
     assert tensor_map.kernel_args(args[:-2]) == args[:-2]              # the other arguments pass as they are
 
 
 def test_a_pretransposed_launch_binds_the_k_major_copies_in_rows_of_16_bytes(monkeypatch):
     """pretranspose: A^T (K, M) and B (K, N) are each staged by a transpose launch into scratch of
     rows padded to 16 bytes (K = 301: 304 floats apart), and the maps are the copies' (K-major,
-    128-byte swizzle, a box of 32 k: one of a stage's two sub-tiles at k_bytes 256), of the K-major
-    call's kernel."""
+    128-byte swizzle), of the K-major call's kernel."""
     from autogemm.ops import gemm as entry
     from autogemm.runtime.device import H100
 
     monkeypatch.setattr(entry, "scratch", lambda kind, dtype, size: np.zeros(size, dtype))
     problem = gemm.Problem.contiguous(200, 136, 301, "float32", True, False)
     instance = family("gemm_wgmma").instance(family("gemm_wgmma").config(dict(
-        bm=128, bn=64, warpgroups=2, stages=3, k_bytes=256, math="tf32", inflight=1, split_k=1, producer=1, tma=1,
-        pretranspose=1)),
+        bm=128, bn=64, warpgroups=2, stages=3, math="tf32", inflight=1, split_k=1, producer=1, tma=1, pretranspose=1)),
         problem)
     a, b = np.ones((301, 200), np.float32), np.ones((301, 136), np.float32)      # A: (K, M), B: (K, N)
     (a_t, lda), (b_t, ldb), staging = entry.staged_operands(instance, a, 200, b, 136, H100)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | k-bytes | k-bytes-tune | h200-k-bytes]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -146,28 +146,6 @@ pretranspose-retune)   # the pretransposed records tuned again with the transpos
     } > "$out/tune.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune.txt"
     python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32 \
         --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -3 "$out/nn-bench.txt"
-    cp tuned/nvidia-h*.json "$out/"
-    ;;
-k-bytes)   # stages of 256 bytes of k (k_bytes): their GPU tests and the pretransposed ones, then the
-           # records of 4096^3 and the networks' big and small GEMMs at either K a stage, cuBLAS beside
-    python -m pytest -q -m gpu tests/test_gemm_gpu.py -k "256_bytes or pretransposed" \
-        > "$out/pytest-k-bytes.txt" 2>&1; tail -1 "$out/pytest-k-bytes.txt"
-    python tuned/bench/issue18_pipeline.py --vary k_bytes --json "$out/k-bytes.json" \
-        --shapes 4096x4096x4096:nt,8192x4096x784:nt,4096x784x8192:tn,800x1000x784:nt,1000x784x800:tn \
-        > "$out/k-bytes.txt" 2>&1
-    grep -vE "^ *$" "$out/k-bytes.txt" | cut -c1-150 | tail -30
-    ;;
-k-bytes-tune|h200-k-bytes)   # after k_bytes joined the space (a template change): every stale record
-                             # tuned again in each precision and for bfloat16 arrays, the epochs, and
-                             # where the large network's step spends its time in tf32 and bf16
-    for arithmetic in "--precision fp32" "--precision tf32" "--precision bf16" "--dtype bfloat16"; do
-        python -m autogemm.cli tune --stale $arithmetic --trials 24 --timeout 12
-    done > "$out/tune-stale.log" 2>&1; grep -E "│ gemm|rror" "$out/tune-stale.log" | cut -c1-150 | tail -40
-    python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32,cupy-tuned-bf16 \
-        --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -3 "$out/nn-bench.txt"
-    for backend in cupy-tuned-tf32 cupy-tuned-bf16; do
-        python -m nn.profile --network large --backend $backend --json "$out/profile-large-$backend.json"
-    done > "$out/profile-large.txt" 2>&1; cat "$out/profile-large.txt"
     cp tuned/nvidia-h*.json "$out/"
     ;;
 h200-pretranspose)   # the H200's file after pretranspose joined the space: its GPU tests, the weight

@@ -4,11 +4,9 @@ copying by TMA; as many of its stages as fit), and with a producer of either kin
 stages that fit without wgmmas in flight; each of those with its M/N-major operands pretransposed
 where it has any (and not, where the record does); each checked against float64 first, then all timed
 interleaved with autogemm's timer (events, L2 flushed, median), cuBLAS in the record's precision
-beside them. With `--vary k_bytes`, each record's config at either K a stage (128 or 256 bytes of
-the operands' type), with and without wgmmas in flight, each with the most stages that fit.
+beside them.
 
-    python tuned/bench/issue18_pipeline.py [--vary pipeline|k_bytes] [--shapes 800x1000x784:nt,...] [--reps 30]
-                                           [--json PATH]
+    python tuned/bench/issue18_pipeline.py [--shapes 800x1000x784:nt,...] [--reps 30] [--json PATH]
 """
 import argparse
 import json
@@ -33,25 +31,6 @@ def pipeline(cfg) -> str:
     return name + ("+pretransposed" if cfg["pretranspose"] else "")
 
 
-def k_bytes_variants(fam, cfg, problem, device) -> list:
-    """The record's config, then at each k_bytes, with wgmmas in flight or not, the most stages that fit."""
-    out = [cfg]
-    for k_bytes, inflight in ((128, 1), (128, 0), (256, 1), (256, 0)):
-        for s in range(5, 1, -1):
-            c = fam.config(dict(cfg, k_bytes=k_bytes, stages=s, inflight=inflight))
-            if not fam.violations(c, problem, device):
-                out.append(c)
-                break
-    return [c for c in dict.fromkeys(out) if not fam.violations(c, problem, device)]
-
-
-def k_bytes_label(cfg) -> str:
-    return f"k_bytes={cfg['k_bytes']}"
-
-
-VARY = {"pipeline": (variants, pipeline), "k_bytes": (k_bytes_variants, k_bytes_label)}
-
-
 def main():
     from autogemm.ops.cublas import cublas_gemm
     from autogemm.runtime.device import this_device
@@ -62,20 +41,18 @@ def main():
     from autogemm.tuning.timing import time_interleaved
 
     p = argparse.ArgumentParser()
-    p.add_argument("--vary", choices=VARY, default="pipeline", help="what to vary (default: pipeline)")
     p.add_argument("--shapes", help="SIZES:OP of the records to take (default: all gemm_wgmma records)")
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--json")
     args = p.parse_args()
     device, fam, results = this_device(), family("gemm_wgmma"), []
-    make_variants, label = VARY[args.vary]
     wanted = set(args.shapes.split(",")) if args.shapes else None
     records = [r for r in load(file_for(tune_dir(), device)).records.values() if r.key.family == "gemm_wgmma"
                and (wanted is None or f"{'x'.join(map(str, r.key.sizes))}:{r.key.op}" in wanted)]
     for r in records:
         measure = GemmMeasure(r.key, device)
         runs, configs = {}, {}
-        for cfg in make_variants(fam, r.config, measure.problem, device):
+        for cfg in variants(fam, r.config, measure.problem, device):
             run = measure.launcher(cfg)
             try:
                 measure.verify(run)
@@ -87,8 +64,8 @@ def main():
         timings = time_interleaved(runs, reps=args.reps)
         us = {name: timings[name].median_us for name in runs}
         record_name = fam.instance(r.config, measure.problem).name
-        best = {p: min((t, name) for name, t in us.items() if name in configs and label(configs[name]) == p)
-                for p in {label(cfg) for cfg in configs.values()}}
+        best = {p: min((t, name) for name, t in us.items() if name in configs and pipeline(configs[name]) == p)
+                for p in {pipeline(cfg) for cfg in configs.values()}}
         results.append({"key": str(r.key), "record_us": us.get(record_name), "cublas_us": us["cublas"],
                         "best": {p: {"us": t, "config": configs[name]} for p, (t, name) in sorted(best.items())},
                         "all_us": us, "configs": configs})
