@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -147,6 +147,14 @@ pretranspose-retune)   # the pretransposed records tuned again with the transpos
     python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32 \
         --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -3 "$out/nn-bench.txt"
     cp tuned/nvidia-h*.json "$out/"
+    ;;
+profile-step)   # where a training step's time goes: each operation of the CME 213 and the large
+                # network's step, alone and in the step, at each precision
+    for network in cme213 large; do
+        for backend in cupy-tuned cupy-tuned-tf32 cupy-tuned-bf16; do
+            python -m nn.profile --network $network --backend $backend --json "$out/profile-$network-$backend.json"
+        done
+    done > "$out/profile-step.txt" 2>&1; cat "$out/profile-step.txt"
     ;;
 h200-pretranspose)   # the H200's file after pretranspose joined the space: its GPU tests, the weight
                      # updates' (tn) records tuned again in tf32 and fp32, the epochs
