@@ -85,11 +85,11 @@ def test_column_sums(rows, cols, dtype):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("shape,op", [((800, 10, 1000), "sigmoid"), ((400, 10, 100), "relu"),
                                       ((37, 3, 33), "sigmoid"), ((800, 10, 784), "-"), ((1, 32, 4096), "relu"),
-                                      ((3000, 10, 784), "relu"), ((8192, 10, 4096), "sigmoid")])
+                                      ((3000, 10, 784), "relu")])
 def test_linear_xent_every_sampled_config_matches_float64(shape, op, dtype):
     """Logits, G, G_in and the loss of the default and 12 random configs, within the float64
-    reference's bounds (autogemm.tuning.measure), outputs poisoned before every run; on the larger
-    problems blocks walk several row groups."""
+    reference's bounds (autogemm.tuning.measure), outputs poisoned before every run; on 3000 rows
+    blocks walk several row groups."""
     from autogemm.runtime.device import this_device
     from autogemm.runtime.family import family
     from autogemm.store.keys import make_key

@@ -170,6 +170,7 @@ linear-xent|h200-linear-xent)   # the output layer's blocks walking row groups (
             python -m nn.profile --network $network --backend $backend --json "$out/profile-$network-$backend.json"
         done
     done > "$out/profile-step.txt" 2>&1; grep -E "on cupy|linear_xent|whole" "$out/profile-step.txt"
+    (cd "$out" && tar czf logs.tgz pytest-*.txt tune-stale.log profile-*.json && rm pytest-*.txt tune-stale.log profile-*.json)
     cp tuned/nvidia-h*.json "$out/"
     ;;
 h200-pretranspose)   # the H200's file after pretranspose joined the space: its GPU tests, the weight
