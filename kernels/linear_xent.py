@@ -2,8 +2,7 @@
 
 For an MLP's last layer with few classes it replaces three launches: the logits GEMM, softmax +
 cross-entropy, and the GEMM that carries the gradient back to the last hidden layer (with its
-activation derivative). The last hidden activations A are read twice (the second time from L2
-where the rows in flight fit it), W once per block.
+activation derivative). The last hidden activations A are read twice, W once per block.
 """
 import itertools
 from dataclasses import dataclass
@@ -25,7 +24,6 @@ MAX_CLASSES = 32                          # a lane stores one class of each row
 PARAMS = {
     "warps": (1, 2, 4, 8, 16),     # warps per block
     "rows": (1, 2, 4),             # rows per warp (their dot products share W's loads)
-    "groups": (1, 2, 4, 8, 16),    # row groups each warp walks in turn (W copied once for all)
     "vec": (1, 2, 4),              # elements per load along K
     "unroll": (1, 2, 4, 8),        # column slices in flight per lane
     "w_smem": (False, True),       # W copied to shared memory once per block, or read through the caches
@@ -79,8 +77,6 @@ CONSTRAINTS = (
      lambda c, p, d: c.w_smem or c.unroll * p.classes * c.vec * ITEMSIZE[p.dtype] // 4 <= 256),
     ("unrolling past the column slices a lane has is pointless",
      lambda c, p, d: c.unroll <= ceil_div(p.inputs, 32 * c.vec)),
-    ("row groups past the last row are pointless: half of GROUPS must leave rows to the rest",
-     lambda c, p, d: c.groups == 1 or c.groups // 2 * c.warps * c.rows < p.rows),
 )
 
 
@@ -95,11 +91,11 @@ def template_args(c, p: Problem) -> dict:
 def instance_name(c, p: Problem) -> str:
     dt = SHORT[p.dtype]
     return (f"linear_xent_{dt}_c{p.classes}_k{p.inputs}_{p.activation or 'nograd'}_w{c.warps}_r{c.rows}"
-            f"_g{c.groups}_v{c.vec}_u{c.unroll}_{'smem' if c.w_smem else 'l2'}")
+            f"_v{c.vec}_u{c.unroll}_{'smem' if c.w_smem else 'l2'}")
 
 
 def geometry(c, p: Problem) -> Geometry:
-    return Geometry(grid=(ceil_div(p.rows, c.warps * c.rows * c.groups), 1, 1), block=(32 * c.warps, 1, 1),
+    return Geometry(grid=(ceil_div(p.rows, c.warps * c.rows), 1, 1), block=(32 * c.warps, 1, 1),
                     smem_bytes=w_bytes(p) if c.w_smem else 0)
 
 
@@ -116,26 +112,20 @@ def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
     return Problem(*sizes, dtype, None if op == NO_OP else op, aligned=4)
 
 
-def groups_for(p: Problem, d, rows_per_group: int) -> int:
-    """The most row groups a block may walk while every SM still gets a block (1 where none can)."""
-    return max(g for g in PARAMS["groups"] if g == 1 or ceil_div(p.rows, rows_per_group * g) >= d.sm_count)
-
-
 def default_candidates(p: Problem, d):
     """Eight warps of one row each, 16-byte loads where they fit, W in shared memory where it fits,
     loops unrolled as far as the space allows (what the tuner chose on the MLP's output layers;
-    tuned/bench/), each block walking as many row groups as leave every SM a block (W copied fewer
-    times). Then where the search starts as well: 1, 2 or 4 rows a warp on 8, 4 or 2 warps (W's
-    shared reads, 16 bytes for 4 FMAs a row, serve more rows), each with the loops unrolled fully
-    where they can be and twice."""
+    tuned/bench/). Then where the search starts as well: 1, 2 or 4 rows a
+    warp on 8, 4 or 2 warps (W's shared reads, 16 bytes for 4 FMAs a row, serve more rows), each
+    with the loops unrolled fully where they can be and twice."""
     vec = max(v for v in (1, 2, 4) if v * ITEMSIZE[p.dtype] <= 16 and p.inputs % v == 0 and v <= p.aligned)
     slices = ceil_div(p.inputs, 32 * vec)
     unroll = max(u for u in PARAMS["unroll"] if u <= slices)
     for w_smem in (True, False):
         for rows in (1, 2):
-            yield dict(warps=8, rows=rows, groups=groups_for(p, d, 8 * rows), vec=vec, unroll=unroll, w_smem=w_smem)
+            yield dict(warps=8, rows=rows, vec=vec, unroll=unroll, w_smem=w_smem)
     for warps, rows, u in itertools.product((8, 4, 2), PARAMS["rows"], dict.fromkeys((unroll, min(2, slices)))):
-        yield dict(warps=warps, rows=rows, groups=groups_for(p, d, warps * rows), vec=vec, unroll=u, w_smem=True)
+        yield dict(warps=warps, rows=rows, vec=vec, unroll=u, w_smem=True)
 
 
 def reference(p: Problem, a, w, bias, labels, scale) -> dict:

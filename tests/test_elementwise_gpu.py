@@ -84,12 +84,10 @@ def test_column_sums(rows, cols, dtype):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("shape,op", [((800, 10, 1000), "sigmoid"), ((400, 10, 100), "relu"),
-                                      ((37, 3, 33), "sigmoid"), ((800, 10, 784), "-"), ((1, 32, 4096), "relu"),
-                                      ((3000, 10, 784), "relu")])
+                                      ((37, 3, 33), "sigmoid"), ((800, 10, 784), "-"), ((1, 32, 4096), "relu")])
 def test_linear_xent_every_sampled_config_matches_float64(shape, op, dtype):
     """Logits, G, G_in and the loss of the default and 12 random configs, within the float64
-    reference's bounds (autogemm.tuning.measure), outputs poisoned before every run; on 3000 rows
-    blocks walk several row groups."""
+    reference's bounds (autogemm.tuning.measure), outputs poisoned before every run."""
     from autogemm.runtime.device import this_device
     from autogemm.runtime.family import family
     from autogemm.store.keys import make_key
@@ -104,8 +102,6 @@ def test_linear_xent_every_sampled_config_matches_float64(shape, op, dtype):
 
     if w_bytes(measure.problem) + STATIC_SMEM <= device.smem_per_block:
         assert {c.w_smem for c in configs} == {False, True}
-    if shape[0] >= 3000:
-        assert max(c.groups for c in configs) > 1
     for cfg in configs:
         error = measure.verify(measure.launcher(cfg))
         assert error < (1e-5 if dtype == "float32" else 1e-13), fam.instance_name(cfg, measure.problem)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | linear-xent | h200-linear-xent]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -155,23 +155,6 @@ profile-step)   # where a training step's time goes: each operation of the CME 2
             python -m nn.profile --network $network --backend $backend --json "$out/profile-$network-$backend.json"
         done
     done > "$out/profile-step.txt" 2>&1; cat "$out/profile-step.txt"
-    ;;
-linear-xent|h200-linear-xent)   # the output layer's blocks walking row groups (linear_xent's groups):
-                                # its GPU tests, every stale (linear_xent) record tuned again, the
-                                # epochs, the steps profiled again
-    python -m pytest -q -m gpu tests/test_elementwise_gpu.py -k linear_xent > "$out/pytest-linear-xent.txt" 2>&1
-    tail -1 "$out/pytest-linear-xent.txt"
-    python -m autogemm.cli tune --stale --trials 24 --timeout 12 > "$out/tune-stale.log" 2>&1
-    grep -E "│ linear_xent|rror" "$out/tune-stale.log" | cut -c1-150 | tail -30
-    python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32,cupy-tuned-bf16 \
-        --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -3 "$out/nn-bench.txt"
-    for network in cme213 large; do
-        for backend in cupy-tuned cupy-tuned-tf32 cupy-tuned-bf16; do
-            python -m nn.profile --network $network --backend $backend --json "$out/profile-$network-$backend.json"
-        done
-    done > "$out/profile-step.txt" 2>&1; grep -E "on cupy|linear_xent|whole" "$out/profile-step.txt"
-    (cd "$out" && tar czf logs.tgz pytest-*.txt tune-stale.log profile-*.json && rm pytest-*.txt tune-stale.log profile-*.json)
-    cp tuned/nvidia-h*.json "$out/"
     ;;
 h200-pretranspose)   # the H200's file after pretranspose joined the space: its GPU tests, the weight
                      # updates' (tn) records tuned again in tf32 and fp32, the epochs
