@@ -33,7 +33,8 @@ PARAMS = {
 @dataclass(frozen=True)
 class Problem:
     """rows x inputs activations A into `classes` logits; `activation` names A's activation when
-    the input gradient is wanted; `aligned`: the widest vector every pointer allows."""
+    the input gradient is wanted; `aligned`: the widest vector every pointer allows; `grad_in_bf16`:
+    the input gradient also rounded to bfloat16 (float32 alone), served by the same tuned record."""
 
     rows: int
     classes: int
@@ -41,6 +42,7 @@ class Problem:
     dtype: str = "float32"
     activation: str | None = None
     aligned: int = 4
+    grad_in_bf16: bool = False
 
     def __post_init__(self):
         check_problem(self, ("rows", "classes", "inputs"), "linear_xent")
@@ -48,6 +50,8 @@ class Problem:
             raise ValueError(f"activation {self.activation!r} is not one of sigmoid, relu or None")
         if self.aligned not in (1, 2, 4):
             raise ValueError("aligned must be 1, 2 or 4")
+        if self.grad_in_bf16 and not (self.activation and self.dtype == "float32"):
+            raise ValueError("a bfloat16 copy of the input gradient needs one (an activation) of float32")
 
     @property
     def op(self) -> str:
@@ -85,13 +89,14 @@ def sources(c) -> tuple[str, ...]:
 
 
 def template_args(c, p: Problem) -> dict:
-    return dict(c, ctype=DTYPES[p.dtype], classes=p.classes, inputs=p.inputs, activation=p.activation)
+    return dict(c, ctype=DTYPES[p.dtype], classes=p.classes, inputs=p.inputs, activation=p.activation,
+                grad_in_bf16=p.grad_in_bf16)
 
 
 def instance_name(c, p: Problem) -> str:
     dt = SHORT[p.dtype]
     return (f"linear_xent_{dt}_c{p.classes}_k{p.inputs}_{p.activation or 'nograd'}_w{c.warps}_r{c.rows}"
-            f"_v{c.vec}_u{c.unroll}_{'smem' if c.w_smem else 'l2'}")
+            f"_v{c.vec}_u{c.unroll}_{'smem' if c.w_smem else 'l2'}" + ("_bf16in" if p.grad_in_bf16 else ""))
 
 
 def geometry(c, p: Problem) -> Geometry:
@@ -129,7 +134,8 @@ def default_candidates(p: Problem, d):
 
 
 def reference(p: Problem, a, w, bias, labels, scale) -> dict:
-    """{"logits" | "grad" | "grad_in" (with an activation) | "loss"}: the layer in float64. An error
+    """{"logits" | "grad" | "grad_in" (with an activation) | "loss"}: the layer in float64 (the
+    bfloat16 copy of grad_in, where asked for, is checked against "grad_in" at bf16). An error
     e in a row of Z moves P_c by at most 2 P_c max|e|, so G's and G_in's bounds carry Z's
     (K-scaled) one."""
     a64, w64, b64 = (np.asarray(x, np.float64) for x in (a, w, bias))

@@ -238,3 +238,41 @@ def test_bf16_gemms_read_bfloat16_copies_of_their_operands():
     want, magnitude, _ = reference(Problem(10, 784, 800, trans_a=True), cupy.asnumpy(g).astype(np.float64),
                                    x_host[:800].astype(np.float64))["d"]
     assert compare(cupy.asnumpy(dw), want, magnitude, 800, np.float32, "bf16").ok
+
+
+def test_bf16_input_gradient_is_written_in_bfloat16_by_the_output_layer():
+    """At precision bf16 linear_xent writes its input gradient's bfloat16 copy beside it (a buffer's
+    first rows, then fewer of them), so the weight-gradient GEMM reading it rounds nothing: its result
+    within float32's bound of the bfloat16 values' product, each step's."""
+    import cupy
+
+    from autogemm.runtime.device import this_device
+    from autogemm.tuning.verify import compare
+    from kernels.gemm import Problem, bf16_bits, reference
+
+    if this_device().compute_capability != "9.0":
+        pytest.skip("bfloat16 operands are read by Hopper's kernels (gemm_wgmma)")
+    bk = get_backend("cupy", "float32", tuned=True, precision="bf16")
+    rng = np.random.default_rng(23)
+    x_host = rng.standard_normal((800, 784)).astype(np.float32)
+    x = bk.read_only(bk.asarray(x_host))                                        # X: (800, 784)
+    a1 = bk.asarray(rng.uniform(0.01, 0.99, (800, 256)))                        # A1: (800, 256) sigmoid outputs
+    w2, b2 = bk.asarray(rng.standard_normal((10, 256)) / 16), bk.asarray(rng.standard_normal(10))
+    labels = bk.asarray(rng.integers(0, 10, 800))
+    logits, grad, grad_in = bk.empty((800, 10)), bk.empty((800, 10)), bk.empty((800, 256))
+    loss, dw = bk.zeros((1,)), bk.empty((256, 784))
+
+    def rounded(a):
+        return (bf16_bits(a).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+    for rows in (800, 500, 800):
+        bk.linear_xent(a1[:rows], w2, b2, labels[:rows], logits[:rows], grad[:rows], 1 / 800, loss, grad_in[:rows],
+                       "sigmoid")
+        bk.gemm(grad_in[:rows], x[:rows], dw, trans_a=True)
+        g = cupy.asnumpy(grad_in[:rows])
+        want, magnitude, _ = reference(Problem(256, 784, rows, trans_a=True), rounded(g), rounded(x_host[:rows]))["d"]
+        verdict = compare(cupy.asnumpy(dw), want, magnitude, rows, np.float32)
+        assert verdict.ok, (rows, verdict.describe())
+        plan = bk._plans[next(reversed(bk._plans))]
+        assert plan.gemm.instance.name.startswith("gemm_wgmma_bf16_") and plan.rounding == [], rows
+        w2 *= 1.5                                                                # the next step's G_in differs

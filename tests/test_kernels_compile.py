@@ -73,7 +73,7 @@ TF32X3_SPACE = family("gemm").restricted({"math": ("3xtf32",), "copy": ("async",
 
 def small_families() -> list:
     """gemm_naive, elementwise (every op), softmax_xent, colsum, linear_xent (with and without the
-    input gradient, K with and without a ragged last slice), the convolutions (LeNet's layers, odd sizes),
+    input gradient and its bfloat16 copy, K with and without a ragged last slice), the convolutions (LeNet's layers, odd sizes),
     pooling both ways and Adam, both dtypes, sampled configs; the bfloat16 rounding's every vector width."""
     out = []
     for dtype in DTYPES:
@@ -93,6 +93,9 @@ def small_families() -> list:
             problem = linear_xent.Problem(800, 10, inputs, dtype, activation)
             out += [lx.instance(cfg, problem) for cfg in lx.sample(problem, H100, 4, seed=inputs)]
         out += [lx.instance(cfg, problem) for cfg in lx.candidates(problem, H100)]
+        if dtype == "float32":                 # the input gradient's bfloat16 copy too
+            problem = linear_xent.Problem(800, 10, 4096, dtype, "sigmoid", grad_in_bf16=True)
+            out += [lx.instance(cfg, problem) for cfg in lx.candidates(problem, H100)[:2] + lx.sample(problem, H100, 4)]
         for name in ("conv2d", "conv2d_dgrad", "conv2d_wgrad", "conv2d_direct", "conv2d_dgrad_direct",
                      "conv2d_wgrad_direct"):
             cv = family(name)

@@ -12,7 +12,7 @@ from autogemm.runtime.device import H100
 from autogemm.runtime.family import family
 from autogemm.tuning.verify import compare
 from emulated import GXX, Launch, run
-from kernels import linear_xent
+from kernels import gemm, linear_xent
 
 if GXX is None:
     pytest.skip("g++ is not on PATH: the emulated kernels need it", allow_module_level=True)
@@ -32,7 +32,8 @@ HEADS = [(37, 10, 1000, "sigmoid", "float32"), (19, 3, 96, "relu", "float64"), (
 
 
 def head_launches(rows, classes, inputs, activation, dtype, seed):
-    """(launch, arrays, problem) for the default and sampled configs of one problem."""
+    """(launch, arrays, problem) for the default and sampled configs of one problem; float32 ones
+    with an input gradient also write its bfloat16 copy."""
     rng = np.random.default_rng(seed)
     t = np.dtype(dtype).type
     if activation == "relu":
@@ -42,15 +43,18 @@ def head_launches(rows, classes, inputs, activation, dtype, seed):
     w = (rng.standard_normal((classes, inputs)) / np.sqrt(inputs)).astype(t)  # W: (C, K)
     b = rng.standard_normal(classes).astype(t)                                # b: (C,)
     labels = rng.integers(0, classes, rows).astype(np.int32)                  # (rows,)
-    problem = linear_xent.Problem(rows, classes, inputs, dtype, activation)
+    bf16 = activation is not None and dtype == "float32"
+    problem = linear_xent.Problem(rows, classes, inputs, dtype, activation, grad_in_bf16=bf16)
     fam = family("linear_xent")
     configs = fam.candidates(problem, H100)[:1] + fam.sample(problem, H100, 3, seed=seed)
     out = []
     for cfg in configs:
         arrays = dict(logits=np.full((rows, classes), np.nan, t), grad=np.full((rows, classes), np.nan, t),
-                      grad_in=np.full((rows, inputs), np.nan, t) if activation else None, loss=np.zeros(1, t))
+                      grad_in=np.full((rows, inputs), np.nan, t) if activation else None, loss=np.zeros(1, t),
+                      grad_in_bf16=np.full((rows, inputs), 0x7fc0, np.uint16) if bf16 else None)   # bfloat16 NaN
         args = [a, w, b, labels, arrays["logits"], arrays["grad"],
-                arrays["grad_in"] if activation else np.uint64(0), arrays["loss"], np.int32(rows), t(1 / rows)]
+                arrays["grad_in"] if activation else np.uint64(0),
+                arrays["grad_in_bf16"] if bf16 else np.uint64(0), arrays["loss"], np.int32(rows), t(1 / rows)]
         out.append((Launch(fam.instance(cfg, problem), args), arrays, (a, w, b, labels)))
     return out
 
@@ -60,10 +64,14 @@ def test_linear_xent_matches_float64_on_the_cpu(tmp_path):
     run([launch for _, (launch, _, _) in cases], tmp_path)
     configs = {(c.warps, c.rows, c.vec, c.unroll, c.w_smem) for _, (l, _, _) in cases for c in [l.instance.config]}
     assert {c[4] for c in configs} == {False, True} and {c[2] for c in configs} == {1, 2, 4}
+    assert {l.instance.config.vec for _, (l, got, _) in cases if got["grad_in_bf16"] is not None} == {1, 2, 4}
     for (rows, classes, inputs, activation, dtype), (launch, got, operands) in cases:
         problem = linear_xent.Problem(rows, classes, inputs, dtype, activation)
-        for name, (value, magnitude, k) in linear_xent.reference(problem, *operands, 1 / rows).items():
+        expected = linear_xent.reference(problem, *operands, 1 / rows)
+        for name, (value, magnitude, k) in expected.items():
             check(got[name], (value, magnitude), k, dtype)
+        if got["grad_in_bf16"] is not None:       # grad_in's bits, rounded to nearest even
+            assert np.array_equal(got["grad_in_bf16"], gemm.bf16_bits(got["grad_in"]))
 
 
 # ---- the tiled GEMM, both math paths --------------------------------------------------------------
@@ -107,8 +115,6 @@ def gemm_launches(monkeypatch, cases, family_name="gemm", staging=None) -> list:
     of CuPy's. Precision "bfloat16" stands for bfloat16 operands (their bits), checked within
     float32's bound: their products are exact. The launches that stage operands first
     (autogemm.ops.gemm.staged_operands, scratch of their own) go to `staging`: run them before."""
-    from kernels import gemm
-
     entry = importlib.import_module("autogemm.ops.gemm")           # the package's `gemm` is the function
     monkeypatch.setattr(entry, "scratch", lambda kind, dtype, size: np.zeros(size, dtype))
     rng, out = np.random.default_rng(7), []
@@ -332,8 +338,6 @@ def test_every_tuned_gemm_config_on_the_cpu(tmp_path, monkeypatch):
 
 # ---- the naive GEMM and the small families -----------------------------------------------------
 def test_gemm_naive_every_op_and_epilogue_on_the_cpu(tmp_path):
-    from kernels import gemm
-
     fam, rng, cases = family("gemm_naive"), np.random.default_rng(0), []
     for i, ((ta, tb), epilogue) in enumerate(zip([(False, False), (False, True), (True, False), (True, True)] * 2,
                                                  gemm.EPILOGUES[1:] + (None, "bias_sigmoid", "drelu"))):
@@ -397,7 +401,8 @@ def test_softmax_xent_colsum_and_elementwise_on_the_cpu(tmp_path):
 
 
 def test_autogemm_linear_xent_binds_the_arguments_its_kernel_takes(tmp_path, monkeypatch):
-    """The entry point with NumPy arrays standing in for CuPy's: its launch, run on the CPU, is right."""
+    """The entry point with NumPy arrays standing in for CuPy's: its launch, run on the CPU, is right,
+    the input gradient's bfloat16 copy too."""
     entry = importlib.import_module("autogemm.ops.elementwise")    # the package's `elementwise` is the function
     launched = []
     monkeypatch.setattr(entry, "_contiguous", lambda x, what: x)
@@ -410,13 +415,17 @@ def test_autogemm_linear_xent_binds_the_arguments_its_kernel_takes(tmp_path, mon
     labels = rng.integers(0, 10, 29).astype(np.int32)
     logits, grad = np.full((29, 10), np.nan, np.float32), np.full((29, 10), np.nan, np.float32)
     grad_in, loss = np.full((29, 200), np.nan, np.float32), np.zeros(1, np.float32)
-    entry.linear_xent(a, w, b, labels, logits, grad, 1 / 29, loss, grad_in, "sigmoid")
+    grad_in_bf16 = np.zeros((29, 200), np.uint16)
+    monkeypatch.setattr(entry, "_bf16_bits", lambda x, shape, what: 4)
+    entry.linear_xent(a, w, b, labels, logits, grad, 1 / 29, loss, grad_in, "sigmoid", grad_in_bf16=grad_in_bf16)
     (name, problem, args, config), = launched
     fam = family(name)
+    assert problem.grad_in_bf16
     run([Launch(fam.instance(fam.default(problem, H100), problem), list(args))], tmp_path)
     expected = linear_xent.reference(problem, a, w, b, labels, 1 / 29)
     for name, got in (("logits", logits), ("grad", grad), ("grad_in", grad_in), ("loss", loss)):
         check(got, expected[name][:2], expected[name][2], "float32")
+    assert np.array_equal(grad_in_bf16, gemm.bf16_bits(grad_in))
 
 
 # ---- conv2d: the implicit-GEMM forward convolution -------------------------------------------------

@@ -23,6 +23,16 @@ def _contiguous(x, what: str):
     return x
 
 
+def _bf16_bits(x, shape, what: str) -> int:
+    """Check that x holds bfloat16 bits of `shape` (a C-contiguous uint16 cupy array, as to_bf16 makes);
+    the widest vector (1, 2, 4 elements) its pointer allows."""
+    cupy = require_cupy()
+
+    if not isinstance(x, cupy.ndarray) or x.dtype != np.uint16 or not x.flags.c_contiguous or x.shape != shape:
+        raise BadArguments(f"{what} must be a C-contiguous uint16 cupy array of shape {shape} (autogemm.to_bf16's bits)")
+    return max(v for v in (1, 2, 4) if x.data.ptr % (2 * v) == 0)
+
+
 def _aligned(*arrays) -> int:
     for width in (4, 2):
         if all(x.data.ptr % (width * x.itemsize) == 0 for x in arrays):
@@ -98,11 +108,13 @@ def softmax_xent(z, labels, grad, scale, loss_acc, config=None):
     return grad
 
 
-def linear_xent(a, w, bias, labels, logits, grad, scale, loss_acc, grad_in=None, activation=None, config=None):
+def linear_xent(a, w, bias, labels, logits, grad, scale, loss_acc, grad_in=None, activation=None, config=None,
+                grad_in_bf16=None):
     """An MLP's output layer in one kernel (at most 32 classes): logits = a w^T + bias;
     grad = (softmax(logits) - onehot(labels)) * scale; loss_acc[0] += summed cross-entropy; and with
     `grad_in`, the input's gradient grad_in = (grad w) * act'(.), `a` being the saved output of
-    `activation` ("sigmoid" or "relu")."""
+    `activation` ("sigmoid" or "relu"); with `grad_in_bf16` (uint16, grad_in's shape; float32), also
+    grad_in rounded to bfloat16 (as `to_bf16` rounds), for GEMMs that read it so."""
     for x, what in ((a, "a"), (w, "w"), (bias, "bias"), (logits, "logits"), (grad, "grad")):
         _contiguous(x, what)
     rows, inputs = a.shape if a.ndim == 2 else (0, 0)
@@ -128,9 +140,16 @@ def linear_xent(a, w, bias, labels, logits, grad, scale, loss_acc, grad_in=None,
         raise BadArguments(f"linear_xent: every array must be {a.dtype}, labels int32")
     if loss_acc.dtype != a.dtype or loss_acc.size < 1:
         raise BadArguments(f"linear_xent: loss_acc must be a {a.dtype} array of at least one element")
-    problem = lx_family.Problem(rows, classes, inputs, str(a.dtype), activation, _aligned(*arrays))
+    aligned = _aligned(*arrays)
+    if grad_in_bf16 is not None:
+        if grad_in is None or a.dtype != np.float32:
+            raise BadArguments("linear_xent: grad_in_bf16 is grad_in's bfloat16 copy: it needs grad_in, of float32")
+        aligned = min(aligned, _bf16_bits(grad_in_bf16, grad_in.shape, "linear_xent: grad_in_bf16"))
+    problem = lx_family.Problem(rows, classes, inputs, str(a.dtype), activation, aligned,
+                                grad_in_bf16=grad_in_bf16 is not None)
     _run("linear_xent", problem, (a, w, bias, labels, logits, grad,
-                                  grad_in if grad_in is not None else np.uint64(0), loss_acc,
+                                  grad_in if grad_in is not None else np.uint64(0),
+                                  grad_in_bf16 if grad_in_bf16 is not None else np.uint64(0), loss_acc,
                                   np.int32(rows), _scalar(a.dtype)(scale)), config)
     return grad
 

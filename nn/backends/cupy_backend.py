@@ -33,8 +33,9 @@ class CupyBackend(Backend):
     """autogemm kernels on one GPU; `tuned` picks configs from tuned/ (else the family defaults);
     `precision` is its GEMMs' (autogemm.gemm's). At precision bf16 a GEMM whose operands a kernel
     can read in bfloat16 (Hopper's, rows of whole 16-byte vectors) reads them so: read-only arrays
-    (`read_only`: the data) rounded once, the others (weights, gradients) rounded by to_bf16 before
-    each call; float32 weights, sums and outputs."""
+    (`read_only`: the data) rounded once, the output layer's input gradient written in bfloat16 too by
+    linear_xent, the others (weights, gradients) rounded by to_bf16 before each call; float32
+    weights, sums and outputs."""
 
     name = "cupy"
     can_capture = True
@@ -58,7 +59,8 @@ class CupyBackend(Backend):
         self.config = None if tuned else "default"  # None: autogemm's tuned lookup
         self.precision = precision
         self._plans = {}
-        self._bf16_copies = []          # (float32 array, its bfloat16 copy): the read-only arrays'
+        self._bf16_copies = []          # (float32 array, its bfloat16 copy) kept current without a rounding
+                                        # pass: read-only arrays' (rounded once), input gradients' (linear_xent)
 
     # ---- storage --------------------------------------------------------------------------
 
@@ -120,8 +122,9 @@ class CupyBackend(Backend):
         return RoundedGemm(gemm, [r for r in (round_a, round_b) if r is not None])
 
     def _bf16_copy(self, x):
-        """(x's bfloat16 copy, the call that rounds x into it before each GEMM, or None for a
-        read-only array's copy, rounded once)."""
+        """(x's bfloat16 copy, the call that rounds x into it before each GEMM, or None for a copy
+        kept current otherwise: a read-only array's, rounded once; an input gradient's, written by
+        linear_xent)."""
         for source, copy in self._bf16_copies:
             offset = x.data.ptr - source.data.ptr
             if 0 <= offset < source.nbytes:
@@ -141,7 +144,19 @@ class CupyBackend(Backend):
             super().linear_xent(a, w, bias, labels, logits, grad_out, scale, loss_acc, grad_in, activation)
             return
         autogemm.linear_xent(a, w, bias, labels, logits, grad_out, scale, loss_acc, grad_in, activation,
-                             config=self.config)
+                             config=self.config, grad_in_bf16=self._written_bf16_copy(grad_in))
+
+    def _written_bf16_copy(self, grad_in):
+        """At precision bf16, the bfloat16 copy of the input gradient that linear_xent writes beside
+        it, so that the GEMMs reading it find it made (no rounding pass); else None."""
+        if self.precision != "bf16" or grad_in is None or grad_in.dtype != np.float32 or not grad_in.flags.c_contiguous:
+            return None
+        base = grad_in.base       # the whole buffer where grad_in is its first rows: a step's on fewer rows share it
+        source = base if base is not None and base.flags.c_contiguous and base.data.ptr == grad_in.data.ptr else grad_in
+        copy, round_into = self._bf16_copy(source)
+        if round_into is not None:     # a new copy: from now on written by linear_xent
+            self._bf16_copies.append((source, copy))
+        return self._bf16_copy(grad_in)[0]
 
     def column_sums(self, g, out, scale=1.0, accumulate=False):
         if g.shape[0] == 0:  # no rows: the sums are zero

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -155,6 +155,21 @@ profile-step)   # where a training step's time goes: each operation of the CME 2
             python -m nn.profile --network $network --backend $backend --json "$out/profile-$network-$backend.json"
         done
     done > "$out/profile-step.txt" 2>&1; cat "$out/profile-step.txt"
+    ;;
+bf16-grad-in|h200-bf16-grad-in)   # at bf16 the output layer writes its input gradient's bfloat16 copy
+                                  # (no rounding pass before the weight update): its GPU tests, the
+                                  # stale (linear_xent) records tuned again, the epochs, the steps profiled
+    python -m pytest -q -m gpu tests/test_elementwise_gpu.py tests/test_cupy_backend_gpu.py \
+        -k "linear_xent or bf16 or reduced" > "$out/pytest-bf16-grad-in.txt" 2>&1; tail -1 "$out/pytest-bf16-grad-in.txt"
+    python -m autogemm.cli tune --stale --trials 24 --timeout 12 > "$out/tune-stale.log" 2>&1
+    grep -E "│ linear_xent|rror" "$out/tune-stale.log" | cut -c1-150 | tail -20
+    python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32,cupy-tuned-bf16 \
+        --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -3 "$out/nn-bench.txt"
+    for network in cme213 large; do
+        python -m nn.profile --network $network --backend cupy-tuned-bf16 --json "$out/profile-$network-bf16.json"
+    done > "$out/profile-step.txt" 2>&1; cat "$out/profile-step.txt"
+    (cd "$out" && tar czf logs.tgz pytest-*.txt tune-stale.log profile-*.json && rm pytest-*.txt tune-stale.log profile-*.json)
+    cp tuned/nvidia-h*.json "$out/"
     ;;
 h200-pretranspose)   # the H200's file after pretranspose joined the space: its GPU tests, the weight
                      # updates' (tn) records tuned again in tf32 and fp32, the epochs
