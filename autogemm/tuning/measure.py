@@ -50,7 +50,10 @@ def _compile_pool() -> ThreadPoolExecutor:
 
 
 class KernelMeasure:
-    """What every family shares; subclasses bind operands (`launcher`) and check (`verify`)."""
+    """What every family shares; subclasses bind operands (`launcher`) and check (`verify`: by
+    default, the families with one output `out` and its reference `expected`)."""
+
+    POISON = np.nan     # what `out` holds before a checked run: a value no correct kernel leaves
 
     def __init__(self, key: Key, device: DeviceInfo, seed: int = 0):
         self.key, self.device = key, device
@@ -102,7 +105,9 @@ class KernelMeasure:
         raise NotImplementedError
 
     def verify(self, run) -> float:
-        raise NotImplementedError
+        self.out.fill(self.POISON)
+        run()
+        return self.check(self.out, *self.expected)
 
     # ---- helpers ------------------------------------------------------------------------------------
     def normal(self, *shape):
@@ -141,11 +146,6 @@ class GemmMeasure(KernelMeasure):
 
         return plan_gemm(self.a, self.b, self.out, trans_a=self.trans_a, trans_b=self.trans_b,
                          config=cfg, kernel_family=self.key.family, precision=self.precision)
-
-    def verify(self, run) -> float:
-        self.out.fill(np.nan)
-        run()
-        return self.check(self.out, *self.expected)
 
     def baseline(self, reps: int) -> Timing:
         run = lambda: cublas_gemm(self.a, self.b, self.out, self.trans_a, self.trans_b, self.precision)  # noqa: E731
@@ -283,11 +283,6 @@ class ColsumMeasure(KernelMeasure):
         from autogemm.ops.elementwise import column_sums
 
         return lambda: column_sums(self.g, self.out, config=cfg)
-
-    def verify(self, run) -> float:
-        self.out.fill(np.nan)
-        run()
-        return self.check(self.out, *self.expected)
 
 
 class ConvMeasure(KernelMeasure):
@@ -448,6 +443,8 @@ class AdamMeasure(KernelMeasure):
 class ToBf16Measure(KernelMeasure):
     """Random float32 values rounded to bfloat16, checked bit for bit."""
 
+    POISON = 0xFFFF     # a bfloat16 NaN that no rounding of these values gives
+
     def __init__(self, key: Key, device: DeviceInfo, seed: int = 0):
         import cupy
 
@@ -461,11 +458,6 @@ class ToBf16Measure(KernelMeasure):
         from autogemm.ops.gemm import to_bf16
 
         return lambda: to_bf16(self.x, self.out, config=cfg)
-
-    def verify(self, run) -> float:
-        self.out.fill(0xFFFF)                                          # a NaN no rounding of these values gives
-        run()
-        return self.check(self.out, *self.expected)
 
 
 class TransposeMeasure(KernelMeasure):
@@ -484,11 +476,6 @@ class TransposeMeasure(KernelMeasure):
         from autogemm.ops.gemm import transpose
 
         return lambda: transpose(self.x, self.out, config=cfg)
-
-    def verify(self, run) -> float:
-        self.out.fill(np.nan)
-        run()
-        return self.check(self.out, *self.expected)
 
 
 MEASURES = {"gemm": GemmMeasure, "gemm_naive": GemmMeasure, "gemm_wgmma": GemmMeasure,
