@@ -85,7 +85,7 @@ CONSTRAINTS = (
 
 
 def sources(c) -> tuple[str, ...]:
-    return TEMPLATE, "common.cuh"
+    return TEMPLATE, "common.cuh", "bf16.cuh"
 
 
 def template_args(c, p: Problem) -> dict:

@@ -47,7 +47,7 @@ CONSTRAINTS = (
 
 
 def sources(c) -> tuple[str, ...]:
-    return TEMPLATE, "common.cuh"
+    return TEMPLATE, "common.cuh", "bf16.cuh"
 
 
 def default_candidates(p: Problem, d):
