@@ -4,12 +4,13 @@ Every family module keeps the contract of kernels.contract.KernelFamily; a new f
 a module, and a line here.
 """
 from kernels import (adam, colsum, conv2d, conv2d_dgrad, conv2d_dgrad_direct, conv2d_direct, conv2d_wgrad,
-                     conv2d_wgrad_direct, elementwise, gemm, gemm_naive, gemm_wgmma, linear_xent, pool2x2, softmax_xent,
-                     to_bf16, transpose)
+                     conv2d_wgrad_direct, elementwise, gemm, gemm_naive, gemm_wgmma, linear_backward, linear_xent,
+                     pool2x2, softmax_xent, to_bf16, transpose)
 from kernels.contract import KernelFamily
 
 REGISTRY: dict[str, KernelFamily] = {
-    module.NAME: module for module in (gemm, gemm_naive, gemm_wgmma, elementwise, softmax_xent, colsum, linear_xent, conv2d,
+    module.NAME: module for module in (gemm, gemm_naive, gemm_wgmma, elementwise, softmax_xent, colsum, linear_xent,
+                                       linear_backward, conv2d,
                                        conv2d_dgrad, conv2d_wgrad, conv2d_direct, conv2d_dgrad_direct,
                                        conv2d_wgrad_direct, pool2x2, adam, to_bf16, transpose)}
 

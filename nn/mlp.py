@@ -10,6 +10,12 @@ import numpy as np
 from nn.backends import ACTIVATIONS, Backend
 
 INITS = ("cme213", "he")
+# Above this many bytes of the output layer's input A, the step carries the output layer's gradient
+# down in a pass of its own over A (Backend.linear_backward, with the weight and bias steps); below
+# it, A stays in a GPU's L2 and the step is bound by launch latency, so the output layer's one kernel
+# (linear_xent with the input gradient) with the weight and bias steps on the side branch is faster
+# (tuned/bench/issue18-h100/linear-backward/).
+OUTPUT_BACKWARD_APART_BYTES = 16 << 20
 
 
 def init_params(sizes, init="cme213", seed=0):
@@ -104,6 +110,8 @@ class Step:
 
     Buffers are allocated once; a step on n rows uses their first n rows. The cross-entropy gradient
     is scaled by 1/batch, so per-rank weight gradients sum over ranks to the one-process gradient.
+    `output_backward_apart`: whether the output layer's backward pass is an operation of its own
+    (linear_backward: a large input, see OUTPUT_BACKWARD_APART_BYTES) or comes with its forward pass.
     """
 
     def __init__(self, model: MLP, max_rows, batch, lr, reg):
@@ -123,6 +131,8 @@ class Step:
         ends = np.cumsum([0] + [w.size + b.size for w, b in zip(self.dW, self.db)])
         self.layer_grads = [self.grads[lo:hi] for lo, hi in zip(ends[:-1], ends[1:])]
         self.loss_sum = bk.zeros((1,))  # sum of -log P[i, y_i] over rows seen since reset_loss
+        self.output_backward_apart = (model.layers > 1
+                                      and max_rows * sizes[-2] * bk.dtype.itemsize > OUTPUT_BACKWARD_APART_BYTES)
         self._x = None
 
     def reset_loss(self):
@@ -130,41 +140,59 @@ class Step:
 
     def forward(self, x, labels):
         """Forward pass and the output layer (Backend.linear_xent): loss into loss_sum,
-        G_last = (P - Y) / batch, and the last hidden layer's G_{last-1} with it."""
+        G_last = (P - Y) / batch, and the last hidden layer's G_{last-1} with it unless the backward
+        pass makes it (output_backward_apart)."""
         n, m = x.shape[0], self.model
         self._x = x
         a = m.hidden(x, [act[:n] for act in self.acts])
-        grad_in = self.deltas[-2][:n] if m.layers > 1 else None
+        grad_in = self.deltas[-2][:n] if m.layers > 1 and not self.output_backward_apart else None
         m.backend.linear_xent(a, m.W[-1], m.b[-1], labels, self.logits[:n], self.deltas[-1][:n], 1.0 / self.batch,
                               self.loss_sum, grad_in, m.activation if grad_in is not None else None)
 
     def backward(self, weight_grads=True, layer_done=lambda l: None):
         """G_{l-1} = (G_l W_l) * act'(A_{l-1}) below the last hidden layer (whose G came with the
-        loss); dW_l = G_l^T A_{l-1} and db_l too when weight_grads, then layer_done(l).
+        loss, or with output_backward_apart comes first here); dW_l = G_l^T A_{l-1} and db_l too
+        when weight_grads, then layer_done(l).
 
-        dW and db hold the data term only: the update adds reg * W. Weights are not modified.
+        With output_backward_apart the output layer carries its gradient down in one operation with
+        its weight gradient and the bias gradient of the layer below (Backend.linear_backward): into
+        dW and db with weight_grads, else as the SGD step on that W and b themselves, in place (one
+        rank: update_fused takes the other layers' steps). dW and db hold the data term only: the
+        update adds reg * W. Other weights are not modified.
         """
         bk, m = self.model.backend, self.model
         n = self._x.shape[0]
+        top, apart = m.layers - 1, self.output_backward_apart
         for l in reversed(range(m.layers)):
             g = self.deltas[l][:n]
             a_prev = self._x if l == 0 else self.acts[l - 1][:n]
+            if l == top and apart:
+                grad_in = self.deltas[l - 1][:n]
+                if weight_grads:
+                    bk.linear_backward(g, m.W[l], a_prev, grad_in, m.activation, self.dW[l], self.db[l - 1])
+                else:
+                    bk.linear_backward(g, m.W[l], a_prev, grad_in, m.activation, m.W[l], m.b[l - 1],
+                                       alpha=-self.lr, beta=1.0 - self.lr * self.reg, accumulate_db=True)
             if weight_grads:
-                bk.column_sums(g, self.db[l])
-                bk.gemm(g, a_prev, self.dW[l], trans_a=True)
+                if not (apart and l == top - 1):        # linear_backward summed G_{top-1}
+                    bk.column_sums(g, self.db[l])
+                if not (apart and l == top):
+                    bk.gemm(g, a_prev, self.dW[l], trans_a=True)
                 layer_done(l)
-            if 0 < l < m.layers - 1:
+            if 0 < l < top:
                 bk.gemm(g, m.W[l], self.deltas[l - 1][:n], epilogue=f"d{m.activation}", aux=a_prev)
 
     def update_fused(self):
         """One rank: W_l <- (-lr) G_l^T A_{l-1} + (1 - lr reg) W_l as one in-place GEMM, and
-        b_l <- b_l + (-lr) * column sums of G_l as one pass: no gradient buffer is written.
+        b_l <- b_l + (-lr) * column sums of G_l as one pass: no gradient buffer is written (the
+        output layer's W and the bias below it are stepped already with output_backward_apart).
 
         The first layer's update (the step's biggest GEMM but one) runs on its own; every other
         update goes on the side branch alongside it. They touch disjoint parameters and only read
         what the backward pass finished writing."""
         bk, m = self.model.backend, self.model
         n = self._x.shape[0]
+        top, apart = m.layers - 1, self.output_backward_apart
 
         def update(l):
             a_prev = self._x if l == 0 else self.acts[l - 1][:n]
@@ -172,10 +200,11 @@ class Step:
                     beta=1.0 - self.lr * self.reg, c=m.W[l])
 
         with bk.side_branch():
-            for l in range(1, m.layers):
+            for l in range(1, top if apart else m.layers):
                 update(l)
             for l in range(m.layers):
-                bk.column_sums(self.deltas[l][:n], m.b[l], -self.lr, accumulate=True)
+                if not (apart and l == top - 1):
+                    bk.column_sums(self.deltas[l][:n], m.b[l], -self.lr, accumulate=True)
         update(0)
         bk.join_branch()
 

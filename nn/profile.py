@@ -23,7 +23,7 @@ from nn.layers import LENET, parse_layers
 from nn.mlp import MLP, Step, init_params
 from nn.outputs import claim_json, write_json
 
-OPERATIONS = ("gemm", "linear_xent", "softmax_xent", "column_sums", "sgd_update", "conv2d", "conv2d_backward_data",
+OPERATIONS = ("gemm", "linear_xent", "linear_backward", "softmax_xent", "column_sums", "sgd_update", "conv2d", "conv2d_backward_data",
               "conv2d_backward_weights", "maxpool2x2", "maxpool2x2_backward", "adam_update")
 LENET_BATCH = 1000
 
@@ -51,6 +51,9 @@ def describe(name: str, args, kwargs) -> str:
         a, w = args[:2]
         activation = kwargs.get("activation", args[9] if len(args) > 9 else None)
         return f"linear_xent {a.shape[0]}x{w.shape[0]}x{a.shape[1]}" + (f" {activation}" if activation else "")
+    if name == "linear_backward":
+        g, w, a, _, activation, dw = args[:6]
+        return f"linear_backward {a.shape[0]}x{w.shape[0]}x{a.shape[1]} {activation}" + (" in place" if dw is w else "")
     if name.startswith("conv2d"):   # the maps it reads by the filters (or their gradient)
         maps, filters = args[1:3] if name == "conv2d_backward_weights" else args[:2]
         return f"{name} {shape(maps)} by {shape(filters)}"

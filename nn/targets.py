@@ -75,6 +75,15 @@ class LaunchRecorder(Backend):
         role = f"{self.name_of(logits)}, {', '.join(outputs)} from {self.name_of(a)} {self.name_of(w)}^T"
         self._record("linear_xent", (a.shape[0], w.shape[0], a.shape[1]), activation or NO_OP, role)
 
+    def linear_backward(self, g, w, a, grad_in, activation, dw, db, alpha=1.0, beta=0.0, accumulate_db=False):
+        if w.shape[0] > autogemm.LINEAR_BACKWARD_MAX_CLASSES:     # the GPU backend composes it, as here
+            super().linear_backward(g, w, a, grad_in, activation, dw, db, alpha, beta, accumulate_db)
+            return
+        role = (f"{self.name_of(grad_in)}, {self.name_of(dw)}{' step' if beta else ''}, "
+                f"{self.name_of(db)}{' step' if accumulate_db else ''} from {self.name_of(g)} {self.name_of(w)}, "
+                f"{self.name_of(a)}")
+        self._record("linear_backward", (a.shape[0], w.shape[0], a.shape[1]), activation, role)
+
     def column_sums(self, g, out, scale=1.0, accumulate=False):
         role = f"{self.name_of(out)} {'+=' if accumulate else '='} column sums of {self.name_of(g)}"
         self._record("colsum", g.shape, NO_OP, role)

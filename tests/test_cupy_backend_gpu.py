@@ -65,10 +65,48 @@ def test_operations_match_numpy(name):
     for got, want in zip(*heads):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
 
+    b1_host = rng.standard_normal(29)                           # (H,)
+    back = []                                   # the output layer's backward pass: as gradients, and as the SGD step
+    for bk in (gpu, ref):
+        g2, a1_, w2_ = bk.asarray(heads[0][1]), bk.asarray(a1), bk.asarray(w2)
+        grad_in, dw, db = bk.empty((37, 29)), bk.empty((10, 29)), bk.empty(29)
+        bk.linear_backward(g2, w2_, a1_, grad_in, "sigmoid", dw, db)
+        b1 = bk.asarray(b1_host)
+        bk.linear_backward(g2, w2_, a1_, bk.empty((37, 29)), "sigmoid", w2_, b1, alpha=-0.1, beta=0.99,
+                           accumulate_db=True)
+        back.append([bk.to_numpy(x) for x in (grad_in, dw, db, w2_, b1)])
+    for got, want in zip(*back):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
     sums = [bk.to_numpy(bk.column_sums(bk.asarray(g), bk.empty(23), 0.5)) for bk in (gpu, ref)]
     np.testing.assert_allclose(*sums, rtol=1e-12)
     updated = [bk.to_numpy(bk.sgd_update(bk.asarray(w), bk.asarray(w * 0.3), 0.1, 1e-3)) for bk in (gpu, ref)]
     np.testing.assert_allclose(*updated, rtol=1e-14)
+
+
+@pytest.mark.parametrize("apart", [False, True], ids=["output-backward-with-forward", "output-backward-apart"])
+def test_one_rank_steps_match_numpy_with_the_output_layers_backward_pass_either_way(apart, monkeypatch):
+    """Three fused one-rank steps in float64, the output layer's gradient carried down by linear_xent
+    or apart by linear_backward (with the W2 and b1 steps in place), against the NumPy backend."""
+    from nn import mlp
+
+    monkeypatch.setattr(mlp, "OUTPUT_BACKWARD_APART_BYTES", -1 if apart else 2**62)
+    rng = np.random.default_rng(7)
+    sizes = (50, 40, 10)
+    params = [(w * 30, rng.standard_normal(b.shape) * 0.1) for w, b in mlp.init_params(sizes, "cme213", 7)]
+    x, y = rng.standard_normal((64, 50)), rng.integers(0, 10, 64)                # X: (64, 50), labels (64,)
+    results = []
+    for name in ("cupy", "numpy"):
+        bk = get_backend(name, "float64")
+        model = mlp.MLP(bk, sizes, "sigmoid", params)
+        step = mlp.Step(model, 64, 64, lr=0.3, reg=0.01)
+        assert step.output_backward_apart == apart
+        for _ in range(3):
+            step.train_batch(bk.asarray(x), bk.asarray(y))
+        results.append(model.params_numpy())
+    for (w_gpu, b_gpu), (w_ref, b_ref) in zip(*results):
+        np.testing.assert_allclose(w_gpu, w_ref, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(b_gpu, b_ref, rtol=1e-12, atol=1e-14)
 
 
 def _train(tmp_path, name, *args, ranks=None):
@@ -240,9 +278,11 @@ def test_bf16_gemms_read_bfloat16_copies_of_their_operands():
     assert compare(cupy.asnumpy(dw), want, magnitude, 800, np.float32, "bf16").ok
 
 
-def test_bf16_input_gradient_is_written_in_bfloat16_by_the_output_layer():
-    """At precision bf16 linear_xent writes its input gradient's bfloat16 copy beside it (a buffer's
-    first rows, then fewer of them), so the weight-gradient GEMM reading it rounds nothing: its result
+@pytest.mark.parametrize("writer", ["linear_xent", "linear_backward"])
+def test_bf16_input_gradient_is_written_in_bfloat16_by_the_output_layer(writer):
+    """At precision bf16 the output layer's kernel that makes its input gradient (linear_xent, or
+    linear_backward as the MLP's step calls it) writes its bfloat16 copy beside it (a buffer's first
+    rows, then fewer of them), so the weight-gradient GEMM reading it rounds nothing: its result
     within float32's bound of the bfloat16 values' product, each step's."""
     import cupy
 
@@ -260,14 +300,19 @@ def test_bf16_input_gradient_is_written_in_bfloat16_by_the_output_layer():
     w2, b2 = bk.asarray(rng.standard_normal((10, 256)) / 16), bk.asarray(rng.standard_normal(10))
     labels = bk.asarray(rng.integers(0, 10, 800))
     logits, grad, grad_in = bk.empty((800, 10)), bk.empty((800, 10)), bk.empty((800, 256))
-    loss, dw = bk.zeros((1,)), bk.empty((256, 784))
+    loss, dw, b1 = bk.zeros((1,)), bk.empty((256, 784)), bk.zeros((256,))
 
     def rounded(a):
         return (bf16_bits(a).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
     for rows in (800, 500, 800):
-        bk.linear_xent(a1[:rows], w2, b2, labels[:rows], logits[:rows], grad[:rows], 1 / 800, loss, grad_in[:rows],
-                       "sigmoid")
+        if writer == "linear_xent":
+            bk.linear_xent(a1[:rows], w2, b2, labels[:rows], logits[:rows], grad[:rows], 1 / 800, loss, grad_in[:rows],
+                           "sigmoid")
+        else:
+            bk.linear_xent(a1[:rows], w2, b2, labels[:rows], logits[:rows], grad[:rows], 1 / 800, loss)
+            bk.linear_backward(grad[:rows], w2, a1[:rows], grad_in[:rows], "sigmoid", w2, b1, alpha=-0.1, beta=1.0,
+                               accumulate_db=True)
         bk.gemm(grad_in[:rows], x[:rows], dw, trans_a=True)
         g = cupy.asnumpy(grad_in[:rows])
         want, magnitude, _ = reference(Problem(256, 784, rows, trans_a=True), rounded(g), rounded(x_host[:rows]))["d"]

@@ -1,4 +1,5 @@
-"""GPU checks of the elementwise, softmax + cross-entropy, column-sum and output-layer families against NumPy."""
+"""GPU checks of the elementwise, softmax + cross-entropy, column-sum and output-layer (both ways) families against
+NumPy."""
 import numpy as np
 import pytest
 
@@ -102,6 +103,29 @@ def test_linear_xent_every_sampled_config_matches_float64(shape, op, dtype):
 
     if w_bytes(measure.problem) + STATIC_SMEM <= device.smem_per_block:
         assert {c.w_smem for c in configs} == {False, True}
+    for cfg in configs:
+        error = measure.verify(measure.launcher(cfg))
+        assert error < (1e-5 if dtype == "float32" else 1e-13), fam.instance_name(cfg, measure.problem)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape,op", [((800, 10, 1000), "sigmoid"), ((400, 10, 100), "relu"), ((37, 3, 34), "sigmoid"),
+                                      ((8192, 10, 4096), "sigmoid"), ((1, 32, 4096), "relu"), ((200, 10, 250), "relu")])
+def test_linear_backward_every_sampled_config_matches_float64(shape, op, dtype):
+    """G_in and the SGD steps on dW and db of the default and 12 random configs (row slices or none),
+    within the float64 reference's bounds (autogemm.tuning.measure), G_in poisoned before every run."""
+    from autogemm.runtime.device import this_device
+    from autogemm.runtime.family import family
+    from autogemm.store.keys import make_key
+    from autogemm.tuning.measure import measure_for
+
+    key = make_key("linear_backward", shape, op, dtype)
+    device = this_device()
+    measure = measure_for(key, device, seed=sum(shape))
+    fam = family("linear_backward")
+    configs = fam.candidates(measure.problem, device) + fam.sample(measure.problem, device, 12, seed=shape[2])
+    if shape[0] > 64:
+        assert {c.split > 1 for c in configs} == {False, True}
     for cfg in configs:
         error = measure.verify(measure.launcher(cfg))
         assert error < (1e-5 if dtype == "float32" else 1e-13), fam.instance_name(cfg, measure.problem)

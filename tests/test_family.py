@@ -15,7 +15,8 @@ from autogemm.ops.kernels import kernel
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import FAMILIES, family
 from autogemm.tuning.targets import parse_shapes
-from kernels import adam, call_of, colsum, elementwise, gemm, gemm_seeds, linear_xent, pool2x2, softmax_xent, to_bf16
+from kernels import (adam, call_of, colsum, elementwise, gemm, gemm_seeds, linear_backward, linear_xent, pool2x2,
+                     softmax_xent, to_bf16)
 from kernels.contract import ceil_div
 
 GEMM = family("gemm")
@@ -49,6 +50,9 @@ def problems_of(name: str, dtype: str) -> list:
     if name == "linear_xent":
         return [linear_xent.Problem(rows, classes, inputs, dtype, act) for rows, classes, inputs, act in
                 ((800, 10, 1000, "sigmoid"), (1, 1, 4, None), (33, 32, 4096, "relu"))]
+    if name == "linear_backward":
+        return [linear_backward.Problem(rows, classes, inputs, dtype, act) for rows, classes, inputs, act in
+                ((800, 10, 1000, "sigmoid"), (1, 1, 4, "relu"), (33, 32, 4096, "relu"))]
     if name.startswith("conv2d"):
         return [family(name).Problem(*sizes, dtype, act) for *sizes, act in
                 ((1000, 1, 28, 28, 6, 3, "relu"), (1, 1, 1, 1, 1, 1, None), (7, 6, 13, 13, 10, 3, "sigmoid"))]
@@ -436,6 +440,10 @@ def reference_operands(name: str, p, rng) -> dict:
     if name == "linear_xent":
         return {"a": rng.uniform(0, 1, (p.rows, p.inputs)), "w": normal((p.classes, p.inputs)),
                 "bias": normal(p.classes), "labels": rng.integers(0, p.classes, p.rows), "scale": 1 / p.rows}
+    if name == "linear_backward":
+        return {"g": normal((p.rows, p.classes)), "w": normal((p.classes, p.inputs)),
+                "a": rng.uniform(0, 1, (p.rows, p.inputs)), "dw": normal((p.classes, p.inputs)), "db": normal(p.inputs),
+                "alpha": -0.5, "beta": 0.9, "db_beta": 1.0}
     if name == "softmax_xent":
         return {"z": normal((p.rows, p.cols)), "labels": rng.integers(0, p.cols, p.rows), "scale": 1 / p.rows}
     if name == "conv2d":

@@ -18,7 +18,7 @@ import pytest
 
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import family
-from kernels import adam, elementwise, gemm, linear_xent, pool2x2, to_bf16
+from kernels import adam, elementwise, gemm, linear_backward, linear_xent, pool2x2, to_bf16
 from kernels.contract import RowsProblem
 
 NVCC = shutil.which("nvcc")
@@ -73,7 +73,8 @@ TF32X3_SPACE = family("gemm").restricted({"math": ("3xtf32",), "copy": ("async",
 
 def small_families() -> list:
     """gemm_naive, elementwise (every op), softmax_xent, colsum, linear_xent (with and without the
-    input gradient and its bfloat16 copy, K with and without a ragged last slice), the convolutions (LeNet's layers, odd sizes),
+    input gradient and its bfloat16 copy, K with and without a ragged last slice), linear_backward
+    (both activations, 10 and 32 classes, the bfloat16 copy), the convolutions (LeNet's layers, odd sizes),
     pooling both ways and Adam, both dtypes, sampled configs; the bfloat16 rounding's every vector width."""
     out = []
     for dtype in DTYPES:
@@ -96,6 +97,12 @@ def small_families() -> list:
         if dtype == "float32":                 # the input gradient's bfloat16 copy too
             problem = linear_xent.Problem(800, 10, 4096, dtype, "sigmoid", grad_in_bf16=True)
             out += [lx.instance(cfg, problem) for cfg in lx.candidates(problem, H100)[:2] + lx.sample(problem, H100, 4)]
+        lb = family("linear_backward")
+        for classes, inputs, activation, bf16 in ((10, 4096, "sigmoid", dtype == "float32"), (10, 1000, "relu", False),
+                                                  (32, 100, "sigmoid", False), (3, 66, "relu", False)):
+            problem = linear_backward.Problem(8192, classes, inputs, dtype, activation, grad_in_bf16=bf16)
+            out += [lb.instance(cfg, problem) for cfg in lb.candidates(problem, H100)[:2] + lb.sample(problem, H100, 5,
+                                                                                                    seed=inputs)]
         for name in ("conv2d", "conv2d_dgrad", "conv2d_wgrad", "conv2d_direct", "conv2d_dgrad_direct",
                      "conv2d_wgrad_direct"):
             cv = family(name)
@@ -209,7 +216,8 @@ def test_sample_covers_the_space():
     assert any(c.split_k > 1 for c in configs)
     assert {"_even_" in i.name for i in GEMM_SAMPLE} == {True, False}
     assert {"_even_" in i.name for i in GEMM_MATRIX} == {True, False}
-    assert {i.family for i in SMALL} == {"gemm_naive", "elementwise", "softmax_xent", "colsum", "linear_xent", "conv2d",
+    assert {i.family for i in SMALL} == {"gemm_naive", "elementwise", "softmax_xent", "colsum", "linear_xent",
+                                         "linear_backward", "conv2d",
                                          "conv2d_dgrad", "conv2d_wgrad", "conv2d_direct", "conv2d_dgrad_direct",
                                          "conv2d_wgrad_direct", "pool2x2", "adam", "to_bf16", "transpose"}
     heads = [i.config for i in SMALL if i.family == "linear_xent"]

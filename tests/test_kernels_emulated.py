@@ -12,7 +12,7 @@ from autogemm.runtime.device import H100
 from autogemm.runtime.family import family
 from autogemm.tuning.verify import compare
 from emulated import GXX, Launch, run
-from kernels import gemm, linear_xent
+from kernels import gemm, linear_backward, linear_xent
 
 if GXX is None:
     pytest.skip("g++ is not on PATH: the emulated kernels need it", allow_module_level=True)
@@ -72,6 +72,63 @@ def test_linear_xent_matches_float64_on_the_cpu(tmp_path):
             check(got[name], (value, magnitude), k, dtype)
         if got["grad_in_bf16"] is not None:       # grad_in's bits, rounded to nearest even
             assert np.array_equal(got["grad_in_bf16"], gemm.bf16_bits(got["grad_in"]))
+
+
+# ---- linear_backward -----------------------------------------------------------------------------
+# (rows, classes, inputs, activation, dtype, SGD step): ragged column tiles and row slices, both
+# activations and dtypes; the SGD step's alpha, beta and db_beta, else a plain gradient into NaNs
+# (beta = 0 must not read them).
+BACKWARDS = [(37, 10, 200, "sigmoid", "float32", True), (50, 3, 96, "relu", "float64", False),
+             (29, 32, 130, "sigmoid", "float32", False), (70, 10, 100, "relu", "float32", True),
+             (5, 7, 36, "sigmoid", "float64", True)]
+BACKWARD_SPACE = {"threads": (64, 128, 256)}     # at most 256 threads (OS threads)
+
+
+def backward_launches(rows, classes, inputs, activation, dtype, sgd, seed):
+    """(launch, outputs, reference) for the default and sampled configs of one problem; float32 ones
+    also write the input gradient's bfloat16 copy."""
+    rng = np.random.default_rng(seed)
+    t = np.dtype(dtype).type
+    if activation == "relu":
+        a = np.maximum(rng.standard_normal((rows, inputs)), 0).astype(t)       # A: (rows, K) relu outputs
+    else:
+        a = rng.uniform(0.01, 0.99, (rows, inputs)).astype(t)                  # A: (rows, K)
+    g = (rng.standard_normal((rows, classes)) / rows).astype(t)               # G: (rows, C)
+    w = (rng.standard_normal((classes, inputs)) / np.sqrt(inputs)).astype(t)  # W: (C, K)
+    dw0 = w.copy() if sgd else np.full((classes, inputs), np.nan, t)         # dW before: W (the step) or NaN
+    db0 = rng.standard_normal(inputs).astype(t) if sgd else np.full(inputs, np.nan, t)   # (K,)
+    alpha, beta, db_beta = (-0.3, 0.99, 1.0) if sgd else (1.0, 0.0, 0.0)
+    bf16 = dtype == "float32"
+    problem = linear_backward.Problem(rows, classes, inputs, dtype, activation, grad_in_bf16=bf16)
+    expected = linear_backward.reference(problem, g, w, a, np.nan_to_num(dw0), np.nan_to_num(db0), alpha, beta,
+                                         db_beta)
+    fam = family("linear_backward").restricted(BACKWARD_SPACE)
+    out = []
+    for cfg in fam.candidates(problem, H100)[:1] + fam.sample(problem, H100, 4, seed=seed):
+        geo = linear_backward.geometry(cfg, problem)
+        got = dict(grad_in=np.full((rows, inputs), np.nan, t), dw=dw0.copy(), db=db0.copy(),
+                   grad_in_bf16=np.full((rows, inputs), 0x7fc0, np.uint16) if bf16 else None)   # bfloat16 NaN
+        scratch = (np.full(geo.workspace_elems, np.nan, t), np.zeros(geo.counters, np.int32)) if cfg.split > 1 else (
+            np.uint64(0), np.uint64(0))
+        args = [g, w, a, got["grad_in"], got["grad_in_bf16"] if bf16 else np.uint64(0), got["dw"], got["db"],
+                *scratch, np.int32(rows), t(alpha), t(beta), t(db_beta)]
+        out.append((Launch(fam.instance(cfg, problem), args), got, expected, scratch[1]))
+    return out
+
+
+def test_linear_backward_matches_float64_on_the_cpu(tmp_path):
+    cases = [(case[4], item) for seed, case in enumerate(BACKWARDS) for item in backward_launches(*case, seed)]
+    run([launch for _, (launch, _, _, _) in cases], tmp_path)
+    configs = [launch.instance.config for _, (launch, _, _, _) in cases]
+    assert {c.split > 1 for c in configs} == {False, True} and {c.vec for c in configs} == {1, 2, 4}
+    assert any(c.unroll > 1 for c in configs) and any(130 % c.cols for c in configs)
+    for dtype, (launch, got, expected, counters) in cases:
+        for name, (value, magnitude, k) in expected.items():
+            check(got[name], (value, magnitude), k, dtype)
+        if got["grad_in_bf16"] is not None:       # grad_in's bits, rounded to nearest even
+            assert np.array_equal(got["grad_in_bf16"], gemm.bf16_bits(got["grad_in"]))
+        if isinstance(counters, np.ndarray):      # left zero for the next launch
+            assert not counters.any()
 
 
 # ---- the tiled GEMM, both math paths --------------------------------------------------------------

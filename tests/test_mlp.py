@@ -1,5 +1,7 @@
 """The NumPy backend against plain NumPy expressions, the MLP's gradients against finite differences,
-the fused single-rank update against gradient-then-SGD, and training accuracy on Fashion-MNIST."""
+the fused single-rank update against gradient-then-SGD, and training accuracy on Fashion-MNIST. The
+step's tests run with the output layer's backward pass both ways: with its forward pass, and apart
+(Backend.linear_backward, which a large output-layer input gets)."""
 import itertools
 import json
 import warnings
@@ -7,6 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
+from nn import mlp
 from nn.backends import ACTIVATIONS, EPILOGUES, get_backend
 from nn.mlp import MLP, Step, init_params
 from late_branch import LateBranchBackend
@@ -127,6 +130,14 @@ def reference_loss(params, x, y, activation, reg):
     return -logp[np.arange(len(y)), y].mean() + 0.5 * reg * sum(np.sum(w * w) for w, _ in params)
 
 
+@pytest.fixture(params=[False, True], ids=["output-backward-with-forward", "output-backward-apart"])
+def output_backward_apart(request, monkeypatch):
+    """Every Step made in the test carries the output layer's gradient down apart (any size is
+    large) or with the forward pass (none is)."""
+    monkeypatch.setattr(mlp, "OUTPUT_BACKWARD_APART_BYTES", -1 if request.param else 2**62)
+    return request.param
+
+
 def tiny_problem(hidden, seed=0, rows=6):
     """A 5-input, 3-class net with weights large enough to exercise the nonlinearity, and a batch."""
     rng = np.random.default_rng(seed)
@@ -139,12 +150,13 @@ def tiny_problem(hidden, seed=0, rows=6):
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("hidden", [(4,), (4, 3)])
-def test_gradients_match_finite_differences(activation, hidden):
+def test_gradients_match_finite_differences(activation, hidden, output_backward_apart):
     reg, h = 0.1, 1e-5
     sizes, params, x, y = tiny_problem(hidden)
     bk = get_backend("numpy", np.float64)
     model = MLP(bk, sizes, activation, params)
     step = Step(model, len(y), len(y), lr=0.1, reg=reg)
+    assert step.output_backward_apart == output_backward_apart
     step.forward(bk.asarray(x), bk.asarray(y))
     step.backward()
     loss = step.loss_sum[0] / len(y) + model.reg_term(reg)
@@ -167,7 +179,7 @@ def test_gradients_match_finite_differences(activation, hidden):
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("hidden", [(4,), (4, 3)])
-def test_fused_update_equals_grad_then_sgd(activation, hidden):
+def test_fused_update_equals_grad_then_sgd(activation, hidden, output_backward_apart):
     sizes, params, x, y = tiny_problem(hidden, seed=4, rows=8)
     bk = get_backend("numpy", np.float64)
     fused, plain = (MLP(bk, sizes, activation, params) for _ in range(2))
@@ -182,7 +194,7 @@ def test_fused_update_equals_grad_then_sgd(activation, hidden):
 
 
 @pytest.mark.parametrize("hidden", [(4,), (4, 3)])
-def test_fused_update_does_not_depend_on_when_its_side_branch_runs(hidden):
+def test_fused_update_does_not_depend_on_when_its_side_branch_runs(hidden, output_backward_apart):
     sizes, params, x, y = tiny_problem(hidden, seed=5, rows=8)
     results = []
     for bk in (get_backend("numpy", np.float64), LateBranchBackend(np.float64)):
@@ -213,7 +225,7 @@ class BucketedSum:
 
 
 @pytest.mark.parametrize("hidden", [(4,), (5, 3)])
-def test_the_overlapped_all_reduce_equals_the_one_after_the_backward_pass_bit_for_bit(hidden):
+def test_the_overlapped_all_reduce_equals_the_one_after_the_backward_pass_bit_for_bit(hidden, output_backward_apart):
     """Each layer's gradients all-reduced on a side branch that runs late (after the whole backward
     pass) or at once, against the same buckets after the backward pass, and the whole buffer."""
     sizes, params, x, y = tiny_problem(hidden, seed=6, rows=8)
@@ -232,7 +244,7 @@ def test_the_overlapped_all_reduce_equals_the_one_after_the_backward_pass_bit_fo
         assert all(np.array_equal(w, layer[0][0]) and np.array_equal(b, layer[0][1]) for w, b in layer)
 
 
-def test_rank_with_no_rows_contributes_zero_gradient():
+def test_rank_with_no_rows_contributes_zero_gradient(output_backward_apart):
     sizes, params, x, y = tiny_problem((4,))
     bk = get_backend("numpy", np.float64)
     step = Step(MLP(bk, sizes, "relu", params), 0, 30, lr=0.1, reg=0.1)

@@ -40,6 +40,22 @@ def test_the_one_rank_step_of_the_default_network():
     ]
 
 
+def test_the_large_networks_output_layer_has_a_backward_pass_of_its_own():
+    """A large output-layer input (8192 x 4096 float32) is read once going back: linear_backward
+    makes G1 with the W2 and b1 steps (one rank) or dW2 and db1 (two), after the forward-only
+    linear_xent; no GEMM or column sums of the output layer's own."""
+    one = record_step(8192, 8192, (784, 4096, 10), "sigmoid", ranks=1)
+    assert [(str(t), t.role) for t in one if t.family.startswith(("linear", "colsum"))] == [
+        ("linear_xent 8192x10x4096", "Z, G2 from A1 W2^T"),
+        ("linear_backward 8192x10x4096:sigmoid", "G1, W2 step, b1 step from G2 W2, A1"),
+        ("colsum 8192x10", "b2 += column sums of G2")]
+    assert not any(t.family.startswith("gemm") and t.sizes == (10, 4096, 8192) for t in one)
+    two = launches(record_step(4096, 8192, (784, 4096, 10), "sigmoid", ranks=2))
+    assert {("linear_xent", (4096, 10, 4096), "-"), ("linear_backward", (4096, 10, 4096), "sigmoid"),
+            ("colsum", (4096, 10), "-")} <= two
+    assert ("colsum", (4096, 4096), "-") not in two and ("gemm", (10, 4096, 4096), "tn") not in two
+
+
 def test_more_ranks_add_their_shares_gradients_and_sgd_updates():
     targets = step_targets(ranks=(1, 4))
     assert launches(step_targets()) < launches(targets)

@@ -38,6 +38,22 @@ def test_composed_operations_count_once():
     assert "gemm" not in vars(backend)          # the recording is undone
 
 
+def test_a_large_output_layer_input_gets_a_backward_pass_of_its_own(monkeypatch):
+    """Past OUTPUT_BACKWARD_APART_BYTES the output layer goes back in linear_backward, which steps W2
+    and b1 in place: the W2 update's GEMM and b1's column sums are gone from the step."""
+    from nn import mlp
+    from nn.bench import make_backend
+
+    monkeypatch.setattr(mlp, "OUTPUT_BACKWARD_APART_BYTES", 7 * 5 * 4 - 1)     # 7 rows of 5 inputs, float32
+    backend = make_backend("numpy")
+    model = mlp.MLP(backend, (6, 5, 3), "relu", mlp.init_params((6, 5, 3)))
+    step = mlp.Step(model, 7, 7, 0.1, 0.0)
+    x, labels = backend.asarray(np.ones((7, 6))), backend.asarray([0, 1, 2, 0, 1, 2, 0])
+    assert [what for what, _ in profile.record_step(step, x, labels)] == [
+        "gemm 7x5x6:nt bias_relu", "linear_xent 7x3x5", "linear_backward 7x3x5 relu in place", "column_sums 7x3",
+        "gemm 5x6x7:tn in place"]
+
+
 def test_bad_arguments_are_one_line_errors(capsys):
     assert profile.main(["--network", "huge", "--backend", "numpy"]) == 2
     assert capsys.readouterr().err.startswith("error: --network: unknown huge")

@@ -57,14 +57,16 @@ def test_two_gemm_shapes_are_tuned_stored_and_used(folders, capsys):
 
 
 def test_the_other_families_tune_against_numpy(folders, capsys):
-    """The output layer (linear_xent), column sums and the SGD step of a small network, measured for real."""
+    """The output layer (linear_xent, linear_backward), column sums and the SGD step of a small network,
+    measured for real."""
     status = cli.main(["tune", "--shapes", "nn", "--hidden", "16", "--batch", "64", "--train-size", "96",
-                       "--families", "elementwise,linear_xent,colsum", "--trials", "6", "--ranks", "1,2"])
+                       "--families", "elementwise,linear_xent,linear_backward,colsum", "--trials", "6",
+                       "--ranks", "1,2"])
     assert status == 0, capsys.readouterr().err
     from autogemm.runtime.device import this_device
 
     records = load(file_for(folders / "tuned", this_device())).records.values()
-    assert {r.key.family for r in records} == {"elementwise", "linear_xent", "colsum"}
+    assert {r.key.family for r in records} == {"elementwise", "linear_xent", "linear_backward", "colsum"}
     assert all(r.failed == 0 and r.max_rel_error is not None and r.cublas_us is None for r in records)
 
 

@@ -266,6 +266,45 @@ class LinearXentMeasure(KernelMeasure):
         return error
 
 
+class LinearBackwardMeasure(KernelMeasure):
+    """The output layer's backward pass on random activations, weights and gradients, as the one-rank
+    step calls it: the SGD step on dW (from W) and on db, against NumPy in float64."""
+
+    STEP = dict(alpha=-0.1, beta=0.999, db_beta=1.0)
+
+    def __init__(self, key: Key, device: DeviceInfo, seed: int = 0):
+        import cupy
+
+        super().__init__(key, device, seed)
+        rows, classes, inputs = key.sizes
+        if self.problem.activation == "relu":
+            a = np.maximum(self.normal(rows, inputs), 0)                         # A: (rows, K) relu outputs
+        else:
+            a = self.rng.uniform(0.01, 0.99, (rows, inputs)).astype(self.dtype)  # A: (rows, K) sigmoid outputs
+        g = (self.normal(rows, classes) / rows).astype(self.dtype)              # G: (rows, C)
+        w = (self.normal(classes, inputs) / np.sqrt(inputs)).astype(self.dtype)  # W: (C, K)
+        db = self.normal(inputs)                                                 # (K,)
+        self.host = {"w": w, "db": db}
+        self.expected = self.reference(self.problem, g=g, w=w, a=a, dw=w, db=db, **self.STEP)
+        self.g, self.w, self.a = (cupy.asarray(x) for x in (g, w, a))
+        self.out = {"grad_in": cupy.empty((rows, inputs), self.dtype), "dw": cupy.empty_like(self.w),
+                    "db": cupy.asarray(db)}
+
+    def launcher(self, cfg: Config):
+        from autogemm.ops.elementwise import linear_backward
+
+        out, act = self.out, self.problem.activation
+        return lambda: linear_backward(self.g, self.w, self.a, out["grad_in"], act, out["dw"], out["db"], **self.STEP,
+                                       config=cfg)
+
+    def verify(self, run) -> float:
+        self.out["grad_in"].fill(self.POISON)
+        self.out["dw"].set(self.host["w"])
+        self.out["db"].set(self.host["db"])
+        run()
+        return max(self.check(out, *self.expected[name]) for name, out in self.out.items())
+
+
 class ColsumMeasure(KernelMeasure):
     """out = column sums of G (the bias gradient), against NumPy."""
 
@@ -481,6 +520,7 @@ class TransposeMeasure(KernelMeasure):
 MEASURES = {"gemm": GemmMeasure, "gemm_naive": GemmMeasure, "gemm_wgmma": GemmMeasure,
             "elementwise": ElementwiseMeasure,
             "softmax_xent": SoftmaxXentMeasure, "colsum": ColsumMeasure, "linear_xent": LinearXentMeasure,
+            "linear_backward": LinearBackwardMeasure,
             "conv2d": ConvMeasure, "conv2d_dgrad": ConvMeasure, "conv2d_wgrad": ConvMeasure,
             "conv2d_direct": ConvMeasure, "conv2d_dgrad_direct": ConvMeasure, "conv2d_wgrad_direct": ConvMeasure,
             "pool2x2": PoolMeasure, "adam": AdamMeasure, "to_bf16": ToBf16Measure,

@@ -102,6 +102,16 @@ class Backend(ABC):
         if grad_in is not None:
             self.gemm(grad_out, w, grad_in, epilogue=f"d{activation}", aux=a)
 
+    def linear_backward(self, g, w, a, grad_in, activation, dw, db, alpha=1.0, beta=0.0, accumulate_db=False):
+        """The backward pass of a layer with few outputs from its output gradient g: grad_in =
+        (g w) * act'(a), `a` being the saved output of `activation`; dw = alpha g^T a + beta dw (dw
+        may be w: the SGD step in place, w read first); db = alpha times grad_in's column sums (the
+        bias gradient of the layer below), added to db with `accumulate_db`. Here three operations; a
+        GPU backend fuses them into one kernel."""
+        self.gemm(g, w, grad_in, epilogue=f"d{activation}", aux=a)
+        self.gemm(g, a, dw, trans_a=True, alpha=alpha, beta=beta)
+        self.column_sums(grad_in, db, alpha, accumulate_db)
+
     @abstractmethod
     def column_sums(self, g, out, scale=1.0, accumulate=False):
         """out[j] = scale * sum_i g[i, j] (the bias gradients), or out[j] += that with `accumulate`

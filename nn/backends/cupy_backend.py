@@ -34,8 +34,8 @@ class CupyBackend(Backend):
     `precision` is its GEMMs' (autogemm.gemm's). At precision bf16 a GEMM whose operands a kernel
     can read in bfloat16 (Hopper's, rows of whole 16-byte vectors) reads them so: read-only arrays
     (`read_only`: the data) rounded once, the output layer's input gradient written in bfloat16 too by
-    linear_xent, the others (weights, gradients) rounded by to_bf16 before each call; float32
-    weights, sums and outputs."""
+    the kernel that makes it (linear_backward, linear_xent), the others (weights, gradients) rounded
+    by to_bf16 before each call; float32 weights, sums and outputs."""
 
     name = "cupy"
     can_capture = True
@@ -60,7 +60,8 @@ class CupyBackend(Backend):
         self.precision = precision
         self._plans = {}
         self._bf16_copies = []          # (float32 array, its bfloat16 copy) kept current without a rounding
-                                        # pass: read-only arrays' (rounded once), input gradients' (linear_xent)
+                                        # pass: read-only arrays' (rounded once), the output layer's input
+                                        # gradient's (written beside it)
 
     # ---- storage --------------------------------------------------------------------------
 
@@ -123,8 +124,8 @@ class CupyBackend(Backend):
 
     def _bf16_copy(self, x):
         """(x's bfloat16 copy, the call that rounds x into it before each GEMM, or None for a copy
-        kept current otherwise: a read-only array's, rounded once; an input gradient's, written by
-        linear_xent)."""
+        kept current otherwise: a read-only array's, rounded once; an input gradient's, written beside
+        it)."""
         for source, copy in self._bf16_copies:
             offset = x.data.ptr - source.data.ptr
             if 0 <= offset < source.nbytes:
@@ -146,15 +147,22 @@ class CupyBackend(Backend):
         autogemm.linear_xent(a, w, bias, labels, logits, grad_out, scale, loss_acc, grad_in, activation,
                              config=self.config, grad_in_bf16=self._written_bf16_copy(grad_in))
 
+    def linear_backward(self, g, w, a, grad_in, activation, dw, db, alpha=1.0, beta=0.0, accumulate_db=False):
+        if a.shape[0] == 0 or w.shape[0] > autogemm.LINEAR_BACKWARD_MAX_CLASSES:
+            super().linear_backward(g, w, a, grad_in, activation, dw, db, alpha, beta, accumulate_db)
+            return
+        autogemm.linear_backward(g, w, a, grad_in, activation, dw, db, alpha, beta, 1.0 if accumulate_db else 0.0,
+                                 grad_in_bf16=self._written_bf16_copy(grad_in), config=self.config)
+
     def _written_bf16_copy(self, grad_in):
-        """At precision bf16, the bfloat16 copy of the input gradient that linear_xent writes beside
-        it, so that the GEMMs reading it find it made (no rounding pass); else None."""
+        """At precision bf16, the bfloat16 copy of the input gradient that the output layer's kernel
+        writes beside it, so that the GEMMs reading it find it made (no rounding pass); else None."""
         if self.precision != "bf16" or grad_in is None or grad_in.dtype != np.float32 or not grad_in.flags.c_contiguous:
             return None
         base = grad_in.base       # the whole buffer where grad_in is its first rows: a step's on fewer rows share it
         source = base if base is not None and base.flags.c_contiguous and base.data.ptr == grad_in.data.ptr else grad_in
         copy, round_into = self._bf16_copy(source)
-        if round_into is not None:     # a new copy: from now on written by linear_xent
+        if round_into is not None:     # a new copy: from now on written by the output layer's kernel
             self._bf16_copies.append((source, copy))
         return self._bf16_copy(grad_in)[0]
 
@@ -268,8 +276,10 @@ class CublasBackend(CupyBackend):
             autogemm.activation_grad(out, aux, epilogue[1:], out=out, config=self.config)
         return out
 
-    # The unfused output layer: cuBLAS's logits GEMM and input-gradient GEMM around softmax_xent.
+    # The unfused output layer: cuBLAS's logits GEMM and input-gradient GEMM around softmax_xent, and
+    # its backward pass as two cuBLAS GEMMs and column sums.
     linear_xent = Backend.linear_xent
+    linear_backward = Backend.linear_backward
     read_only = Backend.read_only       # cuBLAS rounds float32 operands itself
 
     def capture(self, fn):

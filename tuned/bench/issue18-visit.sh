@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in | lb-tests | lb-tune | lb-steps | lb-epochs | h200-lb]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -170,6 +170,56 @@ bf16-grad-in|h200-bf16-grad-in)   # at bf16 the output layer writes its input gr
     done > "$out/profile-step.txt" 2>&1; cat "$out/profile-step.txt"
     (cd "$out" && tar czf logs.tgz pytest-*.txt tune-stale.log profile-*.json && rm pytest-*.txt tune-stale.log profile-*.json)
     cp tuned/nvidia-h*.json "$out/"
+    ;;
+lb-tests)   # the output layer's backward pass in one kernel (linear_backward): the GPU tests of the
+            # output layer's families, the GPU backends against NumPy (training runs included), tuning it
+    python -m pytest -q -m gpu tests/test_elementwise_gpu.py tests/test_cupy_backend_gpu.py tests/test_search_gpu.py \
+        -k "not two_gemm_shapes and not resume_after and not the_timer" > "$out/pytest-lb.txt" 2>&1
+    grep -E "passed|failed|FAILED|Error" "$out/pytest-lb.txt" | tail -12
+    ;;
+lb-steps)   # the one-rank steps with the output layer's backward pass either way against NumPy, the
+            # stale records (linear_xent's, the bfloat16 rounding include) tuned again
+    python -m pytest -q -m gpu tests/test_cupy_backend_gpu.py -k "either_way or operations_match" \
+        > "$out/pytest-steps.txt" 2>&1; tail -1 "$out/pytest-steps.txt"
+    python -m autogemm.cli tune --stale --trials 24 --timeout 12 > "$out/tune-stale.log" 2>&1
+    grep -E "│ linear|rror" "$out/tune-stale.log" | cut -c1-160
+    cp tuned/nvidia-h*.json "$out/"
+    ;;
+lb-tune)   # linear_backward's records and the forward-only linear_xent's for the MLPs' steps (1 and 4
+           # ranks; the large network's), then the stale (the CNN's linear_xent) tuned again
+    { for hidden in 1000 100; do
+          python -m autogemm.cli tune --shapes nn --hidden $hidden --ranks 1,4 --families linear_xent,linear_backward \
+              --trials 24 --timeout 10
+      done
+      python -m autogemm.cli tune --shapes nn --hidden 4096 --batch 8192 --families linear_xent,linear_backward \
+          --trials 30 --timeout 20
+      python -m autogemm.cli tune --stale --trials 24 --timeout 12
+    } > "$out/tune.log" 2>&1
+    grep -E "│ linear|rror" "$out/tune.log" | cut -c1-160
+    cp tuned/nvidia-h*.json "$out/"
+    ;;
+h200-lb)   # the H200's file after linear_backward: its and the output layer's GPU tests, the one-rank
+           # steps either way against NumPy, the large network's output-layer records tuned, the stale
+           # ones (linear_xent's) again (then lb-epochs)
+    python -m pytest -q -m gpu tests/test_elementwise_gpu.py tests/test_cupy_backend_gpu.py \
+        -k "linear or either_way or operations_match or bf16" > "$out/pytest-h200-lb.txt" 2>&1
+    grep -E "passed|failed|FAILED|Error" "$out/pytest-h200-lb.txt" | tail -8
+    { python -m autogemm.cli tune --shapes nn --hidden 4096 --batch 8192 --families linear_xent,linear_backward \
+          --trials 30 --timeout 20
+      python -m autogemm.cli tune --stale --trials 24 --timeout 12
+    } > "$out/tune.log" 2>&1
+    grep -E "│ linear|rror" "$out/tune.log" | cut -c1-160
+    cp tuned/nvidia-h200.json "$out/"
+    ;;
+lb-epochs)   # the epochs in each precision, and where the steps' time goes now
+    python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32,cupy-tuned-bf16 \
+        --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -4 "$out/nn-bench.txt"
+    for network in large cme213; do
+        for backend in cupy-tuned cupy-tuned-tf32 cupy-tuned-bf16; do
+            python -m nn.profile --network $network --backend $backend --json "$out/profile-$network-$backend.json"
+        done
+    done > "$out/profile-step.txt" 2>&1; grep -vE "^ *$" "$out/profile-step.txt"
+    (cd "$out" && tar czf profiles.tgz profile-*.json && rm profile-*.json)
     ;;
 h200-pretranspose)   # the H200's file after pretranspose joined the space: its GPU tests, the weight
                      # updates' (tn) records tuned again in tf32 and fp32, the epochs
