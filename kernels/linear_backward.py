@@ -33,8 +33,9 @@ PARAMS = {
 @dataclass(frozen=True)
 class Problem:
     """rows x classes output gradient G back through W (classes, inputs) to the rows x inputs input A
-    of `activation`; `aligned`: the widest vector every pointer allows; `grad_in_bf16`: the input
-    gradient also rounded to bfloat16 (float32 alone), served by the same tuned record."""
+    of `activation`; `aligned`: the widest vector every pointer allows; the input gradient stored in
+    float32 (`grad_in_f32`), rounded to bfloat16 (`grad_in_bf16`, float32 problems), or both, all
+    served by the same tuned record."""
 
     rows: int
     classes: int
@@ -43,6 +44,7 @@ class Problem:
     activation: str = "sigmoid"
     aligned: int = 4
     grad_in_bf16: bool = False
+    grad_in_f32: bool = True
 
     def __post_init__(self):
         check_problem(self, ("rows", "classes", "inputs"), "linear_backward")
@@ -52,6 +54,8 @@ class Problem:
             raise ValueError("aligned must be 1, 2 or 4")
         if self.grad_in_bf16 and self.dtype != "float32":
             raise ValueError("a bfloat16 copy of the input gradient needs float32")
+        if not (self.grad_in_f32 or self.grad_in_bf16):
+            raise ValueError("the input gradient must be stored in float32, bfloat16 or both")
 
     @property
     def op(self) -> str:
@@ -102,12 +106,13 @@ def sources(c) -> tuple[str, ...]:
 
 def template_args(c, p: Problem) -> dict:
     return dict(c, ctype=DTYPES[p.dtype], classes=p.classes, inputs=p.inputs, activation=p.activation,
-                grad_in_bf16=p.grad_in_bf16)
+                grad_in_bf16=p.grad_in_bf16, grad_in_f32=p.grad_in_f32)
 
 
 def instance_name(c, p: Problem) -> str:
     return (f"linear_backward_{SHORT[p.dtype]}_c{p.classes}_k{p.inputs}_{p.activation}_n{c.cols}_v{c.vec}"
-            f"_t{c.threads}_s{c.split}_u{c.unroll}" + ("_bf16in" if p.grad_in_bf16 else ""))
+            f"_t{c.threads}_s{c.split}_u{c.unroll}" + {(True, False): "", (True, True): "_bf16in",
+                                                       (False, True): "_bf16only"}[p.grad_in_f32, p.grad_in_bf16])
 
 
 def geometry(c, p: Problem) -> Geometry:

@@ -280,15 +280,17 @@ def test_bf16_gemms_read_bfloat16_copies_of_their_operands():
 
 @pytest.mark.parametrize("writer", ["linear_xent", "linear_backward"])
 def test_bf16_input_gradient_is_written_in_bfloat16_by_the_output_layer(writer):
-    """At precision bf16 the output layer's kernel that makes its input gradient (linear_xent, or
-    linear_backward as the MLP's step calls it) writes its bfloat16 copy beside it (a buffer's first
-    rows, then fewer of them), so the weight-gradient GEMM reading it rounds nothing: its result
-    within float32's bound of the bfloat16 values' product, each step's."""
+    """At precision bf16 the output layer's kernel that makes its input gradient writes it in bfloat16
+    (a buffer's first rows, then fewer of them): linear_xent beside its float32 values, linear_backward
+    (as the MLP's step calls it) alone, its float32 array never written and refused to a reader. The
+    weight-gradient GEMM reading the copy rounds nothing: its result within float32's bound of the
+    bfloat16 values' product, each step's."""
     import cupy
 
     from autogemm.runtime.device import this_device
     from autogemm.tuning.verify import compare
     from kernels.gemm import Problem, bf16_bits, reference
+    from nn.errors import NNError
 
     if this_device().compute_capability != "9.0":
         pytest.skip("bfloat16 operands are read by Hopper's kernels (gemm_wgmma)")
@@ -301,6 +303,7 @@ def test_bf16_input_gradient_is_written_in_bfloat16_by_the_output_layer(writer):
     labels = bk.asarray(rng.integers(0, 10, 800))
     logits, grad, grad_in = bk.empty((800, 10)), bk.empty((800, 10)), bk.empty((800, 256))
     loss, dw, b1 = bk.zeros((1,)), bk.empty((256, 784)), bk.zeros((256,))
+    grad_in.fill(np.nan)
 
     def rounded(a):
         return (bf16_bits(a).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
@@ -314,10 +317,19 @@ def test_bf16_input_gradient_is_written_in_bfloat16_by_the_output_layer(writer):
             bk.linear_backward(grad[:rows], w2, a1[:rows], grad_in[:rows], "sigmoid", w2, b1, alpha=-0.1, beta=1.0,
                                accumulate_db=True)
         bk.gemm(grad_in[:rows], x[:rows], dw, trans_a=True)
-        g = cupy.asnumpy(grad_in[:rows])
-        want, magnitude, _ = reference(Problem(256, 784, rows, trans_a=True), rounded(g), rounded(x_host[:rows]))["d"]
+        copy = cupy.asnumpy(bk._bf16_copy(grad_in[:rows])[0])                   # G_in's bfloat16 bits
+        g = (copy.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+        want, magnitude, _ = reference(Problem(256, 784, rows, trans_a=True), g, rounded(x_host[:rows]))["d"]
         verdict = compare(cupy.asnumpy(dw), want, magnitude, rows, np.float32)
         assert verdict.ok, (rows, verdict.describe())
         plan = bk._plans[next(reversed(bk._plans))]
         assert plan.gemm.instance.name.startswith("gemm_wgmma_bf16_") and plan.rounding == [], rows
+        written = cupy.asnumpy(grad_in[:rows])
+        if writer == "linear_xent":
+            assert np.array_equal(copy, bf16_bits(written))
+        else:
+            assert np.isnan(written).all()
         w2 *= 1.5                                                                # the next step's G_in differs
+    if writer == "linear_backward":
+        with pytest.raises(NNError, match="written in bfloat16 alone"):
+            bk.column_sums(grad_in, b1)

@@ -86,7 +86,7 @@ BACKWARD_SPACE = {"threads": (64, 128, 256)}     # at most 256 threads (OS threa
 
 def backward_launches(rows, classes, inputs, activation, dtype, sgd, seed):
     """(launch, outputs, reference) for the default and sampled configs of one problem; float32 ones
-    also write the input gradient's bfloat16 copy."""
+    also write the input gradient's bfloat16 copy, every other one that copy alone."""
     rng = np.random.default_rng(seed)
     t = np.dtype(dtype).type
     if activation == "relu":
@@ -98,19 +98,20 @@ def backward_launches(rows, classes, inputs, activation, dtype, sgd, seed):
     dw0 = w.copy() if sgd else np.full((classes, inputs), np.nan, t)         # dW before: W (the step) or NaN
     db0 = rng.standard_normal(inputs).astype(t) if sgd else np.full(inputs, np.nan, t)   # (K,)
     alpha, beta, db_beta = (-0.3, 0.99, 1.0) if sgd else (1.0, 0.0, 0.0)
-    bf16 = dtype == "float32"
-    problem = linear_backward.Problem(rows, classes, inputs, dtype, activation, grad_in_bf16=bf16)
-    expected = linear_backward.reference(problem, g, w, a, np.nan_to_num(dw0), np.nan_to_num(db0), alpha, beta,
-                                         db_beta)
     fam = family("linear_backward").restricted(BACKWARD_SPACE)
+    plain = linear_backward.Problem(rows, classes, inputs, dtype, activation)
+    expected = linear_backward.reference(plain, g, w, a, np.nan_to_num(dw0), np.nan_to_num(db0), alpha, beta, db_beta)
     out = []
-    for cfg in fam.candidates(problem, H100)[:1] + fam.sample(problem, H100, 4, seed=seed):
+    for i, cfg in enumerate(fam.candidates(plain, H100)[:1] + fam.sample(plain, H100, 4, seed=seed)):
+        bf16, f32 = dtype == "float32", dtype != "float32" or i % 2 == 0
+        problem = linear_backward.Problem(rows, classes, inputs, dtype, activation, grad_in_bf16=bf16, grad_in_f32=f32)
         geo = linear_backward.geometry(cfg, problem)
-        got = dict(grad_in=np.full((rows, inputs), np.nan, t), dw=dw0.copy(), db=db0.copy(),
+        got = dict(grad_in=np.full((rows, inputs), np.nan, t) if f32 else None, dw=dw0.copy(), db=db0.copy(),
                    grad_in_bf16=np.full((rows, inputs), 0x7fc0, np.uint16) if bf16 else None)   # bfloat16 NaN
         scratch = (np.full(geo.workspace_elems, np.nan, t), np.zeros(geo.counters, np.int32)) if cfg.split > 1 else (
             np.uint64(0), np.uint64(0))
-        args = [g, w, a, got["grad_in"], got["grad_in_bf16"] if bf16 else np.uint64(0), got["dw"], got["db"],
+        null = np.uint64(0)
+        args = [g, w, a, got["grad_in"] if f32 else null, got["grad_in_bf16"] if bf16 else null, got["dw"], got["db"],
                 *scratch, np.int32(rows), t(alpha), t(beta), t(db_beta)]
         out.append((Launch(fam.instance(cfg, problem), args), got, expected, scratch[1]))
     return out
@@ -122,11 +123,17 @@ def test_linear_backward_matches_float64_on_the_cpu(tmp_path):
     configs = [launch.instance.config for _, (launch, _, _, _) in cases]
     assert {c.split > 1 for c in configs} == {False, True} and {c.vec for c in configs} == {1, 2, 4}
     assert any(c.unroll > 1 for c in configs) and any(130 % c.cols for c in configs)
+    assert {launch.instance.name.split("_")[-1] for _, (launch, _, _, _) in cases} >= {"bf16in", "bf16only"}
     for dtype, (launch, got, expected, counters) in cases:
         for name, (value, magnitude, k) in expected.items():
-            check(got[name], (value, magnitude), k, dtype)
-        if got["grad_in_bf16"] is not None:       # grad_in's bits, rounded to nearest even
+            if got[name] is not None:
+                check(got[name], (value, magnitude), k, dtype)
+        if got["grad_in_bf16"] is not None and got["grad_in"] is not None:      # grad_in's bits, rounded to nearest even
             assert np.array_equal(got["grad_in_bf16"], gemm.bf16_bits(got["grad_in"]))
+        elif got["grad_in_bf16"] is not None:                                     # alone: within bfloat16's rounding
+            value, magnitude, k = expected["grad_in"]
+            as_float = (got["grad_in_bf16"].astype(np.uint32) << 16).view(np.float32)
+            assert compare(as_float, value, magnitude + np.abs(value), k, np.float32, "bf16").ok
         if isinstance(counters, np.ndarray):      # left zero for the next launch
             assert not counters.any()
 

@@ -162,40 +162,47 @@ def linear_backward(g, w, a, grad_in, activation, dw, db, alpha=1.0, beta=0.0, d
     gradient g (rows, C), weights w (C, K) and input a (rows, K), the saved output of `activation`
     ("sigmoid" or "relu"): grad_in = (g w) * act'(a); dw = alpha * g^T a + beta * dw (dw may be w:
     the SGD step in place, w read first); db = alpha * column sums of grad_in + db_beta * db (K,);
-    with `grad_in_bf16` (uint16, grad_in's shape; float32), also grad_in rounded to bfloat16."""
-    for x, what in ((g, "g"), (w, "w"), (a, "a"), (grad_in, "grad_in"), (dw, "dw"), (db, "db")):
+    with `grad_in_bf16` (uint16, (rows, K); float32), grad_in rounded to bfloat16 too, or (grad_in
+    None) instead."""
+    if grad_in is None and grad_in_bf16 is None:
+        raise BadArguments("linear_backward: grad_in or grad_in_bf16 (or both) must be given")
+    arrays = [(g, "g"), (w, "w"), (a, "a"), (dw, "dw"), (db, "db")]
+    arrays += [(grad_in, "grad_in")] if grad_in is not None else []
+    for x, what in arrays:
         _contiguous(x, what)
     if activation not in lb_family.ACTIVATIONS:
         raise BadArguments(f"linear_backward: activation must be 'sigmoid' or 'relu', got {activation!r}")
     rows, inputs = a.shape if a.ndim == 2 else (0, 0)
     classes = w.shape[0] if w.ndim == 2 else 0
     shapes = {"g": (g.shape, (rows, classes)), "w": (w.shape, (classes, inputs)),
-              "grad_in": (grad_in.shape, (rows, inputs)), "dw": (dw.shape, (classes, inputs)),
-              "db": (db.shape, (inputs,))}
+              "dw": (dw.shape, (classes, inputs)), "db": (db.shape, (inputs,))}
+    if grad_in is not None:
+        shapes["grad_in"] = (grad_in.shape, (rows, inputs))
     wrong = [f"{name} {got}" for name, (got, want) in shapes.items() if got != want]
     if a.ndim != 2 or w.ndim != 2 or wrong or rows == 0 or classes == 0 or inputs == 0:
         raise BadArguments(f"linear_backward: a must be (rows, K) and w (C, K) with every size >= 1, g (rows, C), "
                            f"grad_in (rows, K), dw (C, K), db (K,); got a {a.shape}"
                            + "".join(f", {item}" for item in wrong))
-    if any(x.dtype != a.dtype for x in (g, w, grad_in, dw, db)):
+    if any(x.dtype != a.dtype for x, _ in arrays):
         raise BadArguments(f"linear_backward: every array must be {a.dtype}")
-    aligned = _aligned(w, a, grad_in, dw, db)
+    aligned = _aligned(*(x for x, what in arrays if what != "g"))
     if grad_in_bf16 is not None:
         if a.dtype != np.float32:
-            raise BadArguments("linear_backward: grad_in_bf16 is grad_in's bfloat16 copy: it needs float32")
-        aligned = min(aligned, _bf16_bits(grad_in_bf16, grad_in.shape, "linear_backward: grad_in_bf16"))
+            raise BadArguments("linear_backward: grad_in_bf16 is grad_in in bfloat16: it needs float32 arrays")
+        aligned = min(aligned, _bf16_bits(grad_in_bf16, (rows, inputs), "linear_backward: grad_in_bf16"))
     problem = lb_family.Problem(rows, classes, inputs, str(a.dtype), activation, aligned,
-                                grad_in_bf16=grad_in_bf16 is not None)
+                                grad_in_bf16=grad_in_bf16 is not None, grad_in_f32=grad_in is not None)
     s = _scalar(a.dtype)
+    null = np.uint64(0)
 
     def args(geo):
-        workspace = scratch("workspace", a.dtype, geo.workspace_elems) if geo.workspace_elems else np.uint64(0)
-        counters = scratch("counters", np.int32, geo.counters) if geo.counters else np.uint64(0)
-        return (g, w, a, grad_in, grad_in_bf16 if grad_in_bf16 is not None else np.uint64(0), dw, db,
-                workspace, counters, np.int32(rows), s(alpha), s(beta), s(db_beta))
+        workspace = scratch("workspace", a.dtype, geo.workspace_elems) if geo.workspace_elems else null
+        counters = scratch("counters", np.int32, geo.counters) if geo.counters else null
+        return (g, w, a, grad_in if grad_in is not None else null, grad_in_bf16 if grad_in_bf16 is not None else null,
+                dw, db, workspace, counters, np.int32(rows), s(alpha), s(beta), s(db_beta))
 
     launch("linear_backward", problem, config, args)
-    return grad_in
+    return grad_in if grad_in is not None else grad_in_bf16
 
 
 def column_sums(g, out=None, alpha=1.0, beta=0.0, config=None):

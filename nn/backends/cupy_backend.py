@@ -33,9 +33,10 @@ class CupyBackend(Backend):
     """autogemm kernels on one GPU; `tuned` picks configs from tuned/ (else the family defaults);
     `precision` is its GEMMs' (autogemm.gemm's). At precision bf16 a GEMM whose operands a kernel
     can read in bfloat16 (Hopper's, rows of whole 16-byte vectors) reads them so: read-only arrays
-    (`read_only`: the data) rounded once, the output layer's input gradient written in bfloat16 too by
-    the kernel that makes it (linear_backward, linear_xent), the others (weights, gradients) rounded
-    by to_bf16 before each call; float32 weights, sums and outputs."""
+    (`read_only`: the data) rounded once, the output layer's input gradient written in bfloat16 by
+    the kernel that makes it (linear_xent: beside its float32 values; linear_backward: alone, as every
+    reader rounds it to bfloat16), the others (weights, gradients) rounded by to_bf16 before each
+    call; float32 weights, sums and outputs."""
 
     name = "cupy"
     can_capture = True
@@ -62,6 +63,7 @@ class CupyBackend(Backend):
         self._bf16_copies = []          # (float32 array, its bfloat16 copy) kept current without a rounding
                                         # pass: read-only arrays' (rounded once), the output layer's input
                                         # gradient's (written beside it)
+        self._bf16_only = []            # float32 arrays whose values are written in their bfloat16 copy alone
 
     # ---- storage --------------------------------------------------------------------------
 
@@ -114,13 +116,23 @@ class CupyBackend(Backend):
         kernel can read them (their rounding first), else on the float32 arrays."""
         plan = lambda x, y: autogemm.plan_gemm(x, y, *args, config=self.config, precision=self.precision)  # noqa: E731
         if self.precision != "bf16" or not (a.flags.c_contiguous and b.flags.c_contiguous):
+            self._check_float32_values(a, b)
             return plan(a, b)
         (a16, round_a), (b16, round_b) = self._bf16_copy(a), self._bf16_copy(b)
         try:
             gemm = plan(a16, b16)
         except autogemm.InvalidConfig:            # no kernel reads these bfloat16 operands here
+            self._check_float32_values(a, b)
             return plan(a, b)
         return RoundedGemm(gemm, [r for r in (round_a, round_b) if r is not None])
+
+    def _check_float32_values(self, *arrays):
+        """NNError where one of `arrays` has its values in bfloat16 alone (a reader the step was not
+        meant to have: a bug, never silent garbage)."""
+        for x in arrays:
+            if any(0 <= x.data.ptr - source.data.ptr < source.nbytes for source in self._bf16_only):
+                raise NNError(f"internal error: an operation reads the float32 values of a {x.shape} array that "
+                              "was written in bfloat16 alone; please report it")
 
     def _bf16_copy(self, x):
         """(x's bfloat16 copy, the call that rounds x into it before each GEMM, or None for a copy
@@ -151,12 +163,15 @@ class CupyBackend(Backend):
         if a.shape[0] == 0 or w.shape[0] > autogemm.LINEAR_BACKWARD_MAX_CLASSES:
             super().linear_backward(g, w, a, grad_in, activation, dw, db, alpha, beta, accumulate_db)
             return
-        autogemm.linear_backward(g, w, a, grad_in, activation, dw, db, alpha, beta, 1.0 if accumulate_db else 0.0,
-                                 grad_in_bf16=self._written_bf16_copy(grad_in), config=self.config)
+        copy = self._written_bf16_copy(grad_in, alone=True)
+        autogemm.linear_backward(g, w, a, grad_in if copy is None else None, activation, dw, db, alpha, beta,
+                                 1.0 if accumulate_db else 0.0, grad_in_bf16=copy, config=self.config)
 
-    def _written_bf16_copy(self, grad_in):
+    def _written_bf16_copy(self, grad_in, alone=False):
         """At precision bf16, the bfloat16 copy of the input gradient that the output layer's kernel
-        writes beside it, so that the GEMMs reading it find it made (no rounding pass); else None."""
+        writes, so that the GEMMs reading it find it made (no rounding pass); else None. `alone`: the
+        copy is all the kernel writes (every reader rounds the gradient to bfloat16: the GEMMs,
+        reading the copy), and reading the float32 array raises NNError."""
         if self.precision != "bf16" or grad_in is None or grad_in.dtype != np.float32 or not grad_in.flags.c_contiguous:
             return None
         base = grad_in.base       # the whole buffer where grad_in is its first rows: a step's on fewer rows share it
@@ -164,9 +179,12 @@ class CupyBackend(Backend):
         copy, round_into = self._bf16_copy(source)
         if round_into is not None:     # a new copy: from now on written by the output layer's kernel
             self._bf16_copies.append((source, copy))
+        if alone and not any(x is source for x in self._bf16_only):
+            self._bf16_only.append(source)
         return self._bf16_copy(grad_in)[0]
 
     def column_sums(self, g, out, scale=1.0, accumulate=False):
+        self._check_float32_values(g)
         if g.shape[0] == 0:  # no rows: the sums are zero
             if not accumulate:
                 out.fill(0)

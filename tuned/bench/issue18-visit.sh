@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in | lb-tests | lb-tune | lb-steps | lb-epochs | h200-lb]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in | lb-tests | lb-tune | lb-steps | lb-epochs | h200-lb | lb-bf16 | h200-lb-bf16]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -210,6 +210,19 @@ h200-lb)   # the H200's file after linear_backward: its and the output layer's G
     } > "$out/tune.log" 2>&1
     grep -E "│ linear|rror" "$out/tune.log" | cut -c1-160
     cp tuned/nvidia-h200.json "$out/"
+    ;;
+lb-bf16|h200-lb-bf16)   # at bf16 linear_backward writes the input gradient in bfloat16 alone: its GPU tests,
+                        # the stale (linear_backward) records tuned again, the epochs, the bf16 steps
+    python -m pytest -q -m gpu tests/test_elementwise_gpu.py tests/test_cupy_backend_gpu.py \
+        -k "linear_backward or either_way or operations_match or bf16 or reduced" > "$out/pytest-lb-bf16.txt" 2>&1
+    grep -E "passed|failed|FAILED|Error" "$out/pytest-lb-bf16.txt" | tail -8
+    python -m autogemm.cli tune --stale --trials 30 --timeout 20 > "$out/tune-stale.log" 2>&1
+    grep -E "│ linear|rror" "$out/tune-stale.log" | cut -c1-160
+    python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32,cupy-tuned-bf16 \
+        --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -4 "$out/nn-bench.txt"
+    python -m nn.profile --network large --backend cupy-tuned-bf16 --json "$out/profile-large-bf16.json" \
+        > "$out/profile-step.txt" 2>&1; grep -vE "^ *$" "$out/profile-step.txt"
+    cp tuned/nvidia-h*.json "$out/"
     ;;
 lb-epochs)   # the epochs in each precision, and where the steps' time goes now
     python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32,cupy-tuned-bf16 \
