@@ -1,5 +1,6 @@
 // Rounding float32 to bfloat16 (to nearest even; NaN stays NaN), one definition for every template
-// that writes bfloat16 bits. Plain CUDA, included after common.cuh (Vec, store_vec) with T float.
+// that writes bfloat16 bits. Plain CUDA, included after common.cuh (Vec, store_vec); store_bf16 is
+// for T float (a float64 instance includes it and never calls it).
 
 // Two floats rounded to bfloat16, packed: `lo` in the low half (the lower address).
 __device__ __forceinline__ unsigned bf16x2(float lo, float hi) {

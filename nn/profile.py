@@ -23,8 +23,8 @@ from nn.layers import LENET, parse_layers
 from nn.mlp import MLP, Step, init_params
 from nn.outputs import claim_json, write_json
 
-OPERATIONS = ("gemm", "linear_xent", "linear_backward", "softmax_xent", "column_sums", "sgd_update", "conv2d", "conv2d_backward_data",
-              "conv2d_backward_weights", "maxpool2x2", "maxpool2x2_backward", "adam_update")
+OPERATIONS = ("gemm", "linear_xent", "linear_backward", "softmax_xent", "column_sums", "sgd_update", "conv2d",
+              "conv2d_backward_data", "conv2d_backward_weights", "maxpool2x2", "maxpool2x2_backward", "adam_update")
 LENET_BATCH = 1000
 
 

@@ -333,3 +333,34 @@ def test_bf16_input_gradient_is_written_in_bfloat16_by_the_output_layer(writer):
     if writer == "linear_backward":
         with pytest.raises(NNError, match="written in bfloat16 alone"):
             bk.column_sums(grad_in, b1)
+
+
+def test_a_bf16_alone_input_gradient_is_widened_for_a_gemm_that_cannot_read_bfloat16():
+    """At precision bf16 linear_backward writes G1 in bfloat16 alone; a GEMM that cannot read it so
+    (rows of 250 floats: no whole 16-byte bfloat16 vectors) gets its values widened back into G1
+    first, and column sums of it, which the step never takes, are refused, not garbage."""
+    import cupy
+
+    from autogemm.tuning.verify import compare
+    from kernels.gemm import Problem, reference
+    from nn.errors import NNError
+
+    bk = get_backend("cupy", "float32", tuned=True, precision="bf16")
+    rng = np.random.default_rng(29)
+    x_host = rng.standard_normal((300, 784)).astype(np.float32)
+    x = bk.read_only(bk.asarray(x_host))                                        # X: (300, 784)
+    a1 = bk.asarray(rng.uniform(0.01, 0.99, (300, 250)))                        # A1: (300, 250) sigmoid outputs
+    g2 = bk.asarray(rng.standard_normal((300, 10)) / 300)                       # G2: (300, 10)
+    w2, b1 = bk.asarray(rng.standard_normal((10, 250)) / 16), bk.zeros((250,))
+    grad_in, dw = bk.empty((300, 250)), bk.empty((250, 784))
+    grad_in.fill(np.nan)
+    bk.linear_backward(g2, w2, a1, grad_in, "sigmoid", w2, b1, alpha=-0.1, beta=1.0, accumulate_db=True)
+    bk.gemm(grad_in, x, dw, trans_a=True)
+    copy = cupy.asnumpy(bk._bf16_copy(grad_in)[0])
+    g = (copy.astype(np.uint32) << 16).view(np.float32)
+    assert np.array_equal(cupy.asnumpy(grad_in), g)                             # widened back, bit for bit
+    want, magnitude, _ = reference(Problem(250, 784, 300, trans_a=True), g.astype(np.float64), x_host)["d"]
+    verdict = compare(cupy.asnumpy(dw), want, magnitude, 300, np.float32, "bf16")
+    assert verdict.ok, verdict.describe()
+    with pytest.raises(NNError, match="written in bfloat16 alone"):
+        bk.column_sums(grad_in, b1)

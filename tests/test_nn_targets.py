@@ -75,6 +75,8 @@ def test_the_hidden_unit_split_tunes_each_ranks_share_of_the_units_on_every_row(
             ("gemm", (800, 250, 10), "nn"), ("gemm", (10, 250, 800), "tn"), ("gemm", (250, 784, 800), "tn"),
             ("gemm", (400, 250, 784), "nt")} <= four                            # and the last, 400-row batch
     assert not any(f in ("elementwise", "linear_xent") for f, _, _ in four)
+    large = launches(step_targets(batch=8192, hidden=(4096,), ranks=(2,), parallel="model"))   # G1 in its forward
+    assert ("gemm", (8192, 2048, 10), "nn") in large and not any(f == "linear_backward" for f, _, _ in large)
     assert ("gemm", (800, 334, 784), "nt") in launches(step_targets(ranks=(3,), parallel="model"))   # 334, 333, 333
     with pytest.raises(NNError, match="splits one hidden layer"):
         step_targets(hidden=(100, 50), ranks=(2,), parallel="model")

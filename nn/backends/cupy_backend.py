@@ -34,9 +34,10 @@ class CupyBackend(Backend):
     `precision` is its GEMMs' (autogemm.gemm's). At precision bf16 a GEMM whose operands a kernel
     can read in bfloat16 (Hopper's, rows of whole 16-byte vectors) reads them so: read-only arrays
     (`read_only`: the data) rounded once, the output layer's input gradient written in bfloat16 by
-    the kernel that makes it (linear_xent: beside its float32 values; linear_backward: alone, as every
-    reader rounds it to bfloat16), the others (weights, gradients) rounded by to_bf16 before each
-    call; float32 weights, sums and outputs."""
+    the kernel that makes it (linear_xent: beside its float32 values; linear_backward: alone, as the
+    GEMMs that read it round it to bfloat16; one that cannot read bfloat16 here has its values
+    widened back first), the others (weights, gradients) rounded by to_bf16 before each call;
+    float32 weights, sums and outputs."""
 
     name = "cupy"
     can_capture = True
@@ -116,23 +117,35 @@ class CupyBackend(Backend):
         kernel can read them (their rounding first), else on the float32 arrays."""
         plan = lambda x, y: autogemm.plan_gemm(x, y, *args, config=self.config, precision=self.precision)  # noqa: E731
         if self.precision != "bf16" or not (a.flags.c_contiguous and b.flags.c_contiguous):
-            self._check_float32_values(a, b)
-            return plan(a, b)
+            return self._widened(plan(a, b), a, b)
         (a16, round_a), (b16, round_b) = self._bf16_copy(a), self._bf16_copy(b)
         try:
             gemm = plan(a16, b16)
         except autogemm.InvalidConfig:            # no kernel reads these bfloat16 operands here
-            self._check_float32_values(a, b)
-            return plan(a, b)
+            return self._widened(plan(a, b), a, b)
         return RoundedGemm(gemm, [r for r in (round_a, round_b) if r is not None])
 
-    def _check_float32_values(self, *arrays):
-        """NNError where one of `arrays` has its values in bfloat16 alone (a reader the step was not
-        meant to have: a bug, never silent garbage)."""
-        for x in arrays:
-            if any(0 <= x.data.ptr - source.data.ptr < source.nbytes for source in self._bf16_only):
-                raise NNError(f"internal error: an operation reads the float32 values of a {x.shape} array that "
-                              "was written in bfloat16 alone; please report it")
+    def _widened(self, gemm, *operands):
+        """`gemm` on float32 operands, those written in bfloat16 alone widened back into their float32
+        arrays first (their values as a GEMM at bf16 would read them)."""
+        widen = [self._widen_into(x) for x in operands if x.size and self._in_bf16_alone(x)]
+        return RoundedGemm(gemm, widen) if widen else gemm
+
+    def _in_bf16_alone(self, x) -> bool:
+        return any(0 <= x.data.ptr - source.data.ptr < source.nbytes for source in self._bf16_only)
+
+    def _widen_into(self, x):
+        copy = self._bf16_copy(x)[0]
+        widen = self.xp.ElementwiseKernel("uint16 bits", "float32 value",
+                                          "value = __uint_as_float((unsigned int)bits << 16)", "widen_bf16")
+        return lambda: widen(copy, x)
+
+    def _check_float32_values(self, x):
+        """NNError where `x` has its values in bfloat16 alone (a reader the step was not meant to
+        have: a bug, never silent garbage)."""
+        if x.size and self._in_bf16_alone(x):
+            raise NNError(f"internal error: an operation reads the float32 values of a {x.shape} array that "
+                          "was written in bfloat16 alone; please report it")
 
     def _bf16_copy(self, x):
         """(x's bfloat16 copy, the call that rounds x into it before each GEMM, or None for a copy
@@ -306,7 +319,8 @@ class CublasBackend(CupyBackend):
 
 @dataclasses.dataclass
 class RoundedGemm:
-    """A GEMM on bfloat16 copies of its operands, the calls that round them into the copies first."""
+    """A GEMM and the calls that prepare its operands first: float32 ones rounded into the bfloat16
+    copies it reads, or bfloat16 values widened back into the float32 arrays it reads."""
 
     gemm: object            # autogemm's GemmCall
     rounding: list
