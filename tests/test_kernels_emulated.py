@@ -138,6 +138,39 @@ def test_linear_backward_matches_float64_on_the_cpu(tmp_path):
             assert not counters.any()
 
 
+def test_linear_backward_refuses_outputs_that_share_memory(monkeypatch):
+    """The entry point with NumPy arrays standing in for CuPy's: dw may be w itself (the SGD step),
+    but an output overlapping another array, or more classes than a lane holds, is a one-line
+    BadArguments before any launch."""
+    from autogemm.errors import BadArguments
+
+    entry = importlib.import_module("autogemm.ops.elementwise")
+    launched = []
+    monkeypatch.setattr(entry, "_contiguous", lambda x, what: x)
+    monkeypatch.setattr(entry, "overlaps", lambda x, y: np.shares_memory(x, y))
+    monkeypatch.setattr(entry, "_aligned", lambda *arrays: 4)
+    monkeypatch.setattr(entry, "launch", lambda *call: launched.append(call))
+
+    class Device(np.ndarray):                  # a NumPy array with CuPy's data.ptr
+        @property
+        def data(self):
+            return type("Pointer", (), {"ptr": self.__array_interface__["data"][0]})
+
+    def arr(*shape):
+        return np.zeros(shape, np.float32).view(Device)
+
+    g, w, a, grad_in, db = arr(8, 3), arr(3, 16), arr(8, 16), arr(8, 16), arr(16)
+    entry.linear_backward(g, w, a, grad_in, "sigmoid", w, db)
+    assert len(launched) == 1
+    for grad_in_, dw, db_, message in ((a, w, db, "a and grad_in overlap"), (grad_in, w, w.reshape(-1)[:16], "w and db"),
+                                       (grad_in, a[:3], db, "a and dw overlap")):
+        with pytest.raises(BadArguments, match=message):
+            entry.linear_backward(g, w, a, grad_in_, "sigmoid", dw, db_)
+    with pytest.raises(BadArguments, match="at most 32 classes"):
+        entry.linear_backward(arr(8, 40), arr(40, 16), a, grad_in, "sigmoid", arr(40, 16), db)
+    assert len(launched) == 1
+
+
 # ---- the tiled GEMM, both math paths --------------------------------------------------------------
 TF32X3 = {"math": ("3xtf32",), "tm": (1,), "tn": (2,), "copy": ("async",), "pad": (True,), "bk": (16, 32)}
 FMA = {"math": ("fma",), "ty": (1, 2, 4, 8, 16), "tx": (1, 2, 4, 8, 16)}   # at most 256 threads (OS threads)

@@ -1,8 +1,11 @@
 """Entry points of the elementwise, softmax + cross-entropy, output-layer (forward and backward), column-sum and
 Adam families (CuPy arrays)."""
+import itertools
+
 import numpy as np
 
 from autogemm.errors import BadArguments
+from autogemm.ops.gemm import overlaps
 from autogemm.ops.kernels import launch, scratch
 from autogemm.runtime.device import require_cupy
 from kernels import adam as adam_family
@@ -185,6 +188,14 @@ def linear_backward(g, w, a, grad_in, activation, dw, db, alpha=1.0, beta=0.0, d
                            + "".join(f", {item}" for item in wrong))
     if any(x.dtype != a.dtype for x, _ in arrays):
         raise BadArguments(f"linear_backward: every array must be {a.dtype}")
+    if classes > lb_family.MAX_CLASSES:
+        raise BadArguments(f"linear_backward: at most {lb_family.MAX_CLASSES} classes, got {classes}")
+    named = arrays + ([(grad_in_bf16, "grad_in_bf16")] if grad_in_bf16 is not None else [])
+    for (x, what), (y, other) in itertools.combinations(named, 2):
+        in_place = {what, other} == {"w", "dw"} and x.data.ptr == y.data.ptr and x.shape == y.shape
+        if {what, other} & {"grad_in", "grad_in_bf16", "dw", "db"} and not in_place and overlaps(x, y):
+            raise BadArguments(f"linear_backward: {what} and {other} overlap; an output shares no memory with "
+                               "another array (but dw may be w itself)")
     aligned = _aligned(*(x for x, what in arrays if what != "g"))
     if grad_in_bf16 is not None:
         if a.dtype != np.float32:
