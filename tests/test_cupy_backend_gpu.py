@@ -84,22 +84,24 @@ def test_operations_match_numpy(name):
     np.testing.assert_allclose(*updated, rtol=1e-14)
 
 
+@pytest.mark.parametrize("rows", [64, 2048])
 @pytest.mark.parametrize("apart", [False, True], ids=["output-backward-with-forward", "output-backward-apart"])
-def test_one_rank_steps_match_numpy_with_the_output_layers_backward_pass_either_way(apart, monkeypatch):
+def test_one_rank_steps_match_numpy_with_the_output_layers_backward_pass_either_way(apart, rows, monkeypatch):
     """Three fused one-rank steps in float64, the output layer's gradient carried down by linear_xent
-    or apart by linear_backward (with the W2 and b1 steps in place), against the NumPy backend."""
+    or apart by linear_backward (with the W2 and b1 steps in place; on 2048 rows its default splits
+    them in 16 slices), against the NumPy backend."""
     from nn import mlp
 
     monkeypatch.setattr(mlp, "OUTPUT_BACKWARD_APART_BYTES", -1 if apart else 2**62)
     rng = np.random.default_rng(7)
     sizes = (50, 40, 10)
     params = [(w * 30, rng.standard_normal(b.shape) * 0.1) for w, b in mlp.init_params(sizes, "cme213", 7)]
-    x, y = rng.standard_normal((64, 50)), rng.integers(0, 10, 64)                # X: (64, 50), labels (64,)
+    x, y = rng.standard_normal((rows, 50)), rng.integers(0, 10, rows)            # X: (rows, 50), labels (rows,)
     results = []
     for name in ("cupy", "numpy"):
         bk = get_backend(name, "float64")
         model = mlp.MLP(bk, sizes, "sigmoid", params)
-        step = mlp.Step(model, 64, 64, lr=0.3, reg=0.01)
+        step = mlp.Step(model, rows, rows, lr=0.3, reg=0.01)
         assert step.output_backward_apart == apart
         for _ in range(3):
             step.train_batch(bk.asarray(x), bk.asarray(y))
