@@ -45,6 +45,20 @@ def _aligned(*arrays) -> int:
     return 1
 
 
+def _layer_sizes(call: str, a, w, layout: str, wanted) -> tuple[int, int, int]:
+    """(rows, classes, inputs) of an output layer's call on a (rows, K) and w (C, K); BadArguments
+    naming each array of wanted(rows, classes, inputs) = {name: (array or None, its shape)} whose
+    shape differs (`layout` says them all)."""
+    rows, inputs = a.shape if a.ndim == 2 else (0, 0)
+    classes = w.shape[0] if w.ndim == 2 else 0
+    wrong = [f"{name} {x.shape}" for name, (x, want) in wanted(rows, classes, inputs).items()
+             if x is not None and x.shape != want]
+    if a.ndim != 2 or w.ndim != 2 or wrong or 0 in (rows, classes, inputs):
+        raise BadArguments(f"{call}: a must be (rows, K) and w (C, K) with every size >= 1, {layout}; got a {a.shape}"
+                           + "".join(f", {item}" for item in wrong))
+    return rows, classes, inputs
+
+
 def _index(total: int):
     """The `total` argument in the kernel's index type."""
     return np.int32(total) if ew_family.index_is_32bit(total) else np.int64(total)
@@ -122,8 +136,6 @@ def linear_xent(a, w, bias, labels, logits, grad, scale, loss_acc, grad_in=None,
     grad_in rounded to bfloat16 (as `to_bf16` rounds), for GEMMs that read it so."""
     for x, what in ((a, "a"), (w, "w"), (bias, "bias"), (logits, "logits"), (grad, "grad")):
         _contiguous(x, what)
-    rows, inputs = a.shape if a.ndim == 2 else (0, 0)
-    classes = w.shape[0] if w.ndim == 2 else 0
     arrays = [a, w]
     if grad_in is not None:
         arrays.append(_contiguous(grad_in, "grad_in"))
@@ -131,16 +143,11 @@ def linear_xent(a, w, bias, labels, logits, grad, scale, loss_acc, grad_in=None,
             raise BadArguments(f"linear_xent: grad_in needs activation 'sigmoid' or 'relu', got {activation!r}")
     elif activation is not None:
         raise BadArguments("linear_xent: activation is only used with grad_in")
-    shapes = {"w": (w.shape, (classes, inputs)), "bias": (bias.shape, (classes,)),
-              "labels": (labels.shape, (rows,)), "logits": (logits.shape, (rows, classes)),
-              "grad": (grad.shape, (rows, classes))}
-    if grad_in is not None:
-        shapes["grad_in"] = (grad_in.shape, (rows, inputs))
-    wrong = [f"{name} {got}" for name, (got, want) in shapes.items() if got != want]
-    if a.ndim != 2 or w.ndim != 2 or wrong or rows == 0 or classes == 0 or inputs == 0:
-        raise BadArguments(f"linear_xent: a must be (rows, K) and w (C, K) with every size >= 1, bias (C,), "
-                           f"labels (rows,), logits and grad (rows, C), grad_in (rows, K); got a {a.shape}"
-                           + "".join(f", {item}" for item in wrong))
+    rows, classes, inputs = _layer_sizes(
+        "linear_xent", a, w, "bias (C,), labels (rows,), logits and grad (rows, C), grad_in (rows, K)",
+        lambda rows, classes, inputs: {"w": (w, (classes, inputs)), "bias": (bias, (classes,)),
+                                       "labels": (labels, (rows,)), "logits": (logits, (rows, classes)),
+                                       "grad": (grad, (rows, classes)), "grad_in": (grad_in, (rows, inputs))})
     if any(x.dtype != a.dtype for x in arrays[1:] + [bias, logits, grad]) or labels.dtype != np.int32:
         raise BadArguments(f"linear_xent: every array must be {a.dtype}, labels int32")
     if loss_acc.dtype != a.dtype or loss_acc.size < 1:
@@ -175,17 +182,11 @@ def linear_backward(g, w, a, grad_in, activation, dw, db, alpha=1.0, beta=0.0, d
         _contiguous(x, what)
     if activation not in lb_family.ACTIVATIONS:
         raise BadArguments(f"linear_backward: activation must be 'sigmoid' or 'relu', got {activation!r}")
-    rows, inputs = a.shape if a.ndim == 2 else (0, 0)
-    classes = w.shape[0] if w.ndim == 2 else 0
-    shapes = {"g": (g.shape, (rows, classes)), "w": (w.shape, (classes, inputs)),
-              "dw": (dw.shape, (classes, inputs)), "db": (db.shape, (inputs,))}
-    if grad_in is not None:
-        shapes["grad_in"] = (grad_in.shape, (rows, inputs))
-    wrong = [f"{name} {got}" for name, (got, want) in shapes.items() if got != want]
-    if a.ndim != 2 or w.ndim != 2 or wrong or rows == 0 or classes == 0 or inputs == 0:
-        raise BadArguments(f"linear_backward: a must be (rows, K) and w (C, K) with every size >= 1, g (rows, C), "
-                           f"grad_in (rows, K), dw (C, K), db (K,); got a {a.shape}"
-                           + "".join(f", {item}" for item in wrong))
+    rows, classes, inputs = _layer_sizes(
+        "linear_backward", a, w, "g (rows, C), grad_in (rows, K), dw (C, K), db (K,)",
+        lambda rows, classes, inputs: {"g": (g, (rows, classes)), "w": (w, (classes, inputs)),
+                                       "dw": (dw, (classes, inputs)), "db": (db, (inputs,)),
+                                       "grad_in": (grad_in, (rows, inputs))})
     if any(x.dtype != a.dtype for x, _ in arrays):
         raise BadArguments(f"linear_backward: every array must be {a.dtype}")
     if classes > lb_family.MAX_CLASSES:
