@@ -26,6 +26,14 @@ def check(got, expected, k, dtype):
     assert verdict.ok, verdict.describe()
 
 
+def saved_output(rng, activation, shape, t):
+    """Random outputs of `activation` of dtype t, as a backward op's saved activation: relu's (half of
+    them zero), else sigmoid's (in (0.01, 0.99))."""
+    if activation == "relu":
+        return np.maximum(rng.standard_normal(shape), 0).astype(t)
+    return rng.uniform(0.01, 0.99, shape).astype(t)
+
+
 # ---- linear_xent ---------------------------------------------------------------------------------
 HEADS = [(37, 10, 1000, "sigmoid", "float32"), (19, 3, 96, "relu", "float64"), (21, 10, 784, None, "float32"),
          (5, 32, 260, "sigmoid", "float64"), (50, 10, 100, "relu", "float32")]
@@ -36,10 +44,7 @@ def head_launches(rows, classes, inputs, activation, dtype, seed):
     with an input gradient also write its bfloat16 copy."""
     rng = np.random.default_rng(seed)
     t = np.dtype(dtype).type
-    if activation == "relu":
-        a = np.maximum(rng.standard_normal((rows, inputs)), 0).astype(t)       # A: (rows, K) relu outputs
-    else:
-        a = rng.uniform(0.01, 0.99, (rows, inputs)).astype(t)                  # A: (rows, K)
+    a = saved_output(rng, activation, (rows, inputs), t)                      # A: (rows, K)
     w = (rng.standard_normal((classes, inputs)) / np.sqrt(inputs)).astype(t)  # W: (C, K)
     b = rng.standard_normal(classes).astype(t)                                # b: (C,)
     labels = rng.integers(0, classes, rows).astype(np.int32)                  # (rows,)
@@ -89,10 +94,7 @@ def backward_launches(rows, classes, inputs, activation, dtype, sgd, seed):
     also write the input gradient's bfloat16 copy, every other one that copy alone."""
     rng = np.random.default_rng(seed)
     t = np.dtype(dtype).type
-    if activation == "relu":
-        a = np.maximum(rng.standard_normal((rows, inputs)), 0).astype(t)       # A: (rows, K) relu outputs
-    else:
-        a = rng.uniform(0.01, 0.99, (rows, inputs)).astype(t)                  # A: (rows, K)
+    a = saved_output(rng, activation, (rows, inputs), t)                      # A: (rows, K)
     g = (rng.standard_normal((rows, classes)) / rows).astype(t)               # G: (rows, C)
     w = (rng.standard_normal((classes, inputs)) / np.sqrt(inputs)).astype(t)  # W: (C, K)
     dw0 = w.copy() if sgd else np.full((classes, inputs), np.nan, t)         # dW before: W (the step) or NaN
@@ -563,10 +565,7 @@ def test_conv2d_dgrad_matches_float64_on_the_cpu(name, tmp_path):
         p = conv2d_dgrad.Problem(n, c, h, w, f, k, dtype, activation)
         g = rng.standard_normal((n, f, p.out_h, p.out_w)).astype(t)          # G: (N, F, OH, OW)
         wt = (rng.standard_normal((f, c, k, k)) / k).astype(t)               # W: (F, C, K, K)
-        if activation == "relu":
-            aux = np.maximum(rng.standard_normal((n, c, h, w)), 0).astype(t)  # the layer below's relu output
-        else:
-            aux = rng.uniform(0.01, 0.99, (n, c, h, w)).astype(t)             # a sigmoid output
+        aux = saved_output(rng, activation, (n, c, h, w), t)                 # the layer below's output
         value, magnitude, depth = conv2d_dgrad.reference(p, g, wt, aux)["dx"]
         for cfg in fam.candidates(p, H100)[:1] + fam.sample(p, H100, 3, seed=seed):
             dx = np.full((n, c, h, w), np.nan, t)                            # dX: (N, C, H, W), poisoned

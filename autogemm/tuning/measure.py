@@ -113,6 +113,13 @@ class KernelMeasure:
     def normal(self, *shape):
         return self.rng.standard_normal(shape).astype(self.dtype)
 
+    def saved_output(self, activation: str, *shape):
+        """Random outputs of `activation` ("sigmoid": in (0.01, 0.99); "relu": half of them zero), as
+        a backward op's saved activation."""
+        if activation == "relu":
+            return np.maximum(self.normal(*shape), 0)
+        return self.rng.uniform(0.01, 0.99, shape).astype(self.dtype)
+
     def check(self, out, value, magnitude, k: int) -> float:
         """max-norm relative error of `out` (device) against the reference; Mismatch if off."""
         import cupy
@@ -166,10 +173,8 @@ class ElementwiseMeasure(KernelMeasure):
         x = self.normal(rows, cols)                                    # X: (rows, cols)
         if op.startswith("bias"):
             y = self.normal(cols)                                      # bias: (cols,)
-        elif op == "dsigmoid":
-            y = self.rng.uniform(0.01, 0.99, (rows, cols)).astype(self.dtype)   # saved sigmoid output
-        elif op == "drelu":
-            y = np.maximum(self.normal(rows, cols), 0)                 # saved relu output
+        elif op in ("dsigmoid", "drelu"):
+            y = self.saved_output(op[1:], rows, cols)                  # the activation's saved output
         else:
             y = None
         self.w0 = self.normal(rows, cols) if op == "sgd" else None    # weights updated in place
@@ -234,11 +239,7 @@ class LinearXentMeasure(KernelMeasure):
 
         super().__init__(key, device, seed)
         rows, classes, inputs = key.sizes
-        act = self.problem.activation
-        if act == "relu":
-            a = np.maximum(self.normal(rows, inputs), 0)                         # A: (rows, K) relu outputs
-        else:
-            a = self.rng.uniform(0.01, 0.99, (rows, inputs)).astype(self.dtype)  # A: (rows, K) sigmoid outputs
+        a = self.saved_output(self.problem.activation or "sigmoid", rows, inputs)   # A: (rows, K)
         w = (self.normal(classes, inputs) / np.sqrt(inputs)).astype(self.dtype)  # W: (C, K)
         b = self.normal(classes)                                                 # b: (C,)
         labels = self.rng.integers(0, classes, rows).astype(np.int32)           # (rows,)
@@ -267,8 +268,9 @@ class LinearXentMeasure(KernelMeasure):
 
 
 class LinearBackwardMeasure(KernelMeasure):
-    """The output layer's backward pass on random activations, weights and gradients, as the one-rank
-    step calls it: the SGD step on dW (from W) and on db, against NumPy in float64."""
+    """The output layer's backward pass on random activations, weights and gradients with the one-rank
+    step's kind of scalars: the SGD step on dW (starting from W's values, in an array of its own) and
+    on db, against NumPy in float64."""
 
     STEP = dict(alpha=-0.1, beta=0.999, db_beta=1.0)
 
@@ -277,10 +279,7 @@ class LinearBackwardMeasure(KernelMeasure):
 
         super().__init__(key, device, seed)
         rows, classes, inputs = key.sizes
-        if self.problem.activation == "relu":
-            a = np.maximum(self.normal(rows, inputs), 0)                         # A: (rows, K) relu outputs
-        else:
-            a = self.rng.uniform(0.01, 0.99, (rows, inputs)).astype(self.dtype)  # A: (rows, K) sigmoid outputs
+        a = self.saved_output(self.problem.activation, rows, inputs)             # A: (rows, K)
         g = (self.normal(rows, classes) / rows).astype(self.dtype)              # G: (rows, C)
         w = (self.normal(classes, inputs) / np.sqrt(inputs)).astype(self.dtype)  # W: (C, K)
         db = self.normal(inputs)                                                 # (K,)
