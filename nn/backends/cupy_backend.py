@@ -8,6 +8,7 @@ default stream). Ranks under MPI take GPUs round-robin by their node-local rank.
 """
 import contextlib
 import dataclasses
+import functools
 import os
 
 import numpy as np
@@ -65,6 +66,8 @@ class CupyBackend(Backend):
                                         # pass: read-only arrays' (rounded once), the output layer's input
                                         # gradient's (written beside it)
         self._bf16_only = []            # float32 arrays whose values are written in their bfloat16 copy alone
+        self._widen = cupy.ElementwiseKernel("uint16 bits", "float32 value",     # bfloat16 bits back to float32
+                                             "value = __uint_as_float((unsigned int)bits << 16)", "widen_bf16")
 
     # ---- storage --------------------------------------------------------------------------
 
@@ -128,17 +131,12 @@ class CupyBackend(Backend):
     def _widened(self, gemm, *operands):
         """`gemm` on float32 operands, those written in bfloat16 alone widened back into their float32
         arrays first (their values as a GEMM at bf16 would read them)."""
-        widen = [self._widen_into(x) for x in operands if x.size and self._in_bf16_alone(x)]
+        widen = [functools.partial(self._widen, self._bf16_copy(x)[0], x) for x in operands
+                 if x.size and self._in_bf16_alone(x)]
         return RoundedGemm(gemm, widen) if widen else gemm
 
     def _in_bf16_alone(self, x) -> bool:
         return any(0 <= x.data.ptr - source.data.ptr < source.nbytes for source in self._bf16_only)
-
-    def _widen_into(self, x):
-        copy = self._bf16_copy(x)[0]
-        widen = self.xp.ElementwiseKernel("uint16 bits", "float32 value",
-                                          "value = __uint_as_float((unsigned int)bits << 16)", "widen_bf16")
-        return lambda: widen(copy, x)
 
     def _check_float32_values(self, x):
         """NNError where `x` has its values in bfloat16 alone (a reader the step was not meant to
