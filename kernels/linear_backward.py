@@ -17,8 +17,9 @@ TEMPLATE = "linear_backward.cu.j2"
 SOURCE_PARAMS = ()
 
 ACTIVATIONS = ("sigmoid", "relu")         # the layer input's activation
+TRANSPOSED = "_t"                         # an op's suffix: the input gradient stored transposed
 KEY_SIZES = ("rows", "classes", "inputs")
-KEY_OPS = ACTIVATIONS
+KEY_OPS = ACTIVATIONS + tuple(a + TRANSPOSED for a in ACTIVATIONS)
 MAX_CLASSES = 32
 
 PARAMS = {
@@ -26,7 +27,8 @@ PARAMS = {
     "vec": (1, 2, 4),                    # columns per thread (one load)
     "threads": (64, 128, 256, 512),      # threads per block: COLS / VEC a row group
     "split": (1, 2, 4, 8, 16, 32, 64),   # slices of the rows (blocks per column tile)
-    "unroll": (1, 2, 4),                 # rows in flight per thread
+    "unroll": (1, 2, 4),                 # rows a pass per thread
+    "prefetch": (0, 1),                  # 1: the next pass's rows loaded during this one
 }
 
 
@@ -34,8 +36,9 @@ PARAMS = {
 class Problem:
     """rows x classes output gradient G back through W (classes, inputs) to the rows x inputs input A
     of `activation`; `aligned`: the widest vector every pointer allows; the input gradient stored in
-    float32 (`grad_in_f32`), rounded to bfloat16 (`grad_in_bf16`, float32 problems), or both, all
-    served by the same tuned record."""
+    the dtype (`grad_in_f32`), rounded to bfloat16 (`grad_in_bf16`, float32 problems), or both, all
+    served by the same tuned record; or stored transposed (`grad_in_transposed`: rows of G_in^T, its
+    dtype alone), which has records of its own (op "<activation>_t")."""
 
     rows: int
     classes: int
@@ -45,6 +48,7 @@ class Problem:
     aligned: int = 4
     grad_in_bf16: bool = False
     grad_in_f32: bool = True
+    grad_in_transposed: bool = False
 
     def __post_init__(self):
         check_problem(self, ("rows", "classes", "inputs"), "linear_backward")
@@ -56,10 +60,12 @@ class Problem:
             raise ValueError("a bfloat16 copy of the input gradient needs float32")
         if not (self.grad_in_f32 or self.grad_in_bf16):
             raise ValueError("the input gradient must be stored in float32, bfloat16 or both")
+        if self.grad_in_transposed and (self.grad_in_bf16 or not self.grad_in_f32):
+            raise ValueError("a transposed input gradient is stored in the dtype alone, with no bfloat16 copy")
 
     @property
     def op(self) -> str:
-        return self.activation
+        return self.activation + (TRANSPOSED if self.grad_in_transposed else "")
 
 
 def lanes(c) -> int:
@@ -70,15 +76,22 @@ def row_groups(c) -> int:
     return c.threads // lanes(c)
 
 
+def rows_per_pass(c) -> int:
+    return row_groups(c) * c.unroll
+
+
 def register_words(c, p: Problem) -> int:
-    """A thread's arrays: W's columns and the dW sums (classes x VEC each), the db sums, and per row in
-    flight its G row and A vector."""
-    return (2 * p.classes * c.vec + c.vec + c.unroll * (p.classes + c.vec)) * ITEMSIZE[p.dtype] // 4
+    """A thread's arrays: W's columns and the dW sums (classes x VEC each), the db sums, and per row of
+    this pass (and the next, prefetched) its G row and A vector."""
+    passes = 1 + c.prefetch
+    return (2 * p.classes * c.vec + c.vec + passes * c.unroll * (p.classes + c.vec)) * ITEMSIZE[p.dtype] // 4
 
 
 def smem_bytes(c, p: Problem) -> int:
-    """Each row group's dW and db sums of the tile."""
-    return row_groups(c) * (p.classes + 1) * c.cols * ITEMSIZE[p.dtype]
+    """Each row group's dW and db sums of the tile; a transposed input gradient's two turning buffers
+    (a pass's rows of the tile each)."""
+    turning = 2 * rows_per_pass(c) * c.cols if p.grad_in_transposed else 0
+    return (row_groups(c) * (p.classes + 1) * c.cols + turning) * ITEMSIZE[p.dtype]
 
 
 CONSTRAINTS = (
@@ -106,13 +119,14 @@ def sources(c) -> tuple[str, ...]:
 
 def template_args(c, p: Problem) -> dict:
     return dict(c, ctype=DTYPES[p.dtype], classes=p.classes, inputs=p.inputs, activation=p.activation,
-                grad_in_bf16=p.grad_in_bf16, grad_in_f32=p.grad_in_f32)
+                grad_in_bf16=p.grad_in_bf16, grad_in_f32=p.grad_in_f32, grad_in_transposed=p.grad_in_transposed)
 
 
 def instance_name(c, p: Problem) -> str:
     return (f"linear_backward_{SHORT[p.dtype]}_c{p.classes}_k{p.inputs}_{p.activation}_n{c.cols}_v{c.vec}"
-            f"_t{c.threads}_s{c.split}_u{c.unroll}" + {(True, False): "", (True, True): "_bf16in",
-                                                       (False, True): "_bf16only"}[p.grad_in_f32, p.grad_in_bf16])
+            f"_t{c.threads}_s{c.split}_u{c.unroll}{'_p' if c.prefetch else ''}" + {(True, False): "", (True, True): "_bf16in",
+                                                       (False, True): "_bf16only"}[p.grad_in_f32, p.grad_in_bf16]
+            + ("_transposed" if p.grad_in_transposed else ""))
 
 
 def geometry(c, p: Problem) -> Geometry:
@@ -131,13 +145,15 @@ def key_of(p: Problem) -> tuple[tuple[int, ...], str]:
 
 
 def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
-    return Problem(*sizes, dtype, op, aligned=4)
+    activation = op.removesuffix(TRANSPOSED)
+    return Problem(*sizes, dtype, activation, aligned=4, grad_in_transposed=op != activation)
 
 
 def default_candidates(p: Problem, d):
     """16-byte loads (or the widest the problem allows), 32 lanes of them a row group, 256 threads,
     rows split so that the blocks fill the SMs about twice but each thread still sums 16 rows or
-    more, two rows in flight; then the same with narrower tiles, more or fewer slices."""
+    more, two rows a pass; then the same with narrower tiles, more or fewer slices. Each without and
+    with the next pass prefetched, with it first where G_in is transposed (a barrier a pass)."""
     vec = max(v for v in (1, 2, 4) if v * ITEMSIZE[p.dtype] <= 16 and p.inputs % v == 0 and v <= p.aligned)
     tiles = ceil_div(p.inputs, 32 * vec)
     filling = min((s for s in PARAMS["split"] if tiles * s >= 2 * d.sm_count), default=PARAMS["split"][-1])
@@ -146,8 +162,9 @@ def default_candidates(p: Problem, d):
                                      (32 * vec, 256, max(1, split // 2), 4), (32 * vec, 128, split, 2),
                                      (32 * vec, 256, min(64, 2 * split), 1)):
         if cols >= 32:
-            yield dict(cols=cols, vec=vec, threads=threads, split=s, unroll=unroll)
-    yield dict(cols=32, vec=1, threads=128, split=1, unroll=1)
+            for prefetch in (1, 0) if p.grad_in_transposed else (0, 1):
+                yield dict(cols=cols, vec=vec, threads=threads, split=s, unroll=unroll, prefetch=prefetch)
+    yield dict(cols=32, vec=1, threads=128, split=1, unroll=1, prefetch=0)
 
 
 def reference(p: Problem, g, w, a, dw, db, alpha, beta, db_beta) -> dict:

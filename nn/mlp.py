@@ -133,6 +133,8 @@ class Step:
         self.loss_sum = bk.zeros((1,))  # sum of -log P[i, y_i] over rows seen since reset_loss
         self.output_backward_apart = (model.layers > 1
                                       and max_rows * sizes[-2] * bk.dtype.itemsize > OUTPUT_BACKWARD_APART_BYTES)
+        if self.output_backward_apart and model.layers == 2:   # G_1: linear_backward's, for dW_1's GEMM alone
+            self.deltas[0] = bk.empty_input_gradient((max_rows, sizes[1]), sizes[-1])
         self._x = None
 
     def reset_loss(self):

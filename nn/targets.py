@@ -12,6 +12,7 @@ import numpy as np
 import autogemm
 from autogemm import NO_OP
 from nn.backends.base import Backend
+from nn.backends.cupy_backend import column_major_input_gradient
 from nn.cnn import CNN, CNNStep, init_cnn_params
 from nn.layers import LENET, parse_layers
 from nn.mlp import MLP, Step, init_params
@@ -20,15 +21,16 @@ from nn.model_parallel import ShardedMLP, ShardedStep, check_split
 
 class LaunchRecorder(Backend):
     """A backend of shapes: each operation appends the autogemm launch that the GPU backend makes
-    for it on float32 operands (nothing for an empty one), named by the step's arrays (`names`, by
-    start address). At precision bf16 the backend reads bfloat16 copies where it can: the same
-    GEMM shapes, tuned by `autogemm tune --dtype bfloat16`."""
+    for it on float32 operands at `precision` (nothing for an empty one), named by the step's arrays
+    (`names`, by start address). At precision bf16 the backend reads bfloat16 copies where it can:
+    the same GEMM shapes, tuned by `autogemm tune --dtype bfloat16`."""
 
     name = "record"
     xp = np
 
-    def __init__(self, dtype="float32"):
+    def __init__(self, dtype="float32", precision="fp32"):
         super().__init__(dtype)
+        self.precision = precision
         self.launches: list[autogemm.Target] = []
         self.names: dict[int, str] = {}
 
@@ -55,12 +57,18 @@ class LaunchRecorder(Backend):
     def zeros(self, shape):
         return np.zeros(shape, self.dtype)
 
+    def empty_input_gradient(self, shape, classes):
+        if not column_major_input_gradient(self.dtype, self.precision, classes):
+            return self.empty(shape)
+        return np.empty(shape[::-1], self.dtype).T
+
     # ---- the step's operations, as launches -----------------------------------------------------
     def gemm(self, a, b, out, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,
              epilogue=None, bias=None, aux=None):
         k = a.shape[0] if trans_a else a.shape[1]
         role = (f"{self.name_of(out)} = {self.name_of(a)}{'^T' if trans_a else ''} "
                 f"{self.name_of(b)}{'^T' if trans_b else ''}")
+        (_, trans_a), (_, trans_b) = autogemm.row_major_operand(a, trans_a), autogemm.row_major_operand(b, trans_b)
         self._record("gemm", (*out.shape, k), ("t" if trans_a else "n") + ("t" if trans_b else "n"), role)
         return out
 
@@ -82,7 +90,9 @@ class LaunchRecorder(Backend):
         role = (f"{self.name_of(grad_in)}, {self.name_of(dw)}{' step' if beta else ''}, "
                 f"{self.name_of(db)}{' step' if accumulate_db else ''} from {self.name_of(g)} {self.name_of(w)}, "
                 f"{self.name_of(a)}")
-        self._record("linear_backward", (a.shape[0], w.shape[0], a.shape[1]), activation, role)
+        _, transposed = autogemm.row_major_operand(grad_in, False)      # column-major: stored as G^T
+        self._record("linear_backward", (a.shape[0], w.shape[0], a.shape[1]),
+                     activation + ("_t" if transposed else ""), role)
 
     def column_sums(self, g, out, scale=1.0, accumulate=False):
         role = f"{self.name_of(out)} {'+=' if accumulate else '='} column sums of {self.name_of(g)}"
@@ -141,11 +151,11 @@ def _name_arrays(recorder: LaunchRecorder, step: Step, x):
 
 
 def record_step(rows: int, batch: int, sizes, activation: str, ranks: int,
-                rank: int | None = None) -> list[autogemm.Target]:
-    """The launches of one rank's training step on `rows` rows of a `batch`-row batch: the fused
-    one-rank step, or with ranks > 1 the step whose gradients are all-reduced before the update;
-    with `rank`, that rank's step of the hidden-unit split (nn.model_parallel) instead."""
-    recorder = LaunchRecorder()
+                rank: int | None = None, precision: str = "fp32") -> list[autogemm.Target]:
+    """The launches of one rank's training step on `rows` rows of a `batch`-row batch at `precision`:
+    the fused one-rank step, or with ranks > 1 the step whose gradients are all-reduced before the
+    update; with `rank`, that rank's step of the hidden-unit split (nn.model_parallel) instead."""
+    recorder = LaunchRecorder(precision=precision)
     params = init_params(sizes, "he")
     if rank is None:
         step = Step(MLP(recorder, sizes, activation, params), rows, batch, lr=0.1, reg=0.0)
@@ -173,10 +183,12 @@ def step_rows(batch: int, train_size: int | None, ranks: int) -> list[int]:
 
 def step_targets(batch: int = 800, hidden: tuple[int, ...] = (1000,), train_size: int | None = 54_000,
                  ranks: tuple[int, ...] = (1,), activation: str = "sigmoid", inputs: int = 784,
-                 classes: int = 10, parallel: str = "data") -> list[autogemm.Target]:
-    """Every launch of the MLP's training step (784-hidden-10 on Fashion-MNIST's shapes) for each
-    rank count and each row count a rank sees (`parallel` "data"), or each rank's hidden units on
-    every row ("model"), the first of each (family, sizes, op) kept."""
+                 classes: int = 10, parallel: str = "data", precision: str = "fp32") -> list[autogemm.Target]:
+    """Every launch of the MLP's training step (784-hidden-10 on Fashion-MNIST's shapes) at
+    `precision` (nn.train --precision) for each rank count and each row count a rank sees
+    (`parallel` "data"), or each rank's hidden units on every row ("model"), the first of each
+    (family, sizes, op) kept. At fp32, what tunes the families other than the GEMM's for every
+    precision, the bf16 step's launches of those families are added."""
     sizes = (inputs, *hidden, classes)
     full = min(batch, train_size or batch)
     first = {}
@@ -187,7 +199,11 @@ def step_targets(batch: int = 800, hidden: tuple[int, ...] = (1000,), train_size
         else:
             steps = [(rows, None) for rows in step_rows(batch, train_size, r)]
         for rows, rank in steps:
-            for launch in record_step(rows, full, sizes, activation, r, rank):
+            launches = record_step(rows, full, sizes, activation, r, rank, precision)
+            if precision == "fp32":
+                launches += [t for t in record_step(rows, full, sizes, activation, r, rank, "bf16")
+                             if t.family not in autogemm.IMPLEMENTATIONS["gemm"]]
+            for launch in launches:
                 first.setdefault((launch.family, launch.sizes, launch.op), launch)
     return list(first.values())
 

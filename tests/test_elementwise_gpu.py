@@ -110,10 +110,12 @@ def test_linear_xent_every_sampled_config_matches_float64(shape, op, dtype):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("shape,op", [((800, 10, 1000), "sigmoid"), ((400, 10, 100), "relu"), ((37, 3, 34), "sigmoid"),
-                                      ((8192, 10, 4096), "sigmoid"), ((1, 32, 4096), "relu"), ((200, 10, 250), "relu")])
+                                      ((8192, 10, 4096), "sigmoid"), ((1, 32, 4096), "relu"), ((200, 10, 250), "relu"),
+                                      ((8192, 10, 4096), "sigmoid_t"), ((37, 3, 34), "relu_t"), ((1, 32, 4096), "sigmoid_t")])
 def test_linear_backward_every_sampled_config_matches_float64(shape, op, dtype):
-    """G_in and the SGD steps on dW and db of the default and 12 random configs (row slices or none),
-    within the float64 reference's bounds (autogemm.tuning.measure), G_in poisoned before every run."""
+    """G_in (row-major, or column-major for an op ending _t) and the SGD steps on dW and db of the
+    default and 12 random configs (row slices or none), within the float64 reference's bounds
+    (autogemm.tuning.measure), G_in poisoned before every run."""
     from autogemm.runtime.device import this_device
     from autogemm.runtime.family import family
     from autogemm.store.keys import make_key

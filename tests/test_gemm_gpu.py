@@ -350,6 +350,31 @@ def test_wgmma_tma_reads_views_of_padded_arrays(ta, tb):
         assert verdict.ok, f"{'tn'[ta]}{'tn'[tb]} {math} bfloat16={bfloat16} split_k={split_k}: {verdict.describe()}"
 
 
+@pytest.mark.parametrize("ta,tb", OPS)
+def test_column_major_operands_are_their_row_major_transposes(ta, tb):
+    """A and B given column-major (views x.T of padded row-major arrays) compute what their row-major
+    transposes with trans flipped do, bit for bit (the same kernel), within float64's bound: both
+    dtypes, and on Hopper each precision."""
+    import cupy
+
+    import autogemm
+
+    rng = np.random.default_rng(9)
+    m, n, k = 200, 136, 300
+    runs = [(np.float64, "fp32"), (np.float32, "fp32")] + [(np.float32, p) for p in ("tf32", "bf16") if hopper()]
+    for dtype, precision in runs:
+        a_rows = cupy.asarray(rng.standard_normal((m, k + 4) if ta else (k, m + 4)), dtype)[:, :m if not ta else k]
+        b_rows = cupy.asarray(rng.standard_normal((k, n + 4) if tb else (n, k + 4)), dtype)[:, :k if not tb else n]
+        a, b = a_rows.T, b_rows.T                                        # column-major: op(a) is (M, K), op(b) (K, N)
+        d = autogemm.gemm(a, b, trans_a=ta, trans_b=tb, precision=precision)
+        want = autogemm.gemm(a_rows, b_rows, trans_a=not ta, trans_b=not tb, precision=precision)
+        assert cupy.array_equal(d, want), (ta, tb, dtype, precision)
+        problem = Problem(m, n, k, np.dtype(dtype).name, trans_a=ta, trans_b=tb, precision=precision)
+        value, magnitude, _ = reference(problem, cupy.asnumpy(a), cupy.asnumpy(b), 1.0, 0.0, None, None, None)["d"]
+        verdict = compare(cupy.asnumpy(d), value, magnitude, k, dtype, precision)
+        assert verdict.ok, f"{'tn'[ta]}{'tn'[tb]} {dtype.__name__} {precision}: {verdict.describe()}"
+
+
 @pytest.mark.parametrize("ta,tb", [op for op in OPS if op != (False, True)])
 def test_wgmma_pretransposed_operands(ta, tb):
     """pretranspose on every op with an M/N-major operand: the operands are views into NaN-padded

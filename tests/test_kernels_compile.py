@@ -74,7 +74,7 @@ TF32X3_SPACE = family("gemm").restricted({"math": ("3xtf32",), "copy": ("async",
 def small_families() -> list:
     """gemm_naive, elementwise (every op), softmax_xent, colsum, linear_xent (with and without the
     input gradient and its bfloat16 copy, K with and without a ragged last slice), linear_backward
-    (both activations, 10 and 32 classes, the bfloat16 copy beside float32 and alone), the
+    (both activations, 10 and 32 classes, the bfloat16 copy beside float32 and alone, transposed), the
     convolutions (LeNet's layers, odd sizes), pooling both ways and Adam, both dtypes, sampled
     configs; the bfloat16 rounding's every vector width."""
     out = []
@@ -107,6 +107,8 @@ def small_families() -> list:
         if dtype == "float32":                 # the input gradient in bfloat16 alone
             problem = linear_backward.Problem(8192, 10, 4096, dtype, "relu", grad_in_bf16=True, grad_in_f32=False)
             out += [lb.instance(cfg, problem) for cfg in lb.candidates(problem, H100)[:2]]
+        problem = linear_backward.Problem(8192, 10, 4096, dtype, "sigmoid", grad_in_transposed=True)   # stored as G_in^T
+        out += [lb.instance(cfg, problem) for cfg in lb.candidates(problem, H100)[:2] + lb.sample(problem, H100, 5)]
         for name in ("conv2d", "conv2d_dgrad", "conv2d_wgrad", "conv2d_direct", "conv2d_dgrad_direct",
                      "conv2d_wgrad_direct"):
             cv = family(name)

@@ -90,8 +90,9 @@ BACKWARD_SPACE = {"threads": (64, 128, 256)}     # at most 256 threads (OS threa
 
 
 def backward_launches(rows, classes, inputs, activation, dtype, sgd, seed):
-    """(launch, outputs, reference) for the default and sampled configs of one problem; float32 ones
-    also write the input gradient's bfloat16 copy, every other one that copy alone."""
+    """(launch, outputs, reference) for the default and sampled configs of one problem, each storing
+    the input gradient in turn: float32 ones with its bfloat16 copy, that copy alone, or transposed;
+    float64 ones as they are or transposed (into rows of a (K, rows + 3) buffer)."""
     rng = np.random.default_rng(seed)
     t = np.dtype(dtype).type
     a = saved_output(rng, activation, (rows, inputs), t)                      # A: (rows, K)
@@ -103,30 +104,35 @@ def backward_launches(rows, classes, inputs, activation, dtype, sgd, seed):
     fam = family("linear_backward").restricted(BACKWARD_SPACE)
     plain = linear_backward.Problem(rows, classes, inputs, dtype, activation)
     expected = linear_backward.reference(plain, g, w, a, np.nan_to_num(dw0), np.nan_to_num(db0), alpha, beta, db_beta)
+    modes = ("bf16in", "bf16only", "transposed") if dtype == "float32" else ("plain", "transposed")
     out = []
-    for i, cfg in enumerate(fam.candidates(plain, H100)[:1] + fam.sample(plain, H100, 4, seed=seed)):
-        bf16, f32 = dtype == "float32", dtype != "float32" or i % 2 == 0
-        problem = linear_backward.Problem(rows, classes, inputs, dtype, activation, grad_in_bf16=bf16, grad_in_f32=f32)
+    for i, cfg in enumerate(fam.candidates(plain, H100)[:1] + fam.sample(plain, H100, 5, seed=seed)):
+        mode = modes[i % len(modes)]
+        bf16, f32, transposed = mode.startswith("bf16"), mode != "bf16only", mode == "transposed"
+        problem = linear_backward.Problem(rows, classes, inputs, dtype, activation, grad_in_bf16=bf16, grad_in_f32=f32,
+                                          grad_in_transposed=transposed)
         geo = linear_backward.geometry(cfg, problem)
-        got = dict(grad_in=np.full((rows, inputs), np.nan, t) if f32 else None, dw=dw0.copy(), db=db0.copy(),
+        ld_t = rows + 3 if transposed else 0
+        stored = np.full((inputs, ld_t) if transposed else (rows, inputs), np.nan, t) if f32 else None  # G_in or G_in^T
+        got = dict(grad_in=stored[:, :rows].T if transposed else stored, dw=dw0.copy(), db=db0.copy(),
                    grad_in_bf16=np.full((rows, inputs), 0x7fc0, np.uint16) if bf16 else None)   # bfloat16 NaN
         scratch = (np.full(geo.workspace_elems, np.nan, t), np.zeros(geo.counters, np.int32)) if cfg.split > 1 else (
             np.uint64(0), np.uint64(0))
         null = np.uint64(0)
-        args = [g, w, a, got["grad_in"] if f32 else null, got["grad_in_bf16"] if bf16 else null, got["dw"], got["db"],
-                *scratch, np.int32(rows), t(alpha), t(beta), t(db_beta)]
-        out.append((Launch(fam.instance(cfg, problem), args), got, expected, scratch[1]))
+        args = [g, w, a, stored if f32 else null, got["grad_in_bf16"] if bf16 else null, got["dw"], got["db"],
+                *scratch, np.int32(rows), np.int32(ld_t), t(alpha), t(beta), t(db_beta)]
+        out.append((Launch(fam.instance(cfg, problem), args), got, expected, scratch[1], stored))
     return out
 
 
 def test_linear_backward_matches_float64_on_the_cpu(tmp_path):
     cases = [(case[4], item) for seed, case in enumerate(BACKWARDS) for item in backward_launches(*case, seed)]
-    run([launch for _, (launch, _, _, _) in cases], tmp_path)
-    configs = [launch.instance.config for _, (launch, _, _, _) in cases]
+    run([launch for _, (launch, *_) in cases], tmp_path)
+    configs = [launch.instance.config for _, (launch, *_) in cases]
     assert {c.split > 1 for c in configs} == {False, True} and {c.vec for c in configs} == {1, 2, 4}
     assert any(c.unroll > 1 for c in configs) and any(130 % c.cols for c in configs)
-    assert {launch.instance.name.split("_")[-1] for _, (launch, _, _, _) in cases} >= {"bf16in", "bf16only"}
-    for dtype, (launch, got, expected, counters) in cases:
+    assert {launch.instance.name.split("_")[-1] for _, (launch, *_) in cases} >= {"bf16in", "bf16only", "transposed"}
+    for dtype, (launch, got, expected, counters, stored) in cases:
         for name, (value, magnitude, k) in expected.items():
             if got[name] is not None:
                 check(got[name], (value, magnitude), k, dtype)
@@ -136,6 +142,8 @@ def test_linear_backward_matches_float64_on_the_cpu(tmp_path):
             value, magnitude, k = expected["grad_in"]
             as_float = (got["grad_in_bf16"].astype(np.uint32) << 16).view(np.float32)
             assert compare(as_float, value, magnitude + np.abs(value), k, np.float32, "bf16").ok
+        if launch.instance.name.endswith("_transposed"):                        # the padding past the rows untouched
+            assert np.isnan(stored[:, got["grad_in"].shape[0]:]).all()
         if isinstance(counters, np.ndarray):      # left zero for the next launch
             assert not counters.any()
 

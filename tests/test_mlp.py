@@ -11,6 +11,7 @@ import pytest
 
 from nn import mlp
 from nn.backends import ACTIVATIONS, EPILOGUES, get_backend
+from nn.backends.base import Backend
 from nn.mlp import MLP, Step, init_params
 from late_branch import LateBranchBackend
 
@@ -130,12 +131,17 @@ def reference_loss(params, x, y, activation, reg):
     return -logp[np.arange(len(y)), y].mean() + 0.5 * reg * sum(np.sum(w * w) for w, _ in params)
 
 
-@pytest.fixture(params=[False, True], ids=["output-backward-with-forward", "output-backward-apart"])
+@pytest.fixture(params=["with-forward", "apart", "apart-column-major"], ids=lambda p: f"output-backward-{p}")
 def output_backward_apart(request, monkeypatch):
     """Every Step made in the test carries the output layer's gradient down apart (any size is
-    large) or with the forward pass (none is)."""
-    monkeypatch.setattr(mlp, "OUTPUT_BACKWARD_APART_BYTES", -1 if request.param else 2**62)
-    return request.param
+    large) or with the forward pass (none is); apart, the input gradient that linear_backward
+    writes for the first layer's weight GEMM alone laid out column-major or not (as the GPU
+    backend chooses)."""
+    apart = request.param != "with-forward"
+    monkeypatch.setattr(mlp, "OUTPUT_BACKWARD_APART_BYTES", -1 if apart else 2**62)
+    if request.param == "apart-column-major":
+        monkeypatch.setattr(Backend, "empty_input_gradient", lambda self, shape, classes: self.empty(shape[::-1]).T)
+    return apart
 
 
 def tiny_problem(hidden, seed=0, rows=6):
@@ -150,13 +156,16 @@ def tiny_problem(hidden, seed=0, rows=6):
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("hidden", [(4,), (4, 3)])
-def test_gradients_match_finite_differences(activation, hidden, output_backward_apart):
+def test_gradients_match_finite_differences(activation, hidden, output_backward_apart, request):
     reg, h = 0.1, 1e-5
     sizes, params, x, y = tiny_problem(hidden)
     bk = get_backend("numpy", np.float64)
     model = MLP(bk, sizes, activation, params)
     step = Step(model, len(y), len(y), lr=0.1, reg=reg)
     assert step.output_backward_apart == output_backward_apart
+    column_major = step.deltas[0].strides[0] == step.deltas[0].itemsize     # G1: two layers' alone
+    assert column_major == (request.node.callspec.params["output_backward_apart"] == "apart-column-major"
+                            and len(hidden) == 1)
     step.forward(bk.asarray(x), bk.asarray(y))
     step.backward()
     loss = step.loss_sum[0] / len(y) + model.reg_term(reg)

@@ -85,16 +85,16 @@ def cmd_bench(args) -> int:
     from autogemm.tuning.bench import bench_convolution, bench_shape
     from autogemm.tuning.targets import network_convolutions
 
-    shapes = parse_shapes(args.shapes, args.batch, args.hidden)
+    arithmetic = _arithmetic(args)           # tf32 or bf16 with float64 fails here, in one line
+    bf16_operands = arithmetic == "bfloat16"
+    precision = "bf16" if bf16_operands else args.precision
+    shapes = parse_shapes(args.shapes, args.batch, args.hidden, precision)
     convolutions = network_convolutions(args.shapes, args.batch)
     configs = {f"config{i}": _config_json(text) for i, text in enumerate(args.config, 1)}
     _claim_json(args.json, "autogemm bench")
-    arithmetic = _arithmetic(args)           # tf32 or bf16 with float64 fails here, in one line
-    bf16_operands = arithmetic == "bfloat16"
     if bf16_operands and convolutions:
         raise AutogemmError("--dtype bfloat16: GEMMs only (A and B in bfloat16); the convolutions compute in float32")
     dtype = np.float32 if bf16_operands else np.dtype(args.dtype).type   # of the outputs
-    precision = "bf16" if bf16_operands else args.precision
     dev = this_device()
     at = f" at precision {precision}" if precision != "fp32" else ""
     timer = f"median of {args.reps} event-timed runs, L2 {'flushed' if args.l2 == 'flush' else 'warm'}"
@@ -176,9 +176,10 @@ def cmd_tune(args) -> int:
     shapes = args.model or args.shapes or ("lenet" if args.layers else "nn")
     if args.stale and (args.shapes, args.model, args.layers) != (None, None, None):
         raise AutogemmError("--stale tunes the stale records of the tuned file; it takes no --shapes, --model or --layers")
-    targets = None if args.stale else parse_targets(shapes, args.batch, args.hidden, args.train_size, args.ranks,
-                                                     args.families, args.activation, args.layers, args.parallel)
     arithmetic = _arithmetic(args)
+    targets = None if args.stale else parse_targets(shapes, args.batch, args.hidden, args.train_size, args.ranks,
+                                                     args.families, args.activation, args.layers, args.parallel,
+                                                     "bf16" if arithmetic == "bfloat16" else args.precision)
     if targets and arithmetic == "bfloat16":   # the GEMM call's families read bfloat16 operands
         targets = [t for t in targets if call_of(t.family) == "gemm"]
     elif targets and args.precision != "fp32":   # the families whose own kernels compute at it

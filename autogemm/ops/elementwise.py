@@ -173,13 +173,20 @@ def linear_backward(g, w, a, grad_in, activation, dw, db, alpha=1.0, beta=0.0, d
     ("sigmoid" or "relu"): grad_in = (g w) * act'(a); dw = alpha * g^T a + beta * dw (dw may be w:
     the SGD step in place, w read first); db = alpha * column sums of grad_in + db_beta * db (K,);
     with `grad_in_bf16` (uint16, (rows, K); float32), grad_in rounded to bfloat16 too, or (grad_in
-    None) instead."""
+    None) instead. grad_in may be column-major (grad_in.T a row-major (K, rows) array, any leading
+    dimension): stored so, the layout in which a GEMM reads grad_in^T K-major; it then has no
+    bfloat16 copy."""
     if grad_in is None and grad_in_bf16 is None:
         raise BadArguments("linear_backward: grad_in or grad_in_bf16 (or both) must be given")
+    transposed = grad_in is not None and _column_major(grad_in)
+    if transposed and grad_in_bf16 is not None:
+        raise BadArguments("linear_backward: a column-major grad_in has no bfloat16 copy; pass a C-contiguous "
+                           "grad_in with grad_in_bf16")
     arrays = [(g, "g"), (w, "w"), (a, "a"), (dw, "dw"), (db, "db")]
-    arrays += [(grad_in, "grad_in")] if grad_in is not None else []
+    arrays += [(grad_in.T if transposed else grad_in, "grad_in")] if grad_in is not None else []
     for x, what in arrays:
-        _contiguous(x, what)
+        if not (what == "grad_in" and transposed):
+            _contiguous(x, what)
     if activation not in lb_family.ACTIVATIONS:
         raise BadArguments(f"linear_backward: activation must be 'sigmoid' or 'relu', got {activation!r}")
     rows, classes, inputs = _layer_sizes(
@@ -197,13 +204,15 @@ def linear_backward(g, w, a, grad_in, activation, dw, db, alpha=1.0, beta=0.0, d
         if {what, other} & {"grad_in", "grad_in_bf16", "dw", "db"} and not in_place and overlaps(x, y):
             raise BadArguments(f"linear_backward: {what} and {other} overlap; an output shares no memory with "
                                "another array (but dw may be w itself)")
-    aligned = _aligned(*(x for x, what in arrays if what != "g"))
+    aligned = _aligned(*(x for x, what in arrays if what != "g" and not (what == "grad_in" and transposed)))
     if grad_in_bf16 is not None:
         if a.dtype != np.float32:
             raise BadArguments("linear_backward: grad_in_bf16 is grad_in in bfloat16: it needs float32 arrays")
         aligned = min(aligned, _bf16_bits(grad_in_bf16, (rows, inputs), "linear_backward: grad_in_bf16"))
     problem = lb_family.Problem(rows, classes, inputs, str(a.dtype), activation, aligned,
-                                grad_in_bf16=grad_in_bf16 is not None, grad_in_f32=grad_in is not None)
+                                grad_in_bf16=grad_in_bf16 is not None, grad_in_f32=grad_in is not None,
+                                grad_in_transposed=transposed)
+    ld_t = grad_in.strides[1] // grad_in.itemsize if transposed else 0
     s = _scalar(a.dtype)
     null = np.uint64(0)
 
@@ -211,10 +220,22 @@ def linear_backward(g, w, a, grad_in, activation, dw, db, alpha=1.0, beta=0.0, d
         workspace = scratch("workspace", a.dtype, geo.workspace_elems) if geo.workspace_elems else null
         counters = scratch("counters", np.int32, geo.counters) if geo.counters else null
         return (g, w, a, grad_in if grad_in is not None else null, grad_in_bf16 if grad_in_bf16 is not None else null,
-                dw, db, workspace, counters, np.int32(rows), s(alpha), s(beta), s(db_beta))
+                dw, db, workspace, counters, np.int32(rows), np.int32(ld_t), s(alpha), s(beta), s(db_beta))
 
     launch("linear_backward", problem, config, args)
     return grad_in if grad_in is not None else grad_in_bf16
+
+
+def _column_major(x) -> bool:
+    """Whether a 2-D array is column-major and not C-contiguous: x.T row-major (unit stride down its
+    columns, a leading dimension at least its rows); BadArguments for a layout neither way round."""
+    if getattr(x, "ndim", 0) != 2 or x.flags.c_contiguous:     # not an array: _contiguous says so
+        return False
+    item = x.itemsize
+    if x.strides[0] != item or x.strides[1] % item or x.strides[1] // item < x.shape[0]:
+        raise BadArguments(f"linear_backward: grad_in has strides {x.strides}: it must be C-contiguous or "
+                           "column-major (grad_in.T row-major)")
+    return True
 
 
 def column_sums(g, out=None, alpha=1.0, beta=0.0, config=None):

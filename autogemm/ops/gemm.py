@@ -1,6 +1,7 @@
 """`autogemm.gemm`: D = epi(alpha * op(A) @ op(B) + beta * C) with a generated kernel.
 
-Arrays are CuPy, row-major, any leading dimension (unit stride along rows). The config is the one
+Arrays are CuPy, row-major, any leading dimension (unit stride along rows); A and B may also be
+column-major (their transposes row-major). The config is the one
 given, else the best known for this shape on this GPU, else the family's sound default. A and B may
 be bfloat16 (at precision bf16, on Hopper): CuPy has no bfloat16, so they travel as uint16 arrays of
 the bits, as `to_bf16` makes them; C, D and the epilogue's arrays are then float32.
@@ -34,6 +35,13 @@ def leading_dim(x, what: str, call: str = "gemm") -> int:
     return max(ld, 1)
 
 
+def row_major_operand(x, trans: bool):
+    """(x, trans) naming the same op(x) by a row-major array: a column-major x (unit stride down its
+    columns, not C-contiguous) as x.T with trans flipped. NumPy arrays alike."""
+    column_major = x.ndim == 2 and x.strides[0] == x.itemsize and not x.flags.c_contiguous
+    return (x.T, not trans) if column_major else (x, trans)
+
+
 def vector_width(x, ld: int) -> int:
     """Widest vector (1, 2, 4, 8 elements, at most 16 bytes) that x's pointer and rows allow."""
     for width in (8, 4, 2):
@@ -60,7 +68,8 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=No
          precision="fp32"):
     """out = epi(alpha * op(a) @ op(b) + beta * c); returns `out` (allocated when None).
 
-    op(x) is x.T when trans_x. With beta != 0 and no `c`, `out` is C (in place, BLAS style).
+    op(x) is x.T when trans_x; a and b row-major or column-major. With beta != 0 and no `c`, `out`
+    is C (in place, BLAS style).
     epilogue: None, "bias", "bias_sigmoid", "bias_relu" (need `bias`, shape (N,)), or
     "dsigmoid", "drelu" (need `aux`, shape (M, N): the saved activation output).
     config: None for the tuned config of this shape on this GPU (else the nearest tuned shape's,
@@ -179,6 +188,7 @@ def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     if precision != "fp32" and a.dtype == np.float64:
         raise BadArguments(f"gemm: precision {precision} multiplies float32 arrays; these are {a.dtype}")
     dtype = np.dtype(np.float32) if bf16_operands else a.dtype       # of C, D, bias, aux
+    (a, trans_a), (b, trans_b) = row_major_operand(a, trans_a), row_major_operand(b, trans_b)
     lda, ldb = leading_dim(a, "a"), leading_dim(b, "b")
     m, k = (a.shape[1], a.shape[0]) if trans_a else a.shape
     k2, n = (b.shape[1], b.shape[0]) if trans_b else b.shape

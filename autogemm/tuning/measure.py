@@ -270,7 +270,7 @@ class LinearXentMeasure(KernelMeasure):
 class LinearBackwardMeasure(KernelMeasure):
     """The output layer's backward pass on random activations, weights and gradients with the one-rank
     step's kind of scalars: the SGD step on dW (starting from W's values, in an array of its own) and
-    on db, against NumPy in float64."""
+    on db, against NumPy in float64; the input gradient column-major where the key's op says so."""
 
     STEP = dict(alpha=-0.1, beta=0.999, db_beta=1.0)
 
@@ -286,8 +286,9 @@ class LinearBackwardMeasure(KernelMeasure):
         self.host = {"w": w, "db": db}
         self.expected = self.reference(self.problem, g=g, w=w, a=a, dw=w, db=db, **self.STEP)
         self.g, self.w, self.a = (cupy.asarray(x) for x in (g, w, a))
-        self.out = {"grad_in": cupy.empty((rows, inputs), self.dtype), "dw": cupy.empty_like(self.w),
-                    "db": cupy.asarray(db)}
+        grad_in = cupy.empty((inputs, rows), self.dtype).T if self.problem.grad_in_transposed else cupy.empty(
+            (rows, inputs), self.dtype)                                          # G_in: (rows, K), column-major or not
+        self.out = {"grad_in": grad_in, "dw": cupy.empty_like(self.w), "db": cupy.asarray(db)}
 
     def launcher(self, cfg: Config):
         from autogemm.ops.elementwise import linear_backward

@@ -37,14 +37,17 @@ class Shape:
         return f"{self.m}x{self.n}x{self.k}:{self.op}"
 
 
-def parse_shapes(text: str, batch: int | None = None, hidden: tuple[int, ...] = (1000,)) -> list[Shape]:
+def parse_shapes(text: str, batch: int | None = None, hidden: tuple[int, ...] = (1000,),
+                 precision: str = "fp32") -> list[Shape]:
     """A comma-separated list of MxNxK[:op] (op nn, nt, tn, tt), or a network's name (`nn`,
-    `lenet`) for the GEMMs of its training step on a full batch (None: its default), one rank."""
+    `lenet`) for the GEMMs of its training step at `precision` on a full batch (None: its
+    default), one rank."""
     shapes = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         if item in networks():
             shapes += [Shape(*t.sizes, t.op, t.role)
-                       for t in network_targets(item, batch, hidden, train_size=None) if t.family == "gemm"]
+                       for t in network_targets(item, batch, hidden, train_size=None, precision=precision)
+                       if t.family == "gemm"]
             continue
         match = _SHAPE.match(item)
         if not match:
@@ -83,7 +86,7 @@ TUNE_FAMILIES = ("gemm", "gemm_wgmma", "elementwise", "softmax_xent", "colsum", 
                  "pool2x2", "adam")
 # entry points: name -> f(batch, hidden, train_size, ranks, activation[, layers]) -> [Target]; the
 # network's own default batch where none is given, and layers only where given; train_size None:
-# the launches of one full batch; parallel only where not "data"
+# the launches of one full batch; parallel only where not "data", precision only where not "fp32"
 TARGETS_GROUP = "autogemm.targets"
 NO_NETWORK = "none is installed: `pip install -e .` in the checkout registers nn"
 
@@ -96,9 +99,10 @@ def networks() -> dict:
 
 def network_targets(name: str, batch: int | None = None, hidden: tuple[int, ...] = (1000,),
                     train_size: int | None = 54_000, ranks: tuple[int, ...] = (1,), activation: str = "sigmoid",
-                    layers: str | None = None, parallel: str = "data") -> list[Target]:
+                    layers: str | None = None, parallel: str = "data", precision: str = "fp32") -> list[Target]:
     """Every kernel launch of network `name`'s training step, as that network records it (batch
-    None: the network's own default; parallel "model": each rank's share of the hidden units)."""
+    None: the network's own default; parallel "model": each rank's share of the hidden units;
+    precision: its GEMMs', which may change what the step launches)."""
     entry = networks()[name]
     try:
         record = entry.load()
@@ -108,6 +112,7 @@ def network_targets(name: str, batch: int | None = None, hidden: tuple[int, ...]
     given = {"batch": batch} if batch is not None else {}
     given |= {"layers": layers} if layers is not None else {}
     given |= {"parallel": parallel} if parallel != "data" else {}
+    given |= {"precision": precision} if precision != "fp32" else {}
     try:
         return list(record(hidden=tuple(hidden), train_size=train_size, ranks=tuple(ranks), activation=activation,
                            **given))
@@ -125,13 +130,14 @@ def _unique(targets: list[Target]) -> list[Target]:
 
 def parse_targets(text: str, batch: int | None = None, hidden: tuple[int, ...] = (1000,), train_size: int = 54_000,
                   ranks: tuple[int, ...] = (1,), families: tuple[str, ...] = TUNE_FAMILIES,
-                  activation: str = "sigmoid", layers: str | None = None, parallel: str = "data") -> list[Target]:
+                  activation: str = "sigmoid", layers: str | None = None, parallel: str = "data",
+                  precision: str = "fp32") -> list[Target]:
     """A network's name (`nn`, `lenet`) for every launch of its training step, or MxNxK[:op],... for
     GEMMs; kept to `families`."""
     targets = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         if item in networks():
-            targets += network_targets(item, batch, hidden, train_size, ranks, activation, layers, parallel)
+            targets += network_targets(item, batch, hidden, train_size, ranks, activation, layers, parallel, precision)
         else:
             shape = parse_shapes(item)[0]
             targets += [Target(name, (shape.m, shape.n, shape.k), shape.op) for name in IMPLEMENTATIONS["gemm"]]

@@ -71,6 +71,12 @@ class Backend(ABC):
     def zeros(self, shape):
         """A zero-filled array of `self.dtype`."""
 
+    def empty_input_gradient(self, shape, classes: int):
+        """An uninitialised (rows, n) array for the input gradient that linear_backward (`classes`
+        outputs) writes where the first layer's weight GEMM (G^T X) alone reads it: row-major here;
+        a backend whose GEMMs read G^T faster K-major lays it out column-major."""
+        return self.empty(shape)
+
     def free_bytes(self) -> int | None:
         """Bytes free for this backend's arrays now, None where unknown."""
         return None

@@ -30,6 +30,14 @@ def gpu_for_rank(rank: int, gpus: int) -> int:
     return rank % gpus
 
 
+def column_major_input_gradient(dtype, precision: str, classes: int) -> bool:
+    """Whether the cupy backend lays out linear_backward's input gradient G column-major for the
+    weight GEMM that alone reads it (G^T X): G^T is then K-major, as Hopper's TF32 products read it
+    with no staging copy. Float32 at precisions fp32 and tf32; at bf16 G is written in bfloat16
+    alone, row-major, which the BF16 products read M-major as it is."""
+    return np.dtype(dtype) == np.float32 and precision != "bf16" and classes <= autogemm.LINEAR_BACKWARD_MAX_CLASSES
+
+
 class CupyBackend(Backend):
     """autogemm kernels on one GPU; `tuned` picks configs from tuned/ (else the family defaults);
     `precision` is its GEMMs' (autogemm.gemm's). At precision bf16 a GEMM whose operands a kernel
@@ -89,6 +97,13 @@ class CupyBackend(Backend):
 
     def zeros(self, shape):
         return self.xp.zeros(shape, self.dtype)
+
+    def empty_input_gradient(self, shape, classes):
+        if not column_major_input_gradient(self.dtype, self.precision, classes):
+            return self.empty(shape)
+        rows, cols = shape
+        ld = -(-rows // 4) * 4                  # G^T's rows 16-byte aligned, as a tensor map needs
+        return self.xp.empty((cols, ld), self.dtype)[:, :rows].T
 
     def free_bytes(self):
         """The device's free memory and what CuPy's pool holds free."""
@@ -310,6 +325,7 @@ class CublasBackend(CupyBackend):
     linear_xent = Backend.linear_xent
     linear_backward = Backend.linear_backward
     read_only = Backend.read_only       # cuBLAS rounds float32 operands itself
+    empty_input_gradient = Backend.empty_input_gradient
 
     def capture(self, fn):
         raise NNError("the cublas backend cannot be captured into a CUDA graph (CuPy forbids cuBLAS during capture)")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in | lb-tests | lb-tune | lb-steps | lb-epochs | h200-lb | lb-bf16 | h200-lb-bf16]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in | lb-tests | lb-tune | lb-steps | lb-epochs | h200-lb | lb-bf16 | h200-lb-bf16 | gt-tests | gt-epochs]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -223,6 +223,28 @@ lb-bf16|h200-lb-bf16)   # at bf16 linear_backward writes the input gradient in b
     python -m nn.profile --network large --backend cupy-tuned-bf16 --json "$out/profile-large-bf16.json" \
         > "$out/profile-step.txt" 2>&1; grep -vE "^ *$" "$out/profile-step.txt"
     cp tuned/nvidia-h*.json "$out/"
+    ;;
+gt-tests)   # linear_backward stores G1 column-major for W1's GEMM (fp32, tf32): its GPU tests, the GEMM
+            # on column-major operands, the steps either way; then its records and W1's GEMM (now nn)
+            # for the large network's steps tuned
+    python -m pytest -q -m gpu tests/test_elementwise_gpu.py tests/test_cupy_backend_gpu.py tests/test_gemm_gpu.py \
+        -k "linear_backward or column_major or either_way or operations_match" > "$out/pytest-gt.txt" 2>&1
+    grep -E "passed|failed|FAILED|Error" "$out/pytest-gt.txt" | tail -8
+    { python -m autogemm.cli tune --shapes nn --hidden 4096 --batch 8192 --families linear_backward --trials 30 --timeout 20
+      for precision in tf32 fp32; do
+          python -m autogemm.cli tune --precision $precision --shapes 4096x784x8192:nn,4096x784x4848:nn \
+              --trials 30 --timeout 15
+      done
+    } > "$out/tune.log" 2>&1
+    grep -E "│ (linear|gemm)|rror" "$out/tune.log" | cut -c1-160
+    cp tuned/nvidia-h*.json "$out/"
+    ;;
+gt-epochs)   # the epochs in each precision, the large network's steps profiled
+    python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32,cupy-tuned-bf16 \
+        --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -4 "$out/nn-bench.txt"
+    for backend in cupy-tuned cupy-tuned-tf32; do
+        python -m nn.profile --network large --backend $backend --json "$out/profile-large-$backend.json"
+    done > "$out/profile-step.txt" 2>&1; grep -vE "^ *$" "$out/profile-step.txt"
     ;;
 lb-epochs)   # the epochs in each precision, and where the steps' time goes now
     python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32,cupy-tuned-bf16 \
