@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in | lb-tests | lb-tune | lb-steps | lb-epochs | h200-lb | lb-bf16 | h200-lb-bf16 | gt-tests | gt-epochs]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in | lb-tests | lb-tune | lb-steps | lb-epochs | h200-lb | lb-bf16 | h200-lb-bf16 | gt-tests | gt-prefetch | gt-epochs]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -237,6 +237,16 @@ gt-tests)   # linear_backward stores G1 column-major for W1's GEMM (fp32, tf32):
       done
     } > "$out/tune.log" 2>&1
     grep -E "│ (linear|gemm)|rror" "$out/tune.log" | cut -c1-160
+    cp tuned/nvidia-h*.json "$out/"
+    ;;
+gt-prefetch)   # linear_backward may load the next pass's rows during this one (prefetch): its GPU tests,
+               # the steps with G1 either way, its records for the large network's steps tuned again
+    python -m pytest -q -m gpu tests/test_elementwise_gpu.py tests/test_cupy_backend_gpu.py \
+        -k "linear_backward or column_major or either_way" > "$out/pytest-prefetch.txt" 2>&1
+    grep -E "passed|failed|FAILED|Error" "$out/pytest-prefetch.txt" | tail -8
+    python -m autogemm.cli tune --shapes nn --hidden 4096 --batch 8192 --families linear_backward --trials 40 \
+        --timeout 25 > "$out/tune.log" 2>&1
+    grep -E "│ linear|rror" "$out/tune.log" | cut -c1-160
     cp tuned/nvidia-h*.json "$out/"
     ;;
 gt-epochs)   # the epochs in each precision, the large network's steps profiled
