@@ -188,7 +188,7 @@ def step_targets(batch: int = 800, hidden: tuple[int, ...] = (1000,), train_size
     `precision` (nn.train --precision) for each rank count and each row count a rank sees
     (`parallel` "data"), or each rank's hidden units on every row ("model"), the first of each
     (family, sizes, op) kept. At fp32, what tunes the families other than the GEMM's for every
-    precision, the bf16 step's launches of those families are added."""
+    precision, the tf32 and bf16 steps' launches of those families are added."""
     sizes = (inputs, *hidden, classes)
     full = min(batch, train_size or batch)
     first = {}
@@ -201,7 +201,7 @@ def step_targets(batch: int = 800, hidden: tuple[int, ...] = (1000,), train_size
         for rows, rank in steps:
             launches = record_step(rows, full, sizes, activation, r, rank, precision)
             if precision == "fp32":
-                launches += [t for t in record_step(rows, full, sizes, activation, r, rank, "bf16")
+                launches += [t for other in ("tf32", "bf16") for t in record_step(rows, full, sizes, activation, r, rank, other)
                              if t.family not in autogemm.IMPLEMENTATIONS["gemm"]]
             for launch in launches:
                 first.setdefault((launch.family, launch.sizes, launch.op), launch)

@@ -113,21 +113,22 @@ def test_one_rank_steps_match_numpy_with_the_output_layers_backward_pass_either_
 
 @pytest.mark.parametrize("precision", ["fp32", "tf32"])
 def test_a_column_major_first_gradient_trains_as_a_row_major_one(precision, monkeypatch):
-    """Past the apart threshold a float32 two-layer step has linear_backward store G1 column-major
-    and W1's GEMM read G1^T K-major: three fused steps on 2048 rows match the same steps with G1
-    row-major (the GEMM reading G1 M-major) and NumPy in float64."""
+    """Past the apart threshold a float32 two-layer step may have linear_backward store G1
+    column-major and W1's GEMM read G1^T K-major (the backend's choice at tf32): three fused steps on
+    2048 rows match the same steps with G1 row-major (the GEMM reading G1 M-major) and NumPy in
+    float64, at each precision that may choose it."""
     from nn import mlp
     from nn.backends import cupy_backend
 
     monkeypatch.setattr(mlp, "OUTPUT_BACKWARD_APART_BYTES", -1)
+    assert cupy_backend.column_major_input_gradient("float32", precision, 10) == (precision == "tf32")
     rng = np.random.default_rng(8)
     sizes, rows = (96, 128, 10), 2048
     params = [(w * 30, rng.standard_normal(b.shape) * 0.1) for w, b in mlp.init_params(sizes, "cme213", 8)]
     x, y = rng.standard_normal((rows, 96)), rng.integers(0, 10, rows)            # X: (rows, 96), labels (rows,)
     results = {}
     for layout in ("column-major", "row-major", "numpy"):
-        if layout == "row-major":
-            monkeypatch.setattr(cupy_backend, "column_major_input_gradient", lambda *args: False)
+        monkeypatch.setattr(cupy_backend, "column_major_input_gradient", lambda *args: layout == "column-major")
         bk = get_backend("numpy", "float64") if layout == "numpy" else get_backend("cupy", "float32", precision=precision)
         step = mlp.Step(mlp.MLP(bk, sizes, "sigmoid", params), rows, rows, lr=0.3, reg=0.01)
         assert (step.deltas[0].strides[0] == step.deltas[0].itemsize) == (layout == "column-major")

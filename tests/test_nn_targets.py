@@ -43,19 +43,20 @@ def test_the_one_rank_step_of_the_default_network():
 def test_the_large_networks_output_layer_has_a_backward_pass_of_its_own():
     """A large output-layer input (8192 x 4096 float32) is read once going back: linear_backward
     makes G1 with the W2 and b1 steps (one rank) or dW2 and db1 (two), after the forward-only
-    linear_xent; no GEMM or column sums of the output layer's own. G1 is stored transposed (op
-    sigmoid_t), so that W1's GEMM reads G1^T K-major ("nn"), but at precision bf16, where it is
-    written in bfloat16 alone, row-major ("tn")."""
+    linear_xent; no GEMM or column sums of the output layer's own. At precision tf32 G1 is stored
+    transposed (op sigmoid_t), so that W1's GEMM reads G1^T K-major ("nn"); else row-major ("tn")."""
     one = record_step(8192, 8192, (784, 4096, 10), "sigmoid", ranks=1)
     assert [(str(t), t.role) for t in one if t.family.startswith(("linear", "colsum"))] == [
         ("linear_xent 8192x10x4096", "Z, G2 from A1 W2^T"),
-        ("linear_backward 8192x10x4096:sigmoid_t", "G1, W2 step, b1 step from G2 W2, A1"),
+        ("linear_backward 8192x10x4096:sigmoid", "G1, W2 step, b1 step from G2 W2, A1"),
         ("colsum 8192x10", "b2 += column sums of G2")]
-    assert ("gemm", (4096, 784, 8192), "nn", "W1 = G1^T A0") in {(t.family, t.sizes, t.op, t.role) for t in one}
+    assert ("gemm", (4096, 784, 8192), "tn", "W1 = G1^T A0") in {(t.family, t.sizes, t.op, t.role) for t in one}
     assert not any(t.family.startswith("gemm") and t.sizes == (10, 4096, 8192) for t in one)
+    tf32 = launches(record_step(8192, 8192, (784, 4096, 10), "sigmoid", ranks=1, precision="tf32"))
+    assert {("linear_backward", (8192, 10, 4096), "sigmoid_t"), ("gemm", (4096, 784, 8192), "nn")} <= tf32
     bf16 = launches(record_step(8192, 8192, (784, 4096, 10), "sigmoid", ranks=1, precision="bf16"))
     assert {("linear_backward", (8192, 10, 4096), "sigmoid"), ("gemm", (4096, 784, 8192), "tn")} <= bf16
-    two = launches(record_step(4096, 8192, (784, 4096, 10), "sigmoid", ranks=2))
+    two = launches(record_step(4096, 8192, (784, 4096, 10), "sigmoid", ranks=2, precision="tf32"))
     assert {("linear_xent", (4096, 10, 4096), "-"), ("linear_backward", (4096, 10, 4096), "sigmoid_t"),
             ("colsum", (4096, 10), "-"), ("gemm", (4096, 784, 4096), "nn")} <= two
     assert ("colsum", (4096, 4096), "-") not in two and ("gemm", (10, 4096, 4096), "tn") not in two
@@ -63,14 +64,15 @@ def test_the_large_networks_output_layer_has_a_backward_pass_of_its_own():
 
 def test_the_fp32_targets_hold_every_precisions_launches_but_the_gemms():
     """The families other than the GEMM's are tuned once, at fp32, for every precision: the fp32
-    targets add the bf16 step's row-major linear_backward, but not its GEMMs; the tf32 and bf16
+    targets add the tf32 step's transposed linear_backward, but not its GEMMs; the tf32 and bf16
     targets are each their own step's launches."""
     large = dict(batch=8192, hidden=(4096,), train_size=None)
     fp32, tf32, bf16 = (launches(step_targets(**large, precision=p)) for p in ("fp32", "tf32", "bf16"))
     assert {("linear_backward", (8192, 10, 4096), "sigmoid"), ("linear_backward", (8192, 10, 4096), "sigmoid_t"),
-            ("gemm", (4096, 784, 8192), "nn")} <= fp32
-    assert ("gemm", (4096, 784, 8192), "tn") not in fp32 and ("gemm", (4096, 784, 8192), "tn") in bf16
-    assert tf32 == fp32 - {("linear_backward", (8192, 10, 4096), "sigmoid")}
+            ("gemm", (4096, 784, 8192), "tn")} <= fp32
+    assert ("gemm", (4096, 784, 8192), "nn") not in fp32 and ("gemm", (4096, 784, 8192), "nn") in tf32
+    assert ("linear_backward", (8192, 10, 4096), "sigmoid") not in tf32 and bf16 == fp32 - {
+        ("linear_backward", (8192, 10, 4096), "sigmoid_t")}
 
 
 def test_more_ranks_add_their_shares_gradients_and_sgd_updates():

@@ -33,9 +33,11 @@ def gpu_for_rank(rank: int, gpus: int) -> int:
 def column_major_input_gradient(dtype, precision: str, classes: int) -> bool:
     """Whether the cupy backend lays out linear_backward's input gradient G column-major for the
     weight GEMM that alone reads it (G^T X): G^T is then K-major, as Hopper's TF32 products read it
-    with no staging copy. Float32 at precisions fp32 and tf32; at bf16 G is written in bfloat16
-    alone, row-major, which the BF16 products read M-major as it is."""
-    return np.dtype(dtype) == np.float32 and precision != "bf16" and classes <= autogemm.LINEAR_BACKWARD_MAX_CLASSES
+    with no staging copy. At precision tf32 alone: there it saves more than storing G transposed
+    costs; at fp32 the 3xTF32 GEMM gains about what linear_backward loses; at bf16 G is written in
+    bfloat16 alone, row-major, which the BF16 products read M-major as it is
+    (tuned/bench/issue18-h100/g1-transposed/)."""
+    return np.dtype(dtype) == np.float32 and precision == "tf32" and classes <= autogemm.LINEAR_BACKWARD_MAX_CLASSES
 
 
 class CupyBackend(Backend):

@@ -249,12 +249,14 @@ gt-prefetch)   # linear_backward may load the next pass's rows during this one (
     grep -E "│ linear|rror" "$out/tune.log" | cut -c1-160
     cp tuned/nvidia-h*.json "$out/"
     ;;
-gt-epochs)   # the epochs in each precision, the large network's steps profiled
+gt-epochs)   # G1 column-major at tf32 alone: its GPU test, the epochs in each precision, the large
+             # network's tf32 step profiled
+    python -m pytest -q -m gpu tests/test_cupy_backend_gpu.py -k "column_major" > "$out/pytest-column-major.txt" 2>&1
+    tail -1 "$out/pytest-column-major.txt"
     python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32,cupy-tuned-bf16 \
         --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -4 "$out/nn-bench.txt"
-    for backend in cupy-tuned cupy-tuned-tf32; do
-        python -m nn.profile --network large --backend $backend --json "$out/profile-large-$backend.json"
-    done > "$out/profile-step.txt" 2>&1; grep -vE "^ *$" "$out/profile-step.txt"
+    python -m nn.profile --network large --backend cupy-tuned-tf32 --json "$out/profile-large-tf32.json" \
+        > "$out/profile-step.txt" 2>&1; grep -vE "^ *$" "$out/profile-step.txt"
     ;;
 lb-epochs)   # the epochs in each precision, and where the steps' time goes now
     python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32,cupy-tuned-bf16 \
