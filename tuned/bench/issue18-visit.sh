@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in | lb-tests | lb-tune | lb-steps | lb-epochs | h200-lb | lb-bf16 | h200-lb-bf16 | gt-tests | gt-prefetch | gt-epochs]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in | lb-tests | lb-tune | lb-steps | lb-epochs | h200-lb | lb-bf16 | h200-lb-bf16 | gt-tests | gt-prefetch | gt-epochs | h200-gt]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -248,6 +248,18 @@ gt-prefetch)   # linear_backward may load the next pass's rows during this one (
         --timeout 25 > "$out/tune.log" 2>&1
     grep -E "│ linear|rror" "$out/tune.log" | cut -c1-160
     cp tuned/nvidia-h*.json "$out/"
+    ;;
+h200-gt)   # the H200's file after G1 went column-major at tf32: the GPU tests of the steps, linear_backward's
+           # records (stale: prefetch) and W1's tf32 GEMM (now nn) tuned for the large network, the epochs
+    python -m pytest -q -m gpu tests/test_cupy_backend_gpu.py -k "column_major or either_way" > "$out/pytest-h200-gt.txt" 2>&1
+    tail -1 "$out/pytest-h200-gt.txt"
+    { python -m autogemm.cli tune --shapes nn --hidden 4096 --batch 8192 --families linear_backward --trials 40 --timeout 25
+      python -m autogemm.cli tune --precision tf32 --shapes 4096x784x8192:nn,4096x784x4848:nn --trials 30 --timeout 15
+    } > "$out/tune.log" 2>&1
+    grep -E "│ (linear|gemm)|rror" "$out/tune.log" | cut -c1-160
+    python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32,cupy-tuned-bf16 \
+        --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -3 "$out/nn-bench.txt"
+    cp tuned/nvidia-h200.json "$out/"
     ;;
 gt-epochs)   # G1 column-major at tf32 alone: its GPU test, the epochs in each precision, the large
              # network's tf32 step profiled
