@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+import autogemm
+
 from nn.bench import BACKEND_NAMES, available_backends, make_backend, networks
 from nn.cnn import CNN, CNNStep, init_cnn_params
 from nn.errors import ArgumentParser, NNError, exit_status
@@ -40,10 +42,9 @@ def describe(name: str, args, kwargs) -> str:
     """A recorded call in words: the operation, its sizes and what is fused into it."""
     shape = lambda x: "x".join(map(str, x.shape))  # noqa: E731
     if name == "gemm":
-        a, b = args[:2]
-        ta, tb = kwargs.get("trans_a", False), kwargs.get("trans_b", False)
-        m, k = a.shape[::-1] if ta else a.shape
-        n = b.shape[0] if tb else b.shape[1]
+        (a, ta), (b, tb) = (autogemm.row_major_operand(x, kwargs.get(f"trans_{name}", False)) for x, name in zip(args, "ab"))
+        m, k = a.shape[::-1] if ta else a.shape                  # the op launched: column-major operands as
+        n = b.shape[0] if tb else b.shape[1]                     # their row-major transposes
         extras = [kwargs["epilogue"]] if kwargs.get("epilogue") else []
         extras += ["in place"] if kwargs.get("c") is not None else []
         return f"gemm {m}x{n}x{k}:{'t' if ta else 'n'}{'t' if tb else 'n'}" + "".join(f" {e}" for e in extras)
@@ -52,8 +53,10 @@ def describe(name: str, args, kwargs) -> str:
         activation = kwargs.get("activation", args[9] if len(args) > 9 else None)
         return f"linear_xent {a.shape[0]}x{w.shape[0]}x{a.shape[1]}" + (f" {activation}" if activation else "")
     if name == "linear_backward":
-        g, w, a, _, activation, dw = args[:6]
-        return f"linear_backward {a.shape[0]}x{w.shape[0]}x{a.shape[1]} {activation}" + (" in place" if dw is w else "")
+        g, w, a, grad_in, activation, dw = args[:6]
+        transposed = autogemm.row_major_operand(grad_in, False)[1]      # stored as G^T
+        return (f"linear_backward {a.shape[0]}x{w.shape[0]}x{a.shape[1]} {activation}" + ("_t" if transposed else "")
+                + (" in place" if dw is w else ""))
     if name.startswith("conv2d"):   # the maps it reads by the filters (or their gradient)
         maps, filters = args[1:3] if name == "conv2d_backward_weights" else args[:2]
         return f"{name} {shape(maps)} by {shape(filters)}"
