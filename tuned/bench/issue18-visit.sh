@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in | lb-tests | lb-tune | lb-steps | lb-epochs | h200-lb | lb-bf16 | h200-lb-bf16 | gt-tests | gt-prefetch | gt-epochs | h200-gt]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in | lb-tests | lb-tune | lb-steps | lb-epochs | h200-lb | lb-bf16 | h200-lb-bf16 | gt-tests | gt-prefetch | gt-epochs | h200-gt | ncu-lb | lb-runs]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -260,6 +260,25 @@ h200-gt)   # the H200's file after G1 went column-major at tf32: the GPU tests o
     python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32,cupy-tuned-bf16 \
         --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -3 "$out/nn-bench.txt"
     cp tuned/nvidia-h200.json "$out/"
+    ;;
+lb-runs)   # linear_backward's transposed store as each thread's runs, unrolled (no index division, no
+           # 64-bit multiply an element): its GPU tests, its records for the large network's steps
+           # tuned again (every one stale), the large network's epochs
+    python -m pytest -q -m gpu tests/test_elementwise_gpu.py tests/test_cupy_backend_gpu.py \
+        -k "column_major or (linear_backward and (sigmoid_t or relu_t))" > "$out/pytest-lb-runs.txt" 2>&1
+    grep -E "passed|failed|FAILED|Error" "$out/pytest-lb-runs.txt" | tail -6
+    python -m autogemm.cli tune --shapes nn --hidden 4096 --batch 8192 --families linear_backward --trials 40 \
+        --timeout 25 > "$out/tune.log" 2>&1
+    grep -E "│ linear|rror" "$out/tune.log" | cut -c1-160
+    python -m nn.bench --networks large --backends cupy-tuned,cupy-tuned-tf32,cupy-tuned-bf16 \
+        --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -2 "$out/nn-bench.txt"
+    cp tuned/nvidia-h*.json "$out/"
+    ;;
+ncu-lb)   # Nsight Compute on linear_backward 8192x10x4096, G_in row-major and transposed (tuned configs)
+    ncu --kernel-name regex:linear_backward --launch-skip 2 --launch-count 4 --section SpeedOfLight \
+        --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
+        python tuned/bench/issue18_lb_profile.py > "$out/ncu-lb.txt" 2>&1
+    grep -E "linear_backward_|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Theoretical Occ|Stall|Block Limit|Issued Warp" "$out/ncu-lb.txt" | head -70
     ;;
 gt-epochs)   # G1 column-major at tf32 alone: its GPU test, the epochs in each precision, the large
              # network's tf32 step profiled
