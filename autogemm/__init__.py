@@ -21,6 +21,7 @@ from kernels.contract import NO_OP
 from kernels.gemm import EPILOGUES as GEMM_EPILOGUES
 from kernels.gemm import PRECISIONS as GEMM_PRECISIONS
 from kernels.linear_backward import MAX_CLASSES as LINEAR_BACKWARD_MAX_CLASSES
+from kernels.linear_backward import TRANSPOSED as LINEAR_BACKWARD_TRANSPOSED
 from kernels.linear_xent import MAX_CLASSES as LINEAR_XENT_MAX_CLASSES
 
 __all__ = [
@@ -28,7 +29,7 @@ __all__ = [
     "gemm", "plan_gemm", "GemmCall", "GEMM_EPILOGUES", "GEMM_PRECISIONS", "row_major_operand", "to_bf16", "transpose",
     "elementwise", "bias_activation", "activation_grad",
     "sgd_update", "adam_update", "softmax_xent", "linear_xent", "LINEAR_XENT_MAX_CLASSES",
-    "linear_backward", "LINEAR_BACKWARD_MAX_CLASSES", "column_sums",
+    "linear_backward", "LINEAR_BACKWARD_MAX_CLASSES", "LINEAR_BACKWARD_TRANSPOSED", "column_sums",
     # the baseline: cuBLAS's GEMM in the same precisions
     "cublas_gemm",
     # the CNN's: NCHW images, (F, C, K, K) filters

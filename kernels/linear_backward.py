@@ -105,7 +105,8 @@ CONSTRAINTS = (
     ("W's columns, the sums and the rows in flight must fit a thread's registers (at most 200 words, and "
      "32 fewer than a block of THREADS may have each)",
      lambda c, p, d: register_words(c, p) <= min(200, d.regs_per_block // c.threads - 32)),
-    ("the row groups' sums must fit shared memory", lambda c, p, d: smem_bytes(c, p) + 16 <= d.smem_per_block),
+    ("the row groups' sums (and a transposed input gradient's turning buffers) must fit shared memory",
+     lambda c, p, d: smem_bytes(c, p) + 16 <= d.smem_per_block),
     ("a tile wider than twice the inputs is pointless (but for the narrowest)",
      lambda c, p, d: c.cols == PARAMS["cols"][0] or c.cols < 2 * p.inputs),
     ("more row slices than rows for each row group is pointless",
@@ -123,10 +124,10 @@ def template_args(c, p: Problem) -> dict:
 
 
 def instance_name(c, p: Problem) -> str:
+    stored = {(True, False): "", (True, True): "_bf16in", (False, True): "_bf16only"}[p.grad_in_f32, p.grad_in_bf16]
     return (f"linear_backward_{SHORT[p.dtype]}_c{p.classes}_k{p.inputs}_{p.activation}_n{c.cols}_v{c.vec}"
-            f"_t{c.threads}_s{c.split}_u{c.unroll}{'_p' if c.prefetch else ''}" + {(True, False): "", (True, True): "_bf16in",
-                                                       (False, True): "_bf16only"}[p.grad_in_f32, p.grad_in_bf16]
-            + ("_transposed" if p.grad_in_transposed else ""))
+            f"_t{c.threads}_s{c.split}_u{c.unroll}{'_p' if c.prefetch else ''}{stored}"
+            f"{'_transposed' if p.grad_in_transposed else ''}")
 
 
 def geometry(c, p: Problem) -> Geometry:

@@ -114,12 +114,20 @@ class Step:
     (linear_backward: a large input, see OUTPUT_BACKWARD_APART_BYTES) or comes with its forward pass.
     """
 
+    may_go_apart = True     # whether the output layer's backward pass may be an operation of its own
+
     def __init__(self, model: MLP, max_rows, batch, lr, reg):
         bk, sizes = model.backend, model.sizes
         self.model, self.batch, self.lr, self.reg = model, batch, lr, reg
+        self.output_backward_apart = (self.may_go_apart and model.layers > 1
+                                      and max_rows * sizes[-2] * bk.dtype.itemsize > OUTPUT_BACKWARD_APART_BYTES)
+        # G_1 of two layers going back apart: linear_backward's, read by dW_1's GEMM alone
+        g1_alone = self.output_backward_apart and model.layers == 2
         self.acts = [bk.empty((max_rows, h)) for h in sizes[1:-1]]  # A_l: (rows, H_l) dtype
         self.logits = bk.empty((max_rows, sizes[-1]))  # Z: (rows, C) dtype
-        self.deltas = [bk.empty((max_rows, h)) for h in sizes[1:]]  # G_l = dLoss/dZ_l: (rows, n_{l+1}) dtype
+        # G_l = dLoss/dZ_l: (rows, n_{l+1}) dtype
+        self.deltas = [bk.empty_input_gradient((max_rows, h), sizes[-1]) if l == 0 and g1_alone
+                       else bk.empty((max_rows, h)) for l, h in enumerate(sizes[1:])]
         shapes = [s for w in model.W for s in (w.shape, w.shape[:1])]
         self.grads = bk.zeros(sum(math.prod(s) for s in shapes))  # flat [dW_0, db_0, dW_1, ...]: one all-reduce
         views, start = [], 0
@@ -131,10 +139,6 @@ class Step:
         ends = np.cumsum([0] + [w.size + b.size for w, b in zip(self.dW, self.db)])
         self.layer_grads = [self.grads[lo:hi] for lo, hi in zip(ends[:-1], ends[1:])]
         self.loss_sum = bk.zeros((1,))  # sum of -log P[i, y_i] over rows seen since reset_loss
-        self.output_backward_apart = (model.layers > 1
-                                      and max_rows * sizes[-2] * bk.dtype.itemsize > OUTPUT_BACKWARD_APART_BYTES)
-        if self.output_backward_apart and model.layers == 2:   # G_1: linear_backward's, for dW_1's GEMM alone
-            self.deltas[0] = bk.empty_input_gradient((max_rows, sizes[1]), sizes[-1])
         self._x = None
 
     def reset_loss(self):

@@ -74,9 +74,7 @@ class ShardedStep(Step):
     logits' all-reduce, then the one-rank step's local backward pass and fused update (G1 comes
     with the forward pass, whatever its size: never apart)."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.output_backward_apart = False
+    may_go_apart = False
 
     def forward(self, x, labels):
         """Z2 (all-reduced), the loss into loss_sum, G2 and this rank's G1."""

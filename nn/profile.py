@@ -42,9 +42,11 @@ def describe(name: str, args, kwargs) -> str:
     """A recorded call in words: the operation, its sizes and what is fused into it."""
     shape = lambda x: "x".join(map(str, x.shape))  # noqa: E731
     if name == "gemm":
-        (a, ta), (b, tb) = (autogemm.row_major_operand(x, kwargs.get(f"trans_{name}", False)) for x, name in zip(args, "ab"))
-        m, k = a.shape[::-1] if ta else a.shape                  # the op launched: column-major operands as
-        n = b.shape[0] if tb else b.shape[1]                     # their row-major transposes
+        # the op launched: column-major operands as their row-major transposes
+        a, ta = autogemm.row_major_operand(args[0], kwargs.get("trans_a", False))
+        b, tb = autogemm.row_major_operand(args[1], kwargs.get("trans_b", False))
+        m, k = a.shape[::-1] if ta else a.shape
+        n = b.shape[0] if tb else b.shape[1]
         extras = [kwargs["epilogue"]] if kwargs.get("epilogue") else []
         extras += ["in place"] if kwargs.get("c") is not None else []
         return f"gemm {m}x{n}x{k}:{'t' if ta else 'n'}{'t' if tb else 'n'}" + "".join(f" {e}" for e in extras)
@@ -55,7 +57,8 @@ def describe(name: str, args, kwargs) -> str:
     if name == "linear_backward":
         g, w, a, grad_in, activation, dw = args[:6]
         transposed = autogemm.row_major_operand(grad_in, False)[1]      # stored as G^T
-        return (f"linear_backward {a.shape[0]}x{w.shape[0]}x{a.shape[1]} {activation}" + ("_t" if transposed else "")
+        return (f"linear_backward {a.shape[0]}x{w.shape[0]}x{a.shape[1]} {activation}"
+                + (autogemm.LINEAR_BACKWARD_TRANSPOSED if transposed else "")
                 + (" in place" if dw is w else ""))
     if name.startswith("conv2d"):   # the maps it reads by the filters (or their gradient)
         maps, filters = args[1:3] if name == "conv2d_backward_weights" else args[:2]

@@ -14,6 +14,7 @@ from autogemm import NO_OP
 from nn.backends.base import Backend
 from nn.backends.cupy_backend import column_major_input_gradient
 from nn.cnn import CNN, CNNStep, init_cnn_params
+from nn.errors import NNError
 from nn.layers import LENET, parse_layers
 from nn.mlp import MLP, Step, init_params
 from nn.model_parallel import ShardedMLP, ShardedStep, check_split
@@ -60,11 +61,20 @@ class LaunchRecorder(Backend):
     def empty_input_gradient(self, shape, classes):
         if not column_major_input_gradient(self.dtype, self.precision, classes):
             return self.empty(shape)
-        return np.empty(shape[::-1], self.dtype).T
+        rows, cols = shape
+        return np.empty((cols, -(-rows // 4) * 4), self.dtype)[:, :rows].T     # as the cupy backend's
+
+    @staticmethod
+    def _row_major(x, what: str):
+        """NNError where the GPU backend would be handed a column-major array it cannot take."""
+        if autogemm.row_major_operand(x, False)[1]:
+            raise NNError(f"internal error: the step hands a column-major {what} {x.shape} to a kernel that "
+                          "takes row-major arrays; please report it")
 
     # ---- the step's operations, as launches -----------------------------------------------------
     def gemm(self, a, b, out, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,
              epilogue=None, bias=None, aux=None):
+        self._row_major(out, "GEMM output")
         k = a.shape[0] if trans_a else a.shape[1]
         role = (f"{self.name_of(out)} = {self.name_of(a)}{'^T' if trans_a else ''} "
                 f"{self.name_of(b)}{'^T' if trans_b else ''}")
@@ -92,9 +102,10 @@ class LaunchRecorder(Backend):
                 f"{self.name_of(a)}")
         _, transposed = autogemm.row_major_operand(grad_in, False)      # column-major: stored as G^T
         self._record("linear_backward", (a.shape[0], w.shape[0], a.shape[1]),
-                     activation + ("_t" if transposed else ""), role)
+                     activation + (autogemm.LINEAR_BACKWARD_TRANSPOSED if transposed else ""), role)
 
     def column_sums(self, g, out, scale=1.0, accumulate=False):
+        self._row_major(g, "column sums' input")
         role = f"{self.name_of(out)} {'+=' if accumulate else '='} column sums of {self.name_of(g)}"
         self._record("colsum", g.shape, NO_OP, role)
         return out
@@ -187,8 +198,7 @@ def step_targets(batch: int = 800, hidden: tuple[int, ...] = (1000,), train_size
     """Every launch of the MLP's training step (784-hidden-10 on Fashion-MNIST's shapes) at
     `precision` (nn.train --precision) for each rank count and each row count a rank sees
     (`parallel` "data"), or each rank's hidden units on every row ("model"), the first of each
-    (family, sizes, op) kept. At fp32, what tunes the families other than the GEMM's for every
-    precision, the tf32 and bf16 steps' launches of those families are added."""
+    (family, sizes, op) kept."""
     sizes = (inputs, *hidden, classes)
     full = min(batch, train_size or batch)
     first = {}
@@ -199,11 +209,7 @@ def step_targets(batch: int = 800, hidden: tuple[int, ...] = (1000,), train_size
         else:
             steps = [(rows, None) for rows in step_rows(batch, train_size, r)]
         for rows, rank in steps:
-            launches = record_step(rows, full, sizes, activation, r, rank, precision)
-            if precision == "fp32":
-                launches += [t for other in ("tf32", "bf16") for t in record_step(rows, full, sizes, activation, r, rank, other)
-                             if t.family not in autogemm.IMPLEMENTATIONS["gemm"]]
-            for launch in launches:
+            for launch in record_step(rows, full, sizes, activation, r, rank, precision):
                 first.setdefault((launch.family, launch.sizes, launch.op), launch)
     return list(first.values())
 

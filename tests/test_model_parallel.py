@@ -75,6 +75,31 @@ def test_the_hidden_unit_split_gives_one_process_weights(ranks, activation):
     assert all(l == losses[0] for l in losses) and losses[0] == pytest.approx(loss, rel=1e-12)
 
 
+def test_the_split_keeps_g1_in_its_forward_pass_whatever_its_size(monkeypatch):
+    """Past the apart threshold, with a backend that lays G1 out column-major for the one-rank
+    step's linear_backward: a sharded step still makes G1 in its forward pass, into a row-major
+    buffer, and gives one process's weights."""
+    from nn import mlp
+    from nn.backends.base import Backend
+
+    monkeypatch.setattr(mlp, "OUTPUT_BACKWARD_APART_BYTES", -1)
+    monkeypatch.setattr(Backend, "empty_input_gradient", lambda self, shape, classes: self.empty(shape[::-1]).T)
+    sizes = (12, 10, 4)
+    bk = get_backend("numpy", "float64")
+    one = Step(MLP(bk, sizes, "relu", init_params(sizes, "he")), 9, 9, 0.3, 0.05)
+    assert one.output_backward_apart and one.deltas[0].flags.f_contiguous
+    model = ShardedMLP(bk, sizes, "relu", init_params(sizes, "he"), 0, 2, lambda logits: logits)
+    sharded = ShardedStep(model, 9, 9, 0.3, 0.05)
+    assert not sharded.output_backward_apart and sharded.deltas[0].flags.c_contiguous
+    rng = np.random.default_rng(2)
+    x, y = rng.random((9, 12)), rng.integers(0, 4, 9).astype(np.int32)   # X: (9, 12)
+    want, _ = train(sizes, "relu", 0, x, y)
+    got, _ = train(sizes, "relu", 2, x, y)
+    for (w, b), (w0, b0) in zip(got, want):
+        for a, a0 in ((w, w0), (b, b0)):
+            assert np.max(np.abs(a - a0)) <= 1e-12 * max(np.max(np.abs(a0)), 1e-300)
+
+
 def test_shares_are_consecutive_and_as_even_as_possible():
     assert [hidden_share(10, r, 3) for r in range(3)] == [slice(0, 4), slice(4, 7), slice(7, 10)]
     assert [hidden_share(1000, r, 4).stop - hidden_share(1000, r, 4).start for r in range(4)] == [250] * 4

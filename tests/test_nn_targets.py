@@ -1,6 +1,7 @@
 """nn.targets: the tuning targets of `autogemm tune --shapes nn`, recorded from the MLP's Step."""
 import time
 
+import numpy as np
 import pytest
 
 from autogemm import Target
@@ -62,17 +63,17 @@ def test_the_large_networks_output_layer_has_a_backward_pass_of_its_own():
     assert ("colsum", (4096, 4096), "-") not in two and ("gemm", (10, 4096, 4096), "tn") not in two
 
 
-def test_the_fp32_targets_hold_every_precisions_launches_but_the_gemms():
-    """The families other than the GEMM's are tuned once, at fp32, for every precision: the fp32
-    targets add the tf32 step's transposed linear_backward, but not its GEMMs; the tf32 and bf16
-    targets are each their own step's launches."""
-    large = dict(batch=8192, hidden=(4096,), train_size=None)
-    fp32, tf32, bf16 = (launches(step_targets(**large, precision=p)) for p in ("fp32", "tf32", "bf16"))
-    assert {("linear_backward", (8192, 10, 4096), "sigmoid"), ("linear_backward", (8192, 10, 4096), "sigmoid_t"),
-            ("gemm", (4096, 784, 8192), "tn")} <= fp32
-    assert ("gemm", (4096, 784, 8192), "nn") not in fp32 and ("gemm", (4096, 784, 8192), "nn") in tf32
-    assert ("linear_backward", (8192, 10, 4096), "sigmoid") not in tf32 and bf16 == fp32 - {
-        ("linear_backward", (8192, 10, 4096), "sigmoid_t")}
+def test_a_column_major_output_or_column_sums_input_is_an_internal_error():
+    """The recorder refuses what the GPU backend's kernels would: a GEMM writing a column-major
+    array, or column sums of one."""
+    from nn.targets import LaunchRecorder
+
+    rec = LaunchRecorder()
+    column_major = np.empty((6, 4), np.float32).T                              # (4, 6), unit stride down columns
+    with pytest.raises(NNError, match="internal error: the step hands a column-major GEMM output"):
+        rec.gemm(np.empty((4, 3), np.float32), np.empty((3, 6), np.float32), column_major)
+    with pytest.raises(NNError, match="column sums' input"):
+        rec.column_sums(column_major, np.empty(6, np.float32))
 
 
 def test_more_ranks_add_their_shares_gradients_and_sgd_updates():

@@ -35,6 +35,35 @@ def test_a_network_that_is_missing_or_broken_is_one_line(monkeypatch):
         parse_targets("nn")
 
 
+def test_a_float32_tune_takes_every_precisions_launches_but_the_gemms():
+    """The large network's step stores G1 transposed at tf32 alone: a plain (float32, fp32) tune's
+    targets, every_precision, hold both linear_backward variants but only the fp32 step's GEMMs;
+    each precision's own targets hold its step's launches."""
+    large = dict(batch=8192, hidden=(4096,), train_size=None)
+    fp32, tf32, bf16 = ({(t.family, t.sizes, t.op) for t in parse_targets("nn", **large, precision=p)}
+                        for p in ("fp32", "tf32", "bf16"))
+    every = {(t.family, t.sizes, t.op) for t in parse_targets("nn", **large, every_precision=True)}
+    transposed, row_major = ("linear_backward", (8192, 10, 4096), "sigmoid_t"), ("linear_backward", (8192, 10, 4096), "sigmoid")
+    assert row_major in fp32 and row_major in bf16 and transposed in tf32 and transposed not in fp32 | bf16
+    assert every == fp32 | {transposed} and ("gemm_wgmma", (4096, 784, 8192), "nn") in tf32 - every
+
+
+def test_an_entry_point_without_precision_is_called_without_it(monkeypatch):
+    """A network's entry point that takes no `precision` (a plugin older than it) still serves
+    --precision tf32: its step's launches, the same at every precision."""
+    import importlib.metadata
+
+    import autogemm.tuning.targets as targets
+
+    def old_plugin(hidden, train_size, ranks, activation, batch=800):
+        return [Target("colsum", (batch, hidden[0]), "-")]
+
+    entry = importlib.metadata.EntryPoint("mine", "mine:old_plugin", "autogemm.targets")
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [entry])
+    monkeypatch.setattr(importlib.metadata.EntryPoint, "load", lambda self: old_plugin)
+    assert [str(t) for t in targets.parse_targets("mine", precision="tf32", every_precision=True)] == ["colsum 800x1000"]
+
+
 def test_parse_targets_lists_and_families():
     assert [str(t) for t in parse_targets("800x10x1000:tn, 1x2x3", families=("gemm",))] == [
         "gemm 800x10x1000:tn", "gemm 1x2x3:nn"]

@@ -179,7 +179,8 @@ def cmd_tune(args) -> int:
     arithmetic = _arithmetic(args)
     targets = None if args.stale else parse_targets(shapes, args.batch, args.hidden, args.train_size, args.ranks,
                                                      args.families, args.activation, args.layers, args.parallel,
-                                                     "bf16" if arithmetic == "bfloat16" else args.precision)
+                                                     "bf16" if arithmetic == "bfloat16" else args.precision,
+                                                     every_precision=arithmetic == "float32")
     if targets and arithmetic == "bfloat16":   # the GEMM call's families read bfloat16 operands
         targets = [t for t in targets if call_of(t.family) == "gemm"]
     elif targets and args.precision != "fp32":   # the families whose own kernels compute at it

@@ -28,6 +28,15 @@ def _contiguous(x, what: str):
     return x
 
 
+def _device_float(x, what: str):
+    """x as a float32 or float64 cupy array, whatever its layout; BadArguments otherwise."""
+    cupy = require_cupy()
+
+    if not isinstance(x, cupy.ndarray) or x.dtype not in (np.float32, np.float64):
+        raise BadArguments(f"{what} must be a float32 or float64 cupy array")
+    return x
+
+
 def _bf16_bits(x, shape, what: str) -> int:
     """Check that x holds bfloat16 bits of `shape` (a C-contiguous uint16 cupy array, as to_bf16 makes);
     the widest vector (1, 2, 4 elements) its pointer allows."""
@@ -185,7 +194,9 @@ def linear_backward(g, w, a, grad_in, activation, dw, db, alpha=1.0, beta=0.0, d
     arrays = [(g, "g"), (w, "w"), (a, "a"), (dw, "dw"), (db, "db")]
     arrays += [(grad_in.T if transposed else grad_in, "grad_in")] if grad_in is not None else []
     for x, what in arrays:
-        if not (what == "grad_in" and transposed):
+        if what == "grad_in" and transposed:
+            _device_float(x, what)
+        else:
             _contiguous(x, what)
     if activation not in lb_family.ACTIVATIONS:
         raise BadArguments(f"linear_backward: activation must be 'sigmoid' or 'relu', got {activation!r}")
@@ -229,8 +240,8 @@ def linear_backward(g, w, a, grad_in, activation, dw, db, alpha=1.0, beta=0.0, d
 def _column_major(x) -> bool:
     """Whether a 2-D array is column-major and not C-contiguous: x.T row-major (unit stride down its
     columns, a leading dimension at least its rows); BadArguments for a layout neither way round."""
-    if getattr(x, "ndim", 0) != 2 or x.flags.c_contiguous:     # not an array: _contiguous says so
-        return False
+    if getattr(x, "ndim", 0) != 2 or getattr(x, "flags", None) is None or x.flags.c_contiguous:
+        return False                                               # not an array: _contiguous says so
     item = x.itemsize
     if x.strides[0] != item or x.strides[1] % item or x.strides[1] // item < x.shape[0]:
         raise BadArguments(f"linear_backward: grad_in has strides {x.strides}: it must be C-contiguous or "

@@ -286,8 +286,10 @@ class LinearBackwardMeasure(KernelMeasure):
         self.host = {"w": w, "db": db}
         self.expected = self.reference(self.problem, g=g, w=w, a=a, dw=w, db=db, **self.STEP)
         self.g, self.w, self.a = (cupy.asarray(x) for x in (g, w, a))
-        grad_in = cupy.empty((inputs, rows), self.dtype).T if self.problem.grad_in_transposed else cupy.empty(
-            (rows, inputs), self.dtype)                                          # G_in: (rows, K), column-major or not
+        if self.problem.grad_in_transposed:     # G_in: (rows, K), column-major (padded: one row stays column-major)
+            grad_in = cupy.empty((inputs, rows + 4), self.dtype)[:, :rows].T
+        else:
+            grad_in = cupy.empty((rows, inputs), self.dtype)
         self.out = {"grad_in": grad_in, "dw": cupy.empty_like(self.w), "db": cupy.asarray(db)}
 
     def launcher(self, cfg: Config):

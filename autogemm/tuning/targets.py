@@ -6,13 +6,15 @@ registers (nn.targets records its Step): for the full batch, the last partial ba
 and each rank's share of both.
 """
 import importlib.metadata
+import inspect
 import re
 from dataclasses import dataclass
 
 from autogemm.errors import AutogemmError
 from autogemm.store.keys import Target
-from kernels import IMPLEMENTATIONS
+from kernels import IMPLEMENTATIONS, call_of
 from kernels.contract import MAX_SIZE
+from kernels.gemm import PRECISIONS
 
 _SHAPE = re.compile(r"^([0-9]+)x([0-9]+)x([0-9]+)(?::([nt]{2}))?$")
 
@@ -84,9 +86,10 @@ def network_convolutions(text: str, batch: int | None = None) -> list[Target]:
 TUNE_FAMILIES = ("gemm", "gemm_wgmma", "elementwise", "softmax_xent", "colsum", "linear_xent", "linear_backward",
                  "conv2d", "conv2d_dgrad", "conv2d_wgrad", "conv2d_direct", "conv2d_dgrad_direct", "conv2d_wgrad_direct",
                  "pool2x2", "adam")
-# entry points: name -> f(batch, hidden, train_size, ranks, activation[, layers]) -> [Target]; the
-# network's own default batch where none is given, and layers only where given; train_size None:
-# the launches of one full batch; parallel only where not "data", precision only where not "fp32"
+# entry points: name -> f(hidden, train_size, ranks, activation[, batch, layers, parallel, precision])
+# -> [Target]; the network's own default batch where none is given, and layers only where given;
+# train_size None: the launches of one full batch; parallel only where not "data"; precision (the
+# GEMMs', which may change what a step launches) only where not "fp32" and the entry point takes it
 TARGETS_GROUP = "autogemm.targets"
 NO_NETWORK = "none is installed: `pip install -e .` in the checkout registers nn"
 
@@ -112,12 +115,22 @@ def network_targets(name: str, batch: int | None = None, hidden: tuple[int, ...]
     given = {"batch": batch} if batch is not None else {}
     given |= {"layers": layers} if layers is not None else {}
     given |= {"parallel": parallel} if parallel != "data" else {}
-    given |= {"precision": precision} if precision != "fp32" else {}
+    if precision != "fp32" and _takes(record, "precision"):
+        given["precision"] = precision
     try:
         return list(record(hidden=tuple(hidden), train_size=train_size, ranks=tuple(ranks), activation=activation,
                            **given))
     except Exception as exc:   # a network's own error (a bad --layers spec) is one line too
         raise AutogemmError(f"--shapes {name}: {exc}") from None
+
+
+def _takes(f, keyword: str) -> bool:
+    """Whether calling f with `keyword` is allowed (a named parameter, or **kwargs)."""
+    try:
+        parameters = inspect.signature(f).parameters.values()
+    except (TypeError, ValueError):      # no signature to read: do not risk the call
+        return False
+    return any(p.name == keyword or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 def _unique(targets: list[Target]) -> list[Target]:
@@ -131,13 +144,18 @@ def _unique(targets: list[Target]) -> list[Target]:
 def parse_targets(text: str, batch: int | None = None, hidden: tuple[int, ...] = (1000,), train_size: int = 54_000,
                   ranks: tuple[int, ...] = (1,), families: tuple[str, ...] = TUNE_FAMILIES,
                   activation: str = "sigmoid", layers: str | None = None, parallel: str = "data",
-                  precision: str = "fp32") -> list[Target]:
-    """A network's name (`nn`, `lenet`) for every launch of its training step, or MxNxK[:op],... for
-    GEMMs; kept to `families`."""
+                  precision: str = "fp32", every_precision: bool = False) -> list[Target]:
+    """A network's name (`nn`, `lenet`) for every launch of its training step at `precision`, or
+    MxNxK[:op],... for GEMMs; kept to `families`. `every_precision`: also the launches that the
+    step makes at the other precisions, but the GEMMs' (the other families' records serve every
+    precision, and a float32 tune at fp32 is what tunes them)."""
     targets = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         if item in networks():
-            targets += network_targets(item, batch, hidden, train_size, ranks, activation, layers, parallel, precision)
+            args = (item, batch, hidden, train_size, ranks, activation, layers, parallel)
+            targets += network_targets(*args, precision)
+            targets += [t for other in PRECISIONS if every_precision and other != precision
+                        for t in network_targets(*args, other) if call_of(t.family) != "gemm"]
         else:
             shape = parse_shapes(item)[0]
             targets += [Target(name, (shape.m, shape.n, shape.k), shape.op) for name in IMPLEMENTATIONS["gemm"]]
