@@ -13,7 +13,7 @@ from autogemm.ops.cublas import cublas_gemm
 from autogemm.ops.conv import conv2d, conv2d_backward_data, conv2d_backward_weights, maxpool2x2, maxpool2x2_backward
 from autogemm.ops.elementwise import (activation_grad, adam_update, bias_activation, column_sums, elementwise,
                                       linear_backward, linear_xent, sgd_update, softmax_xent)
-from autogemm.ops.gemm import GemmCall, gemm, plan_gemm, row_major_operand, to_bf16, transpose
+from autogemm.ops.gemm import GemmCall, empty_column_major, gemm, plan_gemm, row_major_operand, to_bf16, transpose
 from autogemm.store.keys import Target
 from autogemm.store.locations import cache_dir
 from kernels import IMPLEMENTATIONS
@@ -26,7 +26,8 @@ from kernels.linear_xent import MAX_CLASSES as LINEAR_XENT_MAX_CLASSES
 
 __all__ = [
     # the operations
-    "gemm", "plan_gemm", "GemmCall", "GEMM_EPILOGUES", "GEMM_PRECISIONS", "row_major_operand", "to_bf16", "transpose",
+    "gemm", "plan_gemm", "GemmCall", "GEMM_EPILOGUES", "GEMM_PRECISIONS", "row_major_operand",
+    "empty_column_major", "to_bf16", "transpose",
     "elementwise", "bias_activation", "activation_grad",
     "sgd_update", "adam_update", "softmax_xent", "linear_xent", "LINEAR_XENT_MAX_CLASSES",
     "linear_backward", "LINEAR_BACKWARD_MAX_CLASSES", "LINEAR_BACKWARD_TRANSPOSED", "column_sums",

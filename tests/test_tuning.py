@@ -50,7 +50,8 @@ def test_a_float32_tune_takes_every_precisions_launches_but_the_gemms():
 
 def test_an_entry_point_without_precision_is_called_without_it(monkeypatch):
     """A network's entry point that takes no `precision` (a plugin older than it) still serves
-    --precision tf32: its step's launches, the same at every precision."""
+    --precision tf32: its step's launches, the same at every precision; one that refuses a
+    precision is skipped there by a float32 tune's every_precision, and a one-line error when asked."""
     import importlib.metadata
 
     import autogemm.tuning.targets as targets
@@ -58,10 +59,20 @@ def test_an_entry_point_without_precision_is_called_without_it(monkeypatch):
     def old_plugin(hidden, train_size, ranks, activation, batch=800):
         return [Target("colsum", (batch, hidden[0]), "-")]
 
-    entry = importlib.metadata.EntryPoint("mine", "mine:old_plugin", "autogemm.targets")
+    def picky_plugin(hidden, train_size, ranks, activation, precision="fp32"):
+        if precision == "bf16":
+            raise ValueError("this network does not train in bf16")
+        return [Target("colsum", (800 if precision == "fp32" else 400, hidden[0]), "-")]
+
+    entry = importlib.metadata.EntryPoint("mine", "mine:plugin", "autogemm.targets")
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [entry])
     monkeypatch.setattr(importlib.metadata.EntryPoint, "load", lambda self: old_plugin)
     assert [str(t) for t in targets.parse_targets("mine", precision="tf32", every_precision=True)] == ["colsum 800x1000"]
+    monkeypatch.setattr(importlib.metadata.EntryPoint, "load", lambda self: picky_plugin)   # refuses bf16 alone
+    assert [str(t) for t in targets.parse_targets("mine", every_precision=True)] == ["colsum 800x1000", "colsum 400x1000"]
+    with pytest.raises(AutogemmError, match="^--shapes mine: this network does not train in bf16$"):
+        targets.parse_targets("mine", precision="bf16")
+    assert not targets._takes(lambda precision, /: 0, "precision") and targets._takes(lambda **kw: 0, "precision")
 
 
 def test_parse_targets_lists_and_families():

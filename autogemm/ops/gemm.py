@@ -42,6 +42,17 @@ def row_major_operand(x, trans: bool):
     return (x.T, not trans) if column_major else (x, trans)
 
 
+def empty_column_major(shape, dtype):
+    """An uninitialised column-major (rows, cols) CuPy array, its columns 16 bytes aligned apart
+    (the leading dimension rows rounded up): as a GEMM operand, its transpose is a row-major one
+    that TMA can read."""
+    cupy = require_cupy()
+
+    rows, cols = shape
+    per_16_bytes = 16 // np.dtype(dtype).itemsize
+    return cupy.empty((cols, ceil_div(rows, per_16_bytes) * per_16_bytes), dtype)[:, :rows].T
+
+
 def vector_width(x, ld: int) -> int:
     """Widest vector (1, 2, 4, 8 elements, at most 16 bytes) that x's pointer and rows allow."""
     for width in (8, 4, 2):

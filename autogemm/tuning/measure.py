@@ -17,6 +17,7 @@ import numpy as np
 
 from autogemm.errors import AutogemmError
 from autogemm.ops.cublas import cublas_gemm
+from autogemm.ops.gemm import empty_column_major
 from autogemm.ops.kernels import kernel
 from autogemm.runtime import compile as compiler
 from autogemm.runtime.device import DeviceInfo
@@ -286,8 +287,8 @@ class LinearBackwardMeasure(KernelMeasure):
         self.host = {"w": w, "db": db}
         self.expected = self.reference(self.problem, g=g, w=w, a=a, dw=w, db=db, **self.STEP)
         self.g, self.w, self.a = (cupy.asarray(x) for x in (g, w, a))
-        if self.problem.grad_in_transposed:     # G_in: (rows, K), column-major (padded: one row stays column-major)
-            grad_in = cupy.empty((inputs, rows + 4), self.dtype)[:, :rows].T
+        if self.problem.grad_in_transposed:     # G_in: (rows, K), column-major as the trainer's (one row too)
+            grad_in = empty_column_major((rows, inputs), self.dtype)
         else:
             grad_in = cupy.empty((rows, inputs), self.dtype)
         self.out = {"grad_in": grad_in, "dw": cupy.empty_like(self.w), "db": cupy.asarray(db)}

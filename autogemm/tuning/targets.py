@@ -89,7 +89,9 @@ TUNE_FAMILIES = ("gemm", "gemm_wgmma", "elementwise", "softmax_xent", "colsum", 
 # entry points: name -> f(hidden, train_size, ranks, activation[, batch, layers, parallel, precision])
 # -> [Target]; the network's own default batch where none is given, and layers only where given;
 # train_size None: the launches of one full batch; parallel only where not "data"; precision (the
-# GEMMs', which may change what a step launches) only where not "fp32" and the entry point takes it
+# GEMMs', which may change what a step launches) only where not "fp32" and the entry point takes it;
+# a float32 tune at fp32 also asks for the other precisions' launches (every_precision), skipping
+# any precision that the entry point refuses
 TARGETS_GROUP = "autogemm.targets"
 NO_NETWORK = "none is installed: `pip install -e .` in the checkout registers nn"
 
@@ -130,7 +132,8 @@ def _takes(f, keyword: str) -> bool:
         parameters = inspect.signature(f).parameters.values()
     except (TypeError, ValueError):      # no signature to read: do not risk the call
         return False
-    return any(p.name == keyword or p.kind is p.VAR_KEYWORD for p in parameters)
+    return any((p.name == keyword and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)) or p.kind is p.VAR_KEYWORD
+               for p in parameters)
 
 
 def _unique(targets: list[Target]) -> list[Target]:
@@ -154,8 +157,11 @@ def parse_targets(text: str, batch: int | None = None, hidden: tuple[int, ...] =
         if item in networks():
             args = (item, batch, hidden, train_size, ranks, activation, layers, parallel)
             targets += network_targets(*args, precision)
-            targets += [t for other in PRECISIONS if every_precision and other != precision
-                        for t in network_targets(*args, other) if call_of(t.family) != "gemm"]
+            for other in (p for p in PRECISIONS if every_precision and p != precision):
+                try:
+                    targets += [t for t in network_targets(*args, other) if call_of(t.family) != "gemm"]
+                except AutogemmError:       # a network that does not train at that precision
+                    pass
         else:
             shape = parse_shapes(item)[0]
             targets += [Target(name, (shape.m, shape.n, shape.k), shape.op) for name in IMPLEMENTATIONS["gemm"]]

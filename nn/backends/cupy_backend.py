@@ -103,9 +103,7 @@ class CupyBackend(Backend):
     def empty_input_gradient(self, shape, classes):
         if not column_major_input_gradient(self.dtype, self.precision, classes):
             return self.empty(shape)
-        rows, cols = shape
-        ld = -(-rows // 4) * 4                  # G^T's rows 16-byte aligned, as a tensor map needs
-        return self.xp.empty((cols, ld), self.dtype)[:, :rows].T
+        return autogemm.empty_column_major(shape, self.dtype)
 
     def free_bytes(self):
         """The device's free memory and what CuPy's pool holds free."""
