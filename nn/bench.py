@@ -220,6 +220,9 @@ def run(nets: list[Network | ConvNetwork], backends: list[str], epochs: int, dat
             cnn = isinstance(net, ConvNetwork)
             if name == "numpy" and not cnn and net.hidden * net.images > 256 * 54000:
                 continue  # minutes per epoch on a CPU: not worth the wait
+            if cnn and not name.startswith("torch") and precision_of(name) != "fp32":
+                print(f"{net.name:>14}  {name:>12}  skipped: a CNN's kernels compute in fp32 only", flush=True)
+                continue
             if name.startswith("torch"):
                 result = time_torch(net, x, y, epochs, graph=name.startswith("torch-graph"),
                                     precision=precision_of(name))
@@ -312,7 +315,7 @@ def main(argv=None) -> int:
         args = p.parse_args(argv)
         unknown = [n for n in args.networks.split(",") if n not in known]
         if unknown:
-            raise NNError(f"--networks: unknown {', '.join(unknown)}; choose from {', '.join(known)}")
+            raise NNError(f"--networks: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(known)}")
         if args.epochs < 1:
             raise NNError("--epochs must be >= 1")
         backends = args.backends.split(",") if args.backends is not None else available_backends()

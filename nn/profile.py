@@ -154,8 +154,8 @@ def report(network: str, backend_name: str, operations: list[Timed], whole: Time
 def main(argv=None) -> int:
     p = ArgumentParser(prog="python -m nn.profile", description=__doc__.splitlines()[0])
     p.add_argument("--network", default="cme213", help=f"one of {', '.join(networks())}, lenet (default: cme213)")
-    p.add_argument("--backend", help="numpy, cublas, cupy-default or cupy-tuned (default: cupy-tuned on a GPU, "
-                                     "else numpy)")
+    p.add_argument("--backend", help="numpy, cublas, cupy-default, cupy-tuned, cupy-tuned-tf32 or cupy-tuned-bf16 "
+                                     "(default: cupy-tuned on a GPU, else numpy)")
     p.add_argument("--reps", type=int, default=20, help="calls in a row per replay (default: 20)")
     p.add_argument("--replays", type=int, default=15, help="timed replays; the median is reported (default: 15)")
     p.add_argument("--json", metavar="PATH", help="write the times as JSON")
@@ -166,8 +166,9 @@ def main(argv=None) -> int:
         if args.network not in networks() and args.network != "lenet":
             raise NNError(f"--network: unknown {args.network}; choose from {', '.join(networks())}, lenet")
         backend = args.backend or ("cupy-tuned" if "cupy-tuned" in available_backends() else "numpy")
-        if backend not in BACKEND_NAMES or backend.startswith("torch"):
-            raise NNError(f"--backend: unknown {backend}; choose from numpy, cublas, cupy-default, cupy-tuned")
+        ours = [name for name in BACKEND_NAMES if not name.startswith("torch")]
+        if backend not in ours:
+            raise NNError(f"--backend: unknown {backend!r}; choose from {', '.join(ours)}")
         if args.reps < 1 or args.replays < 1:
             raise NNError("--reps and --replays must be >= 1")
         if args.json:

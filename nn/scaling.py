@@ -201,7 +201,8 @@ class Run:
 
 
 def plan(s: Settings) -> list[Run]:
-    """Every float32 run (1 rank, then each R > 1 with each split and all-reduce), then the same in float64."""
+    """Every float32 run (1 rank, then each R > 1 with each split and all-reduce), then the same in
+    float64 (FP32-accurate GEMMs)."""
     net = s.network
     cases = [(1, "data", "none")] + [(r, p, a) for r in s.ranks if r > 1 for p in s.parallels for a in s.allreduces]
     runs = []
@@ -216,7 +217,10 @@ def plan(s: Settings) -> list[Run]:
             command += ["--allreduce", allreduce] if ranks > 1 else []
             command += ["--parallel", "model"] if parallel == "model" else []
             command += ["--checkpoint", str(s.out / f"{name}.npz")] if dtype == "float64" else []
-            runs.append(Run(name, ranks, allreduce, dtype, [*command, *s.train_args, *s.extra], parallel=parallel))
+            # the float64 check compares weights: its GEMMs FP32-accurate whatever --extra-args asks (last flag wins)
+            exact = ["--precision", "fp32"] if dtype == "float64" else []
+            runs.append(Run(name, ranks, allreduce, dtype, [*command, *s.train_args, *s.extra, *exact],
+                            parallel=parallel))
     return runs
 
 

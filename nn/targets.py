@@ -16,7 +16,7 @@ from nn.backends.cupy_backend import column_major_input_gradient
 from nn.cnn import CNN, CNNStep, init_cnn_params
 from nn.errors import NNError
 from nn.layers import LENET, parse_layers
-from nn.mlp import MLP, Step, init_params
+from nn.mlp import MLP, Step
 from nn.model_parallel import ShardedMLP, ShardedStep, check_split
 
 
@@ -167,7 +167,9 @@ def record_step(rows: int, batch: int, sizes, activation: str, ranks: int,
     the fused one-rank step, or with ranks > 1 the step whose gradients are all-reduced before the
     update; with `rank`, that rank's step of the hidden-unit split (nn.model_parallel) instead."""
     recorder = LaunchRecorder(precision=precision)
-    params = init_params(sizes, "he")
+    # W_l, b_l: never read, their pages never touched (a wide network costs no memory)
+    params = [(np.empty((n_out, n_in), recorder.dtype), np.empty(n_out, recorder.dtype))
+              for n_in, n_out in zip(sizes[:-1], sizes[1:])]
     if rank is None:
         step = Step(MLP(recorder, sizes, activation, params), rows, batch, lr=0.1, reg=0.0)
     else:

@@ -198,12 +198,15 @@ def resolve(args) -> Config:
     if len(values["hidden"]) >= checkpoint.MAX_LAYERS:
         raise NNError(f"--hidden: {len(values['hidden'])} hidden layers; at most {checkpoint.MAX_LAYERS - 1}")
     if values["precision"] != "fp32" and (is_cnn or values["dtype"] != "float32"):
+        preset_flag = f"--preset {args.preset}" if args.preset else f"--grading-mode {args.grading_mode}"
+        why = f" ({preset_flag} sets it: add --dtype float32, or drop --precision)" if args.dtype is None else ""
         raise NNError(f"--precision {values['precision']} rounds the MLP's float32 GEMM operands; "
-                      + ("a CNN's kernels compute in fp32 only" if is_cnn else f"this run is {values['dtype']}"))
+                      + ("a CNN's kernels compute in fp32 only" if is_cnn else f"this run is {values['dtype']}{why}"))
     if args.use_tuned:
         if args.backend not in (None, "cupy"):
             raise NNError(f"--use-tuned runs the autogemm kernels; it cannot be combined with --backend {args.backend}")
-        values["backend"] = "cupy" if cuda_available() and "cupy" in BACKENDS else "numpy"
+        # alone, it falls back to NumPy where there is no GPU; with --backend cupy it needs one
+        values["backend"] = "cupy" if args.backend == "cupy" or (cuda_available() and "cupy" in BACKENDS) else "numpy"
     asked_gpu = args.use_tuned or values["backend"] in ("cupy", "cublas")  # --use-tuned's fallback has no overlap
     if args.no_overlap and (not asked_gpu or args.parallel == "model"):
         raise NNError("--no-overlap is for --parallel data on a GPU backend (cupy, cublas), whose step all-reduces "
@@ -565,8 +568,11 @@ def _close_communicator(allreduce, epoch_pass, dist):
 
 
 def _environment(backend, dist, parallel: str, sent: int, allreduce: str) -> dict:
+    """What ran: the backend and the precision its GEMMs computed at (the NumPy backend's: fp32,
+    whatever --precision asked), ranks, bytes, versions."""
     return {"python": platform.python_version(), "numpy": np.__version__, "platform": platform.platform(),
-            "backend": backend.name, "ranks": dist.size, "parallel": parallel, "bytes_sent_per_step": sent,
+            "backend": backend.name, "precision": getattr(backend, "precision", "fp32"), "ranks": dist.size,
+            "parallel": parallel, "bytes_sent_per_step": sent,
             "allreduce": allreduce,
             "cpus": os.cpu_count()}
 

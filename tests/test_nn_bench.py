@@ -8,6 +8,7 @@ import pytest
 from nn.bench import BACKEND_NAMES, NUMPY_CNN_IMAGES, Result, available_backends, cnn_networks, main, networks, table
 from nn.layers import LENET
 from nn.data import SYSTEM_DIRS
+from nn.errors import NNError
 from run_train import ROOT
 
 needs_data = pytest.mark.skipif(not (SYSTEM_DIRS["fashion-mnist"] / "train-images-idx3-ubyte.gz").exists(),
@@ -57,8 +58,21 @@ def test_the_numpy_cnn_row_times_a_slice_and_scales_it_to_the_epoch(tmp_path):
     assert result["ms_per_epoch"] > 0 and 0 < result["accuracy"] <= 1
 
 
+@needs_data
+def test_a_cnn_skips_the_reduced_precision_gpu_backends(monkeypatch, capsys):
+    """nn.train refuses tf32 and bf16 for a CNN (its kernels compute in fp32 alone): nn.bench skips
+    those rows rather than time an fp32 run under a tf32 name."""
+    from nn import bench
+
+    monkeypatch.setattr(bench, "time_backend", lambda *args: pytest.fail("a CNN row ran at a reduced precision"))
+    with pytest.raises(NNError, match="nothing ran"):
+        bench.run([bench.cnn_networks()["lenet"]], ["cupy-tuned-tf32", "cupy-tuned-bf16"], 1)
+    assert capsys.readouterr().out.count("skipped: a CNN's kernels compute in fp32 only") == 2
+
+
 @pytest.mark.parametrize("args,message", [
-    (["--networks", "nope"], "--networks: unknown nope"),
+    (["--networks", "nope"], "--networks: unknown 'nope'"),
+    (["--networks", "grading,"], "--networks: unknown ''"),
     (["--backends", "cupy-fast"], "--backends: unknown 'cupy-fast'"),
     (["--backends", ""], "--backends: unknown ''"),
     (["--epochs", "0"], "--epochs must be >= 1"),

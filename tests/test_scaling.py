@@ -67,7 +67,7 @@ def test_lists_are_sorted_and_deduplicated(tmp_path):
 
 
 def test_plan_times_float32_first_then_checks_float64(tmp_path):
-    s = settings(tmp_path, "--ranks", "1,2,4", "--epochs", "5", "--extra-args", "--lr 0.5")
+    s = settings(tmp_path, "--ranks", "1,2,4", "--epochs", "5", "--extra-args", "--lr 0.5 --precision tf32")
     runs = plan(s)
     assert [r.name for r in runs] == [f"cme213-f{bits}-{tail}" for bits in ("32", "64")
                                       for tail in ("r1", "r2-mpi", "r2-nccl", "r4-mpi", "r4-nccl")]
@@ -75,7 +75,8 @@ def test_plan_times_float32_first_then_checks_float64(tmp_path):
     assert one.command[:3] == [s.launch[0], "-n", "1"] and "--allreduce" not in one.command
     assert four_nccl.command[1:3] == ["-n", "4"] and four_nccl.command[four_nccl.command.index("--allreduce") + 1] == "nccl"
     assert ["-m", "nn.train", "--hidden", "1000", "--batch", "800"] == four_nccl.command[4:10]
-    assert "--use-tuned" in one.command and one.command[-2:] == ["--lr", "0.5"]  # extra args last: they win
+    assert "--use-tuned" in one.command and one.command[-4:] == ["--lr", "0.5", "--precision", "tf32"]  # extras win
+    assert check.command[-2:] == ["--precision", "fp32"]         # but a float64 check's GEMMs stay FP32-accurate
     assert one.command[one.command.index("--epochs") + 1] == "5" and "--checkpoint" not in one.command
     assert check.command[check.command.index("--dtype") + 1] == "float64"
     assert check.command[check.command.index("--epochs") + 1] == "2"

@@ -49,6 +49,9 @@ def test_use_tuned_falls_back_to_numpy_without_a_device(tmp_path, fake_dir):
                        "--hidden", "8", "--epochs", "1", "--no-log")
     assert result.returncode == 0, result.stderr
     assert "(--precision bf16 ignored: the NumPy backend is float32)" in result.stdout.splitlines()[1]
+    result = run_train(tmp_path, "--use-tuned", "--backend", "cupy", "--data-dir", fake_dir, "--dataset", "mnist",
+                       "--hidden", "8", "--epochs", "1", "--no-log")     # a GPU backend named: no fallback
+    assert result.returncode == 2 and result.stderr.startswith("error: the cupy backend needs CuPy and a CUDA device")
 
 
 def test_output_and_run_log(tmp_path, fake_dir):
@@ -65,6 +68,7 @@ def test_output_and_run_log(tmp_path, fake_dir):
     assert set(log["epochs"][0]["ms"]) == {"forward", "backward", "comm", "update", "train", "eval"}
     assert set(log["final"]) == {"val_accuracy", "test_accuracy"}
     assert log["environment"]["ranks"] == 1 and log["environment"]["backend"] == "numpy"
+    assert log["environment"]["precision"] == "fp32"                  # what ran, whatever --precision asked
 
 
 def test_default_log_goes_to_runs(tmp_path, fake_dir):
@@ -91,6 +95,7 @@ def test_default_log_goes_to_runs(tmp_path, fake_dir):
     (["--log", "a.json", "--no-log"], "contradict"),
     (["--hidden", *["4"] * 1100], "--hidden: 1100 hidden layers; at most 1023"),
     (["--hidden", "٣"], "--hidden: '٣' is not an integer"),
+    (["--preset", "cme213", "--precision", "tf32"], "this run is float64 (--preset cme213 sets it: add --dtype float32"),
 ])
 def test_bad_input_is_one_line_error(tmp_path, args, words):
     result = run_train(tmp_path, *args)

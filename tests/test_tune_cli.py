@@ -37,7 +37,7 @@ def test_tune_without_a_gpu_is_a_one_line_error(tmp_path):
     (["--trials", "0"], "argument --trials: 0 must be >= 1"),
     (["--trials", "many"], "argument --trials: 'many' is not an integer"),
     (["--timeout", "-5"], "argument --timeout: -5 must be a number > 0"),
-    (["--families", "gemm,fft"], "argument --families: 'gemm,fft': families are"),
+    (["--families", "gemm,fft"], "argument --families: 'gemm,fft': unknown 'fft'; families are"),
     (["--fix", "bk=17"], "restricting bk: bk=17 is not in the gemm space"),
     (["--shapes", "3x4"], "--shapes: '3x4' is not MxNxK[:op]"),
     (["--shapes", "800x0x784"], "--shapes: '800x0x784' has a zero size"),
@@ -58,6 +58,9 @@ def test_tune_without_a_gpu_is_a_one_line_error(tmp_path):
     (["--stale", "--shapes", "64x64x64"], "--stale tunes the stale records of the tuned file; it takes no --shapes"),
     (["--model", "lenet", "--parallel", "model"], "--shapes lenet: --parallel model splits the MLP's hidden layer"),
     (["--hidden", "100,50", "--ranks", "2", "--parallel", "model"], "--shapes nn: --parallel model splits one hidden layer"),
+    (["--shapes", ""], "--shapes: nothing given; use 'nn' or MxNxK[:op],..."),
+    (["--model", " , "], "--model: nothing given"),
+    (["--shapes", "nn", "--layers", "conv6x3"], "--shapes nn: the network takes no --layers"),
 ])
 def test_tune_argument_errors(args, message):
     one_line_error(autogemm("tune", *args), message)

@@ -66,7 +66,8 @@ def _families(text: str) -> tuple[str, ...]:
     names = tuple(part.strip() for part in text.split(",") if part.strip())
     unknown = [n for n in names if n not in TUNE_FAMILIES]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"{text!r}: families are {', '.join(TUNE_FAMILIES)} (comma-separated)")
+        what = f"unknown {', '.join(map(repr, unknown))}" if unknown else "no family named"
+        raise argparse.ArgumentTypeError(f"{text!r}: {what}; families are {', '.join(TUNE_FAMILIES)} (comma-separated)")
     return names
 
 
@@ -173,6 +174,9 @@ def cmd_tune(args) -> int:
 
     if args.model is not None and args.shapes is not None:
         raise AutogemmError("--model and --shapes both name what to tune; give one")
+    for flag, given in (("--shapes", args.shapes), ("--model", args.model)):
+        if given is not None and not given.replace(",", "").strip():
+            raise AutogemmError(f"{flag}: nothing given; use 'nn' or MxNxK[:op],...")
     shapes = args.model or args.shapes or ("lenet" if args.layers else "nn")
     if args.stale and (args.shapes, args.model, args.layers) != (None, None, None):
         raise AutogemmError("--stale tunes the stale records of the tuned file; it takes no --shapes, --model or --layers")

@@ -117,6 +117,9 @@ def network_targets(name: str, batch: int | None = None, hidden: tuple[int, ...]
     given = {"batch": batch} if batch is not None else {}
     given |= {"layers": layers} if layers is not None else {}
     given |= {"parallel": parallel} if parallel != "data" else {}
+    for keyword in ("layers", "parallel"):
+        if keyword in given and not _takes(record, keyword):
+            raise AutogemmError(f"--shapes {name}: the network takes no --{keyword} (it is another network's flag)")
     if precision != "fp32" and _takes(record, "precision"):
         given["precision"] = precision
     try:
