@@ -154,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="CME 213 grading: hidden 100, batch 800, reg 1e-4, raw, float64; "
                               "1: lr 0.001, 40 epochs; 2: lr 0.01, 10 epochs; 3: lr 0.025, 1 epoch")
     p.add_argument("--use-tuned", action="store_true",
-                   help="use the autogemm-tuned GPU kernels; without a CUDA device, fall back to NumPy")
+                   help="use the autogemm-tuned GPU kernels; without a CUDA device, fall back to NumPy "
+                        "(unless --backend cupy is given too)")
     p.add_argument("--parallel", choices=PARALLEL, default="data",
                    help="under mpirun, split each batch's rows over the ranks (data: their gradients are "
                         "all-reduced) or the MLP's hidden units (model: the logits are; one hidden layer) "
