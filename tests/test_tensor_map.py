@@ -52,6 +52,24 @@ def test_a_pretransposed_launch_binds_the_k_major_copies_in_rows_of_16_bytes(mon
     assert b_map.array is b_t and (b_map.ld, b_map.dims, b_map.box, b_map.swizzle) == (304, (301, 136), (32, 64), 128)
 
 
+def test_a_column_major_operand_is_its_row_major_transpose():
+    """autogemm.gemm's reading of layouts: a column-major G1 (rows, M), G1^T's rows ld apart, named
+    with trans_a is G1^T itself untransposed (K-major, ld kept); row-major arrays, a column of one,
+    and layouts neither way round stay as given (leading_dim judges those)."""
+    from autogemm.errors import BadArguments
+    from autogemm.ops.gemm import leading_dim, row_major_operand
+
+    g1_t = np.ones((200, 304), np.float32)[:, :300]                   # G1^T: (M, rows) in rows of 304
+    a, trans_a = row_major_operand(g1_t.T, True)                     # op(A) = G1^T
+    assert a.base is g1_t.base and a.shape == (200, 300) and not trans_a and leading_dim(a, "a") == 304
+    one_row = np.ones((7, 8), np.float32)[:, :1].T                   # (1, 7), 8 apart: column-major
+    assert row_major_operand(one_row, False)[0].shape == (7, 1) and row_major_operand(one_row, False)[1]
+    for x in (np.ones((3, 5), np.float32), np.ones((5, 1), np.float32), np.ones((6, 10), np.float32)[::2, ::2]):
+        assert row_major_operand(x, False) == (x, False)
+    with pytest.raises(BadArguments, match="unit stride along rows"):
+        leading_dim(np.ones((6, 10), np.float32)[::2, ::2], "a")
+
+
 def test_encoding_without_the_cuda_driver_says_what_is_missing(monkeypatch):
     def no_driver(name):
         raise OSError(f"{name}: cannot open shared object file")
