@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 
 from autogemm.errors import BadArguments
-from autogemm.ops.gemm import overlaps
+from autogemm.ops.gemm import leading_dim, overlaps, row_major_operand
 from autogemm.ops.kernels import launch, scratch
 from autogemm.runtime.device import require_cupy
 from kernels import adam as adam_family
@@ -187,7 +187,8 @@ def linear_backward(g, w, a, grad_in, activation, dw, db, alpha=1.0, beta=0.0, d
     bfloat16 copy."""
     if grad_in is None and grad_in_bf16 is None:
         raise BadArguments("linear_backward: grad_in or grad_in_bf16 (or both) must be given")
-    transposed = grad_in is not None and _column_major(grad_in)
+    # column-major: stored as rows of grad_in^T (a layout neither way round: _contiguous says so)
+    transposed = hasattr(grad_in, "flags") and row_major_operand(grad_in, False)[1]
     if transposed and grad_in_bf16 is not None:
         raise BadArguments("linear_backward: a column-major grad_in has no bfloat16 copy; pass a C-contiguous "
                            "grad_in with grad_in_bf16")
@@ -223,7 +224,7 @@ def linear_backward(g, w, a, grad_in, activation, dw, db, alpha=1.0, beta=0.0, d
     problem = lb_family.Problem(rows, classes, inputs, str(a.dtype), activation, aligned,
                                 grad_in_bf16=grad_in_bf16 is not None, grad_in_f32=grad_in is not None,
                                 grad_in_transposed=transposed)
-    ld_t = grad_in.strides[1] // grad_in.itemsize if transposed else 0
+    ld_t = leading_dim(grad_in.T, "grad_in", "linear_backward") if transposed else 0
     s = _scalar(a.dtype)
     null = np.uint64(0)
 
@@ -235,18 +236,6 @@ def linear_backward(g, w, a, grad_in, activation, dw, db, alpha=1.0, beta=0.0, d
 
     launch("linear_backward", problem, config, args)
     return grad_in if grad_in is not None else grad_in_bf16
-
-
-def _column_major(x) -> bool:
-    """Whether a 2-D array is column-major and not C-contiguous: x.T row-major (unit stride down its
-    columns, a leading dimension at least its rows); BadArguments for a layout neither way round."""
-    if getattr(x, "ndim", 0) != 2 or getattr(x, "flags", None) is None or x.flags.c_contiguous:
-        return False                                               # not an array: _contiguous says so
-    item = x.itemsize
-    if x.strides[0] != item or x.strides[1] % item or x.strides[1] // item < x.shape[0]:
-        raise BadArguments(f"linear_backward: grad_in has strides {x.strides}: it must be C-contiguous or "
-                           "column-major (grad_in.T row-major)")
-    return True
 
 
 def column_sums(g, out=None, alpha=1.0, beta=0.0, config=None):

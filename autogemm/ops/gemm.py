@@ -42,15 +42,14 @@ def row_major_operand(x, trans: bool):
     return (x.T, not trans) if column_major else (x, trans)
 
 
-def empty_column_major(shape, dtype):
-    """An uninitialised column-major (rows, cols) CuPy array, its columns 16 bytes aligned apart
-    (the leading dimension rows rounded up): as a GEMM operand, its transpose is a row-major one
-    that TMA can read."""
-    cupy = require_cupy()
-
+def empty_column_major(shape, dtype, xp=None):
+    """An uninitialised column-major (rows, cols) array of the array module `xp` (CuPy by default),
+    its columns 16 bytes aligned apart (the leading dimension rows rounded up): as a GEMM operand,
+    its transpose is a row-major one that TMA can read."""
+    xp = xp or require_cupy()
     rows, cols = shape
     per_16_bytes = 16 // np.dtype(dtype).itemsize
-    return cupy.empty((cols, ceil_div(rows, per_16_bytes) * per_16_bytes), dtype)[:, :rows].T
+    return xp.empty((cols, ceil_div(rows, per_16_bytes) * per_16_bytes), dtype)[:, :rows].T
 
 
 def vector_width(x, ld: int) -> int:

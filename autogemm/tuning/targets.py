@@ -160,7 +160,7 @@ def parse_targets(text: str, batch: int | None = None, hidden: tuple[int, ...] =
         if item in networks():
             args = (item, batch, hidden, train_size, ranks, activation, layers, parallel)
             targets += network_targets(*args, precision)
-            for other in (p for p in PRECISIONS if every_precision and p != precision):
+            for other in [p for p in PRECISIONS if p != precision] if every_precision else []:
                 try:
                     targets += [t for t in network_targets(*args, other) if call_of(t.family) != "gemm"]
                 except AutogemmError:       # a network that does not train at that precision
