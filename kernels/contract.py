@@ -37,6 +37,7 @@ class Geometry(NamedTuple):
     counters: int = 0          # int32 counters that must start at zero (split-K tiles)
     tensor_maps: tuple[TileMap, ...] = ()
     transposed: tuple[str, ...] = ()   # operands ("a", "b") a launch first copies transposed into scratch
+    cluster: tuple[int, int, int] = (1, 1, 1)   # blocks of a thread-block cluster (the kernel's __cluster_dims__)
 
 
 def ceil_div(a: int, b: int) -> int:

@@ -10,6 +10,8 @@ land, M/N-major ones by wgmma's transposing form. Stages are copied and prepared
 thread, one block-wide synchronization a k-tile, or by a producer warpgroup handing them to the
 computing ones through mbarriers (warp specialization), which copies by cp.async or, one thread
 for the block, by bulk tensor copies (TMA) through tensor maps of A and B that every launch passes.
+Under TMA, blocks may run as clusters that share their A or B tiles: each block copies its part,
+multicast to the others, which halves what the cluster reads of the shared operand from L2.
 """
 import dataclasses
 import itertools
@@ -42,6 +44,8 @@ PARAMS = {
     "producer": (0, 1),                              # 1: a producer warpgroup copies and prepares stages
     "tma": (0, 1),                                   # 1: the producer copies by TMA (bulk tensor copies)
     "pretranspose": (0, 1),                          # 1: M/N-major operands copied K-major first (kernel_problem)
+    "cluster_m": (1, 2),                             # blocks of a cluster along M, sharing their B tile (TMA)
+    "cluster_n": (1, 2),                             # blocks of a cluster along N, sharing their A tile (TMA)
 }
 STAGE_ROW_BYTES = 128  # a stage's K-major tile row: BK k (k_step) of the operands' type
 SWIZZLE_ALIGN = 1024  # the dynamic shared memory is aligned up to this in the kernel
@@ -127,6 +131,8 @@ CONSTRAINTS = (
     ("at most 128 accumulators per thread (BM/warpgroups/64 * BN/2)", lambda c, p, d: accumulators(c) <= 128),
     ("bulk tensor copies (tma) are issued by the producer warpgroup: tma needs producer 1",
      lambda c, p, d: c.producer or not c.tma),
+    ("clusters share tiles by multicast bulk tensor copies: cluster_m or cluster_n 2 needs tma 1 and split_k 1",
+     lambda c, p, d: clustered(c) <= 1 or (c.tma and c.split_k == 1)),
     ("split-K beside a producer and two computing warpgroups (168 registers a thread): at most 64 accumulators",
      lambda c, p, d: not (c.split_k > 1 and c.producer and c.warpgroups == 2) or accumulators(c) <= 64),
     ("shared memory must fit the device's per-block limit",
@@ -134,6 +140,11 @@ CONSTRAINTS = (
     ("grid rows ceil(M/BM) must be at most 65535", lambda c, p, d: ceil_div(p.m, c.bm) <= 65535),
     ("every split-K slice must have some of K", lambda c, p, d: (c.split_k - 1) * k_slice(c, p) < p.k),
 )
+
+
+def clustered(c) -> int:
+    """Blocks in a cluster."""
+    return c.cluster_m * c.cluster_n
 
 
 def k_slice(c, p: Problem) -> int:
@@ -147,17 +158,19 @@ def output_vector(p: Problem) -> int:
 
 
 def tile_maps(c, p: Problem) -> tuple[TileMap, TileMap]:
-    """The tensor maps of A's and B's tiles, as each stage holds them: a K-major operand's tile
-    rows of BK k in the 128-byte swizzle, a float32 M/N-major one's BK rows of its tile unswizzled,
-    a bfloat16 M/N-major one's 64-row blocks of BK k rows in the 128-byte swizzle."""
+    """The tensor maps of A's and B's tiles, as each stage holds them, by the part that one block of
+    the `parts` sharing it copies (A's shared along N, B's along M): a K-major operand's tile rows
+    of BK k in the 128-byte swizzle, a float32 M/N-major one's BK k-rows of its tile unswizzled, a
+    bfloat16 M/N-major one's 64-row blocks of BK k-rows in the 128-byte swizzle; K-major tiles are
+    parted by rows, M/N-major ones by k-rows."""
     bk = k_step(p)
 
-    def tile(operand: str, rows: int, mn: bool) -> TileMap:
+    def tile(operand: str, rows: int, mn: bool, parts: int) -> TileMap:
         if not mn:
-            return TileMap(operand, (bk, rows), 128)
-        return TileMap(operand, (64, bk), 128) if p.bf16_operands else TileMap(operand, (rows, bk), 0)
+            return TileMap(operand, (bk, rows // parts), 128)
+        return TileMap(operand, (64, bk // parts), 128) if p.bf16_operands else TileMap(operand, (rows, bk // parts), 0)
     a_mn, b_mn = mn_major(p)
-    return tile("a", c.bm, a_mn), tile("b", c.bn, b_mn)
+    return tile("a", c.bm, a_mn, c.cluster_n), tile("b", c.bn, b_mn, c.cluster_m)
 
 
 def template_args(c, p: Problem) -> dict:
@@ -171,6 +184,8 @@ def instance_name(c, p: Problem) -> str:
     p = kernel_problem(c, p)
     name = (f"gemm_wgmma_{'bf16' if p.bf16_operands else 'f32'}_{p.op}_bm{c.bm}_bn{c.bn}_wg{c.warpgroups}_s{c.stages}"
             f"_if{c.inflight}_sk{c.split_k}_p{c.producer}_t{c.tma}_{c.math}")
+    if clustered(c) > 1:
+        name += f"_cl{c.cluster_m}x{c.cluster_n}"
     if p.epilogue:
         name += f"_{p.epilogue}"
     if p.use_c:
@@ -183,7 +198,9 @@ def geometry(c, p: Problem):
     p = kernel_problem(c, p)
     columns, rows = ceil_div(p.n, c.bn), ceil_div(p.m, c.bm)
     split = c.split_k > 1
-    return Geometry(grid=(columns, rows, c.split_k), block=(threads(c), 1, 1),
+    # Whole clusters: a block past D's edge still copies its part of the tiles its cluster shares.
+    columns, rows = ceil_div(columns, c.cluster_n) * c.cluster_n, ceil_div(rows, c.cluster_m) * c.cluster_m
+    return Geometry(grid=(columns, rows, c.split_k), block=(threads(c), 1, 1), cluster=(c.cluster_n, c.cluster_m, 1),
                     smem_bytes=smem_bytes(c, p), workspace_elems=c.split_k * p.m * p.n if split else 0,
                     counters=columns * rows if split else 0, tensor_maps=tile_maps(c, p),
                     transposed=("a",) * a_mn + ("b",) * b_mn)
@@ -214,4 +231,5 @@ def default_candidates(p: Problem, d):
         for pretranspose, (bm, bn), warpgroups, (producer, tma), stages, inflight in itertools.product(
                 pretransposes.get(math, (0,)), filling + rest, (2, 1), pipelines, reversed(PARAMS["stages"]), (1, 0)):
             yield {"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math, "inflight": inflight,
-                   "split_k": 1, "producer": producer, "tma": tma, "pretranspose": pretranspose}
+                   "split_k": 1, "producer": producer, "tma": tma, "pretranspose": pretranspose, "cluster_m": 1,
+                   "cluster_n": 1}

@@ -1,10 +1,11 @@
 // Just enough of CUDA to run every autogemm kernel on the CPU, for tests without a GPU
 // (tests/emulated.py, which also turns each inline PTX statement into a call of emu::ptx).
 //
-// Blocks run one after another; a block's threads are OS threads. __syncthreads is a barrier of the
-// block, a warp shuffle a store to the warp's slots between two barriers of the warp, atomicAdd a
-// locked add. A thread that returns drops out of its barriers, as an exited CUDA thread stops
-// counting for __syncthreads. __shared__ variables are static: one block at a time uses them.
+// Blocks run one cluster after another, a cluster's blocks (1 without __cluster_dims__) together;
+// a block's threads are OS threads. __syncthreads is a barrier of the block, a warp shuffle a store
+// to the warp's slots between two barriers of the warp, atomicAdd a locked add. A thread that
+// returns drops out of its barriers, as an exited CUDA thread stops counting for __syncthreads.
+// __shared__ variables are static: the blocks of one cluster share them (no clustered kernel has any).
 //
 // The PTX the GEMM uses: cp.async copies are queued per thread and done at the wait_group that
 // requires them (the latest a GPU may land them, so a missing wait reads stale shared memory); the
@@ -22,7 +23,10 @@
 // bytes expected of it; the copies land, swizzled, when a thread waits on that mbarrier (the latest
 // a GPU may land them: a read before the wait finds stale data), or with
 // EMU_BULK_COPIES_LAND_AT_ISSUE when issued (the earliest: a slot refilled while still read is
-// overwritten under its reader).
+// overwritten under its reader). In a cluster, mapa gives another block's shared address (its rank
+// above bit 24), on which mbarriers arrive; a multicast bulk copy is queued on each destination
+// block's mbarrier and lands in that block's shared memory; barrier.cluster is a barrier of every
+// thread of the cluster.
 #pragma once
 #include <algorithm>
 #include <array>
@@ -37,6 +41,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -52,6 +57,7 @@
 #define __align__(n) alignas(n)
 #define __shared__ static
 #define __grid_constant__
+#define __cluster_dims__(...)
 
 using std::exp;
 using std::fma;
@@ -69,15 +75,19 @@ struct alignas(64) Chunk {   // the unit of every buffer: 16-byte vector types n
 };
 
 struct Block {
-    explicit Block(unsigned threads) : all(threads), slots(threads), fragments(threads) {
+    Block(unsigned threads, size_t smem_bytes) : all(threads), slots(threads), fragments(threads), dynamic(smem_bytes / sizeof(Chunk) + 1) {
+        smem = dynamic.data()->bytes;
         for (unsigned w = 0; w < (threads + 31) / 32; ++w)
             warps.push_back(std::make_unique<std::barrier<>>(std::min(32u, threads - 32 * w)));
     }
     std::barrier<> all;
     std::vector<std::unique_ptr<std::barrier<>>> warps;
+    std::vector<Chunk> dynamic;                          // its dynamic shared memory
+    unsigned char* smem;
     std::vector<uint64_t> slots;                         // one value per thread, for shuffles
     std::vector<std::array<uint32_t, 6>> fragments;      // a0-a3, b0-b1 per thread, for mma.sync
     struct BulkCopy {                                    // a queued bulk tensor copy
+        unsigned char* smem;                             // the destination block's shared memory
         unsigned dst;
         std::array<unsigned char, 128> map;
         int c0, c1;
@@ -92,7 +102,15 @@ struct Block {
     std::map<unsigned, Mbarrier> mbarriers;              // by shared address
     std::map<unsigned, std::unique_ptr<std::barrier<>>> named;   // bar.sync's barriers 1-15, by id
 };
-inline Block* block = nullptr;
+inline thread_local Block* block = nullptr;   // this thread's
+
+struct Cluster {
+    Cluster(unsigned blocks, unsigned threads) : all(blocks * threads) {}
+    std::vector<Block*> blocks;                          // by rank
+    std::barrier<> all;                                  // barrier.cluster
+};
+inline thread_local Cluster* cluster = nullptr;
+inline thread_local std::optional<std::barrier<>::arrival_token> cluster_arrival;
 
 // A 2-D tiled tensor map as the emulator encodes it in a kernel's 128 opaque bytes: the array, its
 // element size, its (row length, rows) and row pitch, the box (inner, outer) and the swizzle bytes.
@@ -116,7 +134,7 @@ struct TensorMapArgument {
         return map;
     }
 };
-inline unsigned char* dynamic_smem = nullptr;
+inline thread_local unsigned char* dynamic_smem = nullptr;   // this thread's block's
 inline std::mutex atomics;
 }  // namespace emu
 
@@ -235,29 +253,38 @@ inline void mbarrier_init_shared(unsigned bar, unsigned count) {
     std::lock_guard<std::mutex> lock(block->sync);
     block->mbarriers[bar] = {count, count, 0};
 }
-// With block->sync held: the phase completes once every arrival is in and every expected byte landed.
-inline void complete_if_due(Block::Mbarrier& b) {
+// With owner.sync held: the phase completes once every arrival is in and every expected byte landed.
+inline void complete_if_due(Block& owner, Block::Mbarrier& b) {
     if (b.pending == 0 && b.tx == 0) {
         b.pending = b.count;
         ++b.phase;
-        block->arrived.notify_all();
+        owner.arrived.notify_all();
     }
 }
-inline void mbarrier_arrive_shared(unsigned bar) {
-    std::lock_guard<std::mutex> lock(block->sync);
-    Block::Mbarrier& b = block->mbarriers.at(bar);
+inline void arrive(Block& owner, unsigned bar) {
+    std::lock_guard<std::mutex> lock(owner.sync);
+    Block::Mbarrier& b = owner.mbarriers.at(bar);
     --b.pending;
-    complete_if_due(b);
+    complete_if_due(owner, b);
 }
+// mapa: `address` in the shared memory of cluster block `rank`, as (rank + 1) << 24 | address.
+inline void mapa_shared(unsigned& remote, unsigned address, int rank) { remote = unsigned(rank + 1) << 24 | address; }
+// mbarrier.arrive .shared::cta, or .shared::cluster on an address from mapa.
+inline void mbarrier_arrive_shared(unsigned bar) {
+    if (bar >> 24) arrive(*cluster->blocks.at((bar >> 24) - 1), bar & 0xffffff);
+    else arrive(*block, bar);
+}
+inline void barrier_cluster_arrive_release() { cluster_arrival.emplace(cluster->all.arrive()); }
+inline void barrier_cluster_wait_acquire() { cluster->all.wait(std::move(*cluster_arrival)); }
 // mbarrier.arrive.expect_tx: `bytes` more to land in this phase, then the arrival.
 inline void mbarrier_arrive_expect_tx_shared(unsigned bar, unsigned bytes) {
     std::lock_guard<std::mutex> lock(block->sync);
     Block::Mbarrier& b = block->mbarriers.at(bar);
     b.tx += bytes;
     --b.pending;
-    complete_if_due(b);
+    complete_if_due(*block, b);
 }
-// With block->sync held: a bulk copy lands, row-major within the box, each byte at its address
+// With its block's sync held: a bulk copy lands, row-major within the box, each byte at its address
 // in the map's swizzle (the 16-byte chunk bits 4.. XORed with bits 7..: address bits the GPU uses),
 // zeros where the box passes the array's edges; its bytes count off what `b` expects.
 inline void land(Block::Mbarrier& b, const Block::BulkCopy& copy) {
@@ -270,25 +297,34 @@ inline void land(Block::Mbarrier& b, const Block::BulkCopy& copy) {
             const bool inside = x >= 0 && y >= 0 && uint64_t(x) < m.inner && uint64_t(y) < m.outer;
             for (uint32_t e = 0; e < m.elem; ++e) {
                 const size_t logical = copy.dst + (o * m.box_inner + i) * m.elem + e;
-                dynamic_smem[logical ^ (((logical >> 7) & mask) << 4)] = inside ? m.base[y * m.row_bytes + x * m.elem + e] : 0;
+                copy.smem[logical ^ (((logical >> 7) & mask) << 4)] = inside ? m.base[y * m.row_bytes + x * m.elem + e] : 0;
             }
         }
     b.tx -= int64_t(m.box_inner) * m.box_outer * m.elem;
 }
 // cp.async.bulk.tensor.2d ... mbarrier::complete_tx::bytes: the box of the map at `map` whose first
-// element is (c0 along a row, c1 across rows), queued on `bar`.
-inline void cp_async_bulk_tensor_2d_shared(unsigned dst, uint64_t map, int c0, int c1, unsigned bar) {
-    std::lock_guard<std::mutex> lock(block->sync);
-    Block::BulkCopy copy{dst, {}, c0, c1};
+// element is (c0 along a row, c1 across rows), queued on `bar` of block `owner`, for its shared memory.
+inline void bulk_copy(Block& owner, unsigned dst, uint64_t map, int c0, int c1, unsigned bar) {
+    std::lock_guard<std::mutex> lock(owner.sync);
+    Block::BulkCopy copy{owner.smem, dst, {}, c0, c1};
     std::memcpy(copy.map.data(), reinterpret_cast<const void*>(map), 128);
-    Block::Mbarrier& b = block->mbarriers.at(bar);
+    Block::Mbarrier& b = owner.mbarriers.at(bar);
 #ifdef EMU_BULK_COPIES_LAND_AT_ISSUE
     land(b, copy);
-    complete_if_due(b);
+    complete_if_due(owner, b);
 #else
     b.queued.push_back(copy);
-    block->arrived.notify_all();
+    owner.arrived.notify_all();
 #endif
+}
+inline void cp_async_bulk_tensor_2d_shared(unsigned dst, uint64_t map, int c0, int c1, unsigned bar) {
+    bulk_copy(*block, dst, map, c0, c1, bar);
+}
+// ... .multicast::cluster: the same box into each cluster block of `blocks` (a bit a rank), at the
+// same addresses there.
+inline void cp_async_bulk_tensor_2d_shared(unsigned dst, uint64_t map, int c0, int c1, unsigned bar, unsigned short blocks) {
+    for (unsigned rank = 0; rank < cluster->blocks.size(); ++rank)
+        if (blocks >> rank & 1) bulk_copy(*cluster->blocks[rank], dst, map, c0, c1, bar);
 }
 inline void mbarrier_try_wait_parity_shared(unsigned& done, unsigned bar, unsigned parity) {
     std::unique_lock<std::mutex> lock(block->sync);
@@ -296,7 +332,7 @@ inline void mbarrier_try_wait_parity_shared(unsigned& done, unsigned bar, unsign
     done = block->arrived.wait_for(lock, std::chrono::seconds(20), [&] {
         for (const Block::BulkCopy& copy : b.queued) land(b, copy);
         b.queued.clear();
-        complete_if_due(b);
+        complete_if_due(*block, b);
         return (b.phase & 1) != parity;
     });
     if (!done)
@@ -407,29 +443,41 @@ EMU_WGMMA(224) EMU_WGMMA(240) EMU_WGMMA(256)
 }  // namespace emu::ptx
 
 namespace emu {
-// Run kernel(args...) on a grid of blocks, each of `threads` threads, with `smem` bytes of dynamic
-// shared memory.
+// Run kernel(args...) on a grid of blocks, each of `threads` threads with `smem` bytes of dynamic
+// shared memory, in clusters of `cluster` blocks (the grid a whole number of them).
 template <class Kernel, class... Args>
-void launch(Kernel kernel, dim3 grid, dim3 threads, size_t smem, Args... args) {
+void launch(Kernel kernel, dim3 grid, dim3 threads, size_t smem, dim3 cluster_dims, Args... args) {
     gridDim = grid;
     blockDim = threads;
     const unsigned n = threads.x * threads.y * threads.z;
-    std::vector<Chunk> dynamic(smem / sizeof(Chunk) + 1);
-    dynamic_smem = dynamic.data()->bytes;
-    for (unsigned bz = 0; bz < grid.z; ++bz)
-        for (unsigned by = 0; by < grid.y; ++by)
-            for (unsigned bx = 0; bx < grid.x; ++bx) {
-                Block b(n);
-                block = &b;
+    const unsigned blocks = cluster_dims.x * cluster_dims.y * cluster_dims.z;
+    if (grid.x % cluster_dims.x || grid.y % cluster_dims.y || grid.z % cluster_dims.z)
+        throw std::runtime_error("emulated launch: the grid is not a whole number of clusters");
+    for (unsigned cz = 0; cz < grid.z; cz += cluster_dims.z)
+        for (unsigned cy = 0; cy < grid.y; cy += cluster_dims.y)
+            for (unsigned cx = 0; cx < grid.x; cx += cluster_dims.x) {
+                Cluster c(blocks, n);
+                std::vector<std::unique_ptr<Block>> members;
+                for (unsigned r = 0; r < blocks; ++r) {
+                    members.push_back(std::make_unique<Block>(n, smem));
+                    c.blocks.push_back(members.back().get());
+                }
                 std::vector<std::thread> pool;
-                for (unsigned t = 0; t < n; ++t)
-                    pool.emplace_back([&, t] {
-                        threadIdx = {t % threads.x, t / threads.x % threads.y, t / (threads.x * threads.y)};
-                        blockIdx = {bx, by, bz};
-                        kernel(args...);
-                        b.warps[t / 32]->arrive_and_drop();
-                        b.all.arrive_and_drop();
-                    });
+                for (unsigned r = 0; r < blocks; ++r)
+                    for (unsigned t = 0; t < n; ++t)
+                        pool.emplace_back([&, r, t] {
+                            Block& b = *c.blocks[r];
+                            block = &b;
+                            dynamic_smem = b.smem;
+                            cluster = &c;
+                            threadIdx = {t % threads.x, t / threads.x % threads.y, t / (threads.x * threads.y)};
+                            blockIdx = {cx + r % cluster_dims.x, cy + r / cluster_dims.x % cluster_dims.y,
+                                        cz + r / (cluster_dims.x * cluster_dims.y)};
+                            kernel(args...);
+                            b.warps[t / 32]->arrive_and_drop();
+                            b.all.arrive_and_drop();
+                            c.all.arrive_and_drop();
+                        });
                 for (auto& th : pool) th.join();
             }
 }

@@ -119,7 +119,7 @@ def _program(launches: list[Launch]) -> str:
         lines = [f'    std::fprintf(stderr, "launch {j}: {inst.name}\\n");']
         lines += [f'    auto b{i} = read("l{j}_arg{i}.bin", {a.nbytes});' for i, a in arrays]
         lines.append(f"    emu::launch({namespaces[inst.name]}::{inst.name}, dim3{{{', '.join(map(str, g.grid))}}}, "
-                     f"dim3{{{', '.join(map(str, g.block))}}}, {g.smem_bytes}, "
+                     f"dim3{{{', '.join(map(str, g.block))}}}, {g.smem_bytes}, dim3{{{', '.join(map(str, g.cluster))}}}, "
                      + ", ".join(_literal(i, a, launch.args) for i, a in enumerate(launch.args)) + ");")
         lines += [f'    write("l{j}_arg{i}.out", b{i}, {a.nbytes});' for i, a in arrays]
         calls.append("  {\n" + "\n".join(lines) + "\n  }")

@@ -263,7 +263,8 @@ def test_wgmma_tf32_products_every_epilogue(epilogue):
         autogemm.gemm(a, b, precision="bf8")
 
 
-WGMMA_TILES = dict(bm=128, bn=128, warpgroups=2, stages=4, inflight=1, split_k=1, producer=0, tma=0, pretranspose=0)
+WGMMA_TILES = dict(bm=128, bn=128, warpgroups=2, stages=4, inflight=1, split_k=1, producer=0, tma=0, pretranspose=0,
+                   cluster_m=1, cluster_n=1)
 
 
 @pytest.mark.parametrize("ta,tb", OPS)
@@ -300,6 +301,32 @@ def test_wgmma_producer_every_op_and_math(ta, tb, tma):
             ((800, 784, 1000), dict(bm=64, bn=128, warpgroups=1, stages=3, inflight=1), "bf16", True)]:
         precision = MATH_PRECISION[math]
         config = dict(WGMMA_TILES, producer=1, tma=tma) | tiles | dict(math=math)
+        for _ in range(2):
+            run_and_check(np.random.default_rng(k), m, n, k, ta, tb, np.float32, epilogue="bias_relu" if tb else None,
+                          beta=0.5, config=config, kernel_family="gemm_wgmma", precision=precision,
+                          bfloat16=bfloat16)
+
+
+@pytest.mark.parametrize("ta,tb", OPS)
+def test_wgmma_clusters_every_op_and_math(ta, tb):
+    """Blocks in clusters of 2 x 1, 1 x 2 and 2 x 2 sharing their tiles by multicast bulk copies, on
+    every op and math, float32 and bfloat16 operands, with a prepare step and without, grids padded
+    to whole clusters (ragged M and N), pretransposed operands: within each precision's bound, each
+    call twice (the second finds every slot's mbarriers in use)."""
+    if not hopper():
+        pytest.skip("gemm_wgmma needs a Hopper GPU (sm_90a)")
+    for (m, n, k), tiles, math, bfloat16 in [
+            ((800, 1000, 784), dict(bm=128, bn=256, stages=2, inflight=0, cluster_m=2), "tf32", False),
+            ((1000, 784, 800), dict(bm=128, bn=96, stages=4, inflight=1, cluster_n=2), "tf32", False),
+            ((800, 1000, 784), dict(bm=128, bn=128, stages=2, inflight=0, cluster_m=2, cluster_n=2), "3xtf32", False),
+            ((520, 336, 1000), dict(bm=64, bn=64, warpgroups=1, stages=4, inflight=1, cluster_m=2), "bf16", False),
+            ((1024, 1024, 1024), dict(bm=128, bn=256, stages=4, inflight=0, cluster_m=2), "bf16", True),
+            ((800, 784, 1000), dict(bm=128, bn=128, stages=3, inflight=1, cluster_m=2, cluster_n=2), "bf16", True),
+            ((1000, 784, 800), dict(bm=128, bn=64, stages=4, inflight=0, cluster_n=2, pretranspose=1), "tf32", False)]:
+        if tiles.get("pretranspose") and not (ta or not tb):
+            continue                      # pretranspose needs an M/N-major operand
+        precision = MATH_PRECISION[math]
+        config = dict(WGMMA_TILES, producer=1, tma=1) | tiles | dict(math=math)
         for _ in range(2):
             run_and_check(np.random.default_rng(k), m, n, k, ta, tb, np.float32, epilogue="bias_relu" if tb else None,
                           beta=0.5, config=config, kernel_family="gemm_wgmma", precision=precision,

@@ -307,9 +307,10 @@ def test_gemm_both_math_paths_every_layout_on_the_cpu(tmp_path, monkeypatch):
     run_and_check(cases, tmp_path)
 
 
-def wgmma_config(bm, bn, warpgroups, stages, math="3xtf32", inflight=0, split_k=1, producer=0, tma=0, pretranspose=0):
+def wgmma_config(bm, bn, warpgroups, stages, math="3xtf32", inflight=0, split_k=1, producer=0, tma=0, pretranspose=0,
+                 cluster=(1, 1)):
     values = dict(bm=bm, bn=bn, warpgroups=warpgroups, stages=stages, math=math, inflight=inflight, split_k=split_k,
-                  producer=producer, tma=tma, pretranspose=pretranspose)
+                  producer=producer, tma=tma, pretranspose=pretranspose, cluster_m=cluster[0], cluster_n=cluster[1])
     return lambda problem: [family("gemm_wgmma").config(values)]
 
 
@@ -322,7 +323,9 @@ def wgmma_config(bm, bn, warpgroups, stages, math="3xtf32", inflight=0, split_k=
 # blocks); split-K in 2 to 4 slices (the last one short), C in place; the producer warpgroup's
 # pipeline on each kind of stage (prepared with every lag from 0 to 3 stages, or read as landed)
 # over K of 5 to 13 stages, so that every slot is reused, copying by cp.async and by TMA (the emulated bulk copies land at the
-# wait for them, swizzled, with zeros past the edges: ragged M, N and K).
+# wait for them, swizzled, with zeros past the edges: ragged M, N and K); TMA in clusters of 2 x 1, 1 x 2
+# and 2 x 2 blocks sharing their tiles by multicast, each kind of tile parted (K-major by rows,
+# M/N-major by k-rows), with a prepare step or without, the grid padded to whole clusters.
 WGMMAS = [
     (130, 70, 100, "float32", False, True, "bias_sigmoid", False, wgmma_config(128, 64, 1, 3)),
     (130, 70, 164, "float32", False, True, "dsigmoid", True, wgmma_config(128, 64, 2, 3, inflight=1)),
@@ -375,6 +378,15 @@ WGMMAS = [
      "bfloat16"),
     (72, 40, 400, "float32", False, True, "dsigmoid", False,
      wgmma_config(64, 32, 1, 4, "tf32", 1, split_k=4, producer=1, tma=1), "tf32"),
+    (130, 70, 300, "float32", False, True, "bias_sigmoid", False,
+     wgmma_config(64, 64, 1, 3, "tf32", 1, producer=1, tma=1, cluster=(2, 1)), "tf32"),
+    (100, 136, 420, "float32", False, True, "drelu", True, wgmma_config(64, 48, 1, 4, producer=1, tma=1, cluster=(1, 2))),
+    (132, 80, 420, "float32", True, False, "bias", False,
+     wgmma_config(64, 64, 1, 5, "tf32", producer=1, tma=1, cluster=(2, 2)), "tf32"),
+    (136, 128, 600, "float32", True, False, "bias", True,
+     wgmma_config(64, 64, 1, 3, "bf16", 1, producer=1, tma=1, cluster=(2, 2)), "bfloat16"),
+    (130, 100, 456, "float32", False, True, "bias_sigmoid", False,
+     wgmma_config(128, 96, 2, 3, "bf16", producer=1, tma=1, cluster=(1, 2)), "bfloat16"),
 ]
 
 
@@ -403,6 +415,8 @@ PRETRANSPOSED = [
     (200, 45, 220, "float32", True, True, None, False, wgmma_config(192, 48, 1, 2, producer=1, tma=1, pretranspose=1)),
     (132, 80, 420, "float32", True, False, "bias", True,
      wgmma_config(64, 64, 1, 5, "tf32", split_k=2, producer=1, tma=1, pretranspose=1), "tf32"),
+    (68, 200, 300, "float32", False, False, None, False,
+     wgmma_config(64, 96, 1, 4, "tf32", producer=1, tma=1, pretranspose=1, cluster=(2, 1)), "tf32"),
 ]
 
 
@@ -411,7 +425,7 @@ def test_gemm_wgmma_pretransposed_operands_on_the_cpu(tmp_path, monkeypatch):
     the K-major call (autogemm.ops.gemm.staged_operands: the staging a GemmCall launches first)."""
     staging = []
     launches = gemm_launches(monkeypatch, PRETRANSPOSED, "gemm_wgmma", staging)
-    assert len(staging) == 6 and all("_nt_" in launch.instance.name for launch, *_ in launches)
+    assert len(staging) == 7 and all("_nt_" in launch.instance.name for launch, *_ in launches)
     run(staging, tmp_path / "staging")
     run_and_check(launches, tmp_path)
 

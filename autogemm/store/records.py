@@ -284,7 +284,8 @@ RESPELLED = {("gemm", "pad"): {0: False, 4: True}}
 # without them gets it, so that it still serves its shape (a current one too: a parameter that
 # chooses no template code leaves the records current).
 ADDED = {("gemm_wgmma", "split_k"): 1, ("gemm_wgmma", "producer"): 0, ("gemm_wgmma", "tma"): 0,
-         ("gemm_wgmma", "pretranspose"): 0, ("linear_backward", "prefetch"): 0}
+         ("gemm_wgmma", "pretranspose"): 0, ("gemm_wgmma", "cluster_m"): 1, ("gemm_wgmma", "cluster_n"): 1,
+         ("linear_backward", "prefetch"): 0}
 
 
 def _stale_config(family_name: str, obj, where: str) -> Config:

@@ -9,7 +9,9 @@ with its tuned record's config (autogemm.gemm's choice when given gemm_wgmma's f
 `--bfloat16`: GEMMs of bfloat16 arrays with their tuned records' configs, 4096^3 (nt: both operands
 K-major) and 4096x784x8192 (tn: both read by the transposing wgmma). With `--tma`: the TMA
 producer's records, 4096^3 of bfloat16 arrays and 8192x4096x784 in TF32 (nt), and 4096x784x8192 in
-TF32 (tn, both operands transposed in shared memory) on the TMA config of the pipeline A/B.
+TF32 (tn, both operands transposed in shared memory) on the TMA config of the pipeline A/B. With
+`--cluster`: 8192x4096x784 in TF32 (nt) on its record's config (128 x 256 tiles, TMA producer) alone
+and in clusters of 2 x 1 blocks sharing B.
 """
 import sys
 
@@ -33,7 +35,8 @@ def bfloat16_runs():
 
 def tma_runs():
     rng = cupy.random.default_rng(0)
-    tn = dict(bm=128, bn=128, warpgroups=2, stages=3, math="tf32", inflight=0, split_k=1, producer=1, tma=1, pretranspose=0)
+    tn = dict(bm=128, bn=128, warpgroups=2, stages=3, math="tf32", inflight=0, split_k=1, producer=1, tma=1, pretranspose=0,
+              cluster_m=1, cluster_n=1)
     for (m, n, k), trans_a, trans_b, precision, config in (((4096, 4096, 4096), False, True, "bf16", None),
                                                            ((8192, 4096, 784), False, True, "tf32", None),
                                                            ((4096, 784, 8192), True, False, "tf32", tn)):
@@ -48,7 +51,23 @@ def tma_runs():
     cupy.cuda.get_current_stream().synchronize()
 
 
+def cluster_runs():
+    rng = cupy.random.default_rng(0)
+    tiles = dict(bm=128, bn=256, warpgroups=2, stages=4, math="tf32", inflight=0, split_k=1, producer=1, tma=1,
+                 pretranspose=0)
+    a = rng.standard_normal((8192, 784), dtype=cupy.float32)    # A: (M, K)
+    b = rng.standard_normal((4096, 784), dtype=cupy.float32)    # B: (N, K), used as B^T
+    out = cupy.empty((8192, 4096), dtype=cupy.float32)         # D: (M, N)
+    for cluster_m in (1, 2):
+        for _ in range(2):
+            autogemm.gemm(a, b, out, trans_b=True, precision="tf32", kernel_family="gemm_wgmma",
+                          config=dict(tiles, cluster_m=cluster_m, cluster_n=1))
+    cupy.cuda.get_current_stream().synchronize()
+
+
 def main():
+    if "--cluster" in sys.argv[1:]:
+        return cluster_runs()
     if "--bfloat16" in sys.argv[1:]:
         return bfloat16_runs()
     if "--tma" in sys.argv[1:]:
