@@ -38,6 +38,15 @@ class Geometry(NamedTuple):
     tensor_maps: tuple[TileMap, ...] = ()
     transposed: tuple[str, ...] = ()   # operands ("a", "b") a launch first copies transposed into scratch
     cluster: tuple[int, int, int] = (1, 1, 1)   # blocks of a thread-block cluster (the kernel's __cluster_dims__)
+    persistent: bool = False   # grid[0] counts tiles, which at most one block an SM takes in turn
+
+    def launch_grid(self, sm_count: int) -> tuple[int, int, int]:
+        """The grid to launch on a GPU of `sm_count` SMs: a persistent kernel's whole clusters, as many
+        as fit one block an SM (at least one)."""
+        if not self.persistent:
+            return self.grid
+        size = self.cluster[0]
+        return (max(size, min(self.grid[0], sm_count) // size * size), 1, 1)
 
 
 def ceil_div(a: int, b: int) -> int:

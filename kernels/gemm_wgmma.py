@@ -11,7 +11,9 @@ thread, one block-wide synchronization a k-tile, or by a producer warpgroup hand
 computing ones through mbarriers (warp specialization), which copies by cp.async or, one thread
 for the block, by bulk tensor copies (TMA) through tensor maps of A and B that every launch passes.
 Under TMA, blocks may run as clusters that share their A or B tiles: each block copies its part,
-multicast to the others, which halves what the cluster reads of the shared operand from L2.
+multicast to the others, which halves what the cluster reads of the shared operand from L2. With a
+producer, blocks may be persistent: at most one an SM, each taking tiles in turn, its computing
+warpgroups alternating whole tiles so that one's epilogue runs under the other's wgmmas.
 """
 import dataclasses
 import itertools
@@ -46,6 +48,7 @@ PARAMS = {
     "pretranspose": (0, 1),                          # 1: M/N-major operands copied K-major first (kernel_problem)
     "cluster_m": (1, 2),                             # blocks of a cluster along M, sharing their B tile (TMA)
     "cluster_n": (1, 2),                             # blocks of a cluster along N, sharing their A tile (TMA)
+    "persistent": (0, 1),                            # 1: a block an SM, its warpgroups taking whole tiles in turn
 }
 STAGE_ROW_BYTES = 128  # a stage's K-major tile row: BK k (k_step) of the operands' type
 SWIZZLE_ALIGN = 1024  # the dynamic shared memory is aligned up to this in the kernel
@@ -93,7 +96,8 @@ def smem_bytes(c, p: Problem) -> int:
     """STAGES stages of the A and B tiles; prepared buffers (one a stage under a producer, else
     2 + INFLIGHT) holding, of each operand, its transposed tile if it is M/N-major and its lo part
     under 3xTF32, or under BF16 its bfloat16 tile where it is float32 (bfloat16 operands are read as
-    they land); a producer's three 8-byte mbarriers a stage; room to align them to 1024 bytes."""
+    they land); a producer's three 8-byte mbarriers a stage, and a persistent block's one a computing
+    warpgroup; room to align them to 1024 bytes."""
     a_mn, b_mn = mn_major(p)
     split = c.math == "3xtf32"
     if c.math == "bf16":
@@ -101,13 +105,14 @@ def smem_bytes(c, p: Problem) -> int:
     else:
         prepared = ((a_mn + split) * c.bm + (b_mn + split) * c.bn) * k_step(p) * p.itemsize
     buffers = c.stages if c.producer else 2 + c.inflight
-    barriers = 24 * c.stages if c.producer else 0
+    barriers = 24 * c.stages + 8 * c.warpgroups * c.persistent if c.producer else 0
     return c.stages * (c.bm + c.bn) * STAGE_ROW_BYTES + buffers * prepared + barriers + SWIZZLE_ALIGN
 
 
 def accumulators(c) -> int:
-    """float32 accumulators a thread holds: BN/2 per 64-row wgmma tile of its warpgroup."""
-    return c.bm // c.warpgroups // 64 * c.bn // 2
+    """float32 accumulators a thread holds: BN/2 per 64-row wgmma tile of its warpgroup (its share
+    of the block tile's rows, or under `persistent` the whole tile's)."""
+    return c.bm // (1 if c.persistent else c.warpgroups) // 64 * c.bn // 2
 
 
 CONSTRAINTS = (
@@ -126,8 +131,10 @@ CONSTRAINTS = (
     ("16-byte copies need A and B 16-byte aligned with leading dimensions a multiple of 16 bytes "
      "(pretranspose makes aligned copies of M/N-major ones)",
      lambda c, p, d: aligned_copies(kernel_problem(c, p))),
-    ("each warpgroup's rows BM/warpgroups must be a whole number of 64-row wgmma tiles",
-     lambda c, p, d: c.bm % (64 * c.warpgroups) == 0),
+    ("each warpgroup's rows BM/warpgroups (BM when persistent) must be a whole number of 64-row wgmma tiles",
+     lambda c, p, d: c.bm % (64 * (1 if c.persistent else c.warpgroups)) == 0),
+    ("persistent blocks take their tiles' stages from a producer, K unsplit: persistent needs producer 1 and split_k 1",
+     lambda c, p, d: not c.persistent or (c.producer and c.split_k == 1)),
     ("at most 128 accumulators per thread (BM/warpgroups/64 * BN/2)", lambda c, p, d: accumulators(c) <= 128),
     ("bulk tensor copies (tma) are issued by the producer warpgroup: tma needs producer 1",
      lambda c, p, d: c.producer or not c.tma),
@@ -184,6 +191,8 @@ def instance_name(c, p: Problem) -> str:
     p = kernel_problem(c, p)
     name = (f"gemm_wgmma_{'bf16' if p.bf16_operands else 'f32'}_{p.op}_bm{c.bm}_bn{c.bn}_wg{c.warpgroups}_s{c.stages}"
             f"_if{c.inflight}_sk{c.split_k}_p{c.producer}_t{c.tma}_{c.math}")
+    if c.persistent:
+        name += "_persistent"
     if clustered(c) > 1:
         name += f"_cl{c.cluster_m}x{c.cluster_n}"
     if p.epilogue:
@@ -200,7 +209,11 @@ def geometry(c, p: Problem):
     split = c.split_k > 1
     # Whole clusters: a block past D's edge still copies its part of the tiles its cluster shares.
     columns, rows = ceil_div(columns, c.cluster_n) * c.cluster_n, ceil_div(rows, c.cluster_m) * c.cluster_m
-    return Geometry(grid=(columns, rows, c.split_k), block=(threads(c), 1, 1), cluster=(c.cluster_n, c.cluster_m, 1),
+    if c.persistent:   # the tiles, in clusters along x
+        grid, cluster = (columns * rows, 1, 1), (clustered(c), 1, 1)
+    else:
+        grid, cluster = (columns, rows, c.split_k), (c.cluster_n, c.cluster_m, 1)
+    return Geometry(grid=grid, block=(threads(c), 1, 1), cluster=cluster, persistent=c.persistent,
                     smem_bytes=smem_bytes(c, p), workspace_elems=c.split_k * p.m * p.n if split else 0,
                     counters=columns * rows if split else 0, tensor_maps=tile_maps(c, p),
                     transposed=("a",) * a_mn + ("b",) * b_mn)
@@ -232,4 +245,4 @@ def default_candidates(p: Problem, d):
                 pretransposes.get(math, (0,)), filling + rest, (2, 1), pipelines, reversed(PARAMS["stages"]), (1, 0)):
             yield {"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math, "inflight": inflight,
                    "split_k": 1, "producer": producer, "tma": tma, "pretranspose": pretranspose, "cluster_m": 1,
-                   "cluster_n": 1}
+                   "cluster_n": 1, "persistent": 0}

@@ -24,6 +24,7 @@ from autogemm.runtime.tensor_map import TensorMap
 
 GXX = shutil.which("g++")
 HEADER_DIR = Path(__file__).resolve().parent
+EMULATED_SMS = 3   # a persistent kernel's blocks: fewer than its tiles, so that each takes several
 _DYNAMIC_SMEM = re.compile(r"extern __shared__ __align__\(\d+\) unsigned char (\w+)\[\];")
 _ASM = re.compile(r"\basm\s*(?:volatile\s*)?\(")
 _OPERAND = re.compile(r'^"[=+]?\w+"\s*\((.*)\)$', re.S)
@@ -118,7 +119,8 @@ def _program(launches: list[Launch]) -> str:
         arrays = [(i, a) for i, a in enumerate(launch.args) if isinstance(a, np.ndarray)]
         lines = [f'    std::fprintf(stderr, "launch {j}: {inst.name}\\n");']
         lines += [f'    auto b{i} = read("l{j}_arg{i}.bin", {a.nbytes});' for i, a in arrays]
-        lines.append(f"    emu::launch({namespaces[inst.name]}::{inst.name}, dim3{{{', '.join(map(str, g.grid))}}}, "
+        grid = g.launch_grid(EMULATED_SMS)
+        lines.append(f"    emu::launch({namespaces[inst.name]}::{inst.name}, dim3{{{', '.join(map(str, grid))}}}, "
                      f"dim3{{{', '.join(map(str, g.block))}}}, {g.smem_bytes}, dim3{{{', '.join(map(str, g.cluster))}}}, "
                      + ", ".join(_literal(i, a, launch.args) for i, a in enumerate(launch.args)) + ");")
         lines += [f'    write("l{j}_arg{i}.out", b{i}, {a.nbytes});' for i, a in arrays]

@@ -264,7 +264,7 @@ def test_wgmma_tf32_products_every_epilogue(epilogue):
 
 
 WGMMA_TILES = dict(bm=128, bn=128, warpgroups=2, stages=4, inflight=1, split_k=1, producer=0, tma=0, pretranspose=0,
-                   cluster_m=1, cluster_n=1)
+                   cluster_m=1, cluster_n=1, persistent=0)
 
 
 @pytest.mark.parametrize("ta,tb", OPS)
@@ -327,6 +327,36 @@ def test_wgmma_clusters_every_op_and_math(ta, tb):
             continue                      # pretranspose needs an M/N-major operand
         precision = MATH_PRECISION[math]
         config = dict(WGMMA_TILES, producer=1, tma=1) | tiles | dict(math=math)
+        for _ in range(2):
+            run_and_check(np.random.default_rng(k), m, n, k, ta, tb, np.float32, epilogue="bias_relu" if tb else None,
+                          beta=0.5, config=config, kernel_family="gemm_wgmma", precision=precision,
+                          bfloat16=bfloat16)
+
+
+@pytest.mark.parametrize("ta,tb", OPS)
+def test_wgmma_persistent_every_op_and_math(ta, tb):
+    """Persistent blocks, their warpgroups taking whole tiles in turn (more tiles than SMs, so that
+    each block takes several, and fewer), every op and math, float32 and bfloat16 operands, each
+    producer pipeline, wgmmas in flight or not, pretransposed operands, clusters of 2 x 1, 1 x 2 and
+    2 x 2 taking cluster tiles: within each precision's bound, each call twice."""
+    if not hopper():
+        pytest.skip("gemm_wgmma needs a Hopper GPU (sm_90a)")
+    for (m, n, k), tiles, math, bfloat16 in [
+            ((4000, 1000, 784), dict(bm=128, bn=128, stages=3, inflight=0, tma=1), "tf32", False),
+            ((1000, 4000, 800), dict(bm=64, bn=256, stages=2, inflight=0, tma=1), "tf32", False),
+            ((2400, 1000, 784), dict(bm=128, bn=128, stages=2, inflight=0, tma=1), "3xtf32", False),
+            ((2000, 784, 1000), dict(bm=64, bn=128, warpgroups=1, stages=4, inflight=1, tma=0), "bf16", False),
+            ((4096, 1024, 1024), dict(bm=128, bn=128, stages=4, inflight=0, tma=1), "bf16", True),
+            ((800, 784, 1000), dict(bm=64, bn=128, stages=3, inflight=1, tma=0), "bf16", True),
+            ((2000, 784, 800), dict(bm=128, bn=96, stages=4, inflight=1, tma=1, pretranspose=1), "tf32", False),
+            ((4000, 1000, 784), dict(bm=128, bn=128, stages=3, inflight=0, tma=1, cluster_m=2), "tf32", False),
+            ((4000, 1000, 1000), dict(bm=128, bn=128, stages=4, inflight=1, tma=1, cluster_n=2), "bf16", True),
+            ((2400, 1000, 784), dict(bm=64, bn=128, stages=2, inflight=0, tma=1, cluster_m=2, cluster_n=2), "3xtf32",
+             False)]:
+        if tiles.get("pretranspose") and not (ta or not tb):
+            continue                      # pretranspose needs an M/N-major operand
+        precision = MATH_PRECISION[math]
+        config = dict(WGMMA_TILES, producer=1, persistent=1) | tiles | dict(math=math)
         for _ in range(2):
             run_and_check(np.random.default_rng(k), m, n, k, ta, tb, np.float32, epilogue="bias_relu" if tb else None,
                           beta=0.5, config=config, kernel_family="gemm_wgmma", precision=precision,

@@ -308,9 +308,10 @@ def test_gemm_both_math_paths_every_layout_on_the_cpu(tmp_path, monkeypatch):
 
 
 def wgmma_config(bm, bn, warpgroups, stages, math="3xtf32", inflight=0, split_k=1, producer=0, tma=0, pretranspose=0,
-                 cluster=(1, 1)):
+                 cluster=(1, 1), persistent=0):
     values = dict(bm=bm, bn=bn, warpgroups=warpgroups, stages=stages, math=math, inflight=inflight, split_k=split_k,
-                  producer=producer, tma=tma, pretranspose=pretranspose, cluster_m=cluster[0], cluster_n=cluster[1])
+                  producer=producer, tma=tma, pretranspose=pretranspose, cluster_m=cluster[0], cluster_n=cluster[1],
+                  persistent=persistent)
     return lambda problem: [family("gemm_wgmma").config(values)]
 
 
@@ -325,7 +326,10 @@ def wgmma_config(bm, bn, warpgroups, stages, math="3xtf32", inflight=0, split_k=
 # over K of 5 to 13 stages, so that every slot is reused, copying by cp.async and by TMA (the emulated bulk copies land at the
 # wait for them, swizzled, with zeros past the edges: ragged M, N and K); TMA in clusters of 2 x 1, 1 x 2
 # and 2 x 2 blocks sharing their tiles by multicast, each kind of tile parted (K-major by rows,
-# M/N-major by k-rows), with a prepare step or without, the grid padded to whole clusters.
+# M/N-major by k-rows), with a prepare step or without, the grid padded to whole clusters; persistent
+# blocks (3 of them, emulated.EMULATED_SMS, or whole clusters) taking 2 to 8 tiles each, their one or
+# two warpgroups alternating whole tiles, each producer pipeline, wgmmas in flight or not, alone and in
+# clusters taking cluster tiles.
 WGMMAS = [
     (130, 70, 100, "float32", False, True, "bias_sigmoid", False, wgmma_config(128, 64, 1, 3)),
     (130, 70, 164, "float32", False, True, "dsigmoid", True, wgmma_config(128, 64, 2, 3, inflight=1)),
@@ -387,6 +391,20 @@ WGMMAS = [
      wgmma_config(64, 64, 1, 3, "bf16", 1, producer=1, tma=1, cluster=(2, 2)), "bfloat16"),
     (130, 100, 456, "float32", False, True, "bias_sigmoid", False,
      wgmma_config(128, 96, 2, 3, "bf16", producer=1, tma=1, cluster=(1, 2)), "bfloat16"),
+    (200, 136, 300, "float32", False, True, "bias_sigmoid", True,
+     wgmma_config(64, 64, 2, 3, "tf32", 1, producer=1, tma=1, persistent=1), "tf32"),
+    (132, 72, 100, "float32", True, False, "dsigmoid", False, wgmma_config(64, 64, 2, 4, producer=1, tma=1, persistent=1)),
+    (130, 100, 264, "float32", False, False, "bias_relu", True,
+     wgmma_config(64, 32, 1, 4, "bf16", 1, producer=1, persistent=1), "bf16"),
+    (136, 128, 328, "float32", True, False, "bias", False,
+     wgmma_config(64, 64, 2, 3, "bf16", producer=1, tma=1, persistent=1), "bfloat16"),
+    (70, 256, 200, "float32", False, True, None, False, wgmma_config(128, 64, 2, 2, producer=1, persistent=1)),
+    (264, 136, 300, "float32", False, True, "bias_sigmoid", True,
+     wgmma_config(64, 64, 2, 3, "tf32", 1, producer=1, tma=1, persistent=1, cluster=(2, 1)), "tf32"),
+    (200, 136, 164, "float32", True, False, "bias", False,
+     wgmma_config(64, 64, 2, 4, "bf16", producer=1, tma=1, persistent=1, cluster=(1, 2)), "bfloat16"),
+    (130, 100, 100, "float32", False, False, "drelu", False, wgmma_config(64, 32, 1, 3, producer=1, tma=1, persistent=1,
+                                                                           cluster=(2, 2))),
 ]
 
 

@@ -272,7 +272,7 @@ def test_a_stale_record_competes_on_time_with_an_exact_one(monkeypatch):
 
 # ---- precision tf32 -----------------------------------------------------------------------------
 WGMMA = dict(bm=128, bn=128, warpgroups=2, stages=3, inflight=1, split_k=1, producer=0, tma=0, pretranspose=0, cluster_m=1,
-             cluster_n=1)
+             cluster_n=1, persistent=0)
 
 
 def test_a_tf32_call_takes_tf32_records_then_fp32_ones_and_an_fp32_call_never_a_tf32_one(tuned):

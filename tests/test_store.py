@@ -265,17 +265,18 @@ def test_a_stale_record_from_before_pad_was_a_bool_reads_in_todays_spelling(tmp_
     assert family("gemm").holds(old.config) == Config(dict(GEMM, pad=pad))
 
 
-CLUSTER = dict(cluster_m=1, cluster_n=1)
+CLUSTER = dict(cluster_m=1, cluster_n=1, persistent=0)
 
 
 @pytest.mark.parametrize("gained", [dict(split_k=1, producer=0, tma=0, pretranspose=0, **CLUSTER),
                                     dict(producer=0, tma=0, pretranspose=0, **CLUSTER),
                                     dict(tma=0, pretranspose=0, **CLUSTER), dict(pretranspose=0, **CLUSTER), CLUSTER])
-def test_a_stale_wgmma_record_from_before_split_k_producer_tma_pretranspose_and_clusters_computes_as_it_did(
+def test_a_stale_wgmma_record_from_before_split_k_producer_tma_pretranspose_clusters_persistence_computes_as_it_did(
         tmp_path, gained):
     """gemm_wgmma gained split_k, then producer, then tma, then pretranspose, then the cluster's
-    shape: a record tuned before any reads with split_k = 1, producer = 0, tma = 0, pretranspose = 0
-    and clusters of one block (what it ran) and still serves its shape."""
+    shape and persistence: a record tuned before any reads with split_k = 1, producer = 0, tma = 0,
+    pretranspose = 0, clusters of one block and persistent = 0 (what it ran) and still serves its
+    shape."""
     wgmma = dict(bm=128, bn=128, warpgroups=2, stages=3, math="3xtf32", inflight=1, split_k=1, producer=0, tma=0,
                  pretranspose=0, **CLUSTER)
     old_config = {name: value for name, value in wgmma.items() if name not in gained}

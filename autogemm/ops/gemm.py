@@ -166,11 +166,12 @@ class GemmCall:
     out: object
     args: tuple
     staging: tuple = ()     # ((Instance, args), ...)
+    sm_count: int = 1       # the GPU's SMs, over which a persistent kernel's blocks spread
 
     def __call__(self):
         for instance, args in (*self.staging, (self.instance, self.args)):
             g = instance.geometry
-            compiler.load(instance)(g.grid, g.block, args, shared_mem=g.smem_bytes)
+            compiler.load(instance)(g.launch_grid(self.sm_count), g.block, args, shared_mem=g.smem_bytes)
 
 
 def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,
@@ -240,7 +241,7 @@ def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     (a, lda), (b, ldb), staging = staged_operands(instance, a, lda, b, ldb, device)
     args = launch_args(instance, a, b, c if use_c else out, out, bias, aux,
                        (m, n, k, lda, ldb, ldc, ldd, ldaux), alpha, beta)
-    return GemmCall(instance, out, kernel_args(args), staging)
+    return GemmCall(instance, out, kernel_args(args), staging, device.sm_count)
 
 
 def launch_args(instance: Instance, a, b, c, d, bias, aux, sizes, alpha, beta) -> tuple:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in | lb-tests | lb-tune | lb-steps | lb-epochs | h200-lb | lb-bf16 | h200-lb-bf16 | gt-tests | gt-prefetch | gt-epochs | h200-gt | ncu-lb | lb-runs | cluster | cluster-2]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in | lb-tests | lb-tune | lb-steps | lb-epochs | h200-lb | lb-bf16 | h200-lb-bf16 | gt-tests | gt-prefetch | gt-epochs | h200-gt | ncu-lb | lb-runs | cluster | cluster-2 | persistent | persistent-2 | persistent-3]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -281,7 +281,7 @@ cluster)   # thread-block clusters sharing tiles by multicast: their GPU tests a
     python -m pytest -q -m gpu tests/test_elementwise_gpu.py tests/test_cupy_backend_gpu.py \
         -k "column_major or either_way or (linear_backward and (sigmoid_t or relu_t))" > "$out/pytest-mends.txt" 2>&1
     tail -1 "$out/pytest-mends.txt"
-    python tuned/bench/issue18_cluster.py --json "$out/cluster.json" \
+    python tuned/bench/issue18_variants.py --vary cluster --json "$out/cluster.json" \
         --shapes 8192x4096x784:nt,4096x784x8192:nn,4096x784x8192:tn,4096x4096x4096:nt,800x1000x784:nt \
         > "$out/cluster.txt" 2>&1; cut -c1-170 "$out/cluster.txt"
     ;;
@@ -289,13 +289,34 @@ cluster-2)   # clusters again, their remote arrivals at the block's scope: their
              # configs in clusters, Nsight Compute on 8192x4096x784 TF32 alone and in a 2 x 1 cluster
     python -m pytest -q -m gpu tests/test_gemm_gpu.py -k "clusters" > "$out/pytest-clusters.txt" 2>&1
     tail -1 "$out/pytest-clusters.txt"
-    python tuned/bench/issue18_cluster.py --json "$out/cluster.json" --shapes 8192x4096x784:nt,800x1000x784:nt \
+    python tuned/bench/issue18_variants.py --vary cluster --json "$out/cluster.json" --shapes 8192x4096x784:nt,800x1000x784:nt \
         > "$out/cluster.txt" 2>&1; cut -c1-170 "$out/cluster.txt"
     ncu --kernel-name regex:gemm_wgmma --launch-skip 1 --launch-count 3 --section SpeedOfLight --section LaunchStats \
         --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
         python tuned/bench/issue18_profile.py --cluster > "$out/ncu-cluster.txt" 2>&1
     grep -E "  gemm_wgmma|Duration|Cluster|Memory Throughput|L2 Cache Throughput|Compute \(SM\)|Waves Per SM|Achieved Occ|Stall" \
         "$out/ncu-cluster.txt" | head -60
+    ;;
+persistent)   # persistent blocks whose warpgroups take tiles in turn: their GPU tests, then the large
+              # GEMMs' records against persistent variants and cuBLAS
+    python -m pytest -q -m gpu tests/test_gemm_gpu.py -k "persistent or clusters or wgmma_producer" \
+        > "$out/pytest-persistent.txt" 2>&1; tail -1 "$out/pytest-persistent.txt"
+    python tuned/bench/issue18_variants.py --vary persistent --json "$out/persistent.json" \
+        --shapes 8192x4096x784:nt,4096x784x8192:nn,4096x784x8192:tn,4096x4096x4096:nt,800x1000x784:nt \
+        > "$out/persistent.txt" 2>&1; cut -c1-400 "$out/persistent.txt"
+    ;;
+persistent-2)   # persistent blocks in clusters (cluster tiles, multicast): the GPU tests, then the largest
+                # GEMMs' records against persistent variants alone and clustered
+    python -m pytest -q -m gpu tests/test_gemm_gpu.py -k "persistent" > "$out/pytest-persistent.txt" 2>&1
+    tail -1 "$out/pytest-persistent.txt"
+    python tuned/bench/issue18_variants.py --vary persistent --json "$out/persistent.json" \
+        --shapes 8192x4096x784:nt,4096x784x8192:nn,4096x784x8192:tn,4096x4096x4096:nt \
+        > "$out/persistent.txt" 2>&1; cut -c1-700 "$out/persistent.txt"
+    ;;
+persistent-3)   # the forward GEMM (8192x4096x784, nt) with and without its bias_sigmoid epilogue: the
+                # record's config against persistent variants, alone and clustered
+    python tuned/bench/issue18_variants.py --vary persistent --epilogue bias_sigmoid --json "$out/persistent-epilogue.json" \
+        --shapes 8192x4096x784:nt > "$out/persistent-epilogue.txt" 2>&1; tr -s ' ' < "$out/persistent-epilogue.txt" | cut -c1-1500
     ;;
 ncu-lb)   # Nsight Compute on linear_backward 8192x10x4096, G_in row-major and transposed (tuned configs)
     ncu --kernel-name regex:linear_backward --launch-skip 2 --launch-count 4 --section SpeedOfLight \

@@ -1,0 +1,91 @@
+"""Issue 18 on a Hopper GPU: gemm_wgmma's variants on the configs of this GPU's tuned records, each
+checked against float64 first, then all timed interleaved with autogemm's timer (events, L2
+flushed, median), cuBLAS in the record's precision beside them.
+
+    python tuned/bench/issue18_variants.py --vary cluster|persistent [--shapes 8192x4096x784:nt,...]
+        [--epilogue bias_sigmoid] [--reps 30] [--json PATH]
+
+cluster: the record's config in clusters of 1 x 1, 2 x 1, 1 x 2 and 2 x 2 blocks (M x N: blocks along
+M share their B tiles, along N their A tiles, by multicast bulk copies). persistent: the record's
+config, then persistent blocks of two warpgroups taking turns on tiles of each warpgroup's share of
+the record's tile, and of 128 x 128, with a TMA producer, the most stages that fit, wgmmas in flight
+or not, alone or in clusters of 2 x 1 and 1 x 2 (and 64 x 256 tiles in clusters of 2 x 2). With
+--epilogue, each variant also runs with that fused epilogue (a layer's forward GEMM: bias, then the
+activation), timed beside the others; cuBLAS runs without it.
+"""
+import argparse
+import json
+
+CLUSTERS = ((1, 1), (2, 1), (1, 2), (2, 2))
+
+
+def variants(fam, cfg, vary: str) -> dict:
+    """{label: config} of the record's config `cfg`."""
+    if vary == "cluster":
+        return {f"{cm}x{cn}": fam.config(dict(cfg, cluster_m=cm, cluster_n=cn)) for cm, cn in CLUSTERS}
+    out = {"record": cfg}
+    for bm, bn in dict.fromkeys(((cfg.bm // cfg.warpgroups, cfg.bn), (128, 128))):
+        for (cm, cn), inflight in ((1, 1), 0), ((1, 1), 1), ((2, 1), 0), ((1, 2), 0), ((2, 2), 0):
+            for stages in (5, 4, 3, 2):
+                out[f"persistent-{bm}x{bn}-c{cm}x{cn}-s{stages}-if{inflight}"] = fam.config(dict(
+                    cfg, bm=bm, bn=bn, warpgroups=2, producer=1, tma=1, persistent=1, inflight=inflight, stages=stages,
+                    split_k=1, cluster_m=cm, cluster_n=cn))
+    return out
+
+
+def main():
+    import cupy
+
+    from autogemm.ops.cublas import cublas_gemm
+    from autogemm.ops.gemm import plan_gemm
+    from autogemm.runtime.device import this_device
+    from autogemm.runtime.family import family
+    from autogemm.store.locations import tune_dir
+    from autogemm.store.records import file_for, load
+    from autogemm.tuning.measure import GemmMeasure
+    from autogemm.tuning.timing import time_interleaved
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--vary", choices=("cluster", "persistent"), required=True)
+    p.add_argument("--shapes", help="SIZES:OP of the records to take (default: all gemm_wgmma records)")
+    p.add_argument("--epilogue", choices=("bias", "bias_sigmoid", "bias_relu"))
+    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--json")
+    args = p.parse_args()
+    device, fam, results = this_device(), family("gemm_wgmma"), []
+    wanted = set(args.shapes.split(",")) if args.shapes else None
+    records = [r for r in load(file_for(tune_dir(), device)).records.values() if r.key.family == "gemm_wgmma"
+               and (wanted is None or f"{'x'.join(map(str, r.key.sizes))}:{r.key.op}" in wanted)]
+    for r in records:
+        measure = GemmMeasure(r.key, device)
+        bias = cupy.asarray(measure.normal(r.key.sizes[1]), measure.out.dtype)        # bias: (N,)
+        runs, configs, taken = {}, {}, set()
+        for label, cfg in variants(fam, r.config, args.vary).items():
+            kind = label.replace(f"-s{cfg.stages}", "")     # a persistent tile and inflight: its most stages that fit
+            if fam.violations(cfg, measure.problem, device) or kind in taken:
+                continue
+            taken.add(kind)
+            run = measure.launcher(cfg)
+            try:
+                measure.verify(run)
+            except Exception as exc:
+                print(f"{r.key}: {run.instance.name}: FAILED {str(exc)[:300]}", flush=True)
+                continue
+            runs[label], configs[label] = run, dict(cfg)
+            if args.epilogue:
+                runs[f"{label}+{args.epilogue}"] = plan_gemm(
+                    measure.a, measure.b, measure.out, trans_a=measure.trans_a, trans_b=measure.trans_b,
+                    epilogue=args.epilogue, bias=bias, config=cfg, kernel_family="gemm_wgmma",
+                    precision=measure.precision)
+        runs["cublas"] = lambda m=measure: cublas_gemm(m.a, m.b, m.out, m.trans_a, m.trans_b, m.precision)
+        timings = time_interleaved(runs, reps=args.reps)
+        us = {name: timings[name].median_us for name in runs}
+        results.append({"key": str(r.key), "config": dict(r.config), "us": us, "configs": configs})
+        print(f"{str(r.key):44s} " + "  ".join(f"{name} {t:7.1f}" for name, t in us.items()) + " us", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"gpu": device.name, "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
