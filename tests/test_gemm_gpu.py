@@ -282,6 +282,20 @@ def test_wgmma_split_k_every_op_and_math(ta, tb):
                           beta=0.5, config=config, kernel_family="gemm_wgmma", precision=precision)
 
 
+def check_wgmma_cases(ta, tb, pipeline: dict, cases: list):
+    """Each case ((M, N, K), tiles, math, bfloat16 operands) with WGMMA_TILES, `pipeline` and its
+    tiles, within its math's precision's bound, each call twice (the second finds every mbarrier a
+    phase on); a pretransposed case only on an op with an M/N-major operand."""
+    for (m, n, k), tiles, math, bfloat16 in cases:
+        if tiles.get("pretranspose") and not (ta or not tb):
+            continue
+        config = dict(WGMMA_TILES, **pipeline) | tiles | dict(math=math)
+        for _ in range(2):
+            run_and_check(np.random.default_rng(k), m, n, k, ta, tb, np.float32, epilogue="bias_relu" if tb else None,
+                          beta=0.5, config=config, kernel_family="gemm_wgmma", precision=MATH_PRECISION[math],
+                          bfloat16=bfloat16)
+
+
 @pytest.mark.parametrize("tma", (0, 1))
 @pytest.mark.parametrize("ta,tb", OPS)
 def test_wgmma_producer_every_op_and_math(ta, tb, tma):
@@ -290,7 +304,7 @@ def test_wgmma_producer_every_op_and_math(ta, tb, tma):
     step), wgmmas in flight, split-K: within each precision's bound, each call twice."""
     if not hopper():
         pytest.skip("gemm_wgmma needs a Hopper GPU (sm_90a)")
-    for (m, n, k), tiles, math, bfloat16 in [
+    check_wgmma_cases(ta, tb, dict(producer=1, tma=tma), [
             ((800, 1000, 784), dict(bm=128, bn=128, stages=2, inflight=0), "3xtf32", False),
             ((1000, 784, 800), dict(bm=64, bn=64, warpgroups=1, stages=4, inflight=1), "3xtf32", False),
             ((132, 68, 2600), dict(bm=64, bn=64, warpgroups=1, stages=5, inflight=0), "tf32", False),
@@ -298,13 +312,7 @@ def test_wgmma_producer_every_op_and_math(ta, tb, tma):
             ((1024, 1024, 1024), dict(bm=128, bn=256, stages=4, inflight=1), "bf16", True),
             ((200, 1000, 784), dict(bm=64, bn=64, warpgroups=1, stages=2, inflight=0, split_k=3), "3xtf32", False),
             ((136, 256, 1000), dict(bm=128, bn=64, stages=3, inflight=1, split_k=2), "bf16", True),
-            ((800, 784, 1000), dict(bm=64, bn=128, warpgroups=1, stages=3, inflight=1), "bf16", True)]:
-        precision = MATH_PRECISION[math]
-        config = dict(WGMMA_TILES, producer=1, tma=tma) | tiles | dict(math=math)
-        for _ in range(2):
-            run_and_check(np.random.default_rng(k), m, n, k, ta, tb, np.float32, epilogue="bias_relu" if tb else None,
-                          beta=0.5, config=config, kernel_family="gemm_wgmma", precision=precision,
-                          bfloat16=bfloat16)
+            ((800, 784, 1000), dict(bm=64, bn=128, warpgroups=1, stages=3, inflight=1), "bf16", True)])
 
 
 @pytest.mark.parametrize("ta,tb", OPS)
@@ -312,25 +320,17 @@ def test_wgmma_clusters_every_op_and_math(ta, tb):
     """Blocks in clusters of 2 x 1, 1 x 2 and 2 x 2 sharing their tiles by multicast bulk copies, on
     every op and math, float32 and bfloat16 operands, with a prepare step and without, grids padded
     to whole clusters (ragged M and N), pretransposed operands: within each precision's bound, each
-    call twice (the second finds every slot's mbarriers in use)."""
+    call twice."""
     if not hopper():
         pytest.skip("gemm_wgmma needs a Hopper GPU (sm_90a)")
-    for (m, n, k), tiles, math, bfloat16 in [
+    check_wgmma_cases(ta, tb, dict(producer=1, tma=1), [
             ((800, 1000, 784), dict(bm=128, bn=256, stages=2, inflight=0, cluster_m=2), "tf32", False),
             ((1000, 784, 800), dict(bm=128, bn=96, stages=4, inflight=1, cluster_n=2), "tf32", False),
             ((800, 1000, 784), dict(bm=128, bn=128, stages=2, inflight=0, cluster_m=2, cluster_n=2), "3xtf32", False),
             ((520, 336, 1000), dict(bm=64, bn=64, warpgroups=1, stages=4, inflight=1, cluster_m=2), "bf16", False),
             ((1024, 1024, 1024), dict(bm=128, bn=256, stages=4, inflight=0, cluster_m=2), "bf16", True),
             ((800, 784, 1000), dict(bm=128, bn=128, stages=3, inflight=1, cluster_m=2, cluster_n=2), "bf16", True),
-            ((1000, 784, 800), dict(bm=128, bn=64, stages=4, inflight=0, cluster_n=2, pretranspose=1), "tf32", False)]:
-        if tiles.get("pretranspose") and not (ta or not tb):
-            continue                      # pretranspose needs an M/N-major operand
-        precision = MATH_PRECISION[math]
-        config = dict(WGMMA_TILES, producer=1, tma=1) | tiles | dict(math=math)
-        for _ in range(2):
-            run_and_check(np.random.default_rng(k), m, n, k, ta, tb, np.float32, epilogue="bias_relu" if tb else None,
-                          beta=0.5, config=config, kernel_family="gemm_wgmma", precision=precision,
-                          bfloat16=bfloat16)
+            ((1000, 784, 800), dict(bm=128, bn=64, stages=4, inflight=0, cluster_n=2, pretranspose=1), "tf32", False)])
 
 
 @pytest.mark.parametrize("ta,tb", OPS)
@@ -341,7 +341,7 @@ def test_wgmma_persistent_every_op_and_math(ta, tb):
     2 x 2 taking cluster tiles: within each precision's bound, each call twice."""
     if not hopper():
         pytest.skip("gemm_wgmma needs a Hopper GPU (sm_90a)")
-    for (m, n, k), tiles, math, bfloat16 in [
+    check_wgmma_cases(ta, tb, dict(producer=1, persistent=1), [
             ((4000, 1000, 784), dict(bm=128, bn=128, stages=3, inflight=0, tma=1), "tf32", False),
             ((1000, 4000, 800), dict(bm=64, bn=256, stages=2, inflight=0, tma=1), "tf32", False),
             ((2400, 1000, 784), dict(bm=128, bn=128, stages=2, inflight=0, tma=1), "3xtf32", False),
@@ -352,15 +352,7 @@ def test_wgmma_persistent_every_op_and_math(ta, tb):
             ((4000, 1000, 784), dict(bm=128, bn=128, stages=3, inflight=0, tma=1, cluster_m=2), "tf32", False),
             ((4000, 1000, 1000), dict(bm=128, bn=128, stages=4, inflight=1, tma=1, cluster_n=2), "bf16", True),
             ((2400, 1000, 784), dict(bm=64, bn=128, stages=2, inflight=0, tma=1, cluster_m=2, cluster_n=2), "3xtf32",
-             False)]:
-        if tiles.get("pretranspose") and not (ta or not tb):
-            continue                      # pretranspose needs an M/N-major operand
-        precision = MATH_PRECISION[math]
-        config = dict(WGMMA_TILES, producer=1, persistent=1) | tiles | dict(math=math)
-        for _ in range(2):
-            run_and_check(np.random.default_rng(k), m, n, k, ta, tb, np.float32, epilogue="bias_relu" if tb else None,
-                          beta=0.5, config=config, kernel_family="gemm_wgmma", precision=precision,
-                          bfloat16=bfloat16)
+             False)])
 
 
 def padded_view(rng, rows: int, cols: int, bfloat16: bool):
