@@ -35,10 +35,9 @@ def main():
     from autogemm.ops.cublas import cublas_gemm
     from autogemm.runtime.device import this_device
     from autogemm.runtime.family import family
-    from autogemm.store.locations import tune_dir
-    from autogemm.store.records import file_for, load
     from autogemm.tuning.measure import GemmMeasure
     from autogemm.tuning.timing import time_interleaved
+    from wgmma_records import records, verified
 
     p = argparse.ArgumentParser()
     p.add_argument("--shapes", help="SIZES:OP of the records to take (default: all gemm_wgmma records)")
@@ -46,20 +45,12 @@ def main():
     p.add_argument("--json")
     args = p.parse_args()
     device, fam, results = this_device(), family("gemm_wgmma"), []
-    wanted = set(args.shapes.split(",")) if args.shapes else None
-    records = [r for r in load(file_for(tune_dir(), device)).records.values() if r.key.family == "gemm_wgmma"
-               and (wanted is None or f"{'x'.join(map(str, r.key.sizes))}:{r.key.op}" in wanted)]
-    for r in records:
+    for r in records(device, args.shapes):
         measure = GemmMeasure(r.key, device)
         runs, configs = {}, {}
         for cfg in variants(fam, r.config, measure.problem, device):
-            run = measure.launcher(cfg)
-            try:
-                measure.verify(run)
-            except Exception as exc:
-                print(f"{r.key}: {run.instance.name}: FAILED {str(exc)[:300]}", flush=True)
-                continue
-            runs[run.instance.name], configs[run.instance.name] = run, dict(cfg)
+            if (run := verified(measure, cfg)) is not None:
+                runs[run.instance.name], configs[run.instance.name] = run, dict(cfg)
         runs["cublas"] = lambda m=measure: cublas_gemm(m.a, m.b, m.out, m.trans_a, m.trans_b, m.precision)
         timings = time_interleaved(runs, reps=args.reps)
         us = {name: timings[name].median_us for name in runs}

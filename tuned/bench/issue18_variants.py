@@ -40,10 +40,9 @@ def main():
     from autogemm.ops.gemm import plan_gemm
     from autogemm.runtime.device import this_device
     from autogemm.runtime.family import family
-    from autogemm.store.locations import tune_dir
-    from autogemm.store.records import file_for, load
     from autogemm.tuning.measure import GemmMeasure
     from autogemm.tuning.timing import time_interleaved
+    from wgmma_records import records, verified
 
     p = argparse.ArgumentParser()
     p.add_argument("--vary", choices=("cluster", "persistent"), required=True)
@@ -53,10 +52,7 @@ def main():
     p.add_argument("--json")
     args = p.parse_args()
     device, fam, results = this_device(), family("gemm_wgmma"), []
-    wanted = set(args.shapes.split(",")) if args.shapes else None
-    records = [r for r in load(file_for(tune_dir(), device)).records.values() if r.key.family == "gemm_wgmma"
-               and (wanted is None or f"{'x'.join(map(str, r.key.sizes))}:{r.key.op}" in wanted)]
-    for r in records:
+    for r in records(device, args.shapes):
         measure = GemmMeasure(r.key, device)
         bias = cupy.asarray(measure.normal(r.key.sizes[1]), measure.out.dtype)        # bias: (N,)
         runs, configs, taken = {}, {}, set()
@@ -65,11 +61,7 @@ def main():
             if fam.violations(cfg, measure.problem, device) or kind in taken:
                 continue
             taken.add(kind)
-            run = measure.launcher(cfg)
-            try:
-                measure.verify(run)
-            except Exception as exc:
-                print(f"{r.key}: {run.instance.name}: FAILED {str(exc)[:300]}", flush=True)
+            if (run := verified(measure, cfg)) is None:
                 continue
             runs[label], configs[label] = run, dict(cfg)
             if args.epilogue:
