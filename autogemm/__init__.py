@@ -20,6 +20,7 @@ from kernels import IMPLEMENTATIONS
 from kernels.contract import NO_OP
 from kernels.gemm import EPILOGUES as GEMM_EPILOGUES
 from kernels.gemm import PRECISIONS as GEMM_PRECISIONS
+from kernels.gemm import key_op as gemm_key_op
 from kernels.linear_backward import MAX_CLASSES as LINEAR_BACKWARD_MAX_CLASSES
 from kernels.linear_backward import TRANSPOSED as LINEAR_BACKWARD_TRANSPOSED
 from kernels.linear_xent import MAX_CLASSES as LINEAR_XENT_MAX_CLASSES
@@ -40,6 +41,7 @@ __all__ = [
     # the user's files: read only if regular, written atomically; and autogemm's cache folder
     "files", "cache_dir",
     # a kernel launch to tune, as a network's `autogemm.targets` entry point lists its step's; the
-    # op of a launch whose family has none; the families that compute one call (all tuned, the fastest runs)
-    "Target", "NO_OP", "IMPLEMENTATIONS",
+    # op of a launch whose family has none, a GEMM launch's (layout and epilogue); the families that
+    # compute one call (all tuned, the fastest runs)
+    "Target", "NO_OP", "gemm_key_op", "IMPLEMENTATIONS",
 ]

@@ -92,8 +92,9 @@ class KernelFamily(Protocol):
     checked against PARAMS; `device` is autogemm's DeviceInfo). A family whose kernels need NVRTC
     options of their own (a target such as sm_90a) also declares COMPILE_OPTIONS, a tuple of them;
     one whose keys name arithmetics beyond DTYPES (the GEMM's "tf32", "bf16") declares KEY_DTYPES
-    and served_by(arithmetic) (the arithmetics whose records serve a call, its own first), and one
-    whose own kernels compute at precisions beyond fp32 declares KERNEL_PRECISIONS (what tune
+    and served_by(arithmetic) (the arithmetics whose records serve a call, its own first); one whose
+    calls may be served by records of other ops declares served_by_ops(op) (the GEMM: a call with an
+    epilogue by its layout's records tuned without one, after its own); and one whose own kernels compute at precisions beyond fp32 declares KERNEL_PRECISIONS (what tune
     --precision tunes)."""
 
     NAME: str                   # the family's name: registry key, tuned records' family, instance names
@@ -126,7 +127,7 @@ class KernelFamily(Protocol):
 
     def key_of(self, problem) -> tuple[tuple[int, ...], str]:
         """(sizes, op) under which `problem` is tuned and looked up: what a tuned config serves
-        (the GEMM's epilogue and alignment are left out: one config serves them all)."""
+        (what it leaves out, such as the GEMM's C and alignment, one config serves alike)."""
 
     def problem_of(self, sizes: tuple[int, ...], op: str, dtype: str):
         """The Problem that a tuned key stands for: freshly allocated (contiguous, aligned) operands."""

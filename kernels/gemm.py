@@ -15,7 +15,30 @@ SOURCE_PARAMS = ("math",)
 
 EPILOGUES = (None, "bias", "bias_sigmoid", "bias_relu", "dsigmoid", "drelu")
 KEY_SIZES = ("m", "n", "k")
-KEY_OPS = ("nn", "nt", "tn", "tt")      # op(A), op(B): N or T
+# A key's op: op(A), op(B) (N or T), then "+" and the fused epilogue where the call has one
+# ("nt+bias_sigmoid"): an epilogue's work changes which config is fastest (a persistent kernel hides
+# it under the next tile's products), so the records of a layer's GEMM are tuned with it.
+LAYOUTS = ("nn", "nt", "tn", "tt")
+KEY_OPS = LAYOUTS + tuple(f"{layout}+{epilogue}" for layout in LAYOUTS for epilogue in EPILOGUES[1:])
+
+
+def key_op(trans_a: bool, trans_b: bool, epilogue: str | None = None) -> str:
+    """The op of a GEMM key: "nt" for A op(B^T), "nt+bias_sigmoid" with that epilogue."""
+    layout = ("t" if trans_a else "n") + ("t" if trans_b else "n")
+    return f"{layout}+{epilogue}" if epilogue else layout
+
+
+def split_op(op: str) -> tuple[bool, bool, str | None]:
+    """(trans_a, trans_b, epilogue) of a key op (KEY_OPS)."""
+    layout, _, epilogue = op.partition("+")
+    return layout[0] == "t", layout[1] == "t", epilogue or None
+
+
+def served_by_ops(op: str) -> tuple[str, ...]:
+    """The key ops whose records may serve a call of `op`: its own, then, for a call with an
+    epilogue, its layout's records tuned without one (the same kernel, timed without the epilogue)."""
+    layout = op.partition("+")[0]
+    return (op, layout) if op != layout else (op,)
 # What the caller accepts, most accurate first: "fp32", the dtype's own accuracy (FP32-accurate for
 # float32); "tf32", float32 operands rounded to TF32 (10-bit mantissas) in each product, float32
 # sums; "bf16", float32 operands rounded to bfloat16 (7-bit mantissas), float32 sums. A kernel at
@@ -313,17 +336,19 @@ def flops(p: Problem) -> int:
 
 
 def key_of(p: Problem) -> tuple[tuple[int, ...], str]:
-    return (p.m, p.n, p.k), p.op
+    return (p.m, p.n, p.k), key_op(p.trans_a, p.trans_b, p.epilogue)
 
 
 def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
-    """`dtype` is a key's arithmetic (KEY_DTYPES): "tf32" and "bf16" are float32 data at that
-    precision, "bfloat16" bfloat16 operands."""
+    """`op` is a key's (KEY_OPS: layout and epilogue); `dtype` its arithmetic (KEY_DTYPES): "tf32"
+    and "bf16" are float32 data at that precision, "bfloat16" bfloat16 operands."""
+    trans_a, trans_b, epilogue = split_op(op)
     if dtype == "bfloat16":
-        return Problem.contiguous(*sizes, "float32", op[0] == "t", op[1] == "t", precision="bf16", bf16_operands=True)
+        return Problem.contiguous(*sizes, "float32", trans_a, trans_b, epilogue=epilogue, precision="bf16",
+                                  bf16_operands=True)
     if dtype in PRECISIONS[1:]:
-        return Problem.contiguous(*sizes, "float32", op[0] == "t", op[1] == "t", precision=dtype)
-    return Problem.contiguous(*sizes, dtype, op[0] == "t", op[1] == "t")
+        return Problem.contiguous(*sizes, "float32", trans_a, trans_b, epilogue=epilogue, precision=dtype)
+    return Problem.contiguous(*sizes, dtype, trans_a, trans_b, epilogue=epilogue)
 
 
 def default_candidates(p: Problem, d):

@@ -17,6 +17,7 @@ warpgroups alternating whole tiles so that one's epilogue runs under the other's
 """
 import dataclasses
 import itertools
+from types import SimpleNamespace
 
 from kernels import gemm
 from kernels.contract import Geometry, TileMap, ceil_div
@@ -31,7 +32,7 @@ KERNEL_PRECISIONS = tuple(MATH_PRECISION.values())
 
 # The gemm call's problem, keys, epilogues, work and reference.
 Problem, KEY_SIZES, KEY_OPS, KEY_DTYPES = gemm.Problem, gemm.KEY_SIZES, gemm.KEY_OPS, gemm.KEY_DTYPES
-served_by = gemm.served_by
+served_by, served_by_ops = gemm.served_by, gemm.served_by_ops
 EPILOGUES = gemm.EPILOGUES
 flops, key_of, problem_of, reference = gemm.flops, gemm.key_of, gemm.problem_of, gemm.reference
 
@@ -226,7 +227,30 @@ def default_candidates(p: Problem, d):
     unsplit (the search tries split-K), M/N-major float32 operands pretransposed or not as the
     math prefers; bfloat16 operands take bf16 products, float32 ones the maths their precision
     allows, fastest first as measured (bf16's rounding pass costs more than its k16 products save:
-    tuned/bench/issue18-h100/ops-bf16)."""
+    tuned/bench/issue18-h100/ops-bf16). Where 128 x 128 tiles outnumber the SMs, persistent blocks
+    of them follow the first few (alone, in 1 x 2 and 2 x 1 clusters), which won with a fused
+    epilogue and on W1's TF32 update (tuned/bench/issue18-h100/persistent): the search's first
+    trials are these candidates in order."""
+    plain = _one_tile_a_block(p, d)
+    first = list(itertools.islice((c for c in plain if _runs(c, p, d)), 4))
+    yield from first
+    if first and ceil_div(p.m, 128) * ceil_div(p.n, 128) > d.sm_count:
+        for (cluster_m, cluster_n), inflight in itertools.product(((1, 2), (1, 1), (2, 1)), (1, 0)):
+            fitting = (dict(first[0], bm=128, bn=128, warpgroups=2, stages=stages, inflight=inflight, producer=1,
+                            tma=1, cluster_m=cluster_m, cluster_n=cluster_n, persistent=1)
+                       for stages in reversed(PARAMS["stages"]))
+            yield from itertools.islice((c for c in fitting if _runs(c, p, d)), 1)     # the most stages that fit
+    yield from plain
+
+
+def _runs(values: dict, p: Problem, d) -> bool:
+    """Whether a config (a dict) keeps every constraint."""
+    c = SimpleNamespace(**values)      # as the constraints read a config
+    return all(holds(c, p, d) for _, holds in CONSTRAINTS)
+
+
+def _one_tile_a_block(p: Problem, d):
+    """default_candidates' configs of blocks that take one tile each, in its order."""
     tiles = [(bm, bn) for bm, bn in itertools.product(PARAMS["bm"], PARAMS["bn"])]
     tiles.sort(key=lambda t: -t[0] * t[1])
     filling = [t for t in tiles if ceil_div(p.m, t[0]) * ceil_div(p.n, t[1]) >= d.sm_count]

@@ -75,10 +75,12 @@ class LaunchRecorder(Backend):
              epilogue=None, bias=None, aux=None):
         self._row_major(out, "GEMM output")
         k = a.shape[0] if trans_a else a.shape[1]
-        role = (f"{self.name_of(out)} = {self.name_of(a)}{'^T' if trans_a else ''} "
-                f"{self.name_of(b)}{'^T' if trans_b else ''}")
+        product = f"{self.name_of(a)}{'^T' if trans_a else ''} {self.name_of(b)}{'^T' if trans_b else ''}"
+        if epilogue:       # bias_sigmoid(A0 W1^T, b1)
+            product = f"{epilogue}({product}, {self.name_of(bias if bias is not None else aux)})"
+        role = f"{self.name_of(out)} = {product}"
         (_, trans_a), (_, trans_b) = autogemm.row_major_operand(a, trans_a), autogemm.row_major_operand(b, trans_b)
-        self._record("gemm", (*out.shape, k), ("t" if trans_a else "n") + ("t" if trans_b else "n"), role)
+        self._record("gemm", (*out.shape, k), autogemm.gemm_key_op(trans_a, trans_b, epilogue), role)
         return out
 
     def softmax_xent(self, z, labels, grad_out, scale, loss_acc):

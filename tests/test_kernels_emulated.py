@@ -462,8 +462,10 @@ def tuned_gemm_cases() -> list:
             c, (m, n, k), op = r.config, r.key.sizes, r.key.op
             cut = lambda size, tile: min(size, -(-(tile + tile // 2 + 3) // 4) * 4)  # noqa: E731
             m, n, k = cut(m, c.bm), cut(n, c.bn), min(k, 2 * c.split_k * c.bk - 4)
-            epilogue, use_c = {"nt": ("bias_sigmoid", False), "nn": ("dsigmoid", False), "tn": (None, True)}[op]
-            cases[op, r.key.dtype, c] = (m, n, k, r.key.dtype, op[0] == "t", op[1] == "t", epilogue, use_c,
+            trans_a, trans_b, epilogue = gemm.split_op(op)   # without one: the step's own for the layout
+            epilogue, use_c = (epilogue, False) if epilogue else {
+                "nt": ("bias_sigmoid", False), "nn": ("dsigmoid", False), "tn": (None, True)}[op]
+            cases[op, r.key.dtype, c] = (m, n, k, r.key.dtype, trans_a, trans_b, epilogue, use_c,
                                          lambda problem, c=c: [c])
     return list(cases.values())
 

@@ -182,9 +182,10 @@ def test_the_choice_is_logged_once_per_shape(tuned, caplog):
             lookup.choose("gemm", gemm_problem(800, 1000, 784, epilogue=epilogue), H100)
         lookup.choose("gemm", gemm_problem(800, 1000, 400), H100)
     lines = [r.getMessage() for r in caplog.records]
-    assert len(lines) == 2
+    assert len(lines) == 3
     assert "gemm 800x1000x784:nt float32: tuned gemm_f32_nt_bm64" in lines[0]
-    assert "800x1000x400:nt float32: tuned for 800x1000x784 (nearest" in lines[1]
+    assert "gemm 800x1000x784:nt+bias float32: tuned as nt gemm_f32_nt_bm64" in lines[1]
+    assert "800x1000x400:nt float32: tuned for 800x1000x784 (nearest" in lines[2]
 
 
 def test_kernel_uses_the_store_and_caches_the_choice(tuned):
@@ -220,7 +221,11 @@ def test_a_bad_store_raises_from_gemm_planning_not_a_silent_default(tuned, chang
 
 
 def test_keys_of_problems():
-    assert key_of("gemm", gemm_problem(800, 10, 1000, "tn", epilogue="bias")) == ("gemm", "800x10x1000", "tn", "float32")
+    assert key_of("gemm", gemm_problem(800, 10, 1000, "tn")) == ("gemm", "800x10x1000", "tn", "float32")
+    bias = gemm_problem(800, 10, 1000, "tn", epilogue="bias")
+    assert key_of("gemm", bias) == ("gemm", "800x10x1000", "tn+bias", "float32") and problem_of(key_of("gemm", bias)) == bias
+    with pytest.raises(ValueError, match="op 'tn\\+softmax' is not one of nn, nt"):
+        make_key("gemm", (800, 10, 1000), "tn+softmax", "float32")
     sgd = problem_of(make_key("elementwise", (1, 10), "sgd", "float64"))
     assert key_of("elementwise", sgd) == ("elementwise", "1x10", "sgd", "float64")
     assert str(make_key("colsum", (800, 10), "-", "float32")) == "colsum 800x10 float32"
@@ -322,6 +327,34 @@ def test_a_bf16_call_takes_the_fastest_record_of_its_shape_across_the_precisions
     # between two nearest records, the closer shape's, however fast the farther one ran
     choice = lookup.choose("gemm_wgmma", gemm_problem(360, 1000, 784, precision="bf16"), H100)
     assert (choice.source, choice.record.key.shape, choice.config.math) == ("nearest", "400x1000x784", "tf32")
+
+
+def test_a_call_with_an_epilogue_takes_its_own_records_then_its_layouts_without_one(tuned):
+    """A layer's GEMM is tuned with its epilogue, which changes the fastest config; a record of the
+    shape without it still serves (faster on paper, but of the other op), before a nearest shape's."""
+    forward = gemm_problem(800, 1000, 784, epilogue="bias_sigmoid", precision="tf32")
+    key = key_of("gemm_wgmma", forward)
+    assert [(k.op, k.dtype) for k in serving_keys(key)] == [
+        ("nt+bias_sigmoid", "tf32"), ("nt+bias_sigmoid", "float32"), ("nt", "tf32"), ("nt", "float32")]
+    bare = record(fam="gemm_wgmma", dtype="tf32", config=dict(WGMMA, math="tf32"), median_us=12.0)
+    persistent = dict(WGMMA, math="tf32", producer=1, persistent=1)
+    write_store(tuned, [bare])
+    lookup.reload()
+    choice = lookup.choose("gemm_wgmma", forward, H100)
+    assert (choice.source, choice.other_op, choice.record.key.op) == ("exact", True, "nt")
+    # another shape's record with the epilogue: the call's own shape without it wins
+    write_store(tuned, [record((400, 1000, 784), op="nt+bias_sigmoid", fam="gemm_wgmma", dtype="tf32",
+                               config=persistent)])
+    lookup.reload()
+    assert lookup.choose("gemm_wgmma", forward, H100).record.key.op == "nt"
+    choice = lookup.choose("gemm_wgmma", gemm_problem(360, 1000, 784, epilogue="bias_sigmoid", precision="tf32"), H100)
+    assert (choice.source, choice.record.key.shape, choice.other_op) == ("nearest", "400x1000x784", False)
+    # its own shape with the epilogue wins, though slower than the record without
+    write_store(tuned, [record(op="nt+bias_sigmoid", fam="gemm_wgmma", dtype="tf32", config=persistent, median_us=14.0)])
+    lookup.reload()
+    choice = lookup.choose("gemm_wgmma", forward, H100)
+    assert (choice.source, choice.other_op, choice.config.persistent) == ("exact", False, 1)
+    assert lookup.choose("gemm_wgmma", gemm_problem(800, 1000, 784, precision="tf32"), H100).config.persistent == 0
 
 
 def test_bfloat16_operands_have_their_own_records():

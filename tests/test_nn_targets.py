@@ -29,8 +29,8 @@ def test_the_one_rank_step_of_the_default_network():
     cannot run)."""
     targets = record_step(800, 800, (784, 1000, 10), "sigmoid", ranks=1)
     assert [(str(t), t.role) for t in targets] == [
-        ("gemm 800x1000x784:nt", "A1 = A0 W1^T"),
-        ("gemm_wgmma 800x1000x784:nt", "A1 = A0 W1^T"),
+        ("gemm 800x1000x784:nt+bias_sigmoid", "A1 = bias_sigmoid(A0 W1^T, b1)"),
+        ("gemm_wgmma 800x1000x784:nt+bias_sigmoid", "A1 = bias_sigmoid(A0 W1^T, b1)"),
         ("linear_xent 800x10x1000:sigmoid", "Z, G2, G1 from A1 W2^T"),
         ("gemm 10x1000x800:tn", "W2 = G2^T A1"),
         ("gemm_wgmma 10x1000x800:tn", "W2 = G2^T A1"),
@@ -91,13 +91,14 @@ def test_the_hidden_unit_split_tunes_each_ranks_share_of_the_units_on_every_row(
     """--parallel model on 4 ranks: 250 units a rank, every row of the batch, the logits a GEMM of
     their own (summed across ranks before the softmax), no gradient buffer or SGD kernel."""
     four = launches(step_targets(ranks=(4,), parallel="model"))
-    assert {("gemm", (800, 250, 784), "nt"), ("gemm", (800, 10, 250), "nt"), ("softmax_xent", (800, 10), "-"),
-            ("gemm", (800, 250, 10), "nn"), ("gemm", (10, 250, 800), "tn"), ("gemm", (250, 784, 800), "tn"),
-            ("gemm", (400, 250, 784), "nt")} <= four                            # and the last, 400-row batch
+    assert {("gemm", (800, 250, 784), "nt+bias_sigmoid"), ("gemm", (800, 10, 250), "nt+bias"),   # rank 0 adds b2
+            ("gemm", (800, 10, 250), "nt"), ("softmax_xent", (800, 10), "-"), ("gemm", (800, 250, 10), "nn+dsigmoid"),
+            ("gemm", (10, 250, 800), "tn"), ("gemm", (250, 784, 800), "tn"),
+            ("gemm", (400, 250, 784), "nt+bias_sigmoid")} <= four               # and the last, 400-row batch
     assert not any(f in ("elementwise", "linear_xent") for f, _, _ in four)
     large = launches(step_targets(batch=8192, hidden=(4096,), ranks=(2,), parallel="model"))   # G1 in its forward
-    assert ("gemm", (8192, 2048, 10), "nn") in large and not any(f == "linear_backward" for f, _, _ in large)
-    assert ("gemm", (800, 334, 784), "nt") in launches(step_targets(ranks=(3,), parallel="model"))   # 334, 333, 333
+    assert ("gemm", (8192, 2048, 10), "nn+dsigmoid") in large and not any(f == "linear_backward" for f, _, _ in large)
+    assert ("gemm", (800, 334, 784), "nt+bias_sigmoid") in launches(step_targets(ranks=(3,), parallel="model"))   # 334, 333, 333
     with pytest.raises(NNError, match="splits one hidden layer"):
         step_targets(hidden=(100, 50), ranks=(2,), parallel="model")
 
@@ -107,10 +108,10 @@ def test_the_step_decides_the_launches():
     activation's derivative fused, no hidden layer drops the input gradient, and more classes than
     one linear_xent kernel holds go through the composed output layer (GEMM, softmax, GEMM)."""
     deep = launches(record_step(64, 64, (784, 512, 256, 10), "relu", ranks=1))
-    assert ("gemm", (64, 512, 256), "nn") in deep and ("linear_xent", (64, 10, 256), "relu") in deep
+    assert ("gemm", (64, 512, 256), "nn+drelu") in deep and ("linear_xent", (64, 10, 256), "relu") in deep
     assert ("linear_xent", (64, 10, 784), "-") in launches(record_step(64, 64, (784, 10), "relu", ranks=1))
     wide = launches(record_step(64, 64, (784, 100, 40), "sigmoid", ranks=1))
-    assert {("gemm", (64, 40, 100), "nt"), ("softmax_xent", (64, 40), "-"), ("gemm", (64, 100, 40), "nn")} <= wide
+    assert {("gemm", (64, 40, 100), "nt+bias"), ("softmax_xent", (64, 40), "-"), ("gemm", (64, 100, 40), "nn+dsigmoid")} <= wide
     assert not any(f == "linear_xent" for f, _, _ in wide)
 
 
@@ -152,7 +153,7 @@ def test_the_cnn_step_launches_every_convolution_direction_pooling_and_one_adam(
         ("pool2x2 1000x6x26x26:backward", "G1 = maxpool^T(G2)"),
         ("conv2d_wgrad 1000x1x28x28x6x3", "dW1, db1 from G1, A0"),
         ("adam 54528", "Adam on every parameter (54528)")]
-    assert ("gemm", (1000, 128, 250), "nt") in launches(targets)          # the flattened maps into dense128
+    assert ("gemm", (1000, 128, 250), "nt+bias_relu") in launches(targets)          # the flattened maps into dense128
     four = launches(cnn_step_targets(batch=128, ranks=(4,), layers="conv4x5,dense16"))
     assert ("conv2d", (32, 1, 28, 28, 4, 5), "-") in four and ("conv2d", (28, 1, 28, 28, 4, 5), "-") in four
     for target in targets:                                               # every key is a valid problem

@@ -56,6 +56,47 @@ def test_two_gemm_shapes_are_tuned_stored_and_used(folders, capsys):
     assert "800x10x1000" in capsys.readouterr().out
 
 
+def test_a_gemm_with_an_epilogue_is_tuned_with_it_and_its_fused_call_uses_the_record(folders, capsys):
+    """The forward layer's GEMM (bias, then sigmoid) is measured fused, against the float64
+    reference with the epilogue, beside cuBLAS and the elementwise pass; its record serves the
+    fused call alone, and the call without the epilogue keeps the default."""
+    import cupy
+
+    import autogemm
+    from autogemm.ops.gemm import plan_gemm
+    from autogemm.runtime.device import this_device
+    from autogemm.runtime.family import family
+
+    status = cli.main(["tune", "--shapes", "600x1000x784:nt+bias_sigmoid,300x200x100:nn+drelu", "--trials", "6",
+                       "--families", "gemm_wgmma" if family("gemm_wgmma").can_run(
+                           gemm.Problem(8, 8, 8), this_device()) else "gemm"])
+    printed = capsys.readouterr()
+    assert status == 0, printed.err
+    records = load(file_for(folders / "tuned", this_device())).records
+    assert {(r.key.shape, r.key.op) for r in records.values()} == {("600x1000x784", "nt+bias_sigmoid"),
+                                                                  ("300x200x100", "nn+drelu")}
+    assert all(r.cublas_us > 0 and r.max_rel_error < 1e-5 for r in records.values())
+    forward = next(r for r in records.values() if r.key.op == "nt+bias_sigmoid")
+    lookup.reload()
+    rng = np.random.default_rng(1)
+    a, w = rng.standard_normal((600, 784)).astype(np.float32), rng.standard_normal((1000, 784)).astype(np.float32)
+    bias = rng.standard_normal(1000).astype(np.float32)
+    da, dw, dbias = cupy.asarray(a), cupy.asarray(w), cupy.asarray(bias)
+    fused = plan_gemm(da, dw, trans_b=True, epilogue="bias_sigmoid", bias=dbias, kernel_family=forward.key.family)
+    assert fused.instance.config == forward.config
+    value, magnitude, _ = gemm.reference(gemm.Problem(600, 1000, 784, trans_b=True, epilogue="bias_sigmoid"), a, w,
+                                         bias=bias)["d"]
+    fused()
+    assert compare(cupy.asnumpy(fused.out), value, magnitude, 784, np.float32).ok
+    bare = plan_gemm(da, dw, trans_b=True, kernel_family=forward.key.family)
+    assert bare.instance.config == family(forward.key.family).default(
+        gemm.Problem.contiguous(600, 1000, 784, trans_b=True), this_device())
+    assert cli.main(["bench", "--shapes", "600x1000x784:nt+bias_sigmoid", "--reps", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "cublas + elementwise bias_sigmoid" in out and "tuned" in out
+    assert autogemm.gemm_key_op(False, True, "bias_sigmoid") == "nt+bias_sigmoid"
+
+
 def test_the_other_families_tune_against_numpy(folders, capsys):
     """The output layer (linear_xent, linear_backward), column sums and the SGD step of a small network,
     measured for real."""

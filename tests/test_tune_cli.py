@@ -192,7 +192,7 @@ def test_tune_stores_results_and_prints_a_summary(fake_gpu, tmp_path, capsys):
     records = load(file_for(out, H100)).records
     assert len(records) == 8 == len(fake_gpu)                 # 3 GEMMs + the output layer, 2 batch sizes
     assert "autogemm tune: best of each shape" in printed.out
-    row = next(line for line in printed.out.splitlines() if "gemm 800x100x784:nt" in line and "A1 = A0 W1^T" in line)
+    row = next(line for line in printed.out.splitlines() if "gemm 800x100x784:nt+bias_sigmoid" in line and "A1 = " in line)
     assert "added" in row
     assert all(r.command == "autogemm tune --shapes nn --hidden 100 --families gemm,linear_xent --trials 6 "
                             f"--out {out}" for r in records.values())

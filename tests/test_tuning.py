@@ -84,10 +84,10 @@ def test_parse_targets_lists_and_families():
     assert [str(t) for t in only] == ["linear_xent 800x10x100:sigmoid", "linear_xent 400x10x100:sigmoid"]
     relu = parse_targets("nn", families=("linear_xent",), activation="relu")
     assert [t.op for t in relu] == ["relu", "relu"]
-    assert len(parse_targets("nn,800x1000x784:nt")) == len(parse_targets("nn"))      # no repeats
+    assert len(parse_targets("nn,800x1000x784:nt+bias_sigmoid")) == len(parse_targets("nn"))      # no repeats
     with pytest.raises(AutogemmError, match="nothing to tune"):
         parse_targets("800x10x1000", families=("colsum",))
-    with pytest.raises(AutogemmError, match=r"is not MxNxK\[:op\] \(e.g. 800x1000x784:nt\) or a network \(lenet, nn\)"):
+    with pytest.raises(AutogemmError, match=r"is not MxNxK\[:op\] \(e.g. 800x1000x784:nt or 800x1000x784:nt\+bias_sigmoid\) or a network \(lenet, nn\)"):
         parse_targets("nn,12x12")
 
 

@@ -433,7 +433,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="time default and tuned kernels against cuBLAS and cuDNN")
     bench.add_argument("--shapes", default="nn",
                        help="'nn' (the GEMMs of the MLP's training step), 'lenet' (the CNN's GEMMs and "
-                            "convolutions, these against cuDNN) or MxNxK[:op],... with op nn|nt|tn|tt (default: nn)")
+                            "convolutions, these against cuDNN) or MxNxK[:op],... with op nn|nt|tn|tt, +epilogue for a fused one (nt+bias_sigmoid; "
+                            "cuBLAS then runs autogemm's elementwise pass) (default: nn)")
     bench.add_argument("--batch", type=_size, help="batch size of a network (its default: 800 for nn, 1000 for lenet)")
     bench.add_argument("--hidden", type=_sizes, default=(1000,),
                        help="hidden sizes for --shapes nn, comma-separated (1000)")
@@ -461,7 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune = sub.add_parser("tune", help="search each shape's best config with Optuna; store it in tuned/")
     tune.add_argument("--shapes",
                       help="'nn' (every kernel of the MLP's training step), 'lenet' (the CNN's) or MxNxK[:op],... "
-                           "GEMMs (default: nn)")
+                           "GEMMs, op nn|nt|tn|tt with +epilogue where fused (nt+bias_sigmoid) (default: nn)")
     tune.add_argument("--model", metavar="NETWORK",
                       help="every kernel of this network's training step: the same as --shapes NETWORK (nn, lenet)")
     tune.add_argument("--layers", metavar="SPEC",

@@ -5,9 +5,9 @@ data multiplied in TF32 or BF16: records that never serve a more accurate call) 
 
 Each family declares its keys (kernels.contract.KernelFamily): what its sizes stand for
 (KEY_SIZES, joined by "x" in the shape: "800x1000x784" for a GEMM's m, n, k), the ops a key may
-carry (KEY_OPS: a GEMM's nn | nt | tn | tt, an elementwise op, the output layer's activation, or
-"-"), and key_of / problem_of between a Problem and its key. What a key leaves out (a GEMM's
-epilogue, C and alignment) one tuned config serves alike.
+carry (KEY_OPS: a GEMM's nn | nt | tn | tt, with "+" and its fused epilogue where it has one, an
+elementwise op, the output layer's activation, or "-"), and key_of / problem_of between a Problem
+and its key. What a key leaves out (a GEMM's C and alignment) one tuned config serves alike.
 
 The nearest-shape rule measures distance between keys as the sum of |log| ratios of their sizes.
 """
@@ -104,10 +104,13 @@ def key_of(family: str, problem) -> Key:
 
 
 def serving_keys(key: Key) -> list[Key]:
-    """The keys whose records may serve `key`, best first: itself, then for a GEMM of reduced
-    precision those of the more accurate arithmetics (the family's `served_by`)."""
-    served_by = getattr(REGISTRY[key.family], "served_by", lambda arithmetic: (arithmetic,))
-    return [key._replace(dtype=d) for d in served_by(key.dtype)]
+    """The keys whose records may serve `key`, best first: itself; for a GEMM of reduced precision
+    those of the more accurate arithmetics (the family's `served_by`); then for a GEMM with an
+    epilogue the same arithmetics' records of its layout tuned without one (`served_by_ops`)."""
+    family = REGISTRY[key.family]
+    served_by = getattr(family, "served_by", lambda arithmetic: (arithmetic,))
+    served_by_ops = getattr(family, "served_by_ops", lambda op: (op,))
+    return [key._replace(op=op, dtype=d) for op in served_by_ops(key.op) for d in served_by(key.dtype)]
 
 
 def problem_of(key: Key):

@@ -6,6 +6,8 @@ shape is a better guess than another shape's or the untuned default, until `auto
 measures again. A GEMM at precision tf32 is served by tf32 records and by the FP32-accurate ones
 (bf16: bf16, tf32 and FP32-accurate): of those, a record of its shape beats a nearest one, and
 between two of its shape the faster wins. An FP32-accurate call never gets a tf32 or bf16 record.
+A GEMM with a fused epilogue is served by the records tuned with it, and where its shape has none
+by those of its layout tuned without one (kernels.gemm.served_by_ops).
 
 Two folders hold tuned files (autogemm.store.locations): the one `autogemm tune` writes (the user's
 store), then the results shipped with autogemm. For each key, a current record beats a stale one,
@@ -39,14 +41,18 @@ class Choice:
     source: str                  # "exact", "stale", "nearest" or "default"
     record: Record | None = None
     distance: float = 0.0
+    other_op: bool = False       # the record is of another op (a GEMM's layout, tuned without the call's epilogue)
 
     @property
-    def rank(self) -> tuple[int, float, float]:
+    def rank(self) -> tuple[int, float, bool, float]:
         """Lower is better: a record of the shape, then a nearest one (the closer first), then the
-        default; between two records of the shape, the faster. A stale record's time is still a
-        measurement of its own shape (its template changed since), so it competes with exact ones
-        on time; a nearest record's time is another shape's, so distance decides first."""
-        return _RANK[self.source], self.distance, self.record.median_us if self.record else 0.0
+        default; between two records as close, one of the call's own op (a GEMM tuned with its
+        epilogue), then the faster. A stale record's time is still a measurement of its own shape
+        (its template changed since), so it competes with exact ones on time; a nearest record's
+        time is another shape's, so distance decides first; a record timed without the call's
+        epilogue is faster on paper, so the op decides before time."""
+        return (_RANK[self.source], self.distance, self.other_op,
+                self.record.median_us if self.record else 0.0)
 
 
 _RANK = {"exact": 0, "stale": 0, "nearest": 1, "default": 2}
@@ -151,8 +157,10 @@ def choose(family_name: str, problem, device: DeviceInfo) -> Choice:
     choice = None
     if index is not None:
         fits = lambda cfg: cfg is not None and not fam.violations(cfg, problem, device)  # noqa: E731
-        # A tf32 or bf16 call takes the best of its precision's records and the more accurate ones.
-        found = [c for serving in serving_keys(key) if (c := _from_index(index, serving, fam, fits))]
+        # A tf32 or bf16 call takes the best of its precision's records and the more accurate ones;
+        # a GEMM with an epilogue, also its layout's without one.
+        found = [c for serving in serving_keys(key)
+                 if (c := _from_index(index, serving, fam, fits, other_op=serving.op != key.op))]
         choice = min(found, key=lambda c: c.rank, default=None)
     if choice is None:
         choice = Choice(fam.default(problem, device), "default")
@@ -163,20 +171,22 @@ def choose(family_name: str, problem, device: DeviceInfo) -> Choice:
                "stale": "tuned on older templates (stale: autogemm tune --stale)",
                "nearest": f"tuned for {choice.record.key.shape if choice.record else ''} "
                           f"(nearest, distance {choice.distance:.2f})"}[choice.source]
+        if choice.other_op:
+            how += f" as {choice.record.key.op}"
         origin = f" from {index.origin[choice.record]}" if choice.record else ""
         log.info("autogemm: %s: %s %s%s", key, how, name, origin)
     return choice
 
 
-def _from_index(index: Index, key: Key, fam, fits) -> Choice | None:
+def _from_index(index: Index, key: Key, fam, fits, other_op: bool) -> Choice | None:
     """The exact record of `key`, else its stale one, else the nearest usable one, as a Choice."""
     exact, stale = index.exact.get(key), index.stale.get(key)
     if exact is not None and fits(exact.config):
-        return Choice(exact.config, "exact", exact)
+        return Choice(exact.config, "exact", exact, other_op=other_op)
     if stale is not None and fits(stale_config := fam.holds(stale.config)):
-        return Choice(stale_config, "stale", stale)
+        return Choice(stale_config, "stale", stale, other_op=other_op)
     found = index.nearest(key, lambda r: fits(r.config))
-    return Choice(found[0].config, "nearest", found[0], found[1]) if found else None
+    return Choice(found[0].config, "nearest", found[0], found[1], other_op) if found else None
 
 
 def reload():

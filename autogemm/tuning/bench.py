@@ -5,9 +5,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autogemm.errors import AutogemmError
-from autogemm.ops.gemm import plan_gemm
 from autogemm.store.keys import Target
-from autogemm.ops.cublas import cublas_gemm
 from autogemm.tuning.measure import ConvMeasure, GemmMeasure, cudnn_convolution
 from autogemm.tuning.targets import Shape
 from autogemm.tuning.timing import Timing, time_interleaved
@@ -33,7 +31,8 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
     configs: {variant name: config mapping}, timed beside the family's default config, the
     tuned one (autogemm.store.lookup: "tuned" for this shape, "stale" for this shape on older templates,
     "nearest" for a neighbour's, when the store has one), the call's other families' (their name
-    first) where they can run it, and cuBLAS.
+    first) where they can run it, and cuBLAS (with the shape's epilogue, op "nt+bias_sigmoid", cuBLAS
+    then autogemm's elementwise pass: the unfused call).
     At precision tf32 or bf16 the GEMMs are calls at it, checked within its bound, and cuBLAS
     rounds its operands alike; with bf16_operands A and B are bfloat16 (precision bf16, float32 out)
     and the tiled family, which cannot read them, has no variants. A variant that fails to compile,
@@ -48,14 +47,14 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
     from kernels.gemm import Problem
 
     problem = Problem.contiguous(shape.m, shape.n, shape.k, np.dtype(dtype).name, shape.trans_a, shape.trans_b,
-                                 precision=precision, bf16_operands=bf16_operands)
+                                 epilogue=shape.epilogue, precision=precision, bf16_operands=bf16_operands)
     device = this_device()
     known = {}
     if family("gemm").can_run(problem, device):
         choice = lookup.choose("gemm", problem, device)
         known = {"default": dict(family("gemm").default(problem, device))}
         if choice.source != "default":
-            known[{"exact": "tuned"}.get(choice.source, choice.source)] = dict(choice.config)
+            known[_variant(choice)] = dict(choice.config)
     configs = {**known, **(configs or {})}
     measure = GemmMeasure(key_of("gemm", problem), device)  # operands, reference, check
     flops = 2 * shape.m * shape.n * shape.k
@@ -63,15 +62,13 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
     for other in IMPLEMENTATIONS["gemm"][1:]:      # the call's other families, where they can run it
         if family(other).can_run(problem, device):
             choice = lookup.choose(other, problem, device)
-            variants.append((f"{other} {({'exact': 'tuned'}).get(choice.source, choice.source)}", other,
-                             dict(choice.config)))
+            variants.append((f"{other} {_variant(choice)}", other, dict(choice.config)))
     if naive:
         variants.append(("naive", "gemm_naive", None))
     rows, runs = {}, {}
     for variant, fam, cfg in variants:
         try:
-            run = plan_gemm(measure.a, measure.b, measure.out, trans_a=shape.trans_a, trans_b=shape.trans_b,
-                            config=cfg, kernel_family=fam, precision=precision)
+            run = measure.launcher(cfg, fam)
         except AutogemmError as exc:
             rows[variant] = Row(shape, variant, str(cfg), None, 0.0, str(exc))
             continue
@@ -81,8 +78,9 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
             runs[variant] = run
         except (AutogemmError, cupy.cuda.driver.CUDADriverError) as exc:  # Mismatch included
             rows[variant].error = str(exc)
-    runs["cublas"] = lambda: cublas_gemm(measure.a, measure.b, measure.out, shape.trans_a, shape.trans_b, precision)
-    rows["cublas"] = Row(shape, "cublas", "cublas", None, 0.0)
+    runs["cublas"] = measure.cublas_launcher()
+    rows["cublas"] = Row(shape, "cublas", "cublas" + (f" + elementwise {shape.epilogue}" if shape.epilogue else ""),
+                         None, 0.0)
     try:
         measure.verify(runs["cublas"])
     except AutogemmError as exc:
@@ -90,6 +88,13 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
     for variant, t in time_interleaved(runs, reps=reps, flush_l2=flush_l2).items():
         rows[variant].timing, rows[variant].gflops = t, t.gflops(flops)
     return list(rows.values())
+
+
+def _variant(choice) -> str:
+    """A looked-up config's variant name: tuned, stale or nearest, and the op its record was tuned as
+    where that is not the call's (a GEMM's layout, without the call's epilogue)."""
+    name = {"exact": "tuned"}.get(choice.source, choice.source)
+    return f"{name} as {choice.record.key.op}" if choice.other_op else name
 
 
 def bench_convolution(target: Target, dtype=np.float32, reps: int = 50, flush_l2: bool = True) -> list[Row]:
@@ -111,7 +116,7 @@ def bench_convolution(target: Target, dtype=np.float32, reps: int = 50, flush_l2
         configs[f"{name} default"] = family(name).default(problem, device)
         choice = lookup.choose(name, problem, device)
         if choice.source != "default":
-            configs[f"{name} {({'exact': 'tuned'}).get(choice.source, choice.source)}"] = choice.config
+            configs[f"{name} {_variant(choice)}"] = choice.config
     rows, runs = {}, {}
     for variant, cfg in configs.items():
         name = variant.split()[0]

@@ -133,30 +133,54 @@ class KernelMeasure:
 
 
 class GemmMeasure(KernelMeasure):
-    """D = op(A) op(B) on random A, B; cuBLAS as the baseline on the same arrays."""
+    """D = epi(op(A) op(B)) on random A, B (and the epilogue's bias or saved activation); cuBLAS, with
+    autogemm's elementwise pass for the epilogue, as the baseline on the same arrays."""
 
     def __init__(self, key: Key, device: DeviceInfo, seed: int = 0):
         import cupy
 
         super().__init__(key, device, seed)
         m, n, k = key.sizes
-        self.trans_a, self.trans_b = key.op[0] == "t", key.op[1] == "t"
-        host_a = self.normal(*((k, m) if self.trans_a else (m, k)))   # A: op(A) is (M, K)
-        host_b = self.normal(*((n, k) if self.trans_b else (k, n)))   # B: op(B) is (K, N)
-        if self.problem.bf16_operands:                                # their bfloat16 bits, uint16
+        p = self.problem
+        host_a = self.normal(*((k, m) if p.trans_a else (m, k)))      # A: op(A) is (M, K)
+        host_b = self.normal(*((n, k) if p.trans_b else (k, n)))      # B: op(B) is (K, N)
+        if p.bf16_operands:                                           # their bfloat16 bits, uint16
             host_a, host_b = bf16_bits(host_a), bf16_bits(host_b)
-        self.expected = self.reference(self.problem, a=host_a, b=host_b)["d"]
+        bias = self.normal(n) if p.epilogue in ("bias", "bias_sigmoid", "bias_relu") else None   # (N,)
+        aux = self.saved_output(p.epilogue[1:], m, n) if p.epilogue in ("dsigmoid", "drelu") else None  # (M, N)
+        self.expected = self.reference(p, a=host_a, b=host_b, bias=bias, aux=aux)["d"]
         self.a, self.b = cupy.asarray(host_a), cupy.asarray(host_b)
+        self.bias, self.aux = (cupy.asarray(x) if x is not None else None for x in (bias, aux))
         self.out = cupy.empty((m, n), dtype=self.dtype)               # D: (M, N)
 
-    def launcher(self, cfg: Config):
+    def launcher(self, cfg: Config, family: str | None = None):
+        """The planned call of `cfg` in `family` (default: the key's)."""
         from autogemm.ops.gemm import plan_gemm
 
-        return plan_gemm(self.a, self.b, self.out, trans_a=self.trans_a, trans_b=self.trans_b,
-                         config=cfg, kernel_family=self.key.family, precision=self.precision)
+        p = self.problem
+        return plan_gemm(self.a, self.b, self.out, trans_a=p.trans_a, trans_b=p.trans_b, epilogue=p.epilogue,
+                         bias=self.bias, aux=self.aux, config=cfg, kernel_family=family or self.key.family,
+                         precision=self.precision)
+
+    def cublas_launcher(self):
+        """cuBLAS's GEMM at the call's precision, then (with an epilogue) autogemm's elementwise pass."""
+        import cupy
+
+        from autogemm.ops.elementwise import elementwise
+
+        p = self.problem
+        if p.epilogue is None:
+            return lambda: cublas_gemm(self.a, self.b, self.out, p.trans_a, p.trans_b, self.precision)
+        product = cupy.empty_like(self.out)                           # op(A) op(B): (M, N)
+        second = self.bias if self.bias is not None else self.aux
+
+        def run():
+            cublas_gemm(self.a, self.b, product, p.trans_a, p.trans_b, self.precision)
+            elementwise(p.epilogue, self.out, product, second)
+        return run
 
     def baseline(self, reps: int) -> Timing:
-        run = lambda: cublas_gemm(self.a, self.b, self.out, self.trans_a, self.trans_b, self.precision)  # noqa: E731
+        run = self.cublas_launcher()
         self.verify(run)
         return time_gpu(run, reps=reps)
 

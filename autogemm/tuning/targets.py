@@ -14,9 +14,9 @@ from autogemm.errors import AutogemmError
 from autogemm.store.keys import Target
 from kernels import IMPLEMENTATIONS, call_of
 from kernels.contract import MAX_SIZE
-from kernels.gemm import PRECISIONS
+from kernels.gemm import EPILOGUES, KEY_OPS, PRECISIONS, split_op
 
-_SHAPE = re.compile(r"^([0-9]+)x([0-9]+)x([0-9]+)(?::([nt]{2}))?$")
+_SHAPE = re.compile(r"^([0-9]+)x([0-9]+)x([0-9]+)(?::([nt]{2}(?:\+[a-z_]+)?))?$")
 
 
 @dataclass(frozen=True)
@@ -24,16 +24,20 @@ class Shape:
     m: int
     n: int
     k: int
-    op: str = "nn"
+    op: str = "nn"      # a GEMM key's op (kernels.gemm.KEY_OPS): "nt", or with an epilogue "nt+bias_sigmoid"
     role: str = ""      # where the step uses it (A1 = A0 W1^T, ...), empty for explicit shapes
 
     @property
     def trans_a(self) -> bool:
-        return self.op[0] == "t"
+        return split_op(self.op)[0]
 
     @property
     def trans_b(self) -> bool:
-        return self.op[1] == "t"
+        return split_op(self.op)[1]
+
+    @property
+    def epilogue(self) -> str | None:
+        return split_op(self.op)[2]
 
     def __str__(self) -> str:
         return f"{self.m}x{self.n}x{self.k}:{self.op}"
@@ -41,7 +45,8 @@ class Shape:
 
 def parse_shapes(text: str, batch: int | None = None, hidden: tuple[int, ...] = (1000,),
                  precision: str = "fp32") -> list[Shape]:
-    """A comma-separated list of MxNxK[:op] (op nn, nt, tn, tt), or a network's name (`nn`,
+    """A comma-separated list of MxNxK[:op] (op nn, nt, tn, tt, each with +epilogue or not: the
+    GEMM's fused epilogue, as nt+bias_sigmoid), or a network's name (`nn`,
     `lenet`) for the GEMMs of its training step at `precision` on a full batch (None: its
     default), one rank."""
     shapes = []
@@ -53,8 +58,11 @@ def parse_shapes(text: str, batch: int | None = None, hidden: tuple[int, ...] = 
             continue
         match = _SHAPE.match(item)
         if not match:
-            raise AutogemmError(f"--shapes: {item!r} is not MxNxK[:op] (e.g. 800x1000x784:nt) or a network "
-                                f"({', '.join(networks()) or NO_NETWORK})")
+            raise AutogemmError(f"--shapes: {item!r} is not MxNxK[:op] (e.g. 800x1000x784:nt or "
+                                f"800x1000x784:nt+bias_sigmoid) or a network ({', '.join(networks()) or NO_NETWORK})")
+        if match.group(4) and match.group(4) not in KEY_OPS:
+            raise AutogemmError(f"--shapes: {item!r}: the epilogue after '+' is not one of "
+                                f"{', '.join(map(str, EPILOGUES[1:]))}")
         m, n, k = (int(g) for g in match.groups()[:3])
         if min(m, n, k) < 1:
             raise AutogemmError(f"--shapes: {item!r} has a zero size; every size must be >= 1")

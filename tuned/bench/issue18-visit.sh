@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in | lb-tests | lb-tune | lb-steps | lb-epochs | h200-lb | lb-bf16 | h200-lb-bf16 | gt-tests | gt-prefetch | gt-epochs | h200-gt | ncu-lb | lb-runs | cluster | cluster-2 | persistent | persistent-2 | persistent-3]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in | lb-tests | lb-tune | lb-steps | lb-epochs | h200-lb | lb-bf16 | h200-lb-bf16 | gt-tests | gt-prefetch | gt-epochs | h200-gt | ncu-lb | lb-runs | cluster | cluster-2 | persistent | persistent-2 | persistent-3 | epilogue-large | epilogue-cme | epilogue-epochs]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -317,6 +317,29 @@ persistent-3)   # the forward GEMM (8192x4096x784, nt) with and without its bias
                 # record's config against persistent variants, alone and clustered
     python tuned/bench/issue18_variants.py --vary persistent --epilogue bias_sigmoid --json "$out/persistent-epilogue.json" \
         --shapes 8192x4096x784:nt > "$out/persistent-epilogue.txt" 2>&1; tr -s ' ' < "$out/persistent-epilogue.txt" | cut -c1-1500
+    ;;
+epilogue-large|epilogue-cme)   # GEMMs tuned with their fused epilogue (ops nt+bias_sigmoid): its GPU test,
+                               # then gemm_wgmma's launches of a network's step in each arithmetic
+                               # (epilogue-large: the forward GEMMs timed against cuBLAS + elementwise)
+    if [ "$1" = epilogue-large ]; then
+        python -m pytest -q -m gpu tests/test_search_gpu.py -k "epilogue" > "$out/pytest-epilogue.txt" 2>&1
+        tail -1 "$out/pytest-epilogue.txt"
+        network="--hidden 4096 --batch 8192"
+    else
+        network=""
+    fi
+    for arithmetic in "--precision tf32" "--dtype bfloat16" "--precision fp32"; do
+        python -m autogemm.cli tune --shapes nn $network --families gemm_wgmma $arithmetic --trials 40 --timeout 15
+    done > "$out/tune-$1.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-$1.txt" | tail -40
+    cp tuned/*.json "$out/"
+    ;;
+epilogue-epochs)   # after the forward GEMMs were tuned with their epilogue: those GEMMs against cuBLAS +
+                   # elementwise, the epochs in each precision
+    for arithmetic in "--precision tf32" "--dtype bfloat16" "--precision fp32"; do
+        python -m autogemm.cli bench --shapes 8192x4096x784:nt+bias_sigmoid,800x1000x784:nt+bias_sigmoid $arithmetic --reps 50
+    done > "$out/bench-epilogue.txt" 2>&1; grep -E "│|rror" "$out/bench-epilogue.txt" | cut -c1-160 | tail -40
+    python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32,cupy-tuned-bf16 \
+        --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -4 "$out/nn-bench.txt"
     ;;
 ncu-lb)   # Nsight Compute on linear_backward 8192x10x4096, G_in row-major and transposed (tuned configs)
     ncu --kernel-name regex:linear_backward --launch-skip 2 --launch-count 4 --section SpeedOfLight \
