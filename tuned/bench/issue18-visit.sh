@@ -321,13 +321,9 @@ persistent-3)   # the forward GEMM (8192x4096x784, nt) with and without its bias
 epilogue-large|epilogue-cme)   # GEMMs tuned with their fused epilogue (ops nt+bias_sigmoid): its GPU test,
                                # then gemm_wgmma's launches of a network's step in each arithmetic
                                # (epilogue-large: the forward GEMMs timed against cuBLAS + elementwise)
-    if [ "$1" = epilogue-large ]; then
-        python -m pytest -q -m gpu tests/test_search_gpu.py -k "epilogue" > "$out/pytest-epilogue.txt" 2>&1
-        tail -1 "$out/pytest-epilogue.txt"
-        network="--hidden 4096 --batch 8192"
-    else
-        network=""
-    fi
+    python -m pytest -q -m gpu tests/test_search_gpu.py -k "epilogue" > "$out/pytest-epilogue.txt" 2>&1
+    tail -1 "$out/pytest-epilogue.txt"
+    network=$([ "$1" = epilogue-large ] && echo "--hidden 4096 --batch 8192")
     for arithmetic in "--precision tf32" "--dtype bfloat16" "--precision fp32"; do
         python -m autogemm.cli tune --shapes nn $network --families gemm_wgmma $arithmetic --trials 40 --timeout 15
     done > "$out/tune-$1.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-$1.txt" | tail -40
