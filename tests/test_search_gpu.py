@@ -1,5 +1,7 @@
 """GPU: short real tuning runs, stored in a temporary tuned/ folder and then used by autogemm.ops.gemm;
 the timer against a launcher slow to issue."""
+import json
+
 import numpy as np
 import pytest
 
@@ -92,9 +94,11 @@ def test_a_gemm_with_an_epilogue_is_tuned_with_it_and_its_fused_call_uses_the_re
     bare = plan_gemm(da, dw, trans_b=True, kernel_family=forward.key.family)
     assert bare.instance.config == family(forward.key.family).default(
         gemm.Problem.contiguous(600, 1000, 784, trans_b=True), this_device())
-    assert cli.main(["bench", "--shapes", "600x1000x784:nt+bias_sigmoid", "--reps", "5"]) == 0
-    out = capsys.readouterr().out
-    assert "cublas + elementwise bias_sigmoid" in out and "tuned" in out
+    bench = folders / "bench.json"
+    assert cli.main(["bench", "--shapes", "600x1000x784:nt+bias_sigmoid", "--reps", "5", "--json", str(bench)]) == 0
+    rows = {r["variant"]: r for r in json.loads(bench.read_text())["results"]}
+    assert rows["cublas"]["kernel"] == "cublas + elementwise bias_sigmoid" and rows["cublas"]["median_us"] > 0
+    assert any(variant.endswith("tuned") and row["median_us"] > 0 for variant, row in rows.items())
     assert autogemm.gemm_key_op(False, True, "bias_sigmoid") == "nt+bias_sigmoid"
 
 
