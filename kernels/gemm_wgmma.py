@@ -231,16 +231,22 @@ def default_candidates(p: Problem, d):
     of them follow the first few (alone, in 1 x 2 and 2 x 1 clusters), which won with a fused
     epilogue and on W1's TF32 update (tuned/bench/issue18-h100/persistent): the search's first
     trials are these candidates in order."""
-    plain = _one_tile_a_block(p, d)
-    first = list(itertools.islice((c for c in plain if _runs(c, p, d)), 4))
-    yield from first
-    if first and ceil_div(p.m, 128) * ceil_div(p.n, 128) > d.sm_count:
-        for (cluster_m, cluster_n), inflight in itertools.product(((1, 2), (1, 1), (2, 1)), (1, 0)):
-            fitting = (dict(first[0], bm=128, bn=128, warpgroups=2, stages=stages, inflight=inflight, producer=1,
-                            tma=1, cluster_m=cluster_m, cluster_n=cluster_n, persistent=1)
-                       for stages in reversed(PARAMS["stages"]))
-            yield from itertools.islice((c for c in fitting if _runs(c, p, d)), 1)     # the most stages that fit
-    yield from plain
+    first = []          # the first four that run
+    for c in _one_tile_a_block(p, d):
+        yield c
+        if len(first) < 4 and _runs(c, p, d):
+            first.append(c)
+            if len(first) == 4 and ceil_div(p.m, 128) * ceil_div(p.n, 128) > d.sm_count:
+                yield from _persistent_seeds(first[0], p, d)
+
+
+def _persistent_seeds(like: dict, p: Problem, d):
+    """Persistent 128 x 128 blocks with `like`'s math and operands, each with the most stages that fit."""
+    for (cluster_m, cluster_n), inflight in itertools.product(((1, 2), (1, 1), (2, 1)), (1, 0)):
+        fitting = (dict(like, bm=128, bn=128, warpgroups=2, stages=stages, inflight=inflight, producer=1, tma=1,
+                        cluster_m=cluster_m, cluster_n=cluster_n, persistent=1)
+                   for stages in reversed(PARAMS["stages"]))
+        yield from itertools.islice((c for c in fitting if _runs(c, p, d)), 1)
 
 
 def _runs(values: dict, p: Problem, d) -> bool:

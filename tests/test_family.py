@@ -541,3 +541,17 @@ def kernels_smem(values):
     from kernels import gemm_wgmma
 
     return gemm_wgmma.smem_bytes(family("gemm_wgmma").config(values), gemm.Problem(8, 8, 8))
+
+
+def test_wgmma_candidates_try_persistent_blocks_early_where_their_tiles_outnumber_the_sms():
+    """The search's first trials are the candidates in order: persistent 128 x 128 blocks (alone and
+    in clusters) come right after the first four one-tile-a-block configs, never as the default."""
+    fam = family("gemm_wgmma")
+    forward = gemm.Problem.contiguous(8192, 4096, 784, trans_b=True, epilogue="bias_sigmoid", precision="tf32")
+    found = fam.candidates(forward, H100)
+    assert [c.persistent for c in found[:10]] == [0] * 4 + [1] * 6
+    assert {(c.bm, c.bn, c.cluster_m, c.cluster_n) for c in found[4:10]} == {
+        (128, 128, 1, 2), (128, 128, 1, 1), (128, 128, 2, 1)}
+    assert fam.default(forward, H100).persistent == 0
+    small = gemm.Problem.contiguous(800, 1000, 784, trans_b=True, precision="tf32")          # 56 tiles, 132 SMs
+    assert not any(c.persistent for c in fam.candidates(small, H100))

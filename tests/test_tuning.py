@@ -172,3 +172,20 @@ def test_every_registered_family_has_a_gpu_measure():
     from kernels import REGISTRY
 
     assert set(REGISTRY) <= set(MEASURES)
+
+
+def test_a_gemm_with_an_epilogue_starts_from_the_configs_that_serve_it_now():
+    """The first search of a layer's fused GEMM tries the config that its layout's record (stale
+    too) gives it today, and the more accurate arithmetic's, before other shapes' winners."""
+    from autogemm.runtime.family import family
+    from autogemm.store.keys import make_key
+    from autogemm.tuning.tune import _known
+
+    fam = family("gemm")
+    layout = record(config=dict(GEMM, split_k=2), template_hash="0" * 16)          # stale: older template
+    other_shape = record((400, 1000, 784), op="nt+bias_sigmoid", config=dict(GEMM, split_k=3))
+    existing = {r.key: r for r in (layout, other_shape)}
+    assert layout.stale
+    key = make_key("gemm", (800, 1000, 784), "nt+bias_sigmoid", "float32")
+    assert [c["split_k"] for c in _known(existing, key, H100, fam)][:1] == [2]
+    assert [dict(c) for c in _known(existing, key, H100, fam)][1:] == [dict(other_shape.config)]

@@ -17,7 +17,7 @@ from autogemm.errors import AutogemmError
 from autogemm.runtime.device import DeviceInfo
 from autogemm.runtime.family import family
 from autogemm.store import locations
-from autogemm.store.keys import Key, distance, problem_of
+from autogemm.store.keys import Key, distance, problem_of, serving_keys
 from autogemm.store.lookup import Index
 from autogemm.store.records import Meta, Record, file_for, load, now, printable, save
 from autogemm.tuning.search import Progress, Result, SearchError, Settings, tune
@@ -113,13 +113,15 @@ def stale_targets(paths: list[Path], dtype: str, families: tuple[str, ...]) -> l
 
 
 def _known(existing: dict, key: Key, device: DeviceInfo, fam, nearby: int = 3) -> tuple:
-    """Configs to try first: the store's record of this key (a stale one too, if its config is
-    still in the space: the winner of an older template is a good start), then the winners of the
-    nearest other shapes of the family and dtype (same op first) that can run this problem, all
-    within `fam`'s space."""
+    """Configs to try first: the store's records of this shape that serve this key (its own, then
+    those of the keys that lookup falls back on: a GEMM's layout without the epilogue, the more
+    accurate arithmetics'; stale ones too, if their configs are still in the space: the winner of
+    an older template is a good start), then the winners of the nearest other shapes of the family
+    and dtype (same op first) that can run this problem, all within `fam`'s space."""
     problem = problem_of(key)
-    own = existing.get(key)
-    exact = [cfg] if own is not None and (cfg := fam.holds(own.config)) is not None else []
+    serving = [existing[k] for k in serving_keys(key) if k in existing]
+    exact = [cfg for r in serving if (cfg := fam.holds(r.config)) is not None
+             and not fam.violations(cfg, problem, device)]
     records = [r for r in existing.values() if r.key.family == key.family and r.key.dtype == key.dtype
                and not r.stale and fam.within(r.config)]
     others = sorted((r for r in records if r.key != key),
