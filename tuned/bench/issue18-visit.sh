@@ -435,11 +435,13 @@ epochs)   # after a template change: the stale records re-tuned in each precisio
         --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -3 "$out/nn-bench.txt"
     cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
     ;;
-stale)   # every stale record re-tuned in each precision (after a template change)
-    for precision in fp32 tf32 bf16; do
-        python -m autogemm.cli tune --stale --precision $precision --trials 30 --timeout 12
+stale)   # every stale record re-tuned (after a template change) in the arithmetics given as the second
+         # argument (default "fp32 tf32 bf16 bfloat16"; bfloat16: --dtype bfloat16)
+    for arithmetic in ${2:-fp32 tf32 bf16 bfloat16}; do
+        flag=$([ "$arithmetic" = bfloat16 ] && echo "--dtype bfloat16" || echo "--precision $arithmetic")
+        python -m autogemm.cli tune --stale $flag --trials 30 --timeout 12
     done > "$out/tune-stale.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-stale.txt" | tail -30
-    cp tuned/nvidia-h100-80gb-hbm3.json "$out/"
+    cp tuned/*.json "$out/"
     ;;
 smoke)   # a few minutes: every op and bf16 once on hardware, cuBLAS at reduced precision, and the
          # defaults of the new paths timed against cuBLAS
