@@ -433,8 +433,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="time default and tuned kernels against cuBLAS and cuDNN")
     bench.add_argument("--shapes", default="nn",
                        help="'nn' (the GEMMs of the MLP's training step), 'lenet' (the CNN's GEMMs and "
-                            "convolutions, these against cuDNN) or MxNxK[:op],... with op nn|nt|tn|tt, +epilogue for a fused one (nt+bias_sigmoid; "
-                            "cuBLAS then runs autogemm's elementwise pass) (default: nn)")
+                            "convolutions, these against cuDNN) or MxNxK[:op],... with op nn|nt|tn|tt, +epilogue "
+                            "for a fused one (nt+bias_sigmoid; cuBLAS then runs autogemm's elementwise pass) "
+                            "(default: nn)")
     bench.add_argument("--batch", type=_size, help="batch size of a network (its default: 800 for nn, 1000 for lenet)")
     bench.add_argument("--hidden", type=_sizes, default=(1000,),
                        help="hidden sizes for --shapes nn, comma-separated (1000)")
