@@ -39,6 +39,8 @@ def served_by_ops(op: str) -> tuple[str, ...]:
     epilogue, its layout's records tuned without one (the same kernel, timed without the epilogue)."""
     layout = op.partition("+")[0]
     return (op, layout) if op != layout else (op,)
+
+
 # What the caller accepts, most accurate first: "fp32", the dtype's own accuracy (FP32-accurate for
 # float32); "tf32", float32 operands rounded to TF32 (10-bit mantissas) in each product, float32
 # sums; "bf16", float32 operands rounded to bfloat16 (7-bit mantissas), float32 sums. A kernel at

@@ -357,6 +357,20 @@ def test_a_call_with_an_epilogue_takes_its_own_records_then_its_layouts_without_
     assert lookup.choose("gemm_wgmma", gemm_problem(800, 1000, 784, precision="tf32"), H100).config.persistent == 0
 
 
+def test_the_epilogue_decides_within_an_arithmetic_and_time_across_them(tuned):
+    """A tf32 call with an epilogue whose tf32 records lack it still takes its tf32 layout record
+    over a 3x slower FP32-accurate one tuned with the epilogue: the op decides only between
+    records of one arithmetic."""
+    forward = gemm_problem(8192, 4096, 784, epilogue="bias_sigmoid", precision="tf32")
+    write_store(tuned, [record((8192, 4096, 784), fam="gemm_wgmma", dtype="tf32", config=dict(WGMMA, math="tf32"),
+                               median_us=196.9),
+                        record((8192, 4096, 784), op="nt+bias_sigmoid", fam="gemm_wgmma",
+                               config=dict(WGMMA, math="3xtf32"), median_us=628.3)])
+    lookup.reload()
+    choice = lookup.choose("gemm_wgmma", forward, H100)
+    assert (choice.config.math, choice.other_op) == ("tf32", True)
+
+
 def test_bfloat16_operands_have_their_own_records():
     """A kernel reading bfloat16 operands serves those alone, and only its records serve them."""
     bf16_ops = gemm_problem(800, 1000, 784, precision="bf16", bf16_operands=True)

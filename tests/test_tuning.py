@@ -175,8 +175,8 @@ def test_every_registered_family_has_a_gpu_measure():
 
 
 def test_a_gemm_with_an_epilogue_starts_from_the_configs_that_serve_it_now():
-    """The first search of a layer's fused GEMM tries the config that its layout's record (stale
-    too) gives it today, and the more accurate arithmetic's, before other shapes' winners."""
+    """The first search of a layer's fused GEMM tries the config that its layout's record of its
+    arithmetic (stale too) gives it today, before other shapes' winners."""
     from autogemm.runtime.family import family
     from autogemm.store.keys import make_key
     from autogemm.tuning.tune import _known

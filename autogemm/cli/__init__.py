@@ -503,7 +503,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune.set_defaults(run=cmd_tune)
 
     sweep = sub.add_parser("sweep", help="measure every config of a (restricted) gemm space, and the search on it")
-    sweep.add_argument("--shapes", required=True, help="MxNxK[:op],... (or 'nn'): the GEMMs to sweep")
+    sweep.add_argument("--shapes", required=True, help="MxNxK[:op],... (op with +epilogue where fused, or 'nn'): the GEMMs to sweep")
     sweep.add_argument("--hidden", type=_sizes, default=(1000,), help="hidden sizes for nn (1000)")
     sweep.add_argument("--batch", type=_size, default=800, help="batch size for nn (800)")
     sweep.add_argument("--fix", type=_fix, action="append", default=[], metavar="NAME=V[,V...]",

@@ -49,11 +49,11 @@ def kernel(family_name: str, problem, config: Mapping | str | None, device: Devi
 def implementation(call: str, problem, config: Mapping | str | None, device: DeviceInfo) -> str:
     """The family that runs `call` (a key of kernels.IMPLEMENTATIONS, else the family itself): with
     config None, the one whose lookup is best known (a record of this shape, exact or stale, then
-    nearest, then default; for a GEMM with an epilogue, a record tuned with it before one of its
-    layout alone, which is why `autogemm tune` tunes every family with it), the faster record
-    between two of this shape, the first listed on a tie, among those that can run `problem` on
-    `device` (the first listed where none can: its error says why); "default": the first listed
-    that can; a mapping: the family whose parameters it names."""
+    nearest, then default), the faster record between two of this shape (for a GEMM with an
+    epilogue, timed with it where each family has such a record: `autogemm tune` tunes every
+    family with it), the first listed on a tie, among those that can run `problem` on `device`
+    (the first listed where none can: its error says why); "default": the first listed that can;
+    a mapping: the family whose parameters it names."""
     names = IMPLEMENTATIONS.get(call, (call,))
     if len(names) == 1:
         return names[0]

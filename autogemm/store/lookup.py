@@ -6,8 +6,8 @@ shape is a better guess than another shape's or the untuned default, until `auto
 measures again. A GEMM at precision tf32 is served by tf32 records and by the FP32-accurate ones
 (bf16: bf16, tf32 and FP32-accurate): of those, a record of its shape beats a nearest one, and
 between two of its shape the faster wins. An FP32-accurate call never gets a tf32 or bf16 record.
-A GEMM with a fused epilogue is served by the records tuned with it, and where its shape has none
-by those of its layout tuned without one (kernels.gemm.served_by_ops).
+A GEMM with a fused epilogue is served, in each arithmetic, by the records tuned with it, and
+where its shape has none by those of its layout tuned without one (kernels.gemm.served_by_ops).
 
 Two folders hold tuned files (autogemm.store.locations): the one `autogemm tune` writes (the user's
 store), then the results shipped with autogemm. For each key, a current record beats a stale one,
@@ -44,15 +44,20 @@ class Choice:
     other_op: bool = False       # the record is of another op (a GEMM's layout, tuned without the call's epilogue)
 
     @property
-    def rank(self) -> tuple[int, float, bool, float]:
+    def rank(self) -> tuple[int, float, float]:
         """Lower is better: a record of the shape, then a nearest one (the closer first), then the
-        default; between two records as close, one of the call's own op (a GEMM tuned with its
-        epilogue), then the faster. A stale record's time is still a measurement of its own shape
-        (its template changed since), so it competes with exact ones on time; a nearest record's
-        time is another shape's, so distance decides first; a record timed without the call's
-        epilogue is faster on paper, so the op decides before time."""
-        return (_RANK[self.source], self.distance, self.other_op,
-                self.record.median_us if self.record else 0.0)
+        default; between two records of the shape, the faster. A stale record's time is still a
+        measurement of its own shape (its template changed since), so it competes with exact ones
+        on time; a nearest record's time is another shape's, so distance decides first."""
+        return _RANK[self.source], self.distance, self.record.median_us if self.record else 0.0
+
+    @property
+    def rank_in_arithmetic(self) -> tuple[int, float, bool, float]:
+        """`rank` between the records of one family and arithmetic: between two as close, one of
+        the call's own op first (a GEMM's tuned with its epilogue; the other, timed without it,
+        is faster on paper only)."""
+        source, distance, time = self.rank
+        return source, distance, self.other_op, time
 
 
 _RANK = {"exact": 0, "stale": 0, "nearest": 1, "default": 2}
@@ -157,11 +162,14 @@ def choose(family_name: str, problem, device: DeviceInfo) -> Choice:
     choice = None
     if index is not None:
         fits = lambda cfg: cfg is not None and not fam.violations(cfg, problem, device)  # noqa: E731
-        # A tf32 or bf16 call takes the best of its precision's records and the more accurate ones;
-        # a GEMM with an epilogue, also its layout's without one.
-        found = [c for serving in serving_keys(key)
-                 if (c := _from_index(index, serving, fam, fits, other_op=serving.op != key.op))]
-        choice = min(found, key=lambda c: c.rank, default=None)
+        # A GEMM with an epilogue takes its own op's record of an arithmetic, else its layout's; a
+        # tf32 or bf16 call then the best of its precision's and the more accurate ones'.
+        best: dict[str, Choice] = {}
+        for serving in serving_keys(key):
+            c = _from_index(index, serving, fam, fits, other_op=serving.op != key.op)
+            if c and (serving.dtype not in best or c.rank_in_arithmetic < best[serving.dtype].rank_in_arithmetic):
+                best[serving.dtype] = c
+        choice = min(best.values(), key=lambda c: c.rank, default=None)
     if choice is None:
         choice = Choice(fam.default(problem, device), "default")
     if key not in _logged:

@@ -26,6 +26,7 @@ from autogemm.store.keys import Key, problem_of
 from autogemm.tuning.timing import Timing, time_gpu
 from autogemm.tuning.verify import compare
 from kernels import REGISTRY, call_of
+from kernels.elementwise import ROW_OPS
 from kernels.gemm import bf16_bits
 
 QUICK_WARMUP = 2
@@ -146,7 +147,7 @@ class GemmMeasure(KernelMeasure):
         host_b = self.normal(*((n, k) if p.trans_b else (k, n)))      # B: op(B) is (K, N)
         if p.bf16_operands:                                           # their bfloat16 bits, uint16
             host_a, host_b = bf16_bits(host_a), bf16_bits(host_b)
-        bias = self.normal(n) if p.epilogue in ("bias", "bias_sigmoid", "bias_relu") else None   # (N,)
+        bias = self.normal(n) if p.epilogue in ROW_OPS else None                                  # (N,)
         aux = self.saved_output(p.epilogue[1:], m, n) if p.epilogue in ("dsigmoid", "drelu") else None  # (M, N)
         self.expected = self.reference(p, a=host_a, b=host_b, bias=bias, aux=aux)["d"]
         self.a, self.b = cupy.asarray(host_a), cupy.asarray(host_b)

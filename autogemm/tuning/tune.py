@@ -113,13 +113,13 @@ def stale_targets(paths: list[Path], dtype: str, families: tuple[str, ...]) -> l
 
 
 def _known(existing: dict, key: Key, device: DeviceInfo, fam, nearby: int = 3) -> tuple:
-    """Configs to try first: the store's records of this shape that serve this key (its own, then
-    those of the keys that lookup falls back on: a GEMM's layout without the epilogue, the more
-    accurate arithmetics'; stale ones too, if their configs are still in the space: the winner of
-    an older template is a good start), then the winners of the nearest other shapes of the family
-    and dtype (same op first) that can run this problem, all within `fam`'s space."""
+    """Configs to try first: the store's records of this shape and arithmetic that serve this key
+    (its own, then a GEMM's layout's without the epilogue; stale ones too, if their configs are
+    still in the space: the winner of an older template is a good start), then the winners of the
+    nearest other shapes of the family and dtype (same op first) that can run this problem, all
+    within `fam`'s space."""
     problem = problem_of(key)
-    serving = [existing[k] for k in serving_keys(key) if k in existing]
+    serving = [existing[k] for k in serving_keys(key) if k in existing and k.dtype == key.dtype]
     exact = [cfg for r in serving if (cfg := fam.holds(r.config)) is not None
              and not fam.violations(cfg, problem, device)]
     records = [r for r in existing.values() if r.key.family == key.family and r.key.dtype == key.dtype

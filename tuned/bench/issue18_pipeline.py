@@ -32,7 +32,6 @@ def pipeline(cfg) -> str:
 
 
 def main():
-    from autogemm.ops.cublas import cublas_gemm
     from autogemm.runtime.device import this_device
     from autogemm.runtime.family import family
     from autogemm.tuning.measure import GemmMeasure
@@ -51,7 +50,7 @@ def main():
         for cfg in variants(fam, r.config, measure.problem, device):
             if (run := verified(measure, cfg)) is not None:
                 runs[run.instance.name], configs[run.instance.name] = run, dict(cfg)
-        runs["cublas"] = lambda m=measure: cublas_gemm(m.a, m.b, m.out, m.trans_a, m.trans_b, m.precision)
+        runs["cublas"] = measure.cublas_launcher()         # with the record's epilogue: then the elementwise pass
         timings = time_interleaved(runs, reps=args.reps)
         us = {name: timings[name].median_us for name in runs}
         record_name = fam.instance(r.config, measure.problem).name

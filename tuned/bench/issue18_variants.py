@@ -36,7 +36,6 @@ def variants(fam, cfg, vary: str) -> dict:
 def main():
     import cupy
 
-    from autogemm.ops.cublas import cublas_gemm
     from autogemm.ops.gemm import plan_gemm
     from autogemm.runtime.device import this_device
     from autogemm.runtime.family import family
@@ -66,10 +65,10 @@ def main():
             runs[label], configs[label] = run, dict(cfg)
             if args.epilogue:
                 runs[f"{label}+{args.epilogue}"] = plan_gemm(
-                    measure.a, measure.b, measure.out, trans_a=measure.trans_a, trans_b=measure.trans_b,
+                    measure.a, measure.b, measure.out, trans_a=measure.problem.trans_a, trans_b=measure.problem.trans_b,
                     epilogue=args.epilogue, bias=bias, config=cfg, kernel_family="gemm_wgmma",
                     precision=measure.precision)
-        runs["cublas"] = lambda m=measure: cublas_gemm(m.a, m.b, m.out, m.trans_a, m.trans_b, m.precision)
+        runs["cublas"] = measure.cublas_launcher()         # with the record's epilogue: then the elementwise pass
         timings = time_interleaved(runs, reps=args.reps)
         us = {name: timings[name].median_us for name in runs}
         results.append({"key": str(r.key), "config": dict(r.config), "us": us, "configs": configs})
