@@ -10,6 +10,7 @@ the template files (sources), and the launch (instance_name, geometry); last, wh
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import NamedTuple, Protocol, runtime_checkable
 
 TEMPLATE_DIR = Path(__file__).resolve().parent
@@ -53,6 +54,13 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def keeps(constraints: tuple, values: dict, problem, device) -> bool:
+    """Whether a config given as a plain dict keeps every one of a family's CONSTRAINTS (a family
+    module's own check of the seeds it builds; the runtime checks configs with Family.violations)."""
+    c = SimpleNamespace(**values)      # as the constraints read a config
+    return all(holds(c, problem, device) for _, holds in constraints)
+
+
 def check_problem(problem, sizes: tuple[str, ...], what: str):
     """ValueError unless `problem`'s dtype is one of DTYPES and each of its `sizes` an int in
     1..MAX_SIZE."""
@@ -94,8 +102,8 @@ class KernelFamily(Protocol):
     one whose keys name arithmetics beyond DTYPES (the GEMM's "tf32", "bf16") declares KEY_DTYPES
     and served_by(arithmetic) (the arithmetics whose records serve a call, its own first); one whose
     calls may be served by records of other ops declares served_by_ops(op) (the GEMM: a call with an
-    epilogue by its layout's records tuned without one, after its own); and one whose own kernels compute at precisions beyond fp32 declares KERNEL_PRECISIONS (what tune
-    --precision tunes)."""
+    epilogue by its layout's records tuned without one, after its own); and one whose own kernels
+    compute at precisions beyond fp32 declares KERNEL_PRECISIONS (what tune --precision tunes)."""
 
     NAME: str                   # the family's name: registry key, tuned records' family, instance names
     TEMPLATE: str               # the template file, in this folder

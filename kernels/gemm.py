@@ -141,7 +141,7 @@ class Problem:
 
     @property
     def op(self) -> str:
-        return ("t" if self.trans_a else "n") + ("t" if self.trans_b else "n")
+        return key_op(self.trans_a, self.trans_b)
 
     @property
     def itemsize(self) -> int:

@@ -5,9 +5,8 @@ Each config is a plain dict of gemm parameters; the runtime keeps the first one 
 accept as the default, and the search tries all that are valid first.
 """
 import itertools
-from types import SimpleNamespace
 
-from kernels.contract import ceil_div
+from kernels.contract import ceil_div, keeps
 
 # Block shapes for the default, largest first: (bm, bn, ty, tx, tm, tn, copy, bk, stages).
 _DEFAULT_TILES = (
@@ -82,8 +81,7 @@ def wave_tiles(p, d, params: dict, constraints: tuple, count: int = 2) -> list[t
     best = {}
     for bm, bn, (ty, tx) in itertools.product(params["bm"], params["bn"], _TC_BLOCKS):
         wm, wn = bm * 8 // ty, bn * 4 // tx              # the warp tile
-        c = SimpleNamespace(**_tc_seed(bm, bn, ty, tx, vec))   # as the constraints read a config
-        if min(wm, wn) < 32 or not all(ok(c, p, d) for _, ok in constraints):
+        if min(wm, wn) < 32 or not keeps(constraints, _tc_seed(bm, bn, ty, tx, vec), p, d):
             continue
         waves = ceil_div(ceil_div(p.m, bm) * ceil_div(p.n, bn), d.sm_count)
         rank = (waves * bm * bn, waves, max(wm, wn) / min(wm, wn))

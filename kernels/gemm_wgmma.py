@@ -17,10 +17,9 @@ warpgroups alternating whole tiles so that one's epilogue runs under the other's
 """
 import dataclasses
 import itertools
-from types import SimpleNamespace
 
 from kernels import gemm
-from kernels.contract import Geometry, TileMap, ceil_div
+from kernels.contract import Geometry, TileMap, ceil_div, keeps
 
 NAME = "gemm_wgmma"
 TEMPLATE = "gemm_wgmma.cu.j2"
@@ -234,7 +233,7 @@ def default_candidates(p: Problem, d):
     first = []          # the first four that run
     for c in _one_tile_a_block(p, d):
         yield c
-        if len(first) < 4 and _runs(c, p, d):
+        if len(first) < 4 and keeps(CONSTRAINTS, c, p, d):
             first.append(c)
             if len(first) == 4 and ceil_div(p.m, 128) * ceil_div(p.n, 128) > d.sm_count:
                 yield from _persistent_seeds(first[0], p, d)
@@ -246,13 +245,7 @@ def _persistent_seeds(like: dict, p: Problem, d):
         fitting = (dict(like, bm=128, bn=128, warpgroups=2, stages=stages, inflight=inflight, producer=1, tma=1,
                         cluster_m=cluster_m, cluster_n=cluster_n, persistent=1)
                    for stages in reversed(PARAMS["stages"]))
-        yield from itertools.islice((c for c in fitting if _runs(c, p, d)), 1)
-
-
-def _runs(values: dict, p: Problem, d) -> bool:
-    """Whether a config (a dict) keeps every constraint."""
-    c = SimpleNamespace(**values)      # as the constraints read a config
-    return all(holds(c, p, d) for _, holds in CONSTRAINTS)
+        yield from itertools.islice((c for c in fitting if keeps(CONSTRAINTS, c, p, d)), 1)
 
 
 def _one_tile_a_block(p: Problem, d):

@@ -115,6 +115,15 @@ class KernelMeasure:
     def normal(self, *shape):
         return self.rng.standard_normal(shape).astype(self.dtype)
 
+    def pointwise_operand(self, op: str | None, rows: int, cols: int):
+        """The second operand of a pointwise op over (rows, cols): a bias (cols,) for the ops that add
+        one, the activation's saved output (rows, cols) for its derivative (dsigmoid, drelu), else None."""
+        if op in ROW_OPS:
+            return self.normal(cols)
+        if op in ("dsigmoid", "drelu"):
+            return self.saved_output(op[1:], rows, cols)
+        return None
+
     def saved_output(self, activation: str, *shape):
         """Random outputs of `activation` ("sigmoid": in (0.01, 0.99); "relu": half of them zero), as
         a backward op's saved activation."""
@@ -147,11 +156,10 @@ class GemmMeasure(KernelMeasure):
         host_b = self.normal(*((n, k) if p.trans_b else (k, n)))      # B: op(B) is (K, N)
         if p.bf16_operands:                                           # their bfloat16 bits, uint16
             host_a, host_b = bf16_bits(host_a), bf16_bits(host_b)
-        bias = self.normal(n) if p.epilogue in ROW_OPS else None                                  # (N,)
-        aux = self.saved_output(p.epilogue[1:], m, n) if p.epilogue in ("dsigmoid", "drelu") else None  # (M, N)
-        self.expected = self.reference(p, a=host_a, b=host_b, bias=bias, aux=aux)["d"]
+        second = self.pointwise_operand(p.epilogue, m, n)             # bias (N,), or saved activation (M, N)
+        self.expected = self.reference(p, a=host_a, b=host_b, **self.epilogue_operands(second))["d"]
         self.a, self.b = cupy.asarray(host_a), cupy.asarray(host_b)
-        self.bias, self.aux = (cupy.asarray(x) if x is not None else None for x in (bias, aux))
+        self.second = cupy.asarray(second) if second is not None else None
         self.out = cupy.empty((m, n), dtype=self.dtype)               # D: (M, N)
 
     def launcher(self, cfg: Config, family: str | None = None):
@@ -160,8 +168,14 @@ class GemmMeasure(KernelMeasure):
 
         p = self.problem
         return plan_gemm(self.a, self.b, self.out, trans_a=p.trans_a, trans_b=p.trans_b, epilogue=p.epilogue,
-                         bias=self.bias, aux=self.aux, config=cfg, kernel_family=family or self.key.family,
-                         precision=self.precision)
+                         config=cfg, kernel_family=family or self.key.family, precision=self.precision,
+                         **self.epilogue_operands(self.second))
+
+    def epilogue_operands(self, second) -> dict:
+        """The epilogue's operand as the GEMM's keyword: bias= or aux= (none without an epilogue)."""
+        if second is None:
+            return {}
+        return {"bias" if self.problem.epilogue in ROW_OPS else "aux": second}
 
     def cublas_launcher(self):
         """cuBLAS's GEMM at the call's precision, then (with an epilogue) autogemm's elementwise pass."""
@@ -173,11 +187,10 @@ class GemmMeasure(KernelMeasure):
         if p.epilogue is None:
             return lambda: cublas_gemm(self.a, self.b, self.out, p.trans_a, p.trans_b, self.precision)
         product = cupy.empty_like(self.out)                           # op(A) op(B): (M, N)
-        second = self.bias if self.bias is not None else self.aux
 
         def run():
             cublas_gemm(self.a, self.b, product, p.trans_a, p.trans_b, self.precision)
-            elementwise(p.epilogue, self.out, product, second)
+            elementwise(p.epilogue, self.out, product, self.second)
         return run
 
     def baseline(self, reps: int) -> Timing:
@@ -197,12 +210,7 @@ class ElementwiseMeasure(KernelMeasure):
         super().__init__(key, device, seed)
         op, (rows, cols) = key.op, key.sizes
         x = self.normal(rows, cols)                                    # X: (rows, cols)
-        if op.startswith("bias"):
-            y = self.normal(cols)                                      # bias: (cols,)
-        elif op in ("dsigmoid", "drelu"):
-            y = self.saved_output(op[1:], rows, cols)                  # the activation's saved output
-        else:
-            y = None
+        y = self.pointwise_operand(op, rows, cols)                     # bias (cols,), saved output, or None
         self.w0 = self.normal(rows, cols) if op == "sgd" else None    # weights updated in place
         self.expected = self.reference(self.problem, x=x, y=y, w0=self.w0, lr=self.LR, reg=self.REG)["out"]
         self.x = cupy.asarray(x)

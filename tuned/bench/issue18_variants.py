@@ -11,7 +11,8 @@ config, then persistent blocks of two warpgroups taking turns on tiles of each w
 the record's tile, and of 128 x 128, with a TMA producer, the most stages that fit, wgmmas in flight
 or not, alone or in clusters of 2 x 1 and 1 x 2 (and 64 x 256 tiles in clusters of 2 x 2). With
 --epilogue, each variant also runs with that fused epilogue (a layer's forward GEMM: bias, then the
-activation), timed beside the others; cuBLAS runs without it.
+activation), checked and timed beside the others; cuBLAS runs without it (with a record's own
+epilogue, cuBLAS then the elementwise pass).
 """
 import argparse
 import json
@@ -34,13 +35,11 @@ def variants(fam, cfg, vary: str) -> dict:
 
 
 def main():
-    import cupy
-
-    from autogemm.ops.gemm import plan_gemm
     from autogemm.runtime.device import this_device
     from autogemm.runtime.family import family
     from autogemm.tuning.measure import GemmMeasure
     from autogemm.tuning.timing import time_interleaved
+    from kernels.gemm import key_op
     from wgmma_records import records, verified
 
     p = argparse.ArgumentParser()
@@ -53,7 +52,8 @@ def main():
     device, fam, results = this_device(), family("gemm_wgmma"), []
     for r in records(device, args.shapes):
         measure = GemmMeasure(r.key, device)
-        bias = cupy.asarray(measure.normal(r.key.sizes[1]), measure.out.dtype)        # bias: (N,)
+        layout = measure.problem.trans_a, measure.problem.trans_b
+        fused = GemmMeasure(r.key._replace(op=key_op(*layout, args.epilogue)), device) if args.epilogue else None
         runs, configs, taken = {}, {}, set()
         for label, cfg in variants(fam, r.config, args.vary).items():
             kind = label.replace(f"-s{cfg.stages}", "")     # a persistent tile and inflight: its most stages that fit
@@ -63,11 +63,8 @@ def main():
             if (run := verified(measure, cfg)) is None:
                 continue
             runs[label], configs[label] = run, dict(cfg)
-            if args.epilogue:
-                runs[f"{label}+{args.epilogue}"] = plan_gemm(
-                    measure.a, measure.b, measure.out, trans_a=measure.problem.trans_a, trans_b=measure.problem.trans_b,
-                    epilogue=args.epilogue, bias=bias, config=cfg, kernel_family="gemm_wgmma",
-                    precision=measure.precision)
+            if fused and (run := verified(fused, cfg)) is not None:
+                runs[f"{label}+{args.epilogue}"] = run
         runs["cublas"] = measure.cublas_launcher()         # with the record's epilogue: then the elementwise pass
         timings = time_interleaved(runs, reps=args.reps)
         us = {name: timings[name].median_us for name in runs}
