@@ -37,7 +37,8 @@ flops, key_of, problem_of, reference = gemm.flops, gemm.key_of, gemm.problem_of,
 
 PARAMS = {
     "bm": (64, 128, 192, 256),                       # block tile rows: 64 per wgmma tile
-    "bn": (32, 48, 64, 80, 96, 128, 160, 192, 256),  # block tile columns: wgmma's N
+    # block tile columns: wgmma's N (112 and 224 divide 784, MNIST's width: the first layer's weight updates)
+    "bn": (32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256),
     "warpgroups": (1, 2),                            # 128-thread warpgroups, stacked along M
     "stages": (2, 3, 4, 5),                          # shared-memory buffers of K (k_step each)
     "math": ("3xtf32", "tf32", "bf16"),              # FP32-accurate, TF32 or BF16 products (MATH_PRECISION)
@@ -220,16 +221,18 @@ def geometry(c, p: Problem):
 
 
 def default_candidates(p: Problem, d):
-    """Tiles largest first, the first of which gives every SM a block (else the one with the most
-    blocks), each with the most stages that fit, two warpgroups before one, a producer copying by
-    TMA before the one loop before a producer copying by cp.async, wgmmas in flight before not, K
-    unsplit (the search tries split-K), M/N-major float32 operands pretransposed or not as the
+    """Tiles by the work of the busiest SM (busiest_sm_cost: its whole waves of blocks, each
+    costing its products and its loads), larger tiles first among equals; every tile's first config that fits before any tile's
+    second (the search seeds itself with the first few: tiles, not stage counts, matter most).
+    A tile's configs: the most stages that fit first, two warpgroups before one, a producer copying
+    by TMA before the one loop before a producer copying by cp.async, wgmmas in flight before not,
+    K unsplit (the search tries split-K), M/N-major float32 operands pretransposed or not as the
     math prefers; bfloat16 operands take bf16 products, float32 ones the maths their precision
     allows, fastest first as measured (bf16's rounding pass costs more than its k16 products save:
     tuned/bench/issue18-h100/ops-bf16). Where 128 x 128 tiles outnumber the SMs, persistent blocks
     of them follow the first few (alone, in 1 x 2 and 2 x 1 clusters), which won with a fused
-    epilogue and on W1's TF32 update (tuned/bench/issue18-h100/persistent): the search's first
-    trials are these candidates in order."""
+    epilogue (tuned/bench/issue18-h100/persistent). Whole waves: 4096 x 784 runs 256 x 112 tiles in
+    one wave, 32% faster than 128 x 128 in 1.7 (tuned/bench/issue18-h100/widths)."""
     first = []          # the first four that run
     for c in _one_tile_a_block(p, d):
         yield c
@@ -248,13 +251,23 @@ def _persistent_seeds(like: dict, p: Problem, d):
         yield from itertools.islice((c for c in fitting if keeps(CONSTRAINTS, c, p, d)), 1)
 
 
+# Per k-step a block costs its BM x BN products and about this many more per row and column of the
+# operands it loads: fitted to 128 x 256 against 128 x 128 tiles' rates on 8192x4096x784 (271 and 247
+# TFLOP/s, tuned/bench/issue18-h100/persistent).
+LOAD_COST = 35
+
+
+def busiest_sm_cost(bm: int, bn: int, p: Problem, d) -> int:
+    """The busiest SM's work per k-step, one BM x BN block an SM at a time: its whole waves of
+    blocks times a block's cost (products and LOAD_COST)."""
+    waves = ceil_div(ceil_div(p.m, bm) * ceil_div(p.n, bn), d.sm_count)
+    return waves * (bm * bn + LOAD_COST * (bm + bn))
+
+
 def _one_tile_a_block(p: Problem, d):
     """default_candidates' configs of blocks that take one tile each, in its order."""
-    tiles = [(bm, bn) for bm, bn in itertools.product(PARAMS["bm"], PARAMS["bn"])]
-    tiles.sort(key=lambda t: -t[0] * t[1])
-    filling = [t for t in tiles if ceil_div(p.m, t[0]) * ceil_div(p.n, t[1]) >= d.sm_count]
-    rest = sorted((t for t in tiles if t not in filling),
-                  key=lambda t: -ceil_div(p.m, t[0]) * ceil_div(p.n, t[1]))
+    tiles = sorted(itertools.product(PARAMS["bm"], PARAMS["bn"]),
+                   key=lambda t: (busiest_sm_cost(*t, p, d), -t[0] * t[1]))
     maths = ["bf16"] if p.bf16_operands else [m for m in ("tf32", "bf16", "3xtf32")
                                               if gemm.serves(MATH_PRECISION[m], p.precision)]
     # (producer, tma): a producer copying by TMA first, faster than both other pipelines on 13 of the
@@ -264,8 +277,13 @@ def _one_tile_a_block(p: Problem, d):
     # producer has the split to prepare anyway (tuned/bench/issue18-h100/pretranspose).
     pretransposes = {"tf32": (1, 0), "3xtf32": (0, 1), "bf16": (0,)} if any(mn_major(p)) else {}
     for math in maths:
-        for pretranspose, (bm, bn), warpgroups, (producer, tma), stages, inflight in itertools.product(
-                pretransposes.get(math, (0,)), filling + rest, (2, 1), pipelines, reversed(PARAMS["stages"]), (1, 0)):
-            yield {"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math, "inflight": inflight,
-                   "split_k": 1, "producer": producer, "tma": tma, "pretranspose": pretranspose, "cluster_m": 1,
-                   "cluster_n": 1, "persistent": 0}
+        for pretranspose in pretransposes.get(math, (0,)):
+            configs = [[{"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math,
+                         "inflight": inflight, "split_k": 1, "producer": producer, "tma": tma,
+                         "pretranspose": pretranspose, "cluster_m": 1, "cluster_n": 1, "persistent": 0}
+                        for warpgroups, (producer, tma), stages, inflight in itertools.product(
+                            (2, 1), pipelines, reversed(PARAMS["stages"]), (1, 0))]
+                       for bm, bn in tiles]
+            firsts = [next((c for c in tile if keeps(CONSTRAINTS, c, p, d)), None) for tile in configs]
+            yield from (c for c in firsts if c is not None)
+            yield from (c for tile, first in zip(configs, firsts) for c in tile if c is not first)

@@ -355,6 +355,27 @@ def test_wgmma_persistent_every_op_and_math(ta, tb):
              False)])
 
 
+@pytest.mark.parametrize("ta,tb", OPS)
+def test_wgmma_tiles_112_and_224_wide(ta, tb):
+    """Tiles 112 and 224 wide (784 = 7 x 112): the one loop, the producer by cp.async and by TMA,
+    B's tile parted in 2 x 1 clusters, persistent, every math, float32 and (B K-major) bfloat16
+    operands, N = 784 and ragged: within each precision's bound, each call twice."""
+    if not hopper():
+        pytest.skip("gemm_wgmma needs a Hopper GPU (sm_90a)")
+    check_wgmma_cases(ta, tb, dict(producer=1, tma=1), [
+            ((4096, 784, 1000), dict(bm=128, bn=224, stages=4, inflight=1, pretranspose=1), "tf32", False),
+            ((1000, 784, 800), dict(bm=128, bn=224, stages=2, inflight=0, pretranspose=1, tma=0), "3xtf32", False),
+            ((1000, 784, 800), dict(bm=128, bn=112, stages=3, inflight=0), "tf32", False),
+            ((1000, 784, 800), dict(bm=256, bn=112, stages=3, inflight=0, producer=0, tma=0, pretranspose=1), "tf32",
+             False),
+            ((1000, 784, 800), dict(bm=128, bn=112, stages=3, inflight=1, tma=0), "bf16", False),
+            ((2000, 784, 800), dict(bm=128, bn=112, stages=3, inflight=1, persistent=1), "tf32", False),
+            ((2000, 784, 800), dict(bm=128, bn=112, stages=3, inflight=0, persistent=1, pretranspose=1), "3xtf32",
+             False),
+            ((1000, 700, 800), dict(bm=128, bn=224, stages=3, inflight=0, cluster_m=2, pretranspose=1), "tf32", False),
+        ] + [((1000, 784, 1000), dict(bm=128, bn=112, stages=4, inflight=1, cluster_m=2), "bf16", True)] * tb)
+
+
 def padded_view(rng, rows: int, cols: int, bfloat16: bool):
     """A (rows, cols) float32 (or bfloat16-bits) view 16 bytes into a NaN-filled array whose rows are
     two 16-byte chunks wider and which has 5 more of them: what lies outside the view is NaN."""

@@ -102,8 +102,27 @@ def test_known_configs_go_first():
     measure = FakeMeasure()
     search(measure, known=(known,))
     candidates = GEMM_FAM.candidates(PROBLEM, H100)             # the family's untuned guesses
-    assert candidates[0] == GEMM_FAM.default(PROBLEM, H100) and len(candidates) > 1
-    assert measure.measured()[:len(candidates) + 1] == [candidates[0], known, *candidates[1:]]
+    assert candidates[0] == GEMM_FAM.default(PROBLEM, H100) and len(candidates) > FAST.trials // 2
+    seeded = FAST.trials // 2                                   # Settings.seeded: half the trials
+    assert measure.measured()[:seeded] == [candidates[0], known, *candidates[1:seeded - 1]]
+
+
+def test_a_family_of_thousands_of_candidates_leaves_trials_to_the_local_search():
+    """gemm_wgmma lists thousands of untuned candidates; only `start` (a known config, far down that
+    list) and its neighbour `better` (clusters of 2 x 1) are fast: the candidates take half the
+    trials, and the local search around `start` finds `better`."""
+    from kernels import gemm
+
+    wgmma = family("gemm_wgmma")
+    problem = gemm.Problem.contiguous(4096, 784, 8192, "float32", False, False, precision="tf32")
+    start = wgmma.config(dict(bm=256, bn=112, warpgroups=2, stages=4, math="tf32", inflight=1, split_k=1, producer=1,
+                              tma=1, pretranspose=1, cluster_m=1, cluster_n=1, persistent=0))
+    better = Config(dict(start, cluster_m=2))
+    assert len(wgmma.candidates(problem, H100)) > 1000
+    script = lambda cfg, call: {start: 20.0, better: 10.0}.get(cfg, 50.0)  # noqa: E731
+    measure = FakeMeasure(script=script)
+    result = tune(wgmma, problem, H100, measure, Settings(**{**FAST.__dict__, "trials": 40}), known=(start,))
+    assert result.config == better
 
 
 def test_every_failure_is_a_search_error():

@@ -5,8 +5,9 @@
 - Every PARAMS entry is a categorical of TPE (seeded). A proposal that breaks a constraint is
   told PRUNED with its reason before anything is compiled, and does not count as a trial.
 - Known-good configs go first: the family's default, the store's current record (and other
-  `known` ones), the family's other untuned candidates, a few valid random samples; a space
-  small enough to list whole is measured exhaustively instead.
+  `known` ones), the family's other untuned candidates up to the `seeded` share of the trials (a
+  family that lists thousands leaves TPE and the local search theirs), a few valid random
+  samples; a space small enough to list whole is measured exhaustively instead.
 - Proposals are asked in batches, so `measure.prepare` (if it has one) can compile a batch in
   parallel; each is then measured quickly. A failure (compile, launch, mismatch: anything
   `measure` raises) is told FAIL with its reason, and the search goes on.
@@ -75,6 +76,7 @@ class Settings:
     rounds: int = 5             # round-robin rounds of the re-timing
     final_reps: int = 50        # timed runs per candidate per round
     samples: int = 3            # random valid configs enqueued after the default
+    seeded: float = 0.5         # first fraction of the trials at most: the default, known configs, candidates
     max_failures_in_a_row: int = 40   # stop the search after this many failures in a row
     max_idle_asks: int = 400    # stop when this many proposals in a row bring nothing new
     local: float = 0.3          # last fraction of the trials: neighbours of the best configs first
@@ -264,7 +266,8 @@ def _reused(finished: dict) -> Result:
 
 
 def _enqueue(study, fam: Family, problem, device, settings: Settings, known, seen: _Seen) -> list | None:
-    """Queue the known-good configs; for a small space, every valid config (returned)."""
+    """Queue the known-good configs (the default and `known` always, candidates up to the seeded
+    share of the trials); for a small space, every valid config (returned)."""
     exhaustive = None
     if math.prod(len(v) for v in fam.params.values()) <= EXHAUSTIVE_LIMIT:
         valid = [c for c in fam.all_configs() if not fam.violations(c, problem, device)]
@@ -272,7 +275,8 @@ def _enqueue(study, fam: Family, problem, device, settings: Settings, known, see
             exhaustive = valid
     candidates = fam.candidates(problem, device)
     first = candidates[:1] + [fam.config(c, "known config") for c in known] + candidates[1:]
-    first = [c for c in first if not fam.violations(c, problem, device)]
+    first = list(dict.fromkeys(c for c in first if not fam.violations(c, problem, device)))
+    first = first[:max(1 + len(known), int(settings.trials * settings.seeded))]
     queue = first + seen.interrupted + (exhaustive if exhaustive is not None
                                         else fam.sample(problem, device, settings.samples, seed=settings.seed))
     waiting = {Config(t.system_attrs.get("fixed_params", {}))

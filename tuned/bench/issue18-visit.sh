@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in | lb-tests | lb-tune | lb-steps | lb-epochs | h200-lb | lb-bf16 | h200-lb-bf16 | gt-tests | gt-prefetch | gt-epochs | h200-gt | ncu-lb | lb-runs | cluster | cluster-2 | persistent | persistent-2 | persistent-3 | epilogue-large | epilogue-cme | epilogue-epochs | epilogue-cme-2]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in | lb-tests | lb-tune | lb-steps | lb-epochs | h200-lb | lb-bf16 | h200-lb-bf16 | gt-tests | gt-prefetch | gt-epochs | h200-gt | ncu-lb | lb-runs | cluster | cluster-2 | persistent | persistent-2 | persistent-3 | epilogue-large | epilogue-cme | epilogue-epochs | epilogue-cme-2 | widths | widths-tune | widths-cme | widths-final | h200-widths]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -328,6 +328,56 @@ epilogue-large|epilogue-cme)   # GEMMs tuned with their fused epilogue (ops nt+b
         python -m autogemm.cli tune --shapes nn $network --families gemm_wgmma $arithmetic --trials 40 --timeout 15
     done > "$out/tune-$1.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-$1.txt" | tail -40
     cp tuned/*.json "$out/"
+    ;;
+widths)   # tiles 112 and 224 wide: their GPU test, then the weight updates' records (N = 784) against
+          # variants of those widths (one wave of blocks where 128 x 128 tiles take 1.7)
+    python -m pytest -q -m gpu tests/test_gemm_gpu.py -k "112_and_224" > "$out/pytest-widths.txt" 2>&1
+    tail -1 "$out/pytest-widths.txt"
+    python tuned/bench/issue18_variants.py --vary width --json "$out/widths.json" \
+        --shapes 4096x784x8192:nn,4096x784x8192:tn,1000x784x800:tn > "$out/widths.txt" 2>&1
+    tr -s ' ' < "$out/widths.txt" | cut -c1-1200
+    ;;
+widths-tune)   # the weight updates (N = 784) tuned again with tiles 112 and 224 wide in the space, the
+               # default ordered by whole waves and the search's seeds capped at half its trials; the epochs
+    for arithmetic in tf32 fp32 bfloat16; do
+        flag=$([ "$arithmetic" = bfloat16 ] && echo "--dtype bfloat16" || echo "--precision $arithmetic")
+        op=$([ "$arithmetic" = tf32 ] && echo nn || echo tn)
+        python -m autogemm.cli tune --shapes 4096x784x8192:$op,4096x784x4848:$op,1000x784x800:tn,1000x784x400:tn \
+            $flag --trials 40 --timeout 20
+    done > "$out/tune-widths.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-widths.txt" | tail -40
+    cp tuned/*.json "$out/"
+    python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32,cupy-tuned-bf16 \
+        --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -4 "$out/nn-bench.txt"
+    ;;
+widths-cme)   # the CME 213 epochs with the records of widths-tune and with the ones before it (in
+             # .device/tuned-old), interleaved; where the fp32 step's time goes under each
+    for round in 1 2; do
+        for records in tuned .device/tuned-old; do
+            echo "records $records, round $round"
+            AUTOGEMM_TUNED=$records python -m nn.bench --networks cme213 --backends cupy-tuned,cupy-tuned-tf32 | tail -2
+        done
+    done > "$out/nn-bench-cme.txt" 2>&1; cat "$out/nn-bench-cme.txt"
+    for records in tuned .device/tuned-old; do
+        AUTOGEMM_TUNED=$records python -m nn.profile --network cme213 --backend cupy-tuned
+    done > "$out/profile-cme.txt" 2>&1; grep -E "gemm|step" "$out/profile-cme.txt"
+    ;;
+widths-final)   # the search's GPU tests, gemm_wgmma's untuned defaults now and before, the epochs
+    python -m pytest -q -m gpu tests/test_search_gpu.py > "$out/pytest-search.txt" 2>&1; tail -1 "$out/pytest-search.txt"
+    python tuned/bench/issue18_defaults.py --before tuned/bench/issue18-h100/widths/defaults-08670fe.json \
+        --json "$out/defaults.json" > "$out/defaults.txt" 2>&1; tr -s ' ' < "$out/defaults.txt" | cut -c1-160
+    python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32,cupy-tuned-bf16 \
+        --json "$out/nn-bench-final.json" > "$out/nn-bench-final.txt" 2>&1; tail -3 "$out/nn-bench-final.txt"
+    ;;
+h200-widths)   # on the H200: the search's and the widths' GPU tests, the weight updates tuned as in
+               # widths-tune, then the epochs with these records and with the ones before (.device/tuned-old)
+    python -m pytest -q -m gpu tests/test_search_gpu.py tests/test_gemm_gpu.py -k "search_gpu or 112_and_224" \
+        > "$out/pytest.txt" 2>&1; tail -1 "$out/pytest.txt"
+    bash "$0" widths-tune > /dev/null 2>&1; grep -E "│ gemm|rror" "$out/tune-widths.txt" | tail -40
+    for records in tuned .device/tuned-old; do
+        echo "records $records"
+        AUTOGEMM_TUNED=$records python -m nn.bench --networks cme213,large \
+            --backends cupy-tuned,cupy-tuned-tf32,cupy-tuned-bf16 | tail -3
+    done > "$out/nn-bench-new-old.txt" 2>&1; cat "$out/nn-bench-new-old.txt"
     ;;
 epilogue-epochs)   # after the forward GEMMs were tuned with their epilogue: those GEMMs against cuBLAS +
                    # elementwise, the epochs in each precision

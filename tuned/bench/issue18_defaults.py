@@ -1,0 +1,73 @@
+"""Issue 18 on a Hopper GPU: gemm_wgmma's untuned default for every GEMM of the three networks'
+steps (one rank) at precision tf32 and on bfloat16 arrays, against the default of an older commit
+(its configs in a JSON file that --write makes there, no GPU needed), each checked against float64,
+timed interleaved with autogemm's timer (events, L2 flushed, median), cuBLAS beside them.
+
+    python tuned/bench/issue18_defaults.py --write FILE                  # at the older commit
+    python tuned/bench/issue18_defaults.py --before FILE [--reps 30] [--json PATH]
+"""
+import argparse
+import json
+
+NETWORKS = {"cme213": dict(batch=800, hidden=(1000,)), "grading": dict(batch=800, hidden=(100,)),
+            "large": dict(batch=8192, hidden=(4096,))}
+ARITHMETICS = {"tf32": "tf32", "bfloat16": "bf16"}      # key dtype: the step's precision
+
+
+def keys() -> list:
+    """The distinct gemm_wgmma keys of the networks' GEMMs in each arithmetic."""
+    from autogemm.store.keys import make_key
+    from nn.targets import step_targets
+
+    return list(dict.fromkeys(make_key("gemm_wgmma", t.sizes, t.op, arithmetic)
+                              for arithmetic, precision in ARITHMETICS.items() for net in NETWORKS.values()
+                              for t in step_targets(precision=precision, **net) if t.family == "gemm"))
+
+
+def main():
+    from autogemm.runtime.device import H100, this_device
+    from autogemm.runtime.family import family
+    from autogemm.store.keys import parse_key
+    from autogemm.tuning.measure import GemmMeasure
+    from autogemm.tuning.timing import time_interleaved
+    from wgmma_records import verified
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--write", help="write this commit's defaults (an H100's, for the GEMMs gemm_wgmma can run) to this file")
+    p.add_argument("--before", help="the older commit's defaults, from --write")
+    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--json")
+    args = p.parse_args()
+    fam = family("gemm_wgmma")
+    if args.write:
+        from kernels.gemm_wgmma import problem_of
+        problems = {k: problem_of(k.sizes, k.op, k.dtype) for k in keys()}
+        defaults = [{"key": [k.family, k.shape, k.op, k.dtype], "config": dict(fam.default(p, H100))}
+                    for k, p in problems.items() if fam.can_run(p, H100)]
+        with open(args.write, "w") as f:
+            json.dump(defaults, f, indent=1)
+        return
+    with open(args.before) as f:
+        before = json.load(f)
+    device, results = this_device(), []
+    for entry in before:
+        key, old = parse_key(*entry["key"]), entry["config"]
+        measure = GemmMeasure(key, device)
+        now = fam.default(measure.problem, device)
+        configs = {"before": fam.config(old)}
+        if now != configs["before"]:
+            configs["now"] = now
+        runs = {label: run for label, cfg in configs.items() if (run := verified(measure, cfg)) is not None}
+        runs["cublas"] = measure.cublas_launcher()
+        timings = time_interleaved(runs, reps=args.reps)
+        us = {name: timings[name].median_us for name in runs}
+        results.append({"key": str(key), "before": old, "now": dict(now), "us": us})
+        print(f"{str(key):52s} " + "  ".join(f"{name} {t:7.1f}" for name, t in us.items())
+              + (" (same config)" if len(configs) == 1 else f"  now {now['bm']}x{now['bn']} was {old['bm']}x{old['bn']}"), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"gpu": device.name, "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
