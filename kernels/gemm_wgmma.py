@@ -222,8 +222,9 @@ def geometry(c, p: Problem):
 
 def default_candidates(p: Problem, d):
     """Tiles by the work of the busiest SM (busiest_sm_cost: its whole waves of blocks, each
-    costing its products and its loads), larger tiles first among equals; every tile's first config that fits before any tile's
-    second (the search seeds itself with the first few: tiles, not stage counts, matter most).
+    costing its products and its loads), larger tiles first among equals; for each math and
+    pretranspose in turn, every tile's first config that fits before any tile's second (the search
+    seeds itself with the first few: tiles, not stage counts, matter most).
     A tile's configs: the most stages that fit first, two warpgroups before one, a producer copying
     by TMA before the one loop before a producer copying by cp.async, wgmmas in flight before not,
     K unsplit (the search tries split-K), M/N-major float32 operands pretransposed or not as the
@@ -231,8 +232,9 @@ def default_candidates(p: Problem, d):
     allows, fastest first as measured (bf16's rounding pass costs more than its k16 products save:
     tuned/bench/issue18-h100/ops-bf16). Where 128 x 128 tiles outnumber the SMs, persistent blocks
     of them follow the first few (alone, in 1 x 2 and 2 x 1 clusters), which won with a fused
-    epilogue (tuned/bench/issue18-h100/persistent). Whole waves: 4096 x 784 runs 256 x 112 tiles in
-    one wave, 32% faster than 128 x 128 in 1.7 (tuned/bench/issue18-h100/widths)."""
+    epilogue (tuned/bench/issue18-h100/persistent). Whole waves: on 4096 x 784 the default is
+    128 x 224 and the second 256 x 112, both one wave, 28% and 32% faster than 128 x 128 tiles in
+    1.7 waves; the search picks the second (tuned/bench/issue18-h100/widths)."""
     first = []          # the first four that run
     for c in _one_tile_a_block(p, d):
         yield c
@@ -253,7 +255,8 @@ def _persistent_seeds(like: dict, p: Problem, d):
 
 # Per k-step a block costs its BM x BN products and about this many more per row and column of the
 # operands it loads: fitted to 128 x 256 against 128 x 128 tiles' rates on 8192x4096x784 (271 and 247
-# TFLOP/s, tuned/bench/issue18-h100/persistent).
+# TFLOP/s, tuned/bench/issue18-h100/persistent). The tiled family's seeds weigh waves alike, without
+# the loads (kernels.gemm_seeds.wave_tiles).
 LOAD_COST = 35
 
 

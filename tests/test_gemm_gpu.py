@@ -373,6 +373,7 @@ def test_wgmma_tiles_112_and_224_wide(ta, tb):
             ((2000, 784, 800), dict(bm=128, bn=112, stages=3, inflight=0, persistent=1, pretranspose=1), "3xtf32",
              False),
             ((1000, 700, 800), dict(bm=128, bn=224, stages=3, inflight=0, cluster_m=2, pretranspose=1), "tf32", False),
+            ((1000, 784, 800), dict(bm=128, bn=224, stages=2, inflight=0), "tf32", False),     # transposed in shared memory
         ] + [((1000, 784, 1000), dict(bm=128, bn=112, stages=4, inflight=1, cluster_m=2), "bf16", True)] * tb)
 
 

@@ -102,26 +102,32 @@ def test_known_configs_go_first():
     measure = FakeMeasure()
     search(measure, known=(known,))
     candidates = GEMM_FAM.candidates(PROBLEM, H100)             # the family's untuned guesses
-    assert candidates[0] == GEMM_FAM.default(PROBLEM, H100) and len(candidates) > FAST.trials // 2
-    seeded = FAST.trials // 2                                   # Settings.seeded: half the trials
-    assert measure.measured()[:seeded] == [candidates[0], known, *candidates[1:seeded - 1]]
+    seeded = int(FAST.trials * FAST.seeded)
+    assert candidates[0] == GEMM_FAM.default(PROBLEM, H100) and len(candidates) > seeded
+    measured = measure.measured()
+    assert measured[:seeded] == [candidates[0], known, *candidates[1:seeded - 1]]
+    # then the random samples: the candidates past the seeded share wait for TPE or the local search
+    assert measured[seeded:seeded + FAST.samples] == GEMM_FAM.sample(PROBLEM, H100, FAST.samples, seed=FAST.seed)
 
 
 def test_a_family_of_thousands_of_candidates_leaves_trials_to_the_local_search():
-    """gemm_wgmma lists thousands of untuned candidates; only `start` (a known config, far down that
-    list) and its neighbour `better` (clusters of 2 x 1) are fast: the candidates take half the
-    trials, and the local search around `start` finds `better`."""
+    """gemm_wgmma lists thousands of untuned candidates; only `start` (a known config, past the first
+    hundred of them) and its neighbour `better` are fast: the candidates leave trials to the local
+    search, which finds `better` around `start`."""
     from kernels import gemm
 
     wgmma = family("gemm_wgmma")
     problem = gemm.Problem.contiguous(4096, 784, 8192, "float32", False, False, precision="tf32")
-    start = wgmma.config(dict(bm=256, bn=112, warpgroups=2, stages=4, math="tf32", inflight=1, split_k=1, producer=1,
-                              tma=1, pretranspose=1, cluster_m=1, cluster_n=1, persistent=0))
-    better = Config(dict(start, cluster_m=2))
-    assert len(wgmma.candidates(problem, H100)) > 1000
+    start = wgmma.config(dict(bm=64, bn=224, warpgroups=1, stages=2, math="tf32", inflight=0, split_k=1, producer=0,
+                              tma=0, pretranspose=1, cluster_m=1, cluster_n=1, persistent=0))
+    better = Config(dict(start, producer=1, tma=1))          # a step repaired by a second (tma needs a producer)
+    candidates = wgmma.candidates(problem, H100)
+    assert len(candidates) > 1000 and candidates.index(start) > 100
+    assert better in valid_neighbours(wgmma, start, problem, H100)
     script = lambda cfg, call: {start: 20.0, better: 10.0}.get(cfg, 50.0)  # noqa: E731
+    settings = Settings(**{**FAST.__dict__, "trials": 40, "local": 0.6})
     measure = FakeMeasure(script=script)
-    result = tune(wgmma, problem, H100, measure, Settings(**{**FAST.__dict__, "trials": 40}), known=(start,))
+    result = tune(wgmma, problem, H100, measure, settings, known=(start,))
     assert result.config == better
 
 

@@ -47,7 +47,8 @@ def test_two_gemm_shapes_are_tuned_stored_and_used(folders, capsys):
         a = rng.standard_normal((m, k)).astype(np.float32)
         b = rng.standard_normal((n, k)).astype(np.float32)
         da, db = cupy.asarray(a), cupy.asarray(b)
-        tuned = store.records[next(key for key in store.records if key.sizes == (800, n, k))]
+        # each family's record for the shape: the call runs the fastest (autogemm.ops.kernels)
+        tuned = min((r for r in store.records.values() if r.key.sizes == (800, n, k)), key=lambda r: r.median_us)
         call = plan_gemm(da, db, trans_b=True)
         assert call.instance.config == tuned.config
         out = autogemm.gemm(da, db, trans_b=True)
@@ -61,7 +62,7 @@ def test_two_gemm_shapes_are_tuned_stored_and_used(folders, capsys):
 def test_a_gemm_with_an_epilogue_is_tuned_with_it_and_its_fused_call_uses_the_record(folders, capsys):
     """The forward layer's GEMM (bias, then sigmoid) is measured fused, against the float64
     reference with the epilogue, beside cuBLAS and the elementwise pass; its record serves the
-    fused call alone, and the call without the epilogue keeps the default."""
+    fused call alone: the call without the epilogue gets what the shipped records (or the default) give it."""
     import cupy
 
     import autogemm

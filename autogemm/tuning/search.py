@@ -76,7 +76,7 @@ class Settings:
     rounds: int = 5             # round-robin rounds of the re-timing
     final_reps: int = 50        # timed runs per candidate per round
     samples: int = 3            # random valid configs enqueued after the default
-    seeded: float = 0.5         # first fraction of the trials at most: the default, known configs, candidates
+    seeded: float = 0.5         # the most of the trials that the candidates take (default, known configs always)
     max_failures_in_a_row: int = 40   # stop the search after this many failures in a row
     max_idle_asks: int = 400    # stop when this many proposals in a row bring nothing new
     local: float = 0.3          # last fraction of the trials: neighbours of the best configs first

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in | lb-tests | lb-tune | lb-steps | lb-epochs | h200-lb | lb-bf16 | h200-lb-bf16 | gt-tests | gt-prefetch | gt-epochs | h200-gt | ncu-lb | lb-runs | cluster | cluster-2 | persistent | persistent-2 | persistent-3 | epilogue-large | epilogue-cme | epilogue-epochs | epilogue-cme-2 | widths | widths-tune | widths-cme | widths-final | h200-widths]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in | lb-tests | lb-tune | lb-steps | lb-epochs | h200-lb | lb-bf16 | h200-lb-bf16 | gt-tests | gt-prefetch | gt-epochs | h200-gt | ncu-lb | lb-runs | cluster | cluster-2 | persistent | persistent-2 | persistent-3 | epilogue-large | epilogue-cme | epilogue-epochs | epilogue-cme-2 | widths | widths-tune | widths-cme | widths-final | h200-widths | search-retune]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -373,6 +373,22 @@ h200-widths)   # on the H200: the search's and the widths' GPU tests, the weight
     python -m pytest -q -m gpu tests/test_search_gpu.py tests/test_gemm_gpu.py -k "search_gpu or 112_and_224" \
         > "$out/pytest.txt" 2>&1; tail -1 "$out/pytest.txt"
     bash "$0" widths-tune > /dev/null 2>&1; grep -E "│ gemm|rror" "$out/tune-widths.txt" | tail -40
+    for records in tuned .device/tuned-old; do
+        echo "records $records"
+        AUTOGEMM_TUNED=$records python -m nn.bench --networks cme213,large \
+            --backends cupy-tuned,cupy-tuned-tf32,cupy-tuned-bf16 | tail -3
+    done > "$out/nn-bench-new-old.txt" 2>&1; cat "$out/nn-bench-new-old.txt"
+    ;;
+search-retune)   # the GEMMs behind issue 18's targets tuned again now that the search leaves trials to
+                 # TPE and its local phase (50 trials, 30 s), then the epochs with these records and
+                 # with the ones before (.device/tuned-old)
+    for arithmetic in tf32 bfloat16 fp32; do
+        flag=$([ "$arithmetic" = bfloat16 ] && echo "--dtype bfloat16" || echo "--precision $arithmetic")
+        shapes=$([ "$arithmetic" = fp32 ] && echo 8192x4096x784:nt+bias_sigmoid \
+            || echo 4096x4096x4096:nt,800x1000x784:nt,800x1000x784:nt+bias_sigmoid,8192x4096x784:nt+bias_sigmoid)
+        python -m autogemm.cli tune --shapes $shapes $flag --trials 50 --timeout 30
+    done > "$out/tune-search.txt" 2>&1; grep -E "│ gemm|rror" "$out/tune-search.txt" | tail -40
+    cp tuned/*.json "$out/"
     for records in tuned .device/tuned-old; do
         echo "records $records"
         AUTOGEMM_TUNED=$records python -m nn.bench --networks cme213,large \

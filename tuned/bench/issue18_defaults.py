@@ -3,8 +3,10 @@ steps (one rank) at precision tf32 and on bfloat16 arrays, against the default o
 (its configs in a JSON file that --write makes there, no GPU needed), each checked against float64,
 timed interleaved with autogemm's timer (events, L2 flushed, median), cuBLAS beside them.
 
-    python tuned/bench/issue18_defaults.py --write FILE                  # at the older commit
+    python tuned/bench/issue18_defaults.py --write FILE      # this file run on the older commit's tree
     python tuned/bench/issue18_defaults.py --before FILE [--reps 30] [--json PATH]
+
+fp32 calls are left out: untuned, they run the tiled family (kernels.IMPLEMENTATIONS lists it first).
 """
 import argparse
 import json
@@ -32,18 +34,19 @@ def main():
     from autogemm.tuning.timing import time_interleaved
     from wgmma_records import verified
 
-    p = argparse.ArgumentParser()
-    p.add_argument("--write", help="write this commit's defaults (an H100's, for the GEMMs gemm_wgmma can run) to this file")
-    p.add_argument("--before", help="the older commit's defaults, from --write")
-    p.add_argument("--reps", type=int, default=30)
-    p.add_argument("--json")
-    args = p.parse_args()
+    parser = argparse.ArgumentParser()
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--write", help="write this tree's defaults (an H100's, for the GEMMs gemm_wgmma can run) here")
+    which.add_argument("--before", help="the older tree's defaults, from --write")
+    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--json")
+    args = parser.parse_args()
     fam = family("gemm_wgmma")
     if args.write:
         from kernels.gemm_wgmma import problem_of
         problems = {k: problem_of(k.sizes, k.op, k.dtype) for k in keys()}
-        defaults = [{"key": [k.family, k.shape, k.op, k.dtype], "config": dict(fam.default(p, H100))}
-                    for k, p in problems.items() if fam.can_run(p, H100)]
+        defaults = [{"key": [k.family, k.shape, k.op, k.dtype], "config": dict(fam.default(problem, H100))}
+                    for k, problem in problems.items() if fam.can_run(problem, H100)]
         with open(args.write, "w") as f:
             json.dump(defaults, f, indent=1)
         return

@@ -10,8 +10,8 @@ M share their B tiles, along N their A tiles, by multicast bulk copies). persist
 config, then persistent blocks of two warpgroups taking turns on tiles of each warpgroup's share of
 the record's tile, and of 128 x 128, with a TMA producer, the most stages that fit, wgmmas in flight
 or not, alone or in clusters of 2 x 1 and 1 x 2 (and 64 x 256 tiles in clusters of 2 x 2). width:
-the record's config, then tiles 112 and 224 wide (N = 784 in 7 or 3.5 of them: one wave of blocks
-on 4096 x 784 where 128 x 128 tiles take 1.7), one a block (the record's pipeline and a TMA producer,
+the record's config, then tiles 112 and 224 wide (N = 784 in 7 or 3.5 of them: on 4096 x 784,
+256 x 112 and 128 x 224 tiles take one wave of blocks where 128 x 128 ones take 1.7), one a block (the record's pipeline and a TMA producer,
 the latter also in 2 x 1 clusters) and persistent, the most stages that fit. With
 --epilogue, each variant also runs with that fused epilogue (a layer's forward GEMM: bias, then the
 activation), checked and timed beside the others; cuBLAS runs without it (with a record's own
@@ -70,7 +70,7 @@ def main():
         fused = GemmMeasure(r.key._replace(op=key_op(*layout, args.epilogue)), device) if args.epilogue else None
         runs, configs, taken = {}, {}, set()
         for label, cfg in variants(fam, r.config, args.vary).items():
-            kind = label.replace(f"-s{cfg.stages}", "")     # a persistent tile and inflight: its most stages that fit
+            kind = label.replace(f"-s{cfg.stages}", "")     # a variant without its stage count: the most that fit
             if fam.violations(cfg, measure.problem, device) or kind in taken:
                 continue
             taken.add(kind)
