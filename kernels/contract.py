@@ -54,6 +54,12 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def block_waves(bm: int, bn: int, problem, device) -> int:
+    """Rounds of one BM x BN block an SM that cover `problem`'s M x N output on `device`: what the
+    busiest SM runs, whole rounds however few blocks the last one has."""
+    return ceil_div(ceil_div(problem.m, bm) * ceil_div(problem.n, bn), device.sm_count)
+
+
 def keeps(constraints: tuple, values: dict, problem, device) -> bool:
     """Whether a config given as a plain dict keeps every one of a family's CONSTRAINTS (a family
     module's own check of the seeds it builds; the runtime checks configs with Family.violations)."""

@@ -6,7 +6,7 @@ accept as the default, and the search tries all that are valid first.
 """
 import itertools
 
-from kernels.contract import ceil_div, keeps
+from kernels.contract import block_waves, ceil_div, keeps
 
 # Block shapes for the default, largest first: (bm, bn, ty, tx, tm, tn, copy, bk, stages).
 _DEFAULT_TILES = (
@@ -83,7 +83,7 @@ def wave_tiles(p, d, params: dict, constraints: tuple, count: int = 2) -> list[t
         wm, wn = bm * 8 // ty, bn * 4 // tx              # the warp tile
         if min(wm, wn) < 32 or not keeps(constraints, _tc_seed(bm, bn, ty, tx, vec), p, d):
             continue
-        waves = ceil_div(ceil_div(p.m, bm) * ceil_div(p.n, bn), d.sm_count)
+        waves = block_waves(bm, bn, p, d)
         rank = (waves * bm * bn, waves, max(wm, wn) / min(wm, wn))
         if (bm, bn) not in best or rank < best[bm, bn][0]:
             best[bm, bn] = (rank, (bm, bn, ty, tx))

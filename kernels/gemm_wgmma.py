@@ -19,7 +19,7 @@ import dataclasses
 import itertools
 
 from kernels import gemm
-from kernels.contract import Geometry, TileMap, ceil_div, keeps
+from kernels.contract import Geometry, TileMap, block_waves, ceil_div, keeps
 
 NAME = "gemm_wgmma"
 TEMPLATE = "gemm_wgmma.cu.j2"
@@ -247,10 +247,16 @@ def default_candidates(p: Problem, d):
 def _persistent_seeds(like: dict, p: Problem, d):
     """Persistent 128 x 128 blocks with `like`'s math and operands, each with the most stages that fit."""
     for (cluster_m, cluster_n), inflight in itertools.product(((1, 2), (1, 1), (2, 1)), (1, 0)):
-        fitting = (dict(like, bm=128, bn=128, warpgroups=2, stages=stages, inflight=inflight, producer=1, tma=1,
-                        cluster_m=cluster_m, cluster_n=cluster_n, persistent=1)
-                   for stages in reversed(PARAMS["stages"]))
-        yield from itertools.islice((c for c in fitting if keeps(CONSTRAINTS, c, p, d)), 1)
+        seed = _first_fitting((dict(like, bm=128, bn=128, warpgroups=2, stages=stages, inflight=inflight, producer=1,
+                                    tma=1, cluster_m=cluster_m, cluster_n=cluster_n, persistent=1)
+                               for stages in reversed(PARAMS["stages"])), p, d)
+        if seed is not None:
+            yield seed
+
+
+def _first_fitting(configs, p: Problem, d) -> dict | None:
+    """The first of `configs` that keeps every constraint, or None."""
+    return next((c for c in configs if keeps(CONSTRAINTS, c, p, d)), None)
 
 
 # Per k-step a block costs its BM x BN products and about this many more per row and column of the
@@ -263,8 +269,7 @@ LOAD_COST = 35
 def busiest_sm_cost(bm: int, bn: int, p: Problem, d) -> int:
     """The busiest SM's work per k-step, one BM x BN block an SM at a time: its whole waves of
     blocks times a block's cost (products and LOAD_COST)."""
-    waves = ceil_div(ceil_div(p.m, bm) * ceil_div(p.n, bn), d.sm_count)
-    return waves * (bm * bn + LOAD_COST * (bm + bn))
+    return block_waves(bm, bn, p, d) * (bm * bn + LOAD_COST * (bm + bn))
 
 
 def _one_tile_a_block(p: Problem, d):
@@ -287,6 +292,6 @@ def _one_tile_a_block(p: Problem, d):
                         for warpgroups, (producer, tma), stages, inflight in itertools.product(
                             (2, 1), pipelines, reversed(PARAMS["stages"]), (1, 0))]
                        for bm, bn in tiles]
-            firsts = [next((c for c in tile if keeps(CONSTRAINTS, c, p, d)), None) for tile in configs]
+            firsts = [_first_fitting(tile, p, d) for tile in configs]
             yield from (c for c in firsts if c is not None)
             yield from (c for tile, first in zip(configs, firsts) for c in tile if c is not first)

@@ -11,19 +11,21 @@ fp32 calls are left out: untuned, they run the tiled family (kernels.IMPLEMENTAT
 import argparse
 import json
 
-NETWORKS = {"cme213": dict(batch=800, hidden=(1000,)), "grading": dict(batch=800, hidden=(100,)),
-            "large": dict(batch=8192, hidden=(4096,))}
+NETWORKS = ("cme213", "grading", "large")                 # nn.bench's
 ARITHMETICS = {"tf32": "tf32", "bfloat16": "bf16"}      # key dtype: the step's precision
 
 
 def keys() -> list:
     """The distinct gemm_wgmma keys of the networks' GEMMs in each arithmetic."""
     from autogemm.store.keys import make_key
+    from nn.bench import networks
     from nn.targets import step_targets
 
+    nets = [networks()[name] for name in NETWORKS]
     return list(dict.fromkeys(make_key("gemm_wgmma", t.sizes, t.op, arithmetic)
-                              for arithmetic, precision in ARITHMETICS.items() for net in NETWORKS.values()
-                              for t in step_targets(precision=precision, **net) if t.family == "gemm"))
+                              for arithmetic, precision in ARITHMETICS.items() for net in nets
+                              for t in step_targets(net.batch, (net.hidden,), net.images, precision=precision)
+                              if t.family == "gemm"))
 
 
 def main():
@@ -31,8 +33,7 @@ def main():
     from autogemm.runtime.family import family
     from autogemm.store.keys import parse_key
     from autogemm.tuning.measure import GemmMeasure
-    from autogemm.tuning.timing import time_interleaved
-    from wgmma_records import verified
+    from wgmma_records import verified, with_cublas_us, write_results
 
     parser = argparse.ArgumentParser()
     which = parser.add_mutually_exclusive_group(required=True)
@@ -61,15 +62,11 @@ def main():
         if now != configs["before"]:
             configs["now"] = now
         runs = {label: run for label, cfg in configs.items() if (run := verified(measure, cfg)) is not None}
-        runs["cublas"] = measure.cublas_launcher()
-        timings = time_interleaved(runs, reps=args.reps)
-        us = {name: timings[name].median_us for name in runs}
+        us = with_cublas_us(measure, runs, args.reps)
         results.append({"key": str(key), "before": old, "now": dict(now), "us": us})
         print(f"{str(key):52s} " + "  ".join(f"{name} {t:7.1f}" for name, t in us.items())
               + (" (same config)" if len(configs) == 1 else f"  now {now['bm']}x{now['bn']} was {old['bm']}x{old['bn']}"), flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"gpu": device.name, "results": results}, f, indent=1)
+    write_results(args.json, device, results)
 
 
 if __name__ == "__main__":

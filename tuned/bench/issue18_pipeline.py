@@ -9,7 +9,6 @@ beside them.
     python tuned/bench/issue18_pipeline.py [--shapes 800x1000x784:nt,...] [--reps 30] [--json PATH]
 """
 import argparse
-import json
 
 
 def variants(fam, cfg, problem, device) -> list:
@@ -35,8 +34,7 @@ def main():
     from autogemm.runtime.device import this_device
     from autogemm.runtime.family import family
     from autogemm.tuning.measure import GemmMeasure
-    from autogemm.tuning.timing import time_interleaved
-    from wgmma_records import records, verified
+    from wgmma_records import records, verified, with_cublas_us, write_results
 
     p = argparse.ArgumentParser()
     p.add_argument("--shapes", help="SIZES:OP of the records to take (default: all gemm_wgmma records)")
@@ -50,9 +48,7 @@ def main():
         for cfg in variants(fam, r.config, measure.problem, device):
             if (run := verified(measure, cfg)) is not None:
                 runs[run.instance.name], configs[run.instance.name] = run, dict(cfg)
-        runs["cublas"] = measure.cublas_launcher()         # with the record's epilogue: then the elementwise pass
-        timings = time_interleaved(runs, reps=args.reps)
-        us = {name: timings[name].median_us for name in runs}
+        us = with_cublas_us(measure, runs, args.reps)
         record_name = fam.instance(r.config, measure.problem).name
         best = {p: min((t, name) for name, t in us.items() if name in configs and pipeline(configs[name]) == p)
                 for p in {pipeline(cfg) for cfg in configs.values()}}
@@ -62,9 +58,7 @@ def main():
         print(f"{str(r.key):44s} record {us.get(record_name, float('nan')):7.1f}  "
               + "  ".join(f"{p} {t:7.1f}" for p, (t, _) in sorted(best.items()))
               + f"  cuBLAS {us['cublas']:7.1f} us", flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"gpu": device.name, "results": results}, f, indent=1)
+    write_results(args.json, device, results)
 
 
 if __name__ == "__main__":

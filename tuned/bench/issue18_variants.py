@@ -18,7 +18,6 @@ activation), checked and timed beside the others; cuBLAS runs without it (with a
 epilogue, cuBLAS then the elementwise pass).
 """
 import argparse
-import json
 
 CLUSTERS = ((1, 1), (2, 1), (1, 2), (2, 2))
 # (bm, bn, warpgroups, persistent) of --vary width: a warpgroup's tile at most 128 accumulators.
@@ -52,9 +51,8 @@ def main():
     from autogemm.runtime.device import this_device
     from autogemm.runtime.family import family
     from autogemm.tuning.measure import GemmMeasure
-    from autogemm.tuning.timing import time_interleaved
     from kernels.gemm import key_op
-    from wgmma_records import records, verified
+    from wgmma_records import records, verified, with_cublas_us, write_results
 
     p = argparse.ArgumentParser()
     p.add_argument("--vary", choices=("cluster", "persistent", "width"), required=True)
@@ -79,14 +77,10 @@ def main():
             runs[label], configs[label] = run, dict(cfg)
             if fused and (run := verified(fused, cfg)) is not None:
                 runs[f"{label}+{args.epilogue}"] = run
-        runs["cublas"] = measure.cublas_launcher()         # with the record's epilogue: then the elementwise pass
-        timings = time_interleaved(runs, reps=args.reps)
-        us = {name: timings[name].median_us for name in runs}
+        us = with_cublas_us(measure, runs, args.reps)
         results.append({"key": str(r.key), "config": dict(r.config), "us": us, "configs": configs})
         print(f"{str(r.key):44s} " + "  ".join(f"{name} {t:7.1f}" for name, t in us.items()) + " us", flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"gpu": device.name, "results": results}, f, indent=1)
+    write_results(args.json, device, results)
 
 
 if __name__ == "__main__":

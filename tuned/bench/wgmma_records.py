@@ -1,5 +1,5 @@
-"""What the issue 18 bench scripts share: this GPU's gemm_wgmma records, and a config's launch checked
-against float64 before it is timed."""
+"""What the issue 18 bench scripts share: this GPU's gemm_wgmma records, a config's launch checked
+against float64 before it is timed, the launches timed beside cuBLAS, and their results' JSON."""
 
 
 def records(device, shapes: str | None) -> list:
@@ -21,3 +21,22 @@ def verified(measure, cfg):
         print(f"{measure.key}: {run.instance.name}: FAILED {str(exc)[:300]}", flush=True)
         return None
     return run
+
+
+def with_cublas_us(measure, runs: dict, reps: int) -> dict:
+    """{label: median µs} of `runs` and "cublas" (the call's cuBLAS baseline: with an epilogue, then
+    the elementwise pass), timed interleaved with autogemm's timer."""
+    from autogemm.tuning.timing import time_interleaved
+
+    runs = {**runs, "cublas": measure.cublas_launcher()}
+    timings = time_interleaved(runs, reps=reps)
+    return {name: timings[name].median_us for name in runs}
+
+
+def write_results(path: str | None, device, results: list):
+    """The results as JSON at `path` (nothing without one), with the GPU's name."""
+    import json
+
+    if path:
+        with open(path, "w") as f:
+            json.dump({"gpu": device.name, "results": results}, f, indent=1)
