@@ -10,7 +10,8 @@ from optuna.trial import TrialState
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import Config, family
 from autogemm.store.keys import make_key, problem_of
-from autogemm.tuning.search import JournalFileBackend, SearchError, Settings, neighbours, tune, valid_neighbours
+from autogemm.tuning.search import (JournalFileBackend, SearchError, Settings, neighbours, open_study, tune,
+                                    valid_neighbours)
 from fake_tuned import GEMM, FakeMeasure, gemm_model
 
 GEMM_FAM = family("gemm")
@@ -171,6 +172,24 @@ def test_resume_continues_the_study_without_measuring_a_config_twice(tmp_path):
     third = FakeMeasure()
     three = search(third, settings=Settings(**{**FAST.__dict__, "trials": 30}), study_path=path, resume=True)
     assert three.reused and third.calls == [] and three.config == two.config and three.trials == 30
+
+
+def test_a_resumed_study_drops_the_queue_an_earlier_run_left(tmp_path):
+    """A journal from before the candidates took a capped share of the trials queued every one of
+    them; resumed, that queue is dropped, and the candidates take their share before the random
+    samples, as in a fresh study."""
+    path = tmp_path / "study.log"
+    candidates = GEMM_FAM.candidates(PROBLEM, H100)
+    seeded = int(FAST.trials * FAST.seeded)
+    assert len(candidates) > seeded + FAST.samples
+    old = open_study(path, f"gemm:{PROBLEM}", FAST.seed, resume=False)
+    for cfg in candidates:
+        old.enqueue_trial(dict(cfg))
+    measure = FakeMeasure()
+    search(measure, study_path=path, resume=True)
+    measured = measure.measured()
+    assert measured[:seeded] == candidates[:seeded]
+    assert measured[seeded:seeded + FAST.samples] == GEMM_FAM.sample(PROBLEM, H100, FAST.samples, seed=FAST.seed)
 
 
 def test_without_resume_an_old_study_is_started_afresh(tmp_path):

@@ -17,7 +17,8 @@
 - The top candidates are re-timed with more repetitions, interleaved round robin over several
   rounds; each one's median across rounds picks the winner, so one lucky quick run cannot.
 - With a journal file the study persists: `resume` continues it (trials already measured are not
-  measured again; a finished study is reused as is), and Ctrl-C marks the trials in flight
+  measured again, the queue an earlier run left is queued afresh under this run's settings; a
+  finished study is reused as is), and Ctrl-C marks the trials in flight
   failed ("interrupted") before it propagates.
 
 `measure(config, reps)` returns an object with median_us, p10_us, p90_us (and optionally
@@ -237,8 +238,12 @@ def retime(configs: list, measure: Measure, rounds: int, reps: int) -> dict:
 
 # ---- pieces of the search ---------------------------------------------------------------------
 def _recall(study: optuna.Study, fam: Family) -> _Seen:
-    """What a resumed study measured already; trials left running by a killed run are failed."""
+    """What a resumed study measured already; trials left running by a killed run are failed, and the
+    queue it left is dropped (failed without a reason, which nothing reads): `_enqueue` queues afresh
+    under this run's settings (a journal from before the seeded share held every candidate)."""
     seen = _Seen()
+    for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
     for t in study.get_trials(deepcopy=False):
         if t.state == TrialState.RUNNING:
             optuna.Trial(study, t._trial_id).set_user_attr("reason", "interrupted")
