@@ -119,7 +119,7 @@ def profile(network: str, backend_name: str, reps: int, replays: int, dtype: str
     backend = make_backend(backend_name, dtype)
     rng = np.random.default_rng(0)
     batch = LENET_BATCH if network == "lenet" else networks()[network].batch
-    x = backend.asarray(rng.random((batch, 784)))                     # X: (B, 784) dtype
+    x = backend.read_only(backend.asarray(rng.random((batch, 784))))  # X: (B, 784) dtype, the data as the trainer keeps it
     labels = backend.asarray(rng.integers(0, 10, batch))              # (B,) int
     if network == "lenet":
         layers = parse_layers(LENET)

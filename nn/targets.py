@@ -12,7 +12,7 @@ import numpy as np
 import autogemm
 from autogemm import NO_OP
 from nn.backends.base import Backend
-from nn.backends.cupy_backend import column_major_input_gradient
+from nn.backends.cupy_backend import column_major_data, column_major_input_gradient, k_major_operand
 from nn.cnn import CNN, CNNStep, init_cnn_params
 from nn.errors import NNError
 from nn.layers import LENET, parse_layers
@@ -34,6 +34,7 @@ class LaunchRecorder(Backend):
         self.precision = precision
         self.launches: list[autogemm.Target] = []
         self.names: dict[int, str] = {}
+        self.column_major: list = []        # (read-only array, a column-major one of its shape), as the cupy backend's
 
     def name_of(self, a) -> str:
         return self.names.get(a.__array_interface__["data"][0], "?")
@@ -58,6 +59,11 @@ class LaunchRecorder(Backend):
     def zeros(self, shape):
         return np.zeros(shape, self.dtype)
 
+    def read_only(self, x):
+        if column_major_data(x.dtype, self.precision) and x.ndim == 2 and x.flags.c_contiguous and x.size:
+            self.column_major.append((x, autogemm.empty_column_major(x.shape, x.dtype, np)))
+        return x
+
     def empty_input_gradient(self, shape, classes):
         if not column_major_input_gradient(self.dtype, self.precision, classes):
             return self.empty(shape)
@@ -79,6 +85,7 @@ class LaunchRecorder(Backend):
         if epilogue:       # bias_sigmoid(A0 W1^T, b1)
             product = f"{epilogue}({product}, {self.name_of(bias if bias is not None else aux)})"
         role = f"{self.name_of(out)} = {product}"
+        a, b = k_major_operand(a, trans_a, self.column_major), k_major_operand(b, not trans_b, self.column_major)
         (_, trans_a), (_, trans_b) = autogemm.row_major_operand(a, trans_a), autogemm.row_major_operand(b, trans_b)
         self._record("gemm", (*out.shape, k), autogemm.gemm_key_op(trans_a, trans_b, epilogue), role)
         return out
@@ -176,7 +183,7 @@ def record_step(rows: int, batch: int, sizes, activation: str, ranks: int,
     else:
         model = ShardedMLP(recorder, sizes, activation, params, rank, ranks, reduce=lambda logits: logits)
         step = ShardedStep(model, rows, batch, lr=0.1, reg=0.0)
-    x = np.empty((rows, sizes[0]), recorder.dtype)     # X: (rows, inputs), never read
+    x = recorder.read_only(np.empty((rows, sizes[0]), recorder.dtype))     # X: (rows, inputs), never read
     labels = np.zeros(rows, np.int32)
     _name_arrays(recorder, step, x)
     step.train_batch(x, labels, allreduce=None if ranks == 1 or rank is not None else lambda grads: None)

@@ -270,6 +270,38 @@ def test_reduced_precisions_train_as_fp32_does(tmp_path, data_dir):
         assert 1e-6 < max_rel_diff(runs[p][0], runs["fp32"][0]) < 0.1, p
 
 
+def test_tf32_weight_gemms_read_the_datas_column_major_copy():
+    """At precision tf32 the backend keeps a column-major copy of read-only data, and a weight GEMM
+    G^T X reads X's rows from it K-major, aligned to 16 bytes or not: no staging copy of X, and each
+    result within TF32's bound of float64's. At fp32 there is no copy."""
+    import cupy
+
+    from autogemm.tuning.verify import compare
+    from kernels.gemm import Problem, reference
+
+    rng = np.random.default_rng(31)
+    x_host = rng.standard_normal((1000, 784)).astype(np.float32)
+    g_host = rng.standard_normal((1000, 256)).astype(np.float32)
+    bk = get_backend("cupy", "float32", tuned=True, precision="tf32")
+    x = bk.read_only(bk.asarray(x_host))                                # X: (1000, 784) float32
+    g = bk.asarray(g_host)                                              # G: (1000, 256) float32
+    dw = bk.empty((256, 784))
+    (source, copy), = bk._column_major
+    assert source is x and copy.strides[0] == 4 and np.array_equal(cupy.asnumpy(copy), x_host)
+    for first, rows in ((0, 800), (800, 200), (3, 401)):
+        bk.gemm(g[first:first + rows], x[first:first + rows], dw, trans_a=True)
+        want, magnitude, _ = reference(Problem(256, 784, rows, trans_a=True), g_host[first:first + rows].astype(np.float64),
+                                       x_host[first:first + rows].astype(np.float64))["d"]
+        verdict = compare(cupy.asnumpy(dw), want, magnitude, rows, np.float32, "tf32")
+        assert verdict.ok, (first, rows, verdict.describe())
+        plan = bk._plans[next(reversed(bk._plans))]
+        staged = {args[0].data.ptr for _, args in plan.staging}        # the sources of its staging copies
+        assert staged <= {g[first:].data.ptr}, (first, rows, plan.instance.name)
+    fp32 = get_backend("cupy", "float32", precision="fp32")
+    fp32.read_only(fp32.asarray(x_host))
+    assert fp32._column_major == []
+
+
 def test_bf16_gemms_read_bfloat16_copies_of_their_operands():
     """At precision bf16 the backend's GEMMs multiply the bfloat16 values of their operands: a
     read-only array's copy (a row slice of it too), a weight rounded again before each call (after

@@ -45,7 +45,8 @@ def test_the_large_networks_output_layer_has_a_backward_pass_of_its_own():
     """A large output-layer input (8192 x 4096 float32) is read once going back: linear_backward
     makes G1 with the W2 and b1 steps (one rank) or dW2 and db1 (two), after the forward-only
     linear_xent; no GEMM or column sums of the output layer's own. At precision tf32 G1 is stored
-    transposed (op sigmoid_t), so that W1's GEMM reads G1^T K-major ("nn"); else row-major ("tn")."""
+    transposed (op sigmoid_t) and X has a column-major copy, so that W1's GEMM reads G1^T and X
+    K-major ("nt"); else both are row-major ("tn")."""
     one = record_step(8192, 8192, (784, 4096, 10), "sigmoid", ranks=1)
     assert [(str(t), t.role) for t in one if t.family.startswith(("linear", "colsum"))] == [
         ("linear_xent 8192x10x4096", "Z, G2 from A1 W2^T"),
@@ -54,13 +55,23 @@ def test_the_large_networks_output_layer_has_a_backward_pass_of_its_own():
     assert ("gemm", (4096, 784, 8192), "tn", "W1 = G1^T A0") in {(t.family, t.sizes, t.op, t.role) for t in one}
     assert not any(t.family.startswith("gemm") and t.sizes == (10, 4096, 8192) for t in one)
     tf32 = launches(record_step(8192, 8192, (784, 4096, 10), "sigmoid", ranks=1, precision="tf32"))
-    assert {("linear_backward", (8192, 10, 4096), "sigmoid_t"), ("gemm", (4096, 784, 8192), "nn")} <= tf32
+    assert {("linear_backward", (8192, 10, 4096), "sigmoid_t"), ("gemm", (4096, 784, 8192), "nt")} <= tf32
     bf16 = launches(record_step(8192, 8192, (784, 4096, 10), "sigmoid", ranks=1, precision="bf16"))
     assert {("linear_backward", (8192, 10, 4096), "sigmoid"), ("gemm", (4096, 784, 8192), "tn")} <= bf16
     two = launches(record_step(4096, 8192, (784, 4096, 10), "sigmoid", ranks=2, precision="tf32"))
     assert {("linear_xent", (4096, 10, 4096), "-"), ("linear_backward", (4096, 10, 4096), "sigmoid_t"),
-            ("colsum", (4096, 10), "-"), ("gemm", (4096, 784, 4096), "nn")} <= two
+            ("colsum", (4096, 10), "-"), ("gemm", (4096, 784, 4096), "nt")} <= two
     assert ("colsum", (4096, 4096), "-") not in two and ("gemm", (10, 4096, 4096), "tn") not in two
+
+
+@pytest.mark.parametrize("precision, op", [("fp32", "tn"), ("tf32", "tt"), ("bf16", "tn")])
+def test_at_tf32_the_first_weight_gemm_reads_the_datas_column_major_copy(precision, op):
+    """At precision tf32 the read-only data has a column-major copy (as the cupy backend keeps it), so
+    W1's GEMM G1^T X reads X K-major: op "tt" on the CME 213 network's full and last batches and on
+    each rank's share; the forward GEMM reads X row-major, as it is K-major there."""
+    for ranks, rows in ((1, 800), (1, 400), (4, 200)):
+        steps = launches(record_step(rows, 800, (784, 1000, 10), "sigmoid", ranks=ranks, precision=precision))
+        assert {("gemm", (1000, 784, rows), op), ("gemm", (rows, 1000, 784), "nt+bias_sigmoid")} <= steps
 
 
 def test_a_column_major_output_or_column_sums_input_is_an_internal_error():

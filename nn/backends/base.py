@@ -56,7 +56,8 @@ class Backend(ABC):
 
     def read_only(self, x):
         """Declare that `x` (a backend array) is never written again, so that derived copies of it
-        stay valid (the bfloat16 copy a GPU backend's bf16 GEMMs read); returns x."""
+        stay valid (a GPU backend's: the bfloat16 copy its bf16 GEMMs read, the column-major copy
+        its tf32 GEMMs read where they would read x M/N-major); returns x."""
         return x
 
     @abstractmethod

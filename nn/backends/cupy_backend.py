@@ -40,6 +40,32 @@ def column_major_input_gradient(dtype, precision: str, classes: int) -> bool:
     return np.dtype(dtype) == np.float32 and precision == "tf32" and classes <= autogemm.LINEAR_BACKWARD_MAX_CLASSES
 
 
+def column_major_data(dtype, precision: str) -> bool:
+    """Whether the cupy backend keeps a column-major copy of each read-only array (`read_only`: the
+    data) for the GEMMs that read it M/N-major (the first layer's weight GEMM G^T X reads X N-major),
+    so that they read the copy K-major: at precision tf32 alone, whose products read operands K-major
+    (else gemm_wgmma copies X K-major before every call: 17 µs a step for the large network's)."""
+    return np.dtype(dtype) == np.float32 and precision == "tf32"
+
+
+def k_major_operand(x, mn_major: bool, copies):
+    """`x`, or where a GEMM reads it M/N-major (`mn_major`) and it is consecutive whole rows of a
+    source of `copies` ((source, its column-major copy) pairs), the same rows of the copy."""
+    if mn_major and x.ndim == 2:
+        for source, copy in copies:
+            row = source.strides[0]
+            offset = _address(x) - _address(source)
+            if (x.shape[1] == source.shape[1] and x.strides == source.strides and 0 <= offset
+                    and offset % row == 0 and offset // row + x.shape[0] <= source.shape[0]):
+                return copy[offset // row:offset // row + x.shape[0]]
+    return x
+
+
+def _address(x) -> int:
+    """The first byte of a CuPy or NumPy array."""
+    return x.data.ptr if hasattr(x.data, "ptr") else x.__array_interface__["data"][0]
+
+
 class CupyBackend(Backend):
     """autogemm kernels on one GPU; `tuned` picks configs from tuned/ (else the family defaults);
     `precision` is its GEMMs' (autogemm.gemm's). At precision bf16 a GEMM whose operands a kernel
@@ -48,7 +74,8 @@ class CupyBackend(Backend):
     the kernel that makes it (linear_xent: beside its float32 values; linear_backward: alone, as the
     GEMMs that read it round it to bfloat16; one that cannot read bfloat16 here has its values
     widened back first), the others (weights, gradients) rounded by to_bf16 before each call;
-    float32 weights, sums and outputs."""
+    float32 weights, sums and outputs. At precision tf32 a GEMM that reads rows of a read-only array
+    M/N-major reads them K-major from its column-major copy (`column_major_data`)."""
 
     name = "cupy"
     can_capture = True
@@ -76,6 +103,7 @@ class CupyBackend(Backend):
                                         # pass: read-only arrays' (rounded once), the output layer's input
                                         # gradient's (written beside it)
         self._bf16_only = []            # float32 arrays whose values are written in their bfloat16 copy alone
+        self._column_major = []         # (read-only array, its column-major copy) at precision tf32
         self._widen = cupy.ElementwiseKernel("uint16 bits", "float32 value",     # bfloat16 bits back to float32
                                              "value = __uint_as_float((unsigned int)bits << 16)", "widen_bf16")
 
@@ -89,6 +117,10 @@ class CupyBackend(Backend):
     def read_only(self, x):
         if self.precision == "bf16" and x.dtype == np.float32 and x.flags.c_contiguous and x.size:
             self._bf16_copies.append((x, autogemm.to_bf16(x, config=self.config)))
+        if column_major_data(x.dtype, self.precision) and x.ndim == 2 and x.flags.c_contiguous and x.size:
+            copy = autogemm.empty_column_major(x.shape, x.dtype)
+            autogemm.transpose(x, copy.T, config=self.config)
+            self._column_major.append((x, copy))
         return x
 
     def to_numpy(self, a):
@@ -126,6 +158,7 @@ class CupyBackend(Backend):
                alpha, beta, trans_a, trans_b, epilogue)
         plan = self._plans.get(key)
         if plan is None:
+            a, b = k_major_operand(a, trans_a, self._column_major), k_major_operand(b, not trans_b, self._column_major)
             plan = self._plans[key] = self._plan(a, b, out, alpha, beta, trans_a, trans_b, c, epilogue, bias, aux)
         plan()
         return out

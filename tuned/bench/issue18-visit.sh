@@ -1,12 +1,36 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in | lb-tests | lb-tune | lb-steps | lb-epochs | h200-lb | lb-bf16 | h200-lb-bf16 | gt-tests | gt-prefetch | gt-epochs | h200-gt | ncu-lb | lb-runs | cluster | cluster-2 | persistent | persistent-2 | persistent-3 | epilogue-large | epilogue-cme | epilogue-epochs | epilogue-cme-2 | widths | widths-tune | widths-cme | widths-final | h200-widths | search-retune]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in | lb-tests | lb-tune | lb-steps | lb-epochs | h200-lb | lb-bf16 | h200-lb-bf16 | gt-tests | gt-prefetch | gt-epochs | h200-gt | ncu-lb | lb-runs | cluster | cluster-2 | persistent | persistent-2 | persistent-3 | epilogue-large | epilogue-cme | epilogue-epochs | epilogue-cme-2 | widths | widths-tune | widths-cme | widths-final | h200-widths | search-retune | x-column | profile-targets]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 case "${1:-wgmma}" in
+x-column)   # at tf32 the data's column-major copy, so that W1's update reads X K-major: the GPU tests,
+            # the tf32 updates tuned in their new layouts (tt; nt where G1 is column-major), then each
+            # step's profile and the epochs with the copy and without (issue18_without_copy.py), twice
+    python -m pytest -q -m gpu tests/test_cupy_backend_gpu.py -k "column_major or reduced_precisions" \
+        > "$out/pytest-x-column.txt" 2>&1; tail -1 "$out/pytest-x-column.txt"
+    shapes=1000x784x800:tt,1000x784x400:tt,4096x784x8192:nt,4096x784x4848:nt,100x784x800:tt,100x784x400:tt
+    shapes=$shapes,1000x784x200:tt,1000x784x100:tt,100x784x200:tt,100x784x100:tt
+    python -m autogemm.cli tune --precision tf32 --shapes $shapes --trials 40 --timeout 20 > "$out/tune-x-column.txt" 2>&1
+    grep -E "│ gemm|rror" "$out/tune-x-column.txt" | tail -24
+    for net in cme213 large; do
+        python -m nn.profile --network $net --backend cupy-tuned-tf32 > "$out/profile-$net-copy.txt" 2>&1
+        python tuned/bench/issue18_without_copy.py nn.profile --network $net --backend cupy-tuned-tf32 \
+            > "$out/profile-$net-no-copy.txt" 2>&1
+    done
+    grep -E "==>|gemm|whole" "$out"/profile-*.txt
+    for run in 1 2; do
+        python -m nn.bench --networks cme213,grading,large --backends cupy-tuned-tf32 --json "$out/nn-bench-copy-$run.json" \
+            > "$out/nn-bench-copy-$run.txt" 2>&1
+        python tuned/bench/issue18_without_copy.py nn.bench --networks cme213,grading,large --backends cupy-tuned-tf32 \
+            --json "$out/nn-bench-no-copy-$run.json" > "$out/nn-bench-no-copy-$run.txt" 2>&1
+    done
+    for f in "$out"/nn-bench-*.txt; do echo "$(basename $f)"; tail -n 3 "$f"; done
+    cp tuned/*.json "$out/"
+    ;;
 tma)   # the producer copying by TMA: one call first (the tensor maps reach the kernel), the wgmma GPU
        # tests, then the pipelines on the records of the networks' large and small GEMMs
     python - <<'PY' 2>&1 | tee "$out/probe.txt" || exit 1
@@ -449,6 +473,12 @@ h200-pretranspose)   # the H200's file after pretranspose joined the space: its 
     python -m nn.bench --networks cme213,large --backends cupy-tuned,cupy-tuned-tf32 \
         --json "$out/nn-bench.json" > "$out/nn-bench.txt" 2>&1; tail -3 "$out/nn-bench.txt"
     cp tuned/nvidia-h200.json "$out/"
+    ;;
+profile-targets)   # Nsight Compute on the missed targets' GEMMs as a call runs them (issue18_profile.py --targets)
+    ncu --kernel-name regex:^gemm --launch-count 8 --section SpeedOfLight --section ComputeWorkloadAnalysis \
+        --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
+        python tuned/bench/issue18_profile.py --targets > "$out/ncu-targets.txt" 2>&1
+    grep -E "^  gemm|Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|Executed Ipc A|highest-utilized|Stall|Registers Per|Dynamic Shared|Waves Per SM" "$out/ncu-targets.txt" | head -120
     ;;
 profile-tma)   # Nsight Compute on the TMA producer's kernels (tuned/bench/issue18_profile.py --tma)
     ncu --kernel-name regex:gemm_wgmma --launch-count 6 --section SpeedOfLight --section ComputeWorkloadAnalysis \
