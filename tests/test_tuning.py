@@ -45,7 +45,7 @@ def test_a_float32_tune_takes_every_precisions_launches_but_the_gemms():
     every = {(t.family, t.sizes, t.op) for t in parse_targets("nn", **large, every_precision=True)}
     transposed, row_major = ("linear_backward", (8192, 10, 4096), "sigmoid_t"), ("linear_backward", (8192, 10, 4096), "sigmoid")
     assert row_major in fp32 and row_major in bf16 and transposed in tf32 and transposed not in fp32 | bf16
-    assert every == fp32 | {transposed} and ("gemm_wgmma", (4096, 784, 8192), "nn") in tf32 - every
+    assert every == fp32 | {transposed} and ("gemm_wgmma", (4096, 784, 8192), "nt") in tf32 - every
 
 
 def test_an_entry_point_without_precision_is_called_without_it(monkeypatch):
