@@ -18,6 +18,7 @@ import numpy as np
 
 import autogemm
 
+from nn.backends.cupy_backend import k_major_operand
 from nn.bench import BACKEND_NAMES, available_backends, make_backend, networks
 from nn.cnn import CNN, CNNStep, init_cnn_params
 from nn.errors import ArgumentParser, NNError, exit_status
@@ -38,13 +39,16 @@ class Timed:
     p90_us: float
 
 
-def describe(name: str, args, kwargs) -> str:
-    """A recorded call in words: the operation, its sizes and what is fused into it."""
+def describe(name: str, args, kwargs, column_major=()) -> str:
+    """A recorded call in words: the operation, its sizes and what is fused into it; `column_major`:
+    the backend's (read-only array, column-major copy) pairs, which its GEMMs may read instead."""
     shape = lambda x: "x".join(map(str, x.shape))  # noqa: E731
     if name == "gemm":
-        # the op launched: column-major operands as their row-major transposes
-        a, ta = autogemm.row_major_operand(args[0], kwargs.get("trans_a", False))
-        b, tb = autogemm.row_major_operand(args[1], kwargs.get("trans_b", False))
+        # the op launched: operands read from a column-major copy, and column-major operands as
+        # their row-major transposes
+        ta, tb = kwargs.get("trans_a", False), kwargs.get("trans_b", False)
+        a, ta = autogemm.row_major_operand(k_major_operand(args[0], ta, column_major), ta)
+        b, tb = autogemm.row_major_operand(k_major_operand(args[1], not tb, column_major), tb)
         m, k = a.shape[::-1] if ta else a.shape
         n = b.shape[0] if tb else b.shape[1]
         extras = [kwargs["epilogue"]] if kwargs.get("epilogue") else []
@@ -77,7 +81,8 @@ def record_step(step, x, labels) -> list[tuple[str, callable]]:
 
         def call(*args, **kwargs):
             if depth[0] == 0:
-                recorded.append((describe(name, args, kwargs), lambda: method(*args, **kwargs)))
+                recorded.append((describe(name, args, kwargs, getattr(backend, "column_major", ())),
+                                 lambda: method(*args, **kwargs)))
             depth[0] += 1
             try:
                 return method(*args, **kwargs)

@@ -286,7 +286,7 @@ def test_tf32_weight_gemms_read_the_datas_column_major_copy():
     x = bk.read_only(bk.asarray(x_host))                                # X: (1000, 784) float32
     g = bk.asarray(g_host)                                              # G: (1000, 256) float32
     dw = bk.empty((256, 784))
-    (source, copy), = bk._column_major
+    (source, copy), = bk.column_major
     assert source is x and copy.strides[0] == 4 and np.array_equal(cupy.asnumpy(copy), x_host)
     for first, rows in ((0, 800), (800, 200), (3, 401)):
         bk.gemm(g[first:first + rows], x[first:first + rows], dw, trans_a=True)
@@ -299,7 +299,7 @@ def test_tf32_weight_gemms_read_the_datas_column_major_copy():
         assert staged <= {g[first:].data.ptr}, (first, rows, plan.instance.name)
     fp32 = get_backend("cupy", "float32", precision="fp32")
     fp32.read_only(fp32.asarray(x_host))
-    assert fp32._column_major == []
+    assert fp32.column_major == []
 
 
 def test_bf16_gemms_read_bfloat16_copies_of_their_operands():

@@ -169,3 +169,23 @@ def test_the_cnn_step_launches_every_convolution_direction_pooling_and_one_adam(
     assert ("conv2d", (32, 1, 28, 28, 4, 5), "-") in four and ("conv2d", (28, 1, 28, 28, 4, 5), "-") in four
     for target in targets:                                               # every key is a valid problem
         target.key("float32")
+
+
+def test_only_whole_consecutive_rows_of_a_read_only_array_read_its_column_major_copy():
+    """k_major_operand swaps in the copy's rows for a row slice of the source read M/N-major alone:
+    not for a K-major read, a column slice, every other row, another dtype's view of the bytes, or
+    an array elsewhere."""
+    import autogemm
+    from nn.backends.cupy_backend import k_major_operand
+
+    x = np.arange(24, dtype=np.float32).reshape(6, 4)                           # X: (6, 4)
+    copy = autogemm.empty_column_major(x.shape, x.dtype, np)
+    copy[...] = x
+    copies = [(x, copy)]
+    got = k_major_operand(x[2:5], True, copies)
+    assert got.strides[0] == 4 and np.array_equal(got, x[2:5])                 # column-major, the same rows
+    assert k_major_operand(x, True, copies).strides[0] == 4
+    for other in (x[:, 1:3], x[::2], x.view(np.int32)[2:5], x.copy()):
+        assert k_major_operand(other, True, copies) is other
+    rows = x[2:5]
+    assert k_major_operand(rows, False, copies) is rows                         # read K-major as it is

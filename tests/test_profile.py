@@ -67,3 +67,18 @@ def test_json_never_replaces_a_file_of_another_kind(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err == f"error: --json {tmp_path / 'ck.npz'}: cannot be written: exists and is not an earlier output of this command\n"
     assert (tmp_path / "ck.npz").read_bytes() == b"weights"
+
+
+def test_a_gemm_reading_a_column_major_copy_is_named_by_the_op_it_launches():
+    """At tf32 the GPU backend's W1 update reads X's rows from its column-major copy: G1^T X is
+    launched as tt (G1 row-major) and named so; without the copy, or for a GEMM reading X K-major,
+    the op stays the one the step asks for."""
+    import autogemm
+
+    x = np.empty((1000, 784), np.float32)                       # X: (rows, inputs), its column-major copy beside it
+    copies = [(x, autogemm.empty_column_major(x.shape, x.dtype, np))]
+    g, w = np.empty((800, 100), np.float32), np.empty((100, 784), np.float32)     # G1: (rows, H), W1: (H, inputs)
+    update = (g, x[200:1000], w)
+    assert profile.describe("gemm", update, {"trans_a": True, "c": w}, copies) == "gemm 100x784x800:tt in place"
+    assert profile.describe("gemm", update, {"trans_a": True, "c": w}) == "gemm 100x784x800:tn in place"
+    assert profile.describe("gemm", (x[:800], w), {"trans_b": True}, copies) == "gemm 800x100x784:nt"

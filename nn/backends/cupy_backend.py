@@ -55,8 +55,8 @@ def k_major_operand(x, mn_major: bool, copies):
         for source, copy in copies:
             row = source.strides[0]
             offset = _address(x) - _address(source)
-            if (x.shape[1] == source.shape[1] and x.strides == source.strides and 0 <= offset
-                    and offset % row == 0 and offset // row + x.shape[0] <= source.shape[0]):
+            if (x.dtype == source.dtype and x.shape[1] == source.shape[1] and x.strides == source.strides
+                    and row > 0 and 0 <= offset and offset % row == 0 and offset // row + x.shape[0] <= source.shape[0]):
                 return copy[offset // row:offset // row + x.shape[0]]
     return x
 
@@ -103,7 +103,7 @@ class CupyBackend(Backend):
                                         # pass: read-only arrays' (rounded once), the output layer's input
                                         # gradient's (written beside it)
         self._bf16_only = []            # float32 arrays whose values are written in their bfloat16 copy alone
-        self._column_major = []         # (read-only array, its column-major copy) at precision tf32
+        self.column_major = []         # (read-only array, its column-major copy) at precision tf32
         self._widen = cupy.ElementwiseKernel("uint16 bits", "float32 value",     # bfloat16 bits back to float32
                                              "value = __uint_as_float((unsigned int)bits << 16)", "widen_bf16")
 
@@ -120,7 +120,7 @@ class CupyBackend(Backend):
         if column_major_data(x.dtype, self.precision) and x.ndim == 2 and x.flags.c_contiguous and x.size:
             copy = autogemm.empty_column_major(x.shape, x.dtype)
             autogemm.transpose(x, copy.T, config=self.config)
-            self._column_major.append((x, copy))
+            self.column_major.append((x, copy))
         return x
 
     def to_numpy(self, a):
@@ -158,7 +158,7 @@ class CupyBackend(Backend):
                alpha, beta, trans_a, trans_b, epilogue)
         plan = self._plans.get(key)
         if plan is None:
-            a, b = k_major_operand(a, trans_a, self._column_major), k_major_operand(b, not trans_b, self._column_major)
+            a, b = k_major_operand(a, trans_a, self.column_major), k_major_operand(b, not trans_b, self.column_major)
             plan = self._plans[key] = self._plan(a, b, out, alpha, beta, trans_a, trans_b, c, epilogue, bias, aux)
         plan()
         return out
