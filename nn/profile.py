@@ -18,7 +18,7 @@ import numpy as np
 
 import autogemm
 
-from nn.backends.cupy_backend import k_major_operand
+from nn.backends.cupy_backend import launched_operands
 from nn.bench import BACKEND_NAMES, available_backends, make_backend, networks
 from nn.cnn import CNN, CNNStep, init_cnn_params
 from nn.errors import ArgumentParser, NNError, exit_status
@@ -44,11 +44,8 @@ def describe(name: str, args, kwargs, column_major=()) -> str:
     the backend's (read-only array, column-major copy) pairs, which its GEMMs may read instead."""
     shape = lambda x: "x".join(map(str, x.shape))  # noqa: E731
     if name == "gemm":
-        # the op launched: operands read from a column-major copy, and column-major operands as
-        # their row-major transposes
-        ta, tb = kwargs.get("trans_a", False), kwargs.get("trans_b", False)
-        a, ta = autogemm.row_major_operand(k_major_operand(args[0], ta, column_major), ta)
-        b, tb = autogemm.row_major_operand(k_major_operand(args[1], not tb, column_major), tb)
+        a, ta, b, tb = launched_operands(args[0], kwargs.get("trans_a", False), args[1], kwargs.get("trans_b", False),
+                                         column_major)     # the op launched
         m, k = a.shape[::-1] if ta else a.shape
         n = b.shape[0] if tb else b.shape[1]
         extras = [kwargs["epilogue"]] if kwargs.get("epilogue") else []

@@ -12,7 +12,7 @@ import numpy as np
 import autogemm
 from autogemm import NO_OP
 from nn.backends.base import Backend
-from nn.backends.cupy_backend import column_major_data, column_major_input_gradient, k_major_operand
+from nn.backends.cupy_backend import column_major_data, column_major_input_gradient, launched_operands
 from nn.cnn import CNN, CNNStep, init_cnn_params
 from nn.errors import NNError
 from nn.layers import LENET, parse_layers
@@ -60,7 +60,7 @@ class LaunchRecorder(Backend):
         return np.zeros(shape, self.dtype)
 
     def read_only(self, x):
-        if column_major_data(x.dtype, self.precision) and x.ndim == 2 and x.flags.c_contiguous and x.size:
+        if column_major_data(x, self.precision):
             self.column_major.append((x, autogemm.empty_column_major(x.shape, x.dtype, np)))
         return x
 
@@ -85,8 +85,7 @@ class LaunchRecorder(Backend):
         if epilogue:       # bias_sigmoid(A0 W1^T, b1)
             product = f"{epilogue}({product}, {self.name_of(bias if bias is not None else aux)})"
         role = f"{self.name_of(out)} = {product}"
-        a, b = k_major_operand(a, trans_a, self.column_major), k_major_operand(b, not trans_b, self.column_major)
-        (_, trans_a), (_, trans_b) = autogemm.row_major_operand(a, trans_a), autogemm.row_major_operand(b, trans_b)
+        _, trans_a, _, trans_b = launched_operands(a, trans_a, b, trans_b, self.column_major)
         self._record("gemm", (*out.shape, k), autogemm.gemm_key_op(trans_a, trans_b, epilogue), role)
         return out
 

@@ -284,10 +284,8 @@ def _enqueue(study, fam: Family, problem, device, settings: Settings, known, see
     first = first[:max(1 + len(known), int(settings.trials * settings.seeded))]
     queue = first + seen.interrupted + (exhaustive if exhaustive is not None
                                         else fam.sample(problem, device, settings.samples, seed=settings.seed))
-    waiting = {Config(t.system_attrs.get("fixed_params", {}))
-               for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))}
-    for cfg in dict.fromkeys(queue):
-        if cfg not in seen.timings and cfg not in seen.failures and cfg not in waiting:
+    for cfg in dict.fromkeys(queue):      # the queue is empty: _recall dropped an earlier run's
+        if cfg not in seen.timings and cfg not in seen.failures:
             study.enqueue_trial(dict(cfg))
     return exhaustive
 

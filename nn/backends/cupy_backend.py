@@ -40,12 +40,13 @@ def column_major_input_gradient(dtype, precision: str, classes: int) -> bool:
     return np.dtype(dtype) == np.float32 and precision == "tf32" and classes <= autogemm.LINEAR_BACKWARD_MAX_CLASSES
 
 
-def column_major_data(dtype, precision: str) -> bool:
-    """Whether the cupy backend keeps a column-major copy of each read-only array (`read_only`: the
+def column_major_data(x, precision: str) -> bool:
+    """Whether the cupy backend keeps a column-major copy of the read-only array `x` (`read_only`: the
     data) for the GEMMs that read it M/N-major (the first layer's weight GEMM G^T X reads X N-major),
-    so that they read the copy K-major: at precision tf32 alone, whose products read operands K-major
-    (else gemm_wgmma copies X K-major before every call: 17 µs a step for the large network's)."""
-    return np.dtype(dtype) == np.float32 and precision == "tf32"
+    so that they read the copy K-major: a C-contiguous 2-D float32 one, at precision tf32 alone, whose
+    products read operands K-major (else gemm_wgmma copies X K-major before every call: 17 µs a step
+    for the large network's)."""
+    return x.dtype == np.float32 and precision == "tf32" and x.ndim == 2 and x.flags.c_contiguous and x.size > 0
 
 
 def k_major_operand(x, mn_major: bool, copies):
@@ -59,6 +60,14 @@ def k_major_operand(x, mn_major: bool, copies):
                     and row > 0 and 0 <= offset and offset % row == 0 and offset // row + x.shape[0] <= source.shape[0]):
                 return copy[offset // row:offset // row + x.shape[0]]
     return x
+
+
+def launched_operands(a, trans_a: bool, b, trans_b: bool, copies) -> tuple:
+    """(a, trans_a, b, trans_b) as the cupy backend's GEMM launches op(a) op(b): rows of read-only
+    data read M/N-major taken from their column-major copy (k_major_operand), then column-major
+    arrays as their row-major transposes (autogemm.row_major_operand): what its key's op names."""
+    a, b = k_major_operand(a, trans_a, copies), k_major_operand(b, not trans_b, copies)
+    return (*autogemm.row_major_operand(a, trans_a), *autogemm.row_major_operand(b, trans_b))
 
 
 def _address(x) -> int:
@@ -117,7 +126,7 @@ class CupyBackend(Backend):
     def read_only(self, x):
         if self.precision == "bf16" and x.dtype == np.float32 and x.flags.c_contiguous and x.size:
             self._bf16_copies.append((x, autogemm.to_bf16(x, config=self.config)))
-        if column_major_data(x.dtype, self.precision) and x.ndim == 2 and x.flags.c_contiguous and x.size:
+        if column_major_data(x, self.precision):
             copy = autogemm.empty_column_major(x.shape, x.dtype)
             autogemm.transpose(x, copy.T, config=self.config)
             self.column_major.append((x, copy))

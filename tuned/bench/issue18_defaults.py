@@ -33,14 +33,13 @@ def main():
     from autogemm.runtime.family import family
     from autogemm.store.keys import parse_key
     from autogemm.tuning.measure import GemmMeasure
-    from wgmma_records import verified, with_cublas_us, write_results
+    from wgmma_records import add_arguments, verified, with_cublas_us, write_results
 
     parser = argparse.ArgumentParser()
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--write", help="write this tree's defaults (an H100's, for the GEMMs gemm_wgmma can run) here")
     which.add_argument("--before", help="the older tree's defaults, from --write")
-    parser.add_argument("--reps", type=int, default=30)
-    parser.add_argument("--json")
+    add_arguments(parser, shapes=False)
     args = parser.parse_args()
     fam = family("gemm_wgmma")
     if args.write:

@@ -52,14 +52,12 @@ def main():
     from autogemm.runtime.family import family
     from autogemm.tuning.measure import GemmMeasure
     from kernels.gemm import key_op
-    from wgmma_records import records, verified, with_cublas_us, write_results
+    from wgmma_records import add_arguments, records, verified, with_cublas_us, write_results
 
     p = argparse.ArgumentParser()
     p.add_argument("--vary", choices=("cluster", "persistent", "width"), required=True)
-    p.add_argument("--shapes", help="SIZES:OP of the records to take (default: all gemm_wgmma records)")
     p.add_argument("--epilogue", choices=("bias", "bias_sigmoid", "bias_relu"))
-    p.add_argument("--reps", type=int, default=30)
-    p.add_argument("--json")
+    add_arguments(p)
     args = p.parse_args()
     device, fam, results = this_device(), family("gemm_wgmma"), []
     for r in records(device, args.shapes):

@@ -1,5 +1,14 @@
-"""What the issue 18 bench scripts share: this GPU's gemm_wgmma records, a config's launch checked
+"""What the issue 18 bench scripts share: their common arguments, this GPU's gemm_wgmma records, a config's launch checked
 against float64 before it is timed, the launches timed beside cuBLAS, and their results' JSON."""
+
+
+def add_arguments(parser, shapes: bool = True):
+    """The arguments every issue 18 bench script takes: --shapes (which records, where it reads them),
+    --reps and --json."""
+    if shapes:
+        parser.add_argument("--shapes", help="SIZES:OP of the records to take (default: all gemm_wgmma records)")
+    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--json")
 
 
 def records(device, shapes: str | None) -> list:
