@@ -94,7 +94,9 @@ PARAMS = {
 class Problem:
     """One GEMM call as the compiler sees it. vec_* are the widest vectors (elements) that the
     pointers and leading dimensions allow for A, B, and the outputs (C, D, aux). With bf16_operands,
-    A and B hold bfloat16 bits (2 bytes; precision bf16); dtype is C's, D's and the epilogue's."""
+    A and B hold bfloat16 bits (2 bytes; precision bf16); with bf16_out, D is written as bfloat16
+    bits (precision bf16); dtype is the arithmetic's and C's, the epilogue's and (else) D's. A key
+    leaves bf16_out out: a config tuned writing float32 serves it."""
 
     m: int
     n: int
@@ -109,6 +111,7 @@ class Problem:
     vec_out: int = 4
     precision: str = "fp32"
     bf16_operands: bool = False
+    bf16_out: bool = False
 
     @classmethod
     def contiguous(cls, m: int, n: int, k: int, dtype: str = "float32", trans_a: bool = False,
@@ -126,7 +129,7 @@ class Problem:
         check_problem(self, ("m", "n", "k"), "GEMM size")
         if self.epilogue not in EPILOGUES:
             raise ValueError(f"epilogue {self.epilogue!r} is not one of {', '.join(map(str, EPILOGUES[1:]))}")
-        for flag in ("trans_a", "trans_b", "use_c", "bf16_operands"):
+        for flag in ("trans_a", "trans_b", "use_c", "bf16_operands", "bf16_out"):
             if type(getattr(self, flag)) is not bool:
                 raise ValueError(f"{flag} must be a bool")
         for vec in ("vec_a", "vec_b", "vec_out"):
@@ -138,6 +141,8 @@ class Problem:
             raise ValueError(f"precision {self.precision} multiplies float32 data; this GEMM is {self.dtype}")
         if self.bf16_operands and self.precision != "bf16":
             raise ValueError(f"bfloat16 operands are multiplied at precision bf16, not {self.precision}")
+        if self.bf16_out and self.precision != "bf16":
+            raise ValueError(f"a bfloat16 D is written at precision bf16, not {self.precision}")
 
     @property
     def op(self) -> str:
@@ -237,6 +242,7 @@ def _tf32x3(check):
 
 CONSTRAINTS = (
     ("bfloat16 operands are read by gemm_wgmma alone", lambda c, p, d: not p.bf16_operands),
+    ("a bfloat16 D is written by gemm_wgmma alone", lambda c, p, d: not p.bf16_out),
     ("the thread tile TY*TM must divide BM", lambda c, p, d: c.bm % (c.ty * c.tm) == 0),
     ("the thread tile TX*TN must divide BN", lambda c, p, d: c.bn % (c.tx * c.tn) == 0),
     ("threads per block must be a multiple of 32 and at most 1024",

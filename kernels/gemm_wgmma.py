@@ -2,7 +2,7 @@
 3xTF32 or, for calls at reduced precision, single TF32 or BF16 products.
 
 The same call as the gemm family (its Problem, keys, epilogues and reference): D = epi(alpha * op(A)
-@ op(B) + beta * C), every op, float32 or bfloat16 operands (float32 out), on compute capability 9.0
+@ op(B) + beta * C), every op, float32 or bfloat16 operands, float32 or bfloat16 D, on compute capability 9.0
 (sm_90a). wgmma reads TF32 operands K-major, so an operand with M or N contiguous (op(A) = A^T,
 op(B) = B) is transposed in shared memory as each stage lands, or (`pretranspose`) copied K-major
 into scratch by the transpose family before the kernel runs; bfloat16 operands are read as they
@@ -57,7 +57,7 @@ SWIZZLE_ALIGN = 1024  # the dynamic shared memory is aligned up to this in the k
 
 def sources(c) -> tuple[str, ...]:
     """The kernel's files, and the transpose kernel's where it stages the operands."""
-    return (TEMPLATE, "common.cuh", "gemm_epilogue.cuh") + (("transpose.cu.j2",) if c.pretranspose else ())
+    return (TEMPLATE, "common.cuh", "bf16.cuh", "gemm_epilogue.cuh") + (("transpose.cu.j2",) if c.pretranspose else ())
 
 
 def threads(c) -> int:
@@ -161,7 +161,8 @@ def k_slice(c, p: Problem) -> int:
 
 
 def output_vector(p: Problem) -> int:
-    """Elements per store of D: a thread's column pair as one 8-byte store where N and the outputs allow."""
+    """Elements per store of D: a thread's column pair as one store (8 bytes, 4 in bfloat16) where N
+    and the outputs allow."""
     return 2 if p.vec_out >= 2 and p.n % 2 == 0 else 1
 
 
@@ -184,7 +185,7 @@ def tile_maps(c, p: Problem) -> tuple[TileMap, TileMap]:
 def template_args(c, p: Problem) -> dict:
     p = kernel_problem(c, p)
     return dict(dict(c), trans_a=p.trans_a, trans_b=p.trans_b, bf16_operands=p.bf16_operands, epilogue=p.epilogue,
-                use_c=p.use_c, out_vec=output_vector(p))
+                use_c=p.use_c, out_vec=output_vector(p), bf16_out=p.bf16_out)
 
 
 def instance_name(c, p: Problem) -> str:
@@ -200,7 +201,7 @@ def instance_name(c, p: Problem) -> str:
         name += f"_{p.epilogue}"
     if p.use_c:
         name += "_c"
-    return name + f"_o{output_vector(p)}"
+    return name + f"_o{output_vector(p)}" + ("_d16" if p.bf16_out else "")
 
 
 def geometry(c, p: Problem):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kernels.contract import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div, check_problem
+from kernels.gemm import bf16_values
 
 NAME = "linear_backward"
 TEMPLATE = "linear_backward.cu.j2"
@@ -37,8 +38,9 @@ class Problem:
     """rows x classes output gradient G back through W (classes, inputs) to the rows x inputs input A
     of `activation`; `aligned`: the widest vector every pointer allows; the input gradient stored in
     the dtype (`grad_in_f32`), rounded to bfloat16 (`grad_in_bf16`, float32 problems), or both, all
-    served by the same tuned record; or stored transposed (`grad_in_transposed`: rows of G_in^T, its
-    dtype alone), which has records of its own (op "<activation>_t")."""
+    served by the same tuned record, as is A held in bfloat16 bits (`a_bf16`, float32 problems); or
+    stored transposed (`grad_in_transposed`: rows of G_in^T, its dtype alone), which has records of
+    its own (op "<activation>_t")."""
 
     rows: int
     classes: int
@@ -49,6 +51,7 @@ class Problem:
     grad_in_bf16: bool = False
     grad_in_f32: bool = True
     grad_in_transposed: bool = False
+    a_bf16: bool = False
 
     def __post_init__(self):
         check_problem(self, ("rows", "classes", "inputs"), "linear_backward")
@@ -62,6 +65,8 @@ class Problem:
             raise ValueError("the input gradient must be stored in float32, bfloat16 or both")
         if self.grad_in_transposed and (self.grad_in_bf16 or not self.grad_in_f32):
             raise ValueError("a transposed input gradient is stored in the dtype alone, with no bfloat16 copy")
+        if self.a_bf16 and self.dtype != "float32":
+            raise ValueError("A in bfloat16 is a float32 layer's")
 
     @property
     def op(self) -> str:
@@ -120,14 +125,15 @@ def sources(c) -> tuple[str, ...]:
 
 def template_args(c, p: Problem) -> dict:
     return dict(c, ctype=DTYPES[p.dtype], classes=p.classes, inputs=p.inputs, activation=p.activation,
-                grad_in_bf16=p.grad_in_bf16, grad_in_f32=p.grad_in_f32, grad_in_transposed=p.grad_in_transposed)
+                grad_in_bf16=p.grad_in_bf16, grad_in_f32=p.grad_in_f32, grad_in_transposed=p.grad_in_transposed,
+                a_bf16=p.a_bf16)
 
 
 def instance_name(c, p: Problem) -> str:
     stored = {(True, False): "", (True, True): "_bf16in", (False, True): "_bf16only"}[p.grad_in_f32, p.grad_in_bf16]
     return (f"linear_backward_{SHORT[p.dtype]}_c{p.classes}_k{p.inputs}_{p.activation}_n{c.cols}_v{c.vec}"
             f"_t{c.threads}_s{c.split}_u{c.unroll}{'_p' if c.prefetch else ''}{stored}"
-            f"{'_transposed' if p.grad_in_transposed else ''}")
+            f"{'_transposed' if p.grad_in_transposed else ''}{'_a16' if p.a_bf16 else ''}")
 
 
 def geometry(c, p: Problem) -> Geometry:
@@ -171,8 +177,9 @@ def default_candidates(p: Problem, d):
 def reference(p: Problem, g, w, a, dw, db, alpha, beta, db_beta) -> dict:
     """{"grad_in" | "dw" | "db"}: the layer's backward pass in float64 (the bfloat16 copy of
     grad_in, where asked for, is checked against "grad_in" at bf16); dw and db are their values
-    before the call."""
-    g64, w64, a64, dw64, db64 = (np.asarray(x, np.float64) for x in (g, w, a, dw, db))
+    before the call. A in bfloat16 arrives as its bits (uint16)."""
+    a64 = bf16_values(a) if p.a_bf16 else np.asarray(a, np.float64)
+    g64, w64, dw64, db64 = (np.asarray(x, np.float64) for x in (g, w, dw, db))
     slope = a64 * (1 - a64) if p.activation == "sigmoid" else (a64 > 0).astype(np.float64)
     grad_in = g64 @ w64 * slope                                       # G_in: (rows, K)
     grad_in_mag = np.abs(g64) @ np.abs(w64) * np.abs(slope)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kernels.contract import DTYPES, ITEMSIZE, NO_OP, SHORT, Geometry, ceil_div, check_problem
+from kernels.gemm import bf16_values
 from kernels.softmax_xent import softmax, xent_loss
 
 NAME = "linear_xent"
@@ -34,7 +35,8 @@ PARAMS = {
 class Problem:
     """rows x inputs activations A into `classes` logits; `activation` names A's activation when
     the input gradient is wanted; `aligned`: the widest vector every pointer allows; `grad_in_bf16`:
-    the input gradient also rounded to bfloat16 (float32 alone), served by the same tuned record."""
+    the input gradient also rounded to bfloat16 (float32 alone); `a_bf16`: A held in bfloat16 bits
+    (a float32 layer); each served by the same tuned record."""
 
     rows: int
     classes: int
@@ -43,6 +45,7 @@ class Problem:
     activation: str | None = None
     aligned: int = 4
     grad_in_bf16: bool = False
+    a_bf16: bool = False
 
     def __post_init__(self):
         check_problem(self, ("rows", "classes", "inputs"), "linear_xent")
@@ -52,6 +55,8 @@ class Problem:
             raise ValueError("aligned must be 1, 2 or 4")
         if self.grad_in_bf16 and not (self.activation and self.dtype == "float32"):
             raise ValueError("a bfloat16 copy of the input gradient needs one (an activation) of float32")
+        if self.a_bf16 and self.dtype != "float32":
+            raise ValueError("A in bfloat16 is a float32 layer's")
 
     @property
     def op(self) -> str:
@@ -90,13 +95,14 @@ def sources(c) -> tuple[str, ...]:
 
 def template_args(c, p: Problem) -> dict:
     return dict(c, ctype=DTYPES[p.dtype], classes=p.classes, inputs=p.inputs, activation=p.activation,
-                grad_in_bf16=p.grad_in_bf16)
+                grad_in_bf16=p.grad_in_bf16, a_bf16=p.a_bf16)
 
 
 def instance_name(c, p: Problem) -> str:
     dt = SHORT[p.dtype]
     return (f"linear_xent_{dt}_c{p.classes}_k{p.inputs}_{p.activation or 'nograd'}_w{c.warps}_r{c.rows}"
-            f"_v{c.vec}_u{c.unroll}_{'smem' if c.w_smem else 'l2'}" + ("_bf16in" if p.grad_in_bf16 else ""))
+            f"_v{c.vec}_u{c.unroll}_{'smem' if c.w_smem else 'l2'}" + ("_bf16in" if p.grad_in_bf16 else "")
+            + ("_a16" if p.a_bf16 else ""))
 
 
 def geometry(c, p: Problem) -> Geometry:
@@ -137,8 +143,9 @@ def reference(p: Problem, a, w, bias, labels, scale) -> dict:
     """{"logits" | "grad" | "grad_in" (with an activation) | "loss"}: the layer in float64 (the
     bfloat16 copy of grad_in, where asked for, is checked against "grad_in" at bf16). An error
     e in a row of Z moves P_c by at most 2 P_c max|e|, so G's and G_in's bounds carry Z's
-    (K-scaled) one."""
-    a64, w64, b64 = (np.asarray(x, np.float64) for x in (a, w, bias))
+    (K-scaled) one. A in bfloat16 arrives as its bits (uint16)."""
+    a64 = bf16_values(a) if p.a_bf16 else np.asarray(a, np.float64)
+    w64, b64 = (np.asarray(x, np.float64) for x in (w, bias))
     z = a64 @ w64.T + b64                                           # Z: (rows, C)
     z_mag = np.abs(a64) @ np.abs(w64).T + np.abs(b64)
     probs = softmax(z)

@@ -115,6 +115,7 @@ class Step:
     """
 
     may_go_apart = True     # whether the output layer's backward pass may be an operation of its own
+    output_layer_alone = True   # whether the output layer's input is read by its kernels and GEMMs alone
 
     def __init__(self, model: MLP, max_rows, batch, lr, reg):
         bk, sizes = model.backend, model.sizes
@@ -123,7 +124,10 @@ class Step:
                                       and max_rows * sizes[-2] * bk.dtype.itemsize > OUTPUT_BACKWARD_APART_BYTES)
         # G_1 of two layers going back apart: linear_backward's, read by dW_1's GEMM alone
         g1_alone = self.output_backward_apart and model.layers == 2
-        self.acts = [bk.empty((max_rows, h)) for h in sizes[1:-1]]  # A_l: (rows, H_l) dtype
+        top = model.layers - 1
+        # A_l: (rows, H_l) dtype; the output layer's input as the backend stores it for the output layer
+        self.acts = [bk.empty_output_layer_input((max_rows, h)) if l == top - 1 and self.output_layer_alone
+                     else bk.empty((max_rows, h)) for l, h in enumerate(sizes[1:-1])]
         self.logits = bk.empty((max_rows, sizes[-1]))  # Z: (rows, C) dtype
         # G_l = dLoss/dZ_l: (rows, n_{l+1}) dtype
         self.deltas = [bk.empty_input_gradient((max_rows, h), sizes[-1]) if l == 0 and g1_alone

@@ -429,3 +429,45 @@ def test_a_bf16_alone_input_gradient_is_widened_for_a_gemm_that_cannot_read_bflo
     assert verdict.ok, verdict.describe()
     with pytest.raises(NNError, match="written in bfloat16 alone"):
         bk.column_sums(grad_in, b1)
+
+
+@pytest.mark.parametrize("apart", [False, True], ids=["output-backward-with-forward", "output-backward-apart"])
+def test_bf16_output_layer_input_is_stored_in_bfloat16_alone(apart, monkeypatch):
+    """At precision bf16 a two-layer step's A1 is written by its GEMM in bfloat16 alone (a uint16 D,
+    its float32 array never written), and read so by the output layer's kernels and weight GEMM:
+    three fused steps (with linear_xent carrying G1 down, or linear_backward apart) stay within bf16
+    rounding of the same steps at fp32. A derivative epilogue reading A1 gets it widened back first."""
+    import cupy
+
+    from autogemm.runtime.device import this_device
+    from nn import mlp
+
+    if this_device().compute_capability != "9.0":
+        pytest.skip("a bfloat16 D is written by Hopper's kernels (gemm_wgmma)")
+    monkeypatch.setattr(mlp, "OUTPUT_BACKWARD_APART_BYTES", -1 if apart else 2**62)
+    rng = np.random.default_rng(37)
+    sizes, rows = (784, 256, 10), 800
+    params = [(w * 30, rng.standard_normal(b.shape) * 0.1) for w, b in mlp.init_params(sizes, "cme213", 37)]
+    x, y = rng.standard_normal((rows, 784)), rng.integers(0, 10, rows)           # X: (rows, 784), labels (rows,)
+    results = {}
+    for precision in ("bf16", "fp32"):
+        bk = get_backend("cupy", "float32", tuned=True, precision=precision)
+        step = mlp.Step(mlp.MLP(bk, sizes, "sigmoid", params), rows, rows, lr=0.3, reg=0.01)
+        step.acts[0].fill(np.nan)
+        data = bk.read_only(bk.asarray(x))
+        for _ in range(3):
+            step.train_batch(data, bk.asarray(y))
+        results[precision] = step.model.params_numpy()
+        if precision == "bf16":
+            assert any(a is step.acts[0] for a in bk._bf16_only)
+            assert np.isnan(cupy.asnumpy(step.acts[0])).all()                  # never written in float32
+            forward = next(p for p in bk._plans.values() if getattr(p, "gemm", p).out.dtype == np.uint16)
+            assert getattr(forward, "gemm", forward).instance.name.endswith("_d16")
+            a1 = bk._bf16_copy(step.acts[0])[0]
+            widened = bk.empty((rows, 256))
+            bk.gemm(bk.asarray(rng.standard_normal((rows, 10))), step.model.W[1], widened, epilogue="dsigmoid",
+                    aux=step.acts[0])
+            assert np.array_equal(cupy.asnumpy(step.acts[0]), (cupy.asnumpy(a1).astype(np.uint32) << 16).view(np.float32))
+    for got, want in zip(results["bf16"], results["fp32"]):
+        for g, w in zip(got, want):
+            assert 0 < np.max(np.abs(g - w)) <= 2e-2 * np.max(np.abs(w))

@@ -131,3 +131,50 @@ def test_linear_backward_every_sampled_config_matches_float64(shape, op, dtype):
     for cfg in configs:
         error = measure.verify(measure.launcher(cfg))
         assert error < (1e-5 if dtype == "float32" else 1e-13), fam.instance_name(cfg, measure.problem)
+
+
+@pytest.mark.parametrize("shape,activation", [((800, 10, 1000), "sigmoid"), ((8192, 10, 4096), "sigmoid"),
+                                              ((37, 3, 34), "relu")])
+def test_output_layer_reads_its_input_in_bfloat16(shape, activation):
+    """linear_xent and linear_backward on A's bfloat16 bits (the trainer's output layer input at
+    precision bf16), tuned configs: every output within float32's bound of the float64 reference on
+    A's bfloat16 values; linear_backward's input gradient in bfloat16 alone within half a unit more."""
+    import cupy
+
+    import autogemm
+    from autogemm.tuning.verify import OPERAND_ROUNDING, compare
+    from kernels import linear_backward, linear_xent
+    from kernels.gemm import bf16_bits, bf16_values
+
+    rows, classes, inputs = shape
+    rng = np.random.default_rng(rows + inputs)
+    a = (rng.uniform(0.01, 0.99, (rows, inputs)) if activation == "sigmoid"
+         else np.maximum(rng.standard_normal((rows, inputs)), 0)).astype(np.float32)    # A: (rows, K)
+    a16 = bf16_bits(a)                                                                  # its bits, uint16
+    w = (rng.standard_normal((classes, inputs)) / np.sqrt(inputs)).astype(np.float32)  # W: (C, K)
+    b = rng.standard_normal(classes).astype(np.float32)
+    labels = rng.integers(0, classes, rows).astype(np.int32)
+    g = (rng.standard_normal((rows, classes)) / rows).astype(np.float32)               # G: (rows, C)
+    dev = {name: cupy.asarray(x) for name, x in dict(a16=a16, w=w, b=b, labels=labels, g=g).items()}
+
+    got = {name: cupy.full(s, np.nan, np.float32) for name, s in
+           (("logits", (rows, classes)), ("grad", (rows, classes)), ("grad_in", (rows, inputs)))}
+    got["loss"] = cupy.zeros(1, np.float32)
+    autogemm.linear_xent(dev["a16"], dev["w"], dev["b"], dev["labels"], got["logits"], got["grad"], 1 / rows,
+                         got["loss"], got["grad_in"], activation)
+    problem = linear_xent.Problem(rows, classes, inputs, "float32", activation, a_bf16=True)
+    for name, (value, magnitude, k) in linear_xent.reference(problem, a16, w, b, labels, 1 / rows).items():
+        verdict = compare(cupy.asnumpy(got[name]).reshape(np.shape(value)), value, magnitude, k, np.float32)
+        assert verdict.ok, f"linear_xent {name}: {verdict.describe()}"
+
+    dw, db = cupy.full((classes, inputs), np.nan, np.float32), cupy.full(inputs, np.nan, np.float32)
+    grad_in16 = cupy.full((rows, inputs), 0x7fc0, np.uint16)                            # bfloat16 NaNs
+    autogemm.linear_backward(dev["g"], dev["w"], dev["a16"], None, activation, dw, db, grad_in_bf16=grad_in16)
+    problem = linear_backward.Problem(rows, classes, inputs, "float32", activation, grad_in_bf16=True,
+                                      grad_in_f32=False, a_bf16=True)
+    expected = linear_backward.reference(problem, g, w, a16, np.zeros((classes, inputs)), np.zeros(inputs), 1.0, 0.0, 0.0)
+    outputs = {"dw": cupy.asnumpy(dw), "db": cupy.asnumpy(db), "grad_in": bf16_values(cupy.asnumpy(grad_in16))}
+    for name, (value, magnitude, k) in expected.items():
+        rounding = OPERAND_ROUNDING["bf16"] if name == "grad_in" else 0.0
+        verdict = compare(outputs[name], value, magnitude, k, np.float32, output_rounding=rounding)
+        assert verdict.ok, f"linear_backward {name}: {verdict.describe()}"

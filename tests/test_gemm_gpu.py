@@ -630,6 +630,59 @@ def test_wgmma_bfloat16_operands_every_op_and_epilogue(epilogue):
         assert verdict.ok, f"{m}x{n}x{k} {'tn'[ta]}{'tn'[tb]} {epilogue}: {verdict.describe()}"
 
 
+@pytest.mark.parametrize("epilogue", (None,) + EPILOGUES[1:])
+def test_wgmma_writes_bfloat16_every_op_and_epilogue(epilogue):
+    """D in bfloat16 (a uint16 out at precision bf16) from float32 and bfloat16 operands, the tuned
+    or default config and sampled ones (split-K, persistent blocks): within the precision's bound
+    and half a bfloat16 unit of D; C apart from D."""
+    if not hopper():
+        pytest.skip("gemm_wgmma needs a Hopper GPU (sm_90a)")
+    import cupy
+
+    import autogemm
+    from autogemm.tuning.verify import OPERAND_ROUNDING
+    from kernels.gemm import bf16_bits, bf16_values
+
+    rng = np.random.default_rng(18)
+    fam = family("gemm_wgmma")
+    for (m, n, k, ta, tb), bfloat16 in itertools.product(
+            [(800, 1000, 784, False, True), (137, 73, 264, False, True), (1000, 784, 800, True, False),
+             (24, 16, 40, True, True)], (False, True)):
+        host, dev = operands(rng, m, n, k, ta, tb, np.float32, epilogue, 0.5)
+        a, b = (autogemm.to_bf16(dev["a"]), autogemm.to_bf16(dev["b"])) if bfloat16 else (dev["a"], dev["b"])
+        problem = Problem.contiguous(m, n, k, "float32", ta, tb, epilogue=epilogue, use_c=True, precision="bf16",
+                                     bf16_operands=bfloat16, bf16_out=True)
+        host_a, host_b = (bf16_bits(host["a"]), bf16_bits(host["b"])) if bfloat16 else (host["a"], host["b"])
+        value, magnitude, _ = reference(problem, host_a, host_b, 1.5, 0.5, host["c"], host["bias"], host["aux"])["d"]
+        for config in [None, *fam.sample(problem, H100, 1, seed=m + k)]:
+            out = cupy.full((m, n), 0x7fc0, np.uint16)                      # bfloat16 NaNs
+            autogemm.gemm(a, b, out, alpha=1.5, beta=0.5, trans_a=ta, trans_b=tb, c=dev["c"], epilogue=epilogue,
+                          bias=dev["bias"], aux=dev["aux"], config=config,
+                          kernel_family="gemm" if config is None else "gemm_wgmma", precision="bf16")
+            verdict = compare(bf16_values(cupy.asnumpy(out)), value, magnitude, k, np.float32,
+                              "fp32" if bfloat16 else "bf16", output_rounding=OPERAND_ROUNDING["bf16"])
+            assert verdict.ok, f"{m}x{n}x{k} {'tn'[ta]}{'tn'[tb]} {epilogue} {config}: {verdict.describe()}"
+
+
+def test_bfloat16_out_bad_calls_are_one_line_errors():
+    """A uint16 out needs precision bf16, and beta a float32 c; no GPU but Hopper writes it."""
+    import cupy
+
+    import autogemm
+
+    a, b = cupy.ones((64, 32), np.float32), cupy.ones((48, 32), np.float32)
+    out = cupy.zeros((64, 48), np.uint16)
+    with pytest.raises(autogemm.BadArguments, match="precision 'bf16'"):
+        autogemm.gemm(a, b, out, trans_b=True)
+    with pytest.raises(autogemm.BadArguments, match="needs c"):
+        autogemm.gemm(a, b, out, beta=1.0, trans_b=True, precision="bf16")
+    with pytest.raises(autogemm.BadArguments, match="c must be a float32"):
+        autogemm.gemm(a, b, out, beta=1.0, c=out, trans_b=True, precision="bf16")
+    if not hopper():
+        with pytest.raises(autogemm.InvalidConfig, match="gemm_wgmma alone"):
+            autogemm.gemm(a, b, out, trans_b=True, precision="bf16")
+
+
 @pytest.mark.parametrize("ta,tb", OPS)
 def test_cublas_baseline_of_bfloat16_operands(ta, tb):
     """cuBLAS's GemmEx on bfloat16 A and B into float32, as autogemm bench --dtype bfloat16 times it."""

@@ -135,7 +135,7 @@ def small_families() -> list:
 
 def wgmma_sample() -> list:
     """gemm_wgmma: its default for every epilogue and C or not, on ragged and even shapes, every op
-    (each operand K-major or transposed in shared memory), every precision, bfloat16 operands, and
+    (each operand K-major or transposed in shared memory), every precision, bfloat16 operands and D, and
     sampled configs (one to four 64-row tiles a warpgroup, every stage count, tile width and math,
     both pipelines, copies by cp.async and by TMA)."""
     fam, out = family("gemm_wgmma"), []
@@ -151,6 +151,10 @@ def wgmma_sample() -> list:
         problem = gemm.Problem.contiguous(264, 136, 520, "float32", trans_a, trans_b, epilogue=epilogue,
                                           precision="bf16", bf16_operands=True)      # A, B in bfloat16
         out += [fam.instance(cfg, problem) for cfg in [fam.default(problem, H100), *fam.sample(problem, H100, 1)]]
+    for bf16_operands, epilogue in ((False, "bias_sigmoid"), (True, "bias_relu"), (True, None)):
+        problem = gemm.Problem.contiguous(800, 1000 + (epilogue is None), 784, "float32", False, True, epilogue=epilogue,
+                                          precision="bf16", bf16_operands=bf16_operands, bf16_out=True)    # D in bfloat16
+        out += [fam.instance(cfg, problem) for cfg in [fam.default(problem, H100), *fam.sample(problem, H100, 2)]]
     return out
 
 

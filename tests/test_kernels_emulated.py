@@ -1,6 +1,7 @@
 """Every family's kernels run on the CPU (tests/cuda_emu.h, inline PTX emulated) against float64
 NumPy: what CI can check of what they compute. Outputs are poisoned (NaN) before each run; sizes
 leave ragged blocks."""
+import dataclasses
 import importlib
 import itertools
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import family
-from autogemm.tuning.verify import compare
+from autogemm.tuning.verify import OPERAND_ROUNDING, compare
 from emulated import GXX, Launch, run
 from kernels import gemm, linear_backward, linear_xent
 
@@ -40,8 +41,8 @@ HEADS = [(37, 10, 1000, "sigmoid", "float32"), (19, 3, 96, "relu", "float64"), (
 
 
 def head_launches(rows, classes, inputs, activation, dtype, seed):
-    """(launch, arrays, problem) for the default and sampled configs of one problem; float32 ones
-    with an input gradient also write its bfloat16 copy."""
+    """(launch, arrays, operands) for the default and sampled configs of one problem; float32 ones
+    with an input gradient also write its bfloat16 copy, and every other one reads A in bfloat16."""
     rng = np.random.default_rng(seed)
     t = np.dtype(dtype).type
     a = saved_output(rng, activation, (rows, inputs), t)                      # A: (rows, K)
@@ -53,14 +54,17 @@ def head_launches(rows, classes, inputs, activation, dtype, seed):
     fam = family("linear_xent")
     configs = fam.candidates(problem, H100)[:1] + fam.sample(problem, H100, 3, seed=seed)
     out = []
-    for cfg in configs:
+    for i, cfg in enumerate(configs):
+        a_bf16 = dtype == "float32" and i % 2 == 0
+        a_in = gemm.bf16_bits(a) if a_bf16 else a                                # A's bits (uint16) or A
         arrays = dict(logits=np.full((rows, classes), np.nan, t), grad=np.full((rows, classes), np.nan, t),
                       grad_in=np.full((rows, inputs), np.nan, t) if activation else None, loss=np.zeros(1, t),
                       grad_in_bf16=np.full((rows, inputs), 0x7fc0, np.uint16) if bf16 else None)   # bfloat16 NaN
-        args = [a, w, b, labels, arrays["logits"], arrays["grad"],
+        args = [a_in, w, b, labels, arrays["logits"], arrays["grad"],
                 arrays["grad_in"] if activation else np.uint64(0),
                 arrays["grad_in_bf16"] if bf16 else np.uint64(0), arrays["loss"], np.int32(rows), t(1 / rows)]
-        out.append((Launch(fam.instance(cfg, problem), args), arrays, (a, w, b, labels)))
+        instance = fam.instance(cfg, dataclasses.replace(problem, a_bf16=a_bf16))
+        out.append((Launch(instance, args), arrays, (a_in, w, b, labels)))
     return out
 
 
@@ -70,8 +74,9 @@ def test_linear_xent_matches_float64_on_the_cpu(tmp_path):
     configs = {(c.warps, c.rows, c.vec, c.unroll, c.w_smem) for _, (l, _, _) in cases for c in [l.instance.config]}
     assert {c[4] for c in configs} == {False, True} and {c[2] for c in configs} == {1, 2, 4}
     assert {l.instance.config.vec for _, (l, got, _) in cases if got["grad_in_bf16"] is not None} == {1, 2, 4}
+    assert {l.instance.config.vec for _, (l, _, operands) in cases if operands[0].dtype == np.uint16} == {1, 2, 4}
     for (rows, classes, inputs, activation, dtype), (launch, got, operands) in cases:
-        problem = linear_xent.Problem(rows, classes, inputs, dtype, activation)
+        problem = linear_xent.Problem(rows, classes, inputs, dtype, activation, a_bf16=operands[0].dtype == np.uint16)
         expected = linear_xent.reference(problem, *operands, 1 / rows)
         for name, (value, magnitude, k) in expected.items():
             check(got[name], (value, magnitude), k, dtype)
@@ -91,8 +96,9 @@ BACKWARD_SPACE = {"threads": (64, 128, 256)}     # at most 256 threads (OS threa
 
 def backward_launches(rows, classes, inputs, activation, dtype, sgd, seed):
     """(launch, outputs, reference) for the default and sampled configs of one problem, each storing
-    the input gradient in turn: float32 ones with its bfloat16 copy, that copy alone, or transposed;
-    float64 ones as they are or transposed (into rows of a (K, rows + 3) buffer)."""
+    the input gradient in turn: float32 ones with its bfloat16 copy, that copy alone (from A in
+    float32 or, as the trainer's step at bf16, in bfloat16), or transposed; float64 ones as they are
+    or transposed (into rows of a (K, rows + 3) buffer)."""
     rng = np.random.default_rng(seed)
     t = np.dtype(dtype).type
     a = saved_output(rng, activation, (rows, inputs), t)                      # A: (rows, K)
@@ -103,14 +109,17 @@ def backward_launches(rows, classes, inputs, activation, dtype, sgd, seed):
     alpha, beta, db_beta = (-0.3, 0.99, 1.0) if sgd else (1.0, 0.0, 0.0)
     fam = family("linear_backward").restricted(BACKWARD_SPACE)
     plain = linear_backward.Problem(rows, classes, inputs, dtype, activation)
-    expected = linear_backward.reference(plain, g, w, a, np.nan_to_num(dw0), np.nan_to_num(db0), alpha, beta, db_beta)
-    modes = ("bf16in", "bf16only", "transposed") if dtype == "float32" else ("plain", "transposed")
+    a16 = gemm.bf16_bits(a) if dtype == "float32" else None                  # A's bfloat16 bits
+    modes = ("bf16in", "bf16only", "transposed", "a16") if dtype == "float32" else ("plain", "transposed")
     out = []
-    for i, cfg in enumerate(fam.candidates(plain, H100)[:1] + fam.sample(plain, H100, 5, seed=seed)):
+    for i, cfg in enumerate(fam.candidates(plain, H100)[:1] + fam.sample(plain, H100, 7, seed=seed)):
         mode = modes[i % len(modes)]
-        bf16, f32, transposed = mode.startswith("bf16"), mode != "bf16only", mode == "transposed"
+        bf16, f32, transposed = mode.startswith("bf16") or mode == "a16", mode not in ("bf16only", "a16"), mode == "transposed"
         problem = linear_backward.Problem(rows, classes, inputs, dtype, activation, grad_in_bf16=bf16, grad_in_f32=f32,
-                                          grad_in_transposed=transposed)
+                                          grad_in_transposed=transposed, a_bf16=mode == "a16")
+        a_in = a16 if mode == "a16" else a
+        expected = linear_backward.reference(problem, g, w, a_in, np.nan_to_num(dw0), np.nan_to_num(db0), alpha, beta,
+                                             db_beta)
         geo = linear_backward.geometry(cfg, problem)
         ld_t = rows + 3 if transposed else 0
         stored = np.full((inputs, ld_t) if transposed else (rows, inputs), np.nan, t) if f32 else None  # G_in or G_in^T
@@ -119,7 +128,7 @@ def backward_launches(rows, classes, inputs, activation, dtype, sgd, seed):
         scratch = (np.full(geo.workspace_elems, np.nan, t), np.zeros(geo.counters, np.int32)) if cfg.split > 1 else (
             np.uint64(0), np.uint64(0))
         null = np.uint64(0)
-        args = [g, w, a, stored if f32 else null, got["grad_in_bf16"] if bf16 else null, got["dw"], got["db"],
+        args = [g, w, a_in, stored if f32 else null, got["grad_in_bf16"] if bf16 else null, got["dw"], got["db"],
                 *scratch, np.int32(rows), np.int32(ld_t), t(alpha), t(beta), t(db_beta)]
         out.append((Launch(fam.instance(cfg, problem), args), got, expected, scratch[1], stored))
     return out
@@ -131,7 +140,7 @@ def test_linear_backward_matches_float64_on_the_cpu(tmp_path):
     configs = [launch.instance.config for _, (launch, *_) in cases]
     assert {c.split > 1 for c in configs} == {False, True} and {c.vec for c in configs} == {1, 2, 4}
     assert any(c.unroll > 1 for c in configs) and any(130 % c.cols for c in configs)
-    assert {launch.instance.name.split("_")[-1] for _, (launch, *_) in cases} >= {"bf16in", "bf16only", "transposed"}
+    assert {launch.instance.name.split("_")[-1] for _, (launch, *_) in cases} >= {"bf16in", "bf16only", "transposed", "a16"}
     for dtype, (launch, got, expected, counters, stored) in cases:
         for name, (value, magnitude, k) in expected.items():
             if got[name] is not None:
@@ -215,13 +224,14 @@ GEMMS = [
 ]
 
 
-def gemm_launches(monkeypatch, cases, family_name="gemm", staging=None) -> list:
+def gemm_launches(monkeypatch, cases, family_name="gemm", staging=None, bf16_out=False) -> list:
     """(launch, D, (value, magnitude), K, dtype, precision) for each config of each case (M, N, K,
     dtype, trans_a, trans_b, epilogue, use_c, configs: problem -> [Config][, precision]) of a family
     of the gemm call; the arguments are autogemm.ops.gemm.launch_args's, with NumPy scratch in place
     of CuPy's. Precision "bfloat16" stands for bfloat16 operands (their bits), checked within
     float32's bound: their products are exact. The launches that stage operands first
-    (autogemm.ops.gemm.staged_operands, scratch of their own) go to `staging`: run them before."""
+    (autogemm.ops.gemm.staged_operands, scratch of their own) go to `staging`: run them before.
+    `bf16_out`: D is written in bfloat16 (its bits, poisoned with NaNs first), C apart from it."""
     entry = importlib.import_module("autogemm.ops.gemm")           # the package's `gemm` is the function
     monkeypatch.setattr(entry, "scratch", lambda kind, dtype, size: np.zeros(size, dtype))
     rng, out = np.random.default_rng(7), []
@@ -237,17 +247,22 @@ def gemm_launches(monkeypatch, cases, family_name="gemm", staging=None) -> list:
         c = rng.standard_normal((m, n)).astype(t)                            # C: (M, N)
         alpha, beta = -0.5, (0.75 if use_c else 0.0)
         problem = gemm.Problem.contiguous(m, n, k, dtype, ta, tb, epilogue=epilogue, use_c=use_c,
-                                          precision="bf16" if bf16_operands else precision, bf16_operands=bf16_operands)
+                                          precision="bf16" if bf16_operands else precision, bf16_operands=bf16_operands,
+                                          bf16_out=bf16_out)
         want = gemm.reference(problem, a, b, alpha, beta, c, bias, aux)["d"][:2]
         for cfg in configs(problem):
             assert not family(family_name).violations(cfg, problem, H100), (cfg, problem)
             instance = family(family_name).instance(cfg, problem)
-            d = c.copy() if use_c else np.full((m, n), np.nan, t)            # D: (M, N); C in place
+            if bf16_out:
+                d = np.full((m, n), 0x7fc0, np.uint16)                        # D: (M, N) bfloat16 NaNs
+            else:
+                d = c.copy() if use_c else np.full((m, n), np.nan, t)        # D: (M, N); C in place
             (ka, lda), (kb, ldb), staged = entry.staged_operands(instance, a, a.shape[1], b, b.shape[1], H100)
             if staged:
                 assert staging is not None, "pass `staging` for configs that stage their operands"
                 staging += [Launch(*launch) for launch in staged]
-            args = entry.launch_args(instance, ka, kb, d, d, bias, aux, (m, n, k, lda, ldb, n, n, n), alpha, beta)
+            args = entry.launch_args(instance, ka, kb, c if bf16_out else d, d, bias, aux, (m, n, k, lda, ldb, n, n, n),
+                                     alpha, beta)
             out.append((Launch(instance, list(args)), d, want, k, dtype, precision))
     return out
 
@@ -413,6 +428,27 @@ def test_gemm_wgmma_descriptors_swizzle_and_fragments_on_the_cpu(tmp_path, monke
     pipelines' mbarriers, its descriptors and its accumulator fragments, as the emulator runs them,
     against float64."""
     run_and_check(gemm_launches(monkeypatch, WGMMAS, "gemm_wgmma"), tmp_path)
+
+
+# D in bfloat16 (precision bf16): column pairs stored as one 4-byte word, odd N column by column;
+# C apart from D; split-K's float32 sums rounded once; each math that serves bf16; bfloat16 operands
+# in persistent blocks.
+WGMMAS_BF16_OUT = [
+    (130, 70, 100, "float32", False, True, "bias_sigmoid", False, wgmma_config(128, 64, 1, 3, "bf16"), "bf16"),
+    (70, 45, 52, "float32", False, True, None, True, wgmma_config(128, 48, 2, 2, "tf32"), "bf16"),
+    (72, 40, 400, "float32", False, True, "dsigmoid", False, wgmma_config(64, 32, 1, 4, inflight=1, split_k=4), "bf16"),
+    (136, 128, 328, "float32", True, False, "bias", True,
+     wgmma_config(64, 64, 2, 3, "bf16", producer=1, tma=1, persistent=1), "bfloat16"),
+]
+
+
+def test_gemm_wgmma_writes_bfloat16_on_the_cpu(tmp_path, monkeypatch):
+    """D rounded to bfloat16 in the epilogue: within the precision's bound and half a bfloat16 unit."""
+    launches = gemm_launches(monkeypatch, WGMMAS_BF16_OUT, "gemm_wgmma", bf16_out=True)
+    run([launch for launch, *_ in launches], tmp_path)
+    for launch, d, want, k, dtype, precision in launches:
+        verdict = compare(gemm.bf16_values(d), *want, k, dtype, precision, output_rounding=OPERAND_ROUNDING["bf16"])
+        assert verdict.ok, f"{launch.instance.name}: {verdict.describe()}"
 
 
 def test_gemm_wgmma_bulk_copies_landing_when_issued_on_the_cpu(tmp_path, monkeypatch):

@@ -28,6 +28,18 @@ def _contiguous(x, what: str):
     return x
 
 
+def _layer_input(a, what: str):
+    """The dtype of a layer whose input is `a`: a C-contiguous float32 or float64 cupy array, or the
+    bfloat16 bits (uint16) of a float32 layer's."""
+    cupy = require_cupy()
+
+    if isinstance(a, cupy.ndarray) and a.dtype == np.uint16 and a.flags.c_contiguous:
+        return np.dtype(np.float32)
+    if not isinstance(a, cupy.ndarray) or not a.flags.c_contiguous or a.dtype not in (np.float32, np.float64):
+        raise BadArguments(f"{what} must be a C-contiguous float32, float64 or uint16 (bfloat16 bits) cupy array")
+    return a.dtype
+
+
 def _device_float(x, what: str):
     """x as a float32 or float64 cupy array, whatever its layout; BadArguments otherwise."""
     cupy = require_cupy()
@@ -142,8 +154,10 @@ def linear_xent(a, w, bias, labels, logits, grad, scale, loss_acc, grad_in=None,
     grad = (softmax(logits) - onehot(labels)) * scale; loss_acc[0] += summed cross-entropy; and with
     `grad_in`, the input's gradient grad_in = (grad w) * act'(.), `a` being the saved output of
     `activation` ("sigmoid" or "relu"); with `grad_in_bf16` (uint16, grad_in's shape; float32), also
-    grad_in rounded to bfloat16 (as `to_bf16` rounds), for GEMMs that read it so."""
-    for x, what in ((a, "a"), (w, "w"), (bias, "bias"), (logits, "logits"), (grad, "grad")):
+    grad_in rounded to bfloat16 (as `to_bf16` rounds), for GEMMs that read it so. `a` may be the
+    bfloat16 bits (uint16) of a float32 layer's input."""
+    dtype = _layer_input(a, "a")
+    for x, what in ((w, "w"), (bias, "bias"), (logits, "logits"), (grad, "grad")):
         _contiguous(x, what)
     arrays = [a, w]
     if grad_in is not None:
@@ -157,21 +171,21 @@ def linear_xent(a, w, bias, labels, logits, grad, scale, loss_acc, grad_in=None,
         lambda rows, classes, inputs: {"w": (w, (classes, inputs)), "bias": (bias, (classes,)),
                                        "labels": (labels, (rows,)), "logits": (logits, (rows, classes)),
                                        "grad": (grad, (rows, classes)), "grad_in": (grad_in, (rows, inputs))})
-    if any(x.dtype != a.dtype for x in arrays[1:] + [bias, logits, grad]) or labels.dtype != np.int32:
-        raise BadArguments(f"linear_xent: every array must be {a.dtype}, labels int32")
-    if loss_acc.dtype != a.dtype or loss_acc.size < 1:
-        raise BadArguments(f"linear_xent: loss_acc must be a {a.dtype} array of at least one element")
+    if any(x.dtype != dtype for x in arrays[1:] + [bias, logits, grad]) or labels.dtype != np.int32:
+        raise BadArguments(f"linear_xent: every array must be {dtype}, labels int32")
+    if loss_acc.dtype != dtype or loss_acc.size < 1:
+        raise BadArguments(f"linear_xent: loss_acc must be a {dtype} array of at least one element")
     aligned = _aligned(*arrays)
     if grad_in_bf16 is not None:
-        if grad_in is None or a.dtype != np.float32:
+        if grad_in is None or dtype != np.float32:
             raise BadArguments("linear_xent: grad_in_bf16 is grad_in's bfloat16 copy: it needs grad_in, of float32")
         aligned = min(aligned, _bf16_bits(grad_in_bf16, grad_in.shape, "linear_xent: grad_in_bf16"))
-    problem = lx_family.Problem(rows, classes, inputs, str(a.dtype), activation, aligned,
-                                grad_in_bf16=grad_in_bf16 is not None)
+    problem = lx_family.Problem(rows, classes, inputs, str(dtype), activation, aligned,
+                                grad_in_bf16=grad_in_bf16 is not None, a_bf16=a.dtype == np.uint16)
     _run("linear_xent", problem, (a, w, bias, labels, logits, grad,
                                   grad_in if grad_in is not None else np.uint64(0),
                                   grad_in_bf16 if grad_in_bf16 is not None else np.uint64(0), loss_acc,
-                                  np.int32(rows), _scalar(a.dtype)(scale)), config)
+                                  np.int32(rows), _scalar(dtype)(scale)), config)
     return grad
 
 
@@ -184,7 +198,7 @@ def linear_backward(g, w, a, grad_in, activation, dw, db, alpha=1.0, beta=0.0, d
     with `grad_in_bf16` (uint16, (rows, K); float32), grad_in rounded to bfloat16 too, or (grad_in
     None) instead. grad_in may be column-major (grad_in.T a row-major (K, rows) array, any leading
     dimension): stored so, the layout in which a GEMM reads grad_in^T K-major; it then has no
-    bfloat16 copy."""
+    bfloat16 copy. `a` may be the bfloat16 bits (uint16) of a float32 layer's input."""
     if grad_in is None and grad_in_bf16 is None:
         raise BadArguments("linear_backward: grad_in or grad_in_bf16 (or both) must be given")
     # column-major: stored as rows of grad_in^T (a layout neither way round: _contiguous says so)
@@ -197,6 +211,8 @@ def linear_backward(g, w, a, grad_in, activation, dw, db, alpha=1.0, beta=0.0, d
     for x, what in arrays:
         if what == "grad_in" and transposed:
             _device_float(x, what)
+        elif what == "a":
+            dtype = _layer_input(x, what)
         else:
             _contiguous(x, what)
     if activation not in lb_family.ACTIVATIONS:
@@ -206,8 +222,9 @@ def linear_backward(g, w, a, grad_in, activation, dw, db, alpha=1.0, beta=0.0, d
         lambda rows, classes, inputs: {"g": (g, (rows, classes)), "w": (w, (classes, inputs)),
                                        "dw": (dw, (classes, inputs)), "db": (db, (inputs,)),
                                        "grad_in": (grad_in, (rows, inputs))})
-    if any(x.dtype != a.dtype for x, _ in arrays):
-        raise BadArguments(f"linear_backward: every array must be {a.dtype}")
+    if any(x.dtype != dtype for x, what in arrays if what != "a"):
+        raise BadArguments(f"linear_backward: every array must be {dtype}" + (" (a: its bfloat16 bits)" if
+                                                                              a.dtype == np.uint16 else ""))
     if classes > lb_family.MAX_CLASSES:
         raise BadArguments(f"linear_backward: at most {lb_family.MAX_CLASSES} classes, got {classes}")
     named = arrays + ([(grad_in_bf16, "grad_in_bf16")] if grad_in_bf16 is not None else [])
@@ -218,18 +235,18 @@ def linear_backward(g, w, a, grad_in, activation, dw, db, alpha=1.0, beta=0.0, d
                                "another array (but dw may be w itself)")
     aligned = _aligned(*(x for x, what in arrays if what != "g" and not (what == "grad_in" and transposed)))
     if grad_in_bf16 is not None:
-        if a.dtype != np.float32:
+        if dtype != np.float32:
             raise BadArguments("linear_backward: grad_in_bf16 is grad_in in bfloat16: it needs float32 arrays")
         aligned = min(aligned, _bf16_bits(grad_in_bf16, (rows, inputs), "linear_backward: grad_in_bf16"))
-    problem = lb_family.Problem(rows, classes, inputs, str(a.dtype), activation, aligned,
+    problem = lb_family.Problem(rows, classes, inputs, str(dtype), activation, aligned,
                                 grad_in_bf16=grad_in_bf16 is not None, grad_in_f32=grad_in is not None,
-                                grad_in_transposed=transposed)
+                                grad_in_transposed=transposed, a_bf16=a.dtype == np.uint16)
     ld_t = leading_dim(grad_in.T, "grad_in", "linear_backward") if transposed else 0
-    s = _scalar(a.dtype)
+    s = _scalar(dtype)
     null = np.uint64(0)
 
     def args(geo):
-        workspace = scratch("workspace", a.dtype, geo.workspace_elems) if geo.workspace_elems else null
+        workspace = scratch("workspace", dtype, geo.workspace_elems) if geo.workspace_elems else null
         counters = scratch("counters", np.int32, geo.counters) if geo.counters else null
         return (g, w, a, grad_in if grad_in is not None else null, grad_in_bf16 if grad_in_bf16 is not None else null,
                 dw, db, workspace, counters, np.int32(rows), np.int32(ld_t), s(alpha), s(beta), s(db_beta))

@@ -4,7 +4,8 @@ Arrays are CuPy, row-major, any leading dimension (unit stride along rows); A an
 column-major (their transposes row-major). The config is the one
 given, else the best known for this shape on this GPU, else the family's sound default. A and B may
 be bfloat16 (at precision bf16, on Hopper): CuPy has no bfloat16, so they travel as uint16 arrays of
-the bits, as `to_bf16` makes them; C, D and the epilogue's arrays are then float32.
+the bits, as `to_bf16` makes them; C, D and the epilogue's arrays are then float32. So may D (`out`
+a uint16 array: the float32 result rounded to bfloat16 as `to_bf16` rounds).
 """
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -86,7 +87,8 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=No
     else the default), "default" for the family's untuned default, or a mapping of parameters.
     precision: "fp32" (float32's own accuracy, the default), "tf32" or "bf16" (float32 operands
     rounded to TF32 or bfloat16 in each product, float32 sums, where a faster kernel does so; a
-    more accurate one may serve it). Bfloat16 operands (uint16 bits from `to_bf16`) need "bf16".
+    more accurate one may serve it). Bfloat16 operands (uint16 bits from `to_bf16`) need "bf16", as
+    does a uint16 `out`, D written in bfloat16 (`c`, `bias` and `aux` stay float32; beta needs `c`).
     """
     call = plan_gemm(a, b, out, alpha, beta, trans_a, trans_b, c, epilogue, bias, aux, config, kernel_family,
                      precision)
@@ -207,15 +209,22 @@ def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
         raise BadArguments(f"gemm: op(a) is {m}x{k} but op(b) is {k2}x{n}: inner sizes differ")
     if out is None:
         out = cupy.empty((m, n), dtype=dtype)
+    bf16_out = getattr(out, "dtype", None) == np.uint16 and dtype == np.float32
+    if bf16_out and precision != "bf16":
+        raise BadArguments(f"gemm: a bfloat16 out (uint16 bits) is written at precision 'bf16', not {precision!r}")
     use_c = beta != 0
     if use_c and c is None:
+        if bf16_out:
+            raise BadArguments("gemm: beta != 0 with a bfloat16 out needs c, a float32 array")
         c = out
     operands = {"out": out, "c": c if use_c else None, "aux": aux}
     for name, x in operands.items():
         if x is None:
             continue
-        if not isinstance(x, cupy.ndarray) or x.shape != (m, n) or x.dtype != dtype:
-            raise BadArguments(f"gemm: {name} must be a {dtype} cupy array of shape ({m}, {n}), "
+        want = np.uint16 if name == "out" and bf16_out else dtype
+        if not isinstance(x, cupy.ndarray) or x.shape != (m, n) or x.dtype != want:
+            what = "float32 or (precision 'bf16') uint16" if name == "out" and dtype == np.float32 else str(dtype)
+            raise BadArguments(f"gemm: {name} must be a {what} cupy array of shape ({m}, {n}), "
                                f"got {getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
     for x, name in ((a, "a"), (b, "b")):
         if overlaps(out, x):
@@ -234,7 +243,7 @@ def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     ldaux = leading_dim(aux, "aux") if aux is not None else ldd
     vec_out = min(vector_width(x, leading_dim(x, name)) for name, x in operands.items() if x is not None)
     problem = Problem(m, n, k, str(dtype), bool(trans_a), bool(trans_b), epilogue, use_c,
-                      vector_width(a, lda), vector_width(b, ldb), vec_out, precision, bf16_operands)
+                      vector_width(a, lda), vector_width(b, ldb), vec_out, precision, bf16_operands, bf16_out)
     device = this_device()
     name = implementation("gemm", problem, config, device) if kernel_family == "gemm" else kernel_family
     instance = kernel(name, problem, config, device)
@@ -248,8 +257,8 @@ def launch_args(instance: Instance, a, b, c, d, bias, aux, sizes, alpha, beta) -
     """The kernel arguments of a GEMM-family instance, scratch for split-K and the tensor maps of A
     and B (where its kernel takes them) included."""
     g = instance.geometry
-    scalar = np.float32 if d.dtype == np.float32 else np.float64
-    workspace = scratch("workspace", d.dtype, g.workspace_elems) if g.workspace_elems else None
+    scalar = np.float64 if d.dtype == np.float64 else np.float32         # D float32 or bfloat16: float32 sums
+    workspace = scratch("workspace", scalar, g.workspace_elems) if g.workspace_elems else None
     counters = scratch("counters", np.int32, g.counters) if g.counters else None
     null = np.uint64(0)
     operands = {"a": (a, sizes[3]), "b": (b, sizes[4])}     # with lda, ldb

@@ -34,12 +34,16 @@ class Verdict:
 OPERAND_ROUNDING = {"fp32": 0.0, "tf32": 2.0 ** -10, "bf16": 2.0 ** -8}
 
 
-def compare(out, value, magnitude, k: int, dtype, precision: str = "fp32", show: int = 5) -> Verdict:
-    """Elementwise check of `out` against the reference within the K-, dtype- and precision-scaled bound."""
+def compare(out, value, magnitude, k: int, dtype, precision: str = "fp32", show: int = 5,
+            output_rounding: float = 0.0) -> Verdict:
+    """Elementwise check of `out` against the reference within the K-, dtype- and precision-scaled
+    bound; `output_rounding`: the relative rounding of an output stored narrower than `dtype` (a
+    bfloat16 D: OPERAND_ROUNDING["bf16"])."""
     out = np.asarray(out, np.float64)
     eps = np.finfo(dtype).eps
     product = (1 + OPERAND_ROUNDING[precision]) ** 2 - 1          # both operands of a product rounded
-    tol = ((k + 4) * eps + product) * magnitude + 4 * eps * np.abs(value) + np.finfo(dtype).tiny
+    tol = (((k + 4) * eps + product) * magnitude + (4 * eps + output_rounding) * np.abs(value)
+           + np.finfo(dtype).tiny)
     err = np.abs(out - value)
     bad = ~(err <= tol)                  # NaN counts as bad
     ref_norm = np.max(np.abs(value)) if value.size else 0.0

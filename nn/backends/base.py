@@ -78,6 +78,12 @@ class Backend(ABC):
         a backend whose GEMMs read G^T faster K-major lays it out column-major."""
         return self.empty(shape)
 
+    def empty_output_layer_input(self, shape):
+        """An uninitialised (rows, n) array for the output layer's input, the last hidden activation,
+        which its GEMM writes and the output layer's kernels (linear_xent, linear_backward) and GEMMs
+        alone read (no derivative epilogue reads it): here plain; a backend may store it narrower."""
+        return self.empty(shape)
+
     def free_bytes(self) -> int | None:
         """Bytes free for this backend's arrays now, None where unknown."""
         return None

@@ -83,7 +83,8 @@ class CupyBackend(Backend):
     the kernel that makes it (linear_xent: beside its float32 values; linear_backward: alone, as the
     GEMMs that read it round it to bfloat16; one that cannot read bfloat16 here has its values
     widened back first), the others (weights, gradients) rounded by to_bf16 before each call;
-    float32 weights, sums and outputs. At precision tf32 a GEMM that reads rows of a read-only array
+    float32 weights and sums. The output layer's input (`empty_output_layer_input`) is stored in
+    bfloat16 alone where its GEMM can write it so: every reader rounds it to bfloat16 anyway. At precision tf32 a GEMM that reads rows of a read-only array
     M/N-major reads them K-major from its column-major copy (`column_major_data`)."""
 
     name = "cupy"
@@ -146,6 +147,13 @@ class CupyBackend(Backend):
             return self.empty(shape)
         return autogemm.empty_column_major(shape, self.dtype)
 
+    def empty_output_layer_input(self, shape):
+        x = self.empty(shape)
+        if self.precision == "bf16" and x.dtype == np.float32:
+            self._bf16_copies.append((x, self.xp.empty(shape, np.uint16)))
+            self._bf16_only.append(x)
+        return x
+
     def free_bytes(self):
         """The device's free memory and what CuPy's pool holds free."""
         return self.xp.cuda.runtime.memGetInfo()[0] + self.xp.get_default_memory_pool().free_bytes()
@@ -168,11 +176,25 @@ class CupyBackend(Backend):
         plan = self._plans.get(key)
         if plan is None:
             a, b = k_major_operand(a, trans_a, self.column_major), k_major_operand(b, not trans_b, self.column_major)
-            plan = self._plans[key] = self._plan(a, b, out, alpha, beta, trans_a, trans_b, c, epilogue, bias, aux)
+            c = out if beta != 0 and c is None else c
+            plan = self._widened(self._plan(a, b, out, alpha, beta, trans_a, trans_b, c, epilogue, bias, aux), c, aux)
+            self._plans[key] = plan
         plan()
         return out
 
-    def _plan(self, a, b, *args):
+    def _plan(self, a, b, out, *args):
+        """The GEMM as one call, into `out`'s bfloat16 copy where out is stored in bfloat16 alone (by a
+        kernel that writes it so, else the float32 result rounded into it)."""
+        if not (out.size and self._in_bf16_alone(out)):
+            return self._plan_into(a, b, out, *args)
+        out16 = self._bf16_copy(out)[0]
+        try:
+            return self._plan_into(a, b, out16, *args)
+        except autogemm.InvalidConfig:            # no kernel writes bfloat16 here
+            return RoundedGemm(self._plan_into(a, b, out, *args), [],
+                               [functools.partial(autogemm.to_bf16, out, out16, config=self.config)])
+
+    def _plan_into(self, a, b, *args):
         """The GEMM as one call: at precision bf16, on the bfloat16 copies of its operands where a
         kernel can read them (their rounding first), else on the float32 arrays."""
         plan = lambda x, y: autogemm.plan_gemm(x, y, *args, config=self.config, precision=self.precision)  # noqa: E731
@@ -185,11 +207,11 @@ class CupyBackend(Backend):
             return self._widened(plan(a, b), a, b)
         return RoundedGemm(gemm, [r for r in (round_a, round_b) if r is not None])
 
-    def _widened(self, gemm, *operands):
-        """`gemm` on float32 operands, those written in bfloat16 alone widened back into their float32
-        arrays first (their values as a GEMM at bf16 would read them)."""
-        widen = [functools.partial(self._widen, self._bf16_copy(x)[0], x) for x in operands
-                 if x.size and self._in_bf16_alone(x)]
+    def _widened(self, gemm, *inputs):
+        """`gemm` reading float32 `inputs` (None: none), those written in bfloat16 alone widened back
+        into their float32 arrays first (their values as a GEMM at bf16 would read them)."""
+        widen = [functools.partial(self._widen, self._bf16_copy(x)[0], x) for x in inputs
+                 if x is not None and x.size and self._in_bf16_alone(x)]
         return RoundedGemm(gemm, widen) if widen else gemm
 
     def _in_bf16_alone(self, x) -> bool:
@@ -224,7 +246,7 @@ class CupyBackend(Backend):
         if w.shape[0] > autogemm.LINEAR_XENT_MAX_CLASSES:
             super().linear_xent(a, w, bias, labels, logits, grad_out, scale, loss_acc, grad_in, activation)
             return
-        autogemm.linear_xent(a, w, bias, labels, logits, grad_out, scale, loss_acc, grad_in, activation,
+        autogemm.linear_xent(self._stored(a), w, bias, labels, logits, grad_out, scale, loss_acc, grad_in, activation,
                              config=self.config, grad_in_bf16=self._written_bf16_copy(grad_in))
 
     def linear_backward(self, g, w, a, grad_in, activation, dw, db, alpha=1.0, beta=0.0, accumulate_db=False):
@@ -232,8 +254,12 @@ class CupyBackend(Backend):
             super().linear_backward(g, w, a, grad_in, activation, dw, db, alpha, beta, accumulate_db)
             return
         copy = self._written_bf16_copy(grad_in, alone=True)
-        autogemm.linear_backward(g, w, a, grad_in if copy is None else None, activation, dw, db, alpha, beta,
-                                 1.0 if accumulate_db else 0.0, grad_in_bf16=copy, config=self.config)
+        autogemm.linear_backward(g, w, self._stored(a), grad_in if copy is None else None, activation, dw, db, alpha,
+                                 beta, 1.0 if accumulate_db else 0.0, grad_in_bf16=copy, config=self.config)
+
+    def _stored(self, x):
+        """x as it is stored: its bfloat16 copy where it is stored in bfloat16 alone."""
+        return self._bf16_copy(x)[0] if x.size and self._in_bf16_alone(x) else x
 
     def _written_bf16_copy(self, grad_in, alone=False):
         """At precision bf16, the bfloat16 copy of the input gradient that the output layer's kernel
@@ -375,16 +401,20 @@ class CublasBackend(CupyBackend):
 
 @dataclasses.dataclass
 class RoundedGemm:
-    """A GEMM and the calls that prepare its operands first: float32 ones rounded into the bfloat16
-    copies it reads, or bfloat16 values widened back into the float32 arrays it reads."""
+    """A GEMM and the calls that prepare its inputs first (float32 operands rounded into the bfloat16
+    copies it reads, or bfloat16 values widened back into the float32 arrays it reads), and those
+    that round its float32 output into a bfloat16 copy after."""
 
-    gemm: object            # autogemm's GemmCall
+    gemm: object            # autogemm's GemmCall, or another RoundedGemm
     rounding: list
+    after: list = dataclasses.field(default_factory=list)
 
     def __call__(self):
         for round_into_copy in self.rounding:
             round_into_copy()
         self.gemm()
+        for round_output in self.after:
+            round_output()
 
 
 def _layout(x):

@@ -1,12 +1,44 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in | lb-tests | lb-tune | lb-steps | lb-epochs | h200-lb | lb-bf16 | h200-lb-bf16 | gt-tests | gt-prefetch | gt-epochs | h200-gt | ncu-lb | lb-runs | cluster | cluster-2 | persistent | persistent-2 | persistent-3 | epilogue-large | epilogue-cme | epilogue-epochs | epilogue-cme-2 | widths | widths-tune | widths-cme | widths-final | h200-widths | search-retune | x-column | profile-targets]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in | lb-tests | lb-tune | lb-steps | lb-epochs | h200-lb | lb-bf16 | h200-lb-bf16 | gt-tests | gt-prefetch | gt-epochs | h200-gt | ncu-lb | lb-runs | cluster | cluster-2 | persistent | persistent-2 | persistent-3 | epilogue-large | epilogue-cme | epilogue-epochs | epilogue-cme-2 | widths | widths-tune | widths-cme | widths-final | h200-widths | search-retune | x-column | profile-targets | bf16-out | bf16-out-stale | bf16-out-epochs]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 case "${1:-wgmma}" in
+bf16-out)   # gemm_wgmma writing D in bfloat16, the output layer's kernels reading A in bfloat16, the
+            # step at bf16 storing A1 so: their GPU tests; then the tf32 records staled by the template
+            # change measured again (their config first: a short search)
+    python -m pytest -q -m gpu tests/test_gemm_gpu.py tests/test_elementwise_gpu.py tests/test_cupy_backend_gpu.py \
+        -k "bfloat16 or linear or bf16 or reduced_precisions" > "$out/pytest-bf16-out.txt" 2>&1
+    tail -3 "$out/pytest-bf16-out.txt"
+    python -m autogemm.cli tune --stale --precision tf32 --trials 6 --timeout 6 > "$out/tune-stale-tf32.txt" 2>&1
+    grep -E "│ gemm|rror" "$out/tune-stale-tf32.txt" | tail -40
+    cp tuned/*.json "$out/"
+    ;;
+bf16-out-stale)   # the rest of the records staled by bf16.cuh's and the templates' change, measured again
+    for arithmetic in "--precision fp32" "--precision bf16" "--dtype bfloat16"; do
+        python -m autogemm.cli tune --stale $arithmetic --trials 6 --timeout 6
+    done > "$out/tune-stale-rest.txt" 2>&1; grep -E "│ (gemm|linear)|rror" "$out/tune-stale-rest.txt" | tail -60
+    cp tuned/*.json "$out/"
+    ;;
+bf16-out-epochs)   # at bf16, A1 stored in bfloat16 against float32 (issue18_float32_a1.py): each step's
+                   # profile, then the epochs, twice each
+    for net in cme213 large; do
+        python -m nn.profile --network $net --backend cupy-tuned-bf16 > "$out/profile-$net-a16.txt" 2>&1
+        python tuned/bench/issue18_float32_a1.py nn.profile --network $net --backend cupy-tuned-bf16 \
+            > "$out/profile-$net-a32.txt" 2>&1
+    done
+    grep -E "==>|gemm|linear|whole" "$out"/profile-*.txt
+    for run in 1 2; do
+        python -m nn.bench --networks cme213,grading,large --backends cupy-tuned-bf16 --json "$out/nn-bench-a16-$run.json" \
+            > "$out/nn-bench-a16-$run.txt" 2>&1
+        python tuned/bench/issue18_float32_a1.py nn.bench --networks cme213,grading,large --backends cupy-tuned-bf16 \
+            --json "$out/nn-bench-a32-$run.json" > "$out/nn-bench-a32-$run.txt" 2>&1
+    done
+    for f in "$out"/nn-bench-*.txt; do echo "$(basename $f)"; tail -n 3 "$f"; done
+    ;;
 x-column)   # at tf32 the data's column-major copy, so that W1's update reads X K-major: the GPU tests,
             # the tf32 updates tuned in their new layouts (tt; nt where G1 is column-major), then each
             # step's profile and the epochs with the copy and without (issue18_without_copy.py), twice
