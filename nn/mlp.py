@@ -115,7 +115,6 @@ class Step:
     """
 
     may_go_apart = True     # whether the output layer's backward pass may be an operation of its own
-    output_layer_alone = True   # whether the output layer's input is read by its kernels and GEMMs alone
 
     def __init__(self, model: MLP, max_rows, batch, lr, reg):
         bk, sizes = model.backend, model.sizes
@@ -124,9 +123,10 @@ class Step:
                                       and max_rows * sizes[-2] * bk.dtype.itemsize > OUTPUT_BACKWARD_APART_BYTES)
         # G_1 of two layers going back apart: linear_backward's, read by dW_1's GEMM alone
         g1_alone = self.output_backward_apart and model.layers == 2
+        # A_l: (rows, H_l) dtype; with the output layer's backward pass apart, that layer's kernels alone
+        # read its input, which the backend may store narrower
         top = model.layers - 1
-        # A_l: (rows, H_l) dtype; the output layer's input as the backend stores it for the output layer
-        self.acts = [bk.empty_output_layer_input((max_rows, h)) if l == top - 1 and self.output_layer_alone
+        self.acts = [bk.empty_output_layer_input((max_rows, h)) if l == top - 1 and self.output_backward_apart
                      else bk.empty((max_rows, h)) for l, h in enumerate(sizes[1:-1])]
         self.logits = bk.empty((max_rows, sizes[-1]))  # Z: (rows, C) dtype
         # G_l = dLoss/dZ_l: (rows, n_{l+1}) dtype

@@ -75,7 +75,6 @@ class ShardedStep(Step):
     with the forward pass, whatever its size: never apart)."""
 
     may_go_apart = False
-    output_layer_alone = False  # A1 is also read by the input gradient's derivative epilogue
 
     def forward(self, x, labels):
         """Z2 (all-reduced), the loss into loss_sum, G2 and this rank's G1."""

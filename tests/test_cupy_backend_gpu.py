@@ -432,11 +432,13 @@ def test_a_bf16_alone_input_gradient_is_widened_for_a_gemm_that_cannot_read_bflo
 
 
 @pytest.mark.parametrize("apart", [False, True], ids=["output-backward-with-forward", "output-backward-apart"])
-def test_bf16_output_layer_input_is_stored_in_bfloat16_alone(apart, monkeypatch):
-    """At precision bf16 a two-layer step's A1 is written by its GEMM in bfloat16 alone (a uint16 D,
-    its float32 array never written), and read so by the output layer's kernels and weight GEMM:
-    three fused steps (with linear_xent carrying G1 down, or linear_backward apart) stay within bf16
-    rounding of the same steps at fp32. A derivative epilogue reading A1 gets it widened back first."""
+def test_bf16_output_layer_input_is_stored_in_bfloat16_alone_where_its_backward_pass_goes_apart(apart, monkeypatch):
+    """At precision bf16, where the output layer's backward pass goes apart, a two-layer step's A1 is
+    written by its GEMM in bfloat16 alone (a uint16 D, its float32 array never written) and read so
+    by linear_xent and linear_backward; otherwise (the weight GEMM G2^T A1 reads it, which rows of
+    10 classes keep in float32) it stays float32. Three fused steps either way stay within bf16
+    rounding of the same steps at fp32. A derivative epilogue reading a bfloat16-alone A1 gets it
+    widened back first."""
     import cupy
 
     from autogemm.runtime.device import this_device
@@ -459,15 +461,39 @@ def test_bf16_output_layer_input_is_stored_in_bfloat16_alone(apart, monkeypatch)
             step.train_batch(data, bk.asarray(y))
         results[precision] = step.model.params_numpy()
         if precision == "bf16":
-            assert any(a is step.acts[0] for a in bk._bf16_only)
-            assert np.isnan(cupy.asnumpy(step.acts[0])).all()                  # never written in float32
-            forward = next(p for p in bk._plans.values() if getattr(p, "gemm", p).out.dtype == np.uint16)
-            assert getattr(forward, "gemm", forward).instance.name.endswith("_d16")
-            a1 = bk._bf16_copy(step.acts[0])[0]
-            widened = bk.empty((rows, 256))
-            bk.gemm(bk.asarray(rng.standard_normal((rows, 10))), step.model.W[1], widened, epilogue="dsigmoid",
-                    aux=step.acts[0])
-            assert np.array_equal(cupy.asnumpy(step.acts[0]), (cupy.asnumpy(a1).astype(np.uint32) << 16).view(np.float32))
+            assert any(a is step.acts[0] for a in bk._bf16_only) == apart
+            assert np.isnan(cupy.asnumpy(step.acts[0])).all() == apart         # never written in float32
+            outputs = [getattr(p, "gemm", p).out.dtype for p in bk._plans.values()]
+            assert (np.uint16 in outputs) == apart
     for got, want in zip(results["bf16"], results["fp32"]):
         for g, w in zip(got, want):
             assert 0 < np.max(np.abs(g - w)) <= 2e-2 * np.max(np.abs(w))
+
+
+def test_a_bf16_alone_output_layer_input_is_widened_for_a_derivative_epilogue():
+    """A1 stored in bfloat16 alone (the backend's empty_output_layer_input at bf16), written by a GEMM
+    into its bfloat16 copy: a derivative epilogue reading it as aux gets its values widened back into
+    the float32 array first, bit for bit."""
+    import cupy
+
+    from autogemm.runtime.device import this_device
+
+    if this_device().compute_capability != "9.0":
+        pytest.skip("a bfloat16 D is written by Hopper's kernels (gemm_wgmma)")
+    bk = get_backend("cupy", "float32", tuned=True, precision="bf16")
+    rng = np.random.default_rng(41)
+    x = bk.read_only(bk.asarray(rng.standard_normal((800, 784))))             # X: (800, 784)
+    w1, b1 = bk.asarray(rng.standard_normal((256, 784)) / 28), bk.asarray(rng.standard_normal(256))
+    a1 = bk.empty_output_layer_input((800, 256))                                # A1: (800, 256)
+    a1.fill(np.nan)
+    bk.gemm(x, w1, a1, trans_b=True, epilogue="bias_sigmoid", bias=b1)
+    (plan,) = bk._plans.values()
+    assert getattr(plan, "gemm", plan).instance.name.endswith("_d16") and np.isnan(cupy.asnumpy(a1)).all()
+    bits = cupy.asnumpy(bk._bf16_copy(a1)[0])
+    g = bk.asarray(rng.standard_normal((800, 256)))
+    out = bk.empty((800, 256))
+    bk.gemm(g, bk.asarray(np.eye(256)), out, epilogue="dsigmoid", aux=a1)     # G a1 (1 - a1)
+    a1_values = (bits.astype(np.uint32) << 16).view(np.float32)
+    assert np.array_equal(cupy.asnumpy(a1), a1_values)
+    want = cupy.asnumpy(g).astype(np.float64) * a1_values * (1 - a1_values)
+    assert np.max(np.abs(cupy.asnumpy(out) - want)) <= 1e-2 * np.max(np.abs(want))

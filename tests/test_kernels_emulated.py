@@ -166,6 +166,7 @@ def test_linear_backward_refuses_outputs_that_share_memory(monkeypatch):
     entry = importlib.import_module("autogemm.ops.elementwise")
     launched = []
     monkeypatch.setattr(entry, "_contiguous", lambda x, what: x)
+    monkeypatch.setattr(entry, "_layer_input", lambda x, what: x.dtype)
     monkeypatch.setattr(entry, "overlaps", lambda x, y: np.shares_memory(x, y))
     monkeypatch.setattr(entry, "_aligned", lambda *arrays: 4)
     monkeypatch.setattr(entry, "launch", lambda *call: launched.append(call))

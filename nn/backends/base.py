@@ -80,8 +80,8 @@ class Backend(ABC):
 
     def empty_output_layer_input(self, shape):
         """An uninitialised (rows, n) array for the output layer's input, the last hidden activation,
-        which its GEMM writes and the output layer's kernels (linear_xent, linear_backward) and GEMMs
-        alone read (no derivative epilogue reads it): here plain; a backend may store it narrower."""
+        which its GEMM writes and the output layer's kernels alone read (linear_xent, linear_backward
+        with the weight step): here plain; a backend may store it narrower."""
         return self.empty(shape)
 
     def free_bytes(self) -> int | None:

@@ -17,7 +17,10 @@ bf16-out)   # gemm_wgmma writing D in bfloat16, the output layer's kernels readi
     grep -E "│ gemm|rror" "$out/tune-stale-tf32.txt" | tail -40
     cp tuned/*.json "$out/"
     ;;
-bf16-out-stale)   # the rest of the records staled by bf16.cuh's and the templates' change, measured again
+bf16-out-stale)   # the step's A1 in bfloat16 where its backward pass goes apart alone (the GPU tests of
+                  # it), then the rest of the records staled by bf16.cuh's and the templates' change
+    python -m pytest -q -m gpu tests/test_cupy_backend_gpu.py -k "output_layer_input" \
+        > "$out/pytest-a1.txt" 2>&1; tail -3 "$out/pytest-a1.txt"
     for arithmetic in "--precision fp32" "--precision bf16" "--dtype bfloat16"; do
         python -m autogemm.cli tune --stale $arithmetic --trials 6 --timeout 6
     done > "$out/tune-stale-rest.txt" 2>&1; grep -E "│ (gemm|linear)|rror" "$out/tune-stale-rest.txt" | tail -60
