@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in | lb-tests | lb-tune | lb-steps | lb-epochs | h200-lb | lb-bf16 | h200-lb-bf16 | gt-tests | gt-prefetch | gt-epochs | h200-gt | ncu-lb | lb-runs | cluster | cluster-2 | persistent | persistent-2 | persistent-3 | epilogue-large | epilogue-cme | epilogue-epochs | epilogue-cme-2 | widths | widths-tune | widths-cme | widths-final | h200-widths | search-retune | x-column | profile-targets | bf16-out | bf16-out-stale | bf16-out-epochs]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in | lb-tests | lb-tune | lb-steps | lb-epochs | h200-lb | lb-bf16 | h200-lb-bf16 | gt-tests | gt-prefetch | gt-epochs | h200-gt | ncu-lb | lb-runs | cluster | cluster-2 | persistent | persistent-2 | persistent-3 | epilogue-large | epilogue-cme | epilogue-epochs | epilogue-cme-2 | widths | widths-tune | widths-cme | widths-final | h200-widths | search-retune | x-column | profile-targets | bf16-out | bf16-out-stale | bf16-out-epochs | h200-bf16-out]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -40,6 +40,20 @@ bf16-out-epochs)   # at bf16, A1 stored in bfloat16 against float32 (issue18_flo
         python tuned/bench/issue18_float32_a1.py nn.bench --networks cme213,grading,large --backends cupy-tuned-bf16 \
             --json "$out/nn-bench-a32-$run.json" > "$out/nn-bench-a32-$run.txt" 2>&1
     done
+    for f in "$out"/nn-bench-*.txt; do echo "$(basename $f)"; tail -n 3 "$f"; done
+    ;;
+h200-bf16-out)   # the H200: the GPU tests of A1 and the output layer's input in bfloat16, every record
+                 # staled by the change measured again, the bf16 epochs with A1 in bfloat16 and float32
+    python -m pytest -q -m gpu tests/test_cupy_backend_gpu.py tests/test_elementwise_gpu.py -k "output_layer" \
+        > "$out/pytest-a1.txt" 2>&1; tail -3 "$out/pytest-a1.txt"
+    for arithmetic in "--precision tf32" "--precision fp32" "--precision bf16" "--dtype bfloat16"; do
+        python -m autogemm.cli tune --stale $arithmetic --trials 6 --timeout 6
+    done > "$out/tune-stale.txt" 2>&1; grep -E "│ (gemm|linear)|rror" "$out/tune-stale.txt" | tail -80
+    cp tuned/*.json "$out/"
+    python -m nn.bench --networks cme213,grading,large --backends cupy-tuned-bf16 --json "$out/nn-bench-a16.json" \
+        > "$out/nn-bench-a16.txt" 2>&1
+    python tuned/bench/issue18_float32_a1.py nn.bench --networks cme213,grading,large --backends cupy-tuned-bf16 \
+        --json "$out/nn-bench-a32.json" > "$out/nn-bench-a32.txt" 2>&1
     for f in "$out"/nn-bench-*.txt; do echo "$(basename $f)"; tail -n 3 "$f"; done
     ;;
 x-column)   # at tf32 the data's column-major copy, so that W1's update reads X K-major: the GPU tests,
