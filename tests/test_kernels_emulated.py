@@ -432,12 +432,13 @@ def test_gemm_wgmma_descriptors_swizzle_and_fragments_on_the_cpu(tmp_path, monke
 
 
 # D in bfloat16 (precision bf16): column pairs stored as one 4-byte word, odd N column by column;
-# C apart from D; split-K's float32 sums rounded once; each math that serves bf16; bfloat16 operands
-# in persistent blocks.
+# C apart from D; split-K's float32 sums rounded once; each math that serves bf16; every op;
+# bfloat16 operands in persistent blocks.
 WGMMAS_BF16_OUT = [
     (130, 70, 100, "float32", False, True, "bias_sigmoid", False, wgmma_config(128, 64, 1, 3, "bf16"), "bf16"),
     (70, 45, 52, "float32", False, True, None, True, wgmma_config(128, 48, 2, 2, "tf32"), "bf16"),
-    (72, 40, 400, "float32", False, True, "dsigmoid", False, wgmma_config(64, 32, 1, 4, inflight=1, split_k=4), "bf16"),
+    (72, 40, 400, "float32", False, False, "dsigmoid", False, wgmma_config(64, 32, 1, 4, inflight=1, split_k=4), "bf16"),
+    (68, 40, 36, "float32", True, True, "bias_relu", False, wgmma_config(64, 32, 1, 2, "bf16"), "bf16"),
     (136, 128, 328, "float32", True, False, "bias", True,
      wgmma_config(64, 64, 2, 3, "bf16", producer=1, tma=1, persistent=1), "bfloat16"),
 ]
@@ -580,30 +581,32 @@ def test_softmax_xent_colsum_and_elementwise_on_the_cpu(tmp_path):
 
 def test_autogemm_linear_xent_binds_the_arguments_its_kernel_takes(tmp_path, monkeypatch):
     """The entry point with NumPy arrays standing in for CuPy's: its launch, run on the CPU, is right,
-    the input gradient's bfloat16 copy too."""
+    the input gradient's bfloat16 copy too, from A in float32 and from A's bfloat16 bits."""
     entry = importlib.import_module("autogemm.ops.elementwise")    # the package's `elementwise` is the function
-    launched = []
     monkeypatch.setattr(entry, "_contiguous", lambda x, what: x)
+    monkeypatch.setattr(entry, "_layer_input", lambda x, what: np.dtype(np.float32))
     monkeypatch.setattr(entry, "_aligned", lambda *arrays: 4)
-    monkeypatch.setattr(entry, "_run", lambda *call: launched.append(call))
+    monkeypatch.setattr(entry, "_bf16_bits", lambda x, shape, what: 4)
     rng = np.random.default_rng(5)
     a = rng.uniform(0.01, 0.99, (29, 200)).astype(np.float32)                # A: (rows, K)
     w = rng.standard_normal((10, 200)).astype(np.float32) / 14               # W: (C, K)
     b = rng.standard_normal(10).astype(np.float32)                           # b: (C,)
     labels = rng.integers(0, 10, 29).astype(np.int32)
-    logits, grad = np.full((29, 10), np.nan, np.float32), np.full((29, 10), np.nan, np.float32)
-    grad_in, loss = np.full((29, 200), np.nan, np.float32), np.zeros(1, np.float32)
-    grad_in_bf16 = np.zeros((29, 200), np.uint16)
-    monkeypatch.setattr(entry, "_bf16_bits", lambda x, shape, what: 4)
-    entry.linear_xent(a, w, b, labels, logits, grad, 1 / 29, loss, grad_in, "sigmoid", grad_in_bf16=grad_in_bf16)
-    (name, problem, args, config), = launched
-    fam = family(name)
-    assert problem.grad_in_bf16
-    run([Launch(fam.instance(fam.default(problem, H100), problem), list(args))], tmp_path)
-    expected = linear_xent.reference(problem, a, w, b, labels, 1 / 29)
-    for name, got in (("logits", logits), ("grad", grad), ("grad_in", grad_in), ("loss", loss)):
-        check(got, expected[name][:2], expected[name][2], "float32")
-    assert np.array_equal(grad_in_bf16, gemm.bf16_bits(grad_in))
+    for a_in in (a, gemm.bf16_bits(a)):
+        launched = []
+        monkeypatch.setattr(entry, "_run", lambda *call: launched.append(call))
+        logits, grad = np.full((29, 10), np.nan, np.float32), np.full((29, 10), np.nan, np.float32)
+        grad_in, loss = np.full((29, 200), np.nan, np.float32), np.zeros(1, np.float32)
+        grad_in_bf16 = np.zeros((29, 200), np.uint16)
+        entry.linear_xent(a_in, w, b, labels, logits, grad, 1 / 29, loss, grad_in, "sigmoid", grad_in_bf16=grad_in_bf16)
+        (name, problem, args, config), = launched
+        fam = family(name)
+        assert problem.grad_in_bf16 and problem.a_bf16 == (a_in.dtype == np.uint16)
+        run([Launch(fam.instance(fam.default(problem, H100), problem), list(args))], tmp_path)
+        expected = linear_xent.reference(problem, a_in, w, b, labels, 1 / 29)
+        for name, got in (("logits", logits), ("grad", grad), ("grad_in", grad_in), ("loss", loss)):
+            check(got, expected[name][:2], expected[name][2], "float32")
+        assert np.array_equal(grad_in_bf16, gemm.bf16_bits(grad_in))
 
 
 # ---- conv2d: the implicit-GEMM forward convolution -------------------------------------------------

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18 on a Hopper GPU: the wgmma path's GPU tests, then its configs against cuBLAS FP32/TF32 and
 # the tuned mma.sync path. Run from the repository root:
-#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in | lb-tests | lb-tune | lb-steps | lb-epochs | h200-lb | lb-bf16 | h200-lb-bf16 | gt-tests | gt-prefetch | gt-epochs | h200-gt | ncu-lb | lb-runs | cluster | cluster-2 | persistent | persistent-2 | persistent-3 | epilogue-large | epilogue-cme | epilogue-epochs | epilogue-cme-2 | widths | widths-tune | widths-cme | widths-final | h200-widths | search-retune | x-column | profile-targets | bf16-out | bf16-out-stale | bf16-out-epochs | h200-bf16-out]
+#   source .device/env.sh && bash tuned/bench/issue18-visit.sh [wgmma | tune | retune | profile | tf32 | inflight | gpu-file | smoke | bfloat16 | stale | epochs | bf16-train | h200 | h200-tune | profile-bf16 | split-k | split-k-2 | producer | pipeline | producer-tune | producer-tune-2 | h200-producer | tma | profile-tma | tma-check | neighbours | pretranspose | pretranspose-2 | h200-pretranspose | pretranspose-rest | pretranspose-stale | pretranspose-retune | profile-step | bf16-grad-in | h200-bf16-grad-in | lb-tests | lb-tune | lb-steps | lb-epochs | h200-lb | lb-bf16 | h200-lb-bf16 | gt-tests | gt-prefetch | gt-epochs | h200-gt | ncu-lb | lb-runs | cluster | cluster-2 | persistent | persistent-2 | persistent-3 | epilogue-large | epilogue-cme | epilogue-epochs | epilogue-cme-2 | widths | widths-tune | widths-cme | widths-final | h200-widths | search-retune | x-column | profile-targets | bf16-out | bf16-out-stale | bf16-out-epochs | h200-bf16-out | profile-forward]
 set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
@@ -528,6 +528,13 @@ profile-targets)   # Nsight Compute on the missed targets' GEMMs as a call runs 
         --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
         python tuned/bench/issue18_profile.py --targets > "$out/ncu-targets.txt" 2>&1
     grep -E "^  gemm|Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|Executed Ipc A|highest-utilized|Stall|Registers Per|Dynamic Shared|Waves Per SM" "$out/ncu-targets.txt" | head -120
+    ;;
+profile-forward)   # Nsight Compute on the large network's forward GEMM at bf16 (issue18_profile.py --forward):
+                   # fused epilogue into bfloat16, into float32, no epilogue
+    ncu --kernel-name regex:^gemm --launch-count 6 --section SpeedOfLight --section ComputeWorkloadAnalysis \
+        --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
+        python tuned/bench/issue18_profile.py --forward > "$out/ncu-forward.txt" 2>&1
+    grep -E "^  gemm|Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Issue Slots Busy|Executed Ipc A|highest-utilized|Stall|Registers Per|Waves Per SM" "$out/ncu-forward.txt" | head -80
     ;;
 profile-tma)   # Nsight Compute on the TMA producer's kernels (tuned/bench/issue18_profile.py --tma)
     ncu --kernel-name regex:gemm_wgmma --launch-count 6 --section SpeedOfLight --section ComputeWorkloadAnalysis \

@@ -13,7 +13,10 @@ TF32 (tn, both operands transposed in shared memory) on the TMA config of the pi
 `--cluster`: 8192x4096x784 in TF32 (nt) on its record's config (128 x 256 tiles, TMA producer) alone
 and in clusters of 2 x 1 blocks sharing B. With `--targets`: the GEMMs of issue 18's missed targets
 on the configs a call gets (lookup's choice among the families), each twice: 4096^3 in TF32,
-800x1000x784 of bfloat16 arrays, 8192x4096x784 and 800x1000x784 FP32-accurate (all nt).
+800x1000x784 of bfloat16 arrays, 8192x4096x784 and 800x1000x784 FP32-accurate (all nt). With
+`--forward`: the large network's forward GEMM at bf16, 8192x4096x784 nt of bfloat16 arrays, as the
+step runs it (bias and sigmoid fused, D in bfloat16), with D in float32, and without the epilogue,
+each on the config a call gets, twice.
 """
 import sys
 
@@ -81,7 +84,21 @@ def targets_runs():
     cupy.cuda.get_current_stream().synchronize()
 
 
+def forward_runs():
+    rng = cupy.random.default_rng(0)
+    a = autogemm.to_bf16(rng.standard_normal((8192, 784), dtype=cupy.float32))     # X: (M, K) bfloat16 bits
+    b = autogemm.to_bf16(rng.standard_normal((4096, 784), dtype=cupy.float32))     # W1: (N, K), used as W1^T
+    bias = rng.standard_normal(4096, dtype=cupy.float32)
+    for epilogue, dtype in (("bias_sigmoid", cupy.uint16), ("bias_sigmoid", cupy.float32), (None, cupy.float32)):
+        out = cupy.empty((8192, 4096), dtype=dtype)                                # A1: (M, N)
+        for _ in range(2):
+            autogemm.gemm(a, b, out, trans_b=True, epilogue=epilogue, bias=bias if epilogue else None, precision="bf16")
+    cupy.cuda.get_current_stream().synchronize()
+
+
 def main():
+    if "--forward" in sys.argv[1:]:
+        return forward_runs()
     if "--targets" in sys.argv[1:]:
         return targets_runs()
     if "--cluster" in sys.argv[1:]:
