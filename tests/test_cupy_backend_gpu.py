@@ -463,7 +463,7 @@ def test_bf16_output_layer_input_is_stored_in_bfloat16_alone_where_its_backward_
         if precision == "bf16":
             assert any(a is step.acts[0] for a in bk._bf16_only) == apart
             assert np.isnan(cupy.asnumpy(step.acts[0])).all() == apart         # never written in float32
-            outputs = [getattr(p, "gemm", p).out.dtype for p in bk._plans.values()]
+            outputs = [_gemm_call(p).out.dtype for p in bk._plans.values()]
             assert (np.uint16 in outputs) == apart
     for got, want in zip(results["bf16"], results["fp32"]):
         for g, w in zip(got, want):
@@ -488,7 +488,7 @@ def test_a_bf16_alone_output_layer_input_is_widened_for_a_derivative_epilogue():
     a1.fill(np.nan)
     bk.gemm(x, w1, a1, trans_b=True, epilogue="bias_sigmoid", bias=b1)
     (plan,) = bk._plans.values()
-    assert getattr(plan, "gemm", plan).instance.name.endswith("_d16") and np.isnan(cupy.asnumpy(a1)).all()
+    assert _gemm_call(plan).instance.name.endswith("_d16") and np.isnan(cupy.asnumpy(a1)).all()
     bits = cupy.asnumpy(bk._bf16_copy(a1)[0])
     g = bk.asarray(rng.standard_normal((800, 256)))
     out = bk.empty((800, 256))
@@ -497,3 +497,54 @@ def test_a_bf16_alone_output_layer_input_is_widened_for_a_derivative_epilogue():
     assert np.array_equal(cupy.asnumpy(a1), a1_values)
     want = cupy.asnumpy(g).astype(np.float64) * a1_values * (1 - a1_values)
     assert np.max(np.abs(cupy.asnumpy(out) - want)) <= 1e-2 * np.max(np.abs(want))
+
+
+def _gemm_call(plan):
+    """The autogemm GemmCall inside a backend plan (RoundedGemm wrappers unwrapped)."""
+    while hasattr(plan, "rounding"):
+        plan = plan.gemm
+    return plan
+
+
+def test_a1_in_bfloat16_alone_is_rounded_into_where_no_kernel_writes_bfloat16(monkeypatch):
+    """Where no kernel writes a bfloat16 D for a shape, the GEMM into a bfloat16-alone A1 writes float32
+    and rounds the result into A1's copy after it (to_bf16): the copy holds the rounded float32 values,
+    bit for bit. A copy written at an odd 2-byte offset by gemm_wgmma itself matches float64 too."""
+    import cupy
+
+    import autogemm
+    from autogemm.runtime.device import this_device
+    from autogemm.tuning.verify import OPERAND_ROUNDING, compare
+    from kernels.gemm import Problem, bf16_bits, bf16_values, reference
+    from nn.backends import cupy_backend
+
+    if this_device().compute_capability != "9.0":
+        pytest.skip("A1 is stored in bfloat16 on Hopper alone")
+    planned = cupy_backend.autogemm.plan_gemm
+
+    def no_bfloat16_d(a, b, out, *args, **kw):
+        if out.dtype == np.uint16:
+            raise autogemm.InvalidConfig("no kernel writes a bfloat16 D here")
+        return planned(a, b, out, *args, **kw)
+
+    monkeypatch.setattr(cupy_backend.autogemm, "plan_gemm", no_bfloat16_d)
+    bk = get_backend("cupy", "float32", tuned=True, precision="bf16")
+    rng = np.random.default_rng(43)
+    x = bk.read_only(bk.asarray(rng.standard_normal((800, 784))))             # X: (800, 784)
+    w1, b1 = bk.asarray(rng.standard_normal((256, 784)) / 28), bk.asarray(rng.standard_normal(256))
+    a1 = bk.empty_output_layer_input((800, 256))                                # A1: (800, 256)
+    bk.gemm(x, w1, a1, trans_b=True, epilogue="bias_sigmoid", bias=b1)
+    (plan,) = bk._plans.values()
+    assert _gemm_call(plan).out is a1 and len(plan.after) == 1
+    assert np.array_equal(cupy.asnumpy(bk._bf16_copy(a1)[0]), bf16_bits(cupy.asnumpy(a1)))
+    monkeypatch.undo()
+
+    rng_host = np.random.default_rng(44)
+    a_host, b_host = (rng_host.standard_normal(s).astype(np.float32) for s in ((300, 264), (132, 264)))
+    room = cupy.full(300 * 132 + 1, 0x7fc0, np.uint16)
+    out = room[1:].reshape(300, 132)                                            # D: 2 bytes past a 4-byte boundary
+    autogemm.gemm(cupy.asarray(a_host), cupy.asarray(b_host), out, trans_b=True, precision="bf16")
+    value, magnitude, _ = reference(Problem(300, 132, 264, trans_b=True, precision="bf16"), a_host, b_host)["d"]
+    verdict = compare(bf16_values(cupy.asnumpy(out)), value, magnitude, 264, np.float32, "bf16",
+                      output_rounding=OPERAND_ROUNDING["bf16"])
+    assert verdict.ok and int(cupy.asnumpy(room[0])) == 0x7fc0, verdict.describe()

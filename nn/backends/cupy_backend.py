@@ -83,9 +83,12 @@ class CupyBackend(Backend):
     the kernel that makes it (linear_xent: beside its float32 values; linear_backward: alone, as the
     GEMMs that read it round it to bfloat16; one that cannot read bfloat16 here has its values
     widened back first), the others (weights, gradients) rounded by to_bf16 before each call;
-    float32 weights and sums. The output layer's input (`empty_output_layer_input`) is stored in
-    bfloat16 alone where its GEMM can write it so: every reader rounds it to bfloat16 anyway. At precision tf32 a GEMM that reads rows of a read-only array
-    M/N-major reads them K-major from its column-major copy (`column_major_data`)."""
+    float32 weights and sums. On Hopper, whose GEMMs write a bfloat16 D, the output layer's input
+    (`empty_output_layer_input`) is stored in bfloat16 alone: its GEMM writes it so (or, for a
+    shape no such kernel runs, rounds into it), and the output layer's loss, gradients and
+    activation derivative are taken from those bfloat16 values. At precision tf32 a GEMM that reads
+    rows of a read-only array M/N-major reads them K-major from its column-major copy
+    (`column_major_data`)."""
 
     name = "cupy"
     can_capture = True
@@ -149,9 +152,10 @@ class CupyBackend(Backend):
 
     def empty_output_layer_input(self, shape):
         x = self.empty(shape)
-        if self.precision == "bf16" and x.dtype == np.float32:
+        if self.precision == "bf16" and x.dtype == np.float32 and self.device.compute_capability == "90":
             self._bf16_copies.append((x, self.xp.empty(shape, np.uint16)))
             self._bf16_only.append(x)
+            self._plans.clear()     # a plan cached for an earlier array at x's address would write float32
         return x
 
     def free_bytes(self):
@@ -170,6 +174,8 @@ class CupyBackend(Backend):
             if beta != 0 or epilogue is not None:
                 raise ValueError("gemm with K = 0 is only supported as a zero product on the GPU backends")
             out.fill(0)
+            if self._in_bf16_alone(out):
+                self._bf16_copy(out)[0].fill(0)
             return out
         key = (_layout(a), _layout(b), _layout(out), _layout(c), _layout(bias), _layout(aux),
                alpha, beta, trans_a, trans_b, epilogue)
@@ -394,6 +400,7 @@ class CublasBackend(CupyBackend):
     linear_backward = Backend.linear_backward
     read_only = Backend.read_only       # cuBLAS rounds float32 operands itself
     empty_input_gradient = Backend.empty_input_gradient
+    empty_output_layer_input = Backend.empty_output_layer_input   # cuBLAS writes and reads it in float32
 
     def capture(self, fn):
         raise NNError("the cublas backend cannot be captured into a CUDA graph (CuPy forbids cuBLAS during capture)")
