@@ -482,12 +482,7 @@ def test_a_bf16_alone_output_layer_input_is_widened_for_a_derivative_epilogue():
         pytest.skip("a bfloat16 D is written by Hopper's kernels (gemm_wgmma)")
     bk = get_backend("cupy", "float32", tuned=True, precision="bf16")
     rng = np.random.default_rng(41)
-    x = bk.read_only(bk.asarray(rng.standard_normal((800, 784))))             # X: (800, 784)
-    w1, b1 = bk.asarray(rng.standard_normal((256, 784)) / 28), bk.asarray(rng.standard_normal(256))
-    a1 = bk.empty_output_layer_input((800, 256))                                # A1: (800, 256)
-    a1.fill(np.nan)
-    bk.gemm(x, w1, a1, trans_b=True, epilogue="bias_sigmoid", bias=b1)
-    (plan,) = bk._plans.values()
+    a1, plan = _forward_into_a1(bk, rng)
     assert _gemm_call(plan).instance.name.endswith("_d16") and np.isnan(cupy.asnumpy(a1)).all()
     bits = cupy.asnumpy(bk._bf16_copy(a1)[0])
     g = bk.asarray(rng.standard_normal((800, 256)))
@@ -497,6 +492,18 @@ def test_a_bf16_alone_output_layer_input_is_widened_for_a_derivative_epilogue():
     assert np.array_equal(cupy.asnumpy(a1), a1_values)
     want = cupy.asnumpy(g).astype(np.float64) * a1_values * (1 - a1_values)
     assert np.max(np.abs(cupy.asnumpy(out) - want)) <= 1e-2 * np.max(np.abs(want))
+
+
+def _forward_into_a1(bk, rng):
+    """A1 = sigmoid(X W1^T + b1) into an empty_output_layer_input array (800, 256), poisoned with NaNs
+    first, by the backend's GEMM: (A1, the plan it made)."""
+    x = bk.read_only(bk.asarray(rng.standard_normal((800, 784))))             # X: (800, 784)
+    w1, b1 = bk.asarray(rng.standard_normal((256, 784)) / 28), bk.asarray(rng.standard_normal(256))
+    a1 = bk.empty_output_layer_input((800, 256))                                # A1: (800, 256)
+    a1.fill(np.nan)
+    bk.gemm(x, w1, a1, trans_b=True, epilogue="bias_sigmoid", bias=b1)
+    (plan,) = bk._plans.values()
+    return a1, plan
 
 
 def _gemm_call(plan):
@@ -529,12 +536,7 @@ def test_a1_in_bfloat16_alone_is_rounded_into_where_no_kernel_writes_bfloat16(mo
 
     monkeypatch.setattr(cupy_backend.autogemm, "plan_gemm", no_bfloat16_d)
     bk = get_backend("cupy", "float32", tuned=True, precision="bf16")
-    rng = np.random.default_rng(43)
-    x = bk.read_only(bk.asarray(rng.standard_normal((800, 784))))             # X: (800, 784)
-    w1, b1 = bk.asarray(rng.standard_normal((256, 784)) / 28), bk.asarray(rng.standard_normal(256))
-    a1 = bk.empty_output_layer_input((800, 256))                                # A1: (800, 256)
-    bk.gemm(x, w1, a1, trans_b=True, epilogue="bias_sigmoid", bias=b1)
-    (plan,) = bk._plans.values()
+    a1, plan = _forward_into_a1(bk, np.random.default_rng(43))
     assert _gemm_call(plan).out is a1 and len(plan.after) == 1
     assert np.array_equal(cupy.asnumpy(bk._bf16_copy(a1)[0]), bf16_bits(cupy.asnumpy(a1)))
     monkeypatch.undo()

@@ -191,9 +191,9 @@ class CupyBackend(Backend):
     def _plan(self, a, b, out, *args):
         """The GEMM as one call, into `out`'s bfloat16 copy where out is stored in bfloat16 alone (by a
         kernel that writes it so, else the float32 result rounded into it)."""
-        if not (out.size and self._in_bf16_alone(out)):
+        out16 = self._stored(out)
+        if out16 is out:
             return self._plan_into(a, b, out, *args)
-        out16 = self._bf16_copy(out)[0]
         try:
             return self._plan_into(a, b, out16, *args)
         except autogemm.InvalidConfig:            # no kernel writes bfloat16 here

@@ -6,6 +6,24 @@ set -uo pipefail
 out=${OUT:-/tmp/issue18}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+
+# tune_stale LOG ARITHMETIC...: every stale record of this GPU's file measured again, in each
+# arithmetic given ("--precision tf32", "--dtype bfloat16"), a short search from its config.
+tune_stale() {
+    local log=$1; shift
+    for arithmetic in "$@"; do
+        python -m autogemm.cli tune --stale $arithmetic --trials 6 --timeout 6
+    done > "$out/$log" 2>&1; grep -E "│ (gemm|linear)|rror" "$out/$log" | tail -80
+}
+
+# bf16_epochs SUFFIX: the epochs at bf16 with A1 in bfloat16, then in float32 (issue18_float32_a1.py),
+# into nn-bench-a16SUFFIX and nn-bench-a32SUFFIX.
+bf16_epochs() {
+    local networks=(--networks cme213,grading,large --backends cupy-tuned-bf16)
+    python -m nn.bench "${networks[@]}" --json "$out/nn-bench-a16$1.json" > "$out/nn-bench-a16$1.txt" 2>&1
+    python tuned/bench/issue18_float32_a1.py nn.bench "${networks[@]}" --json "$out/nn-bench-a32$1.json" \
+        > "$out/nn-bench-a32$1.txt" 2>&1
+}
 case "${1:-wgmma}" in
 bf16-out)   # gemm_wgmma writing D in bfloat16, the output layer's kernels reading A in bfloat16, the
             # step at bf16 storing A1 so: their GPU tests; then the tf32 records staled by the template
@@ -13,17 +31,14 @@ bf16-out)   # gemm_wgmma writing D in bfloat16, the output layer's kernels readi
     python -m pytest -q -m gpu tests/test_gemm_gpu.py tests/test_elementwise_gpu.py tests/test_cupy_backend_gpu.py \
         -k "bfloat16 or linear or bf16 or reduced_precisions" > "$out/pytest-bf16-out.txt" 2>&1
     tail -3 "$out/pytest-bf16-out.txt"
-    python -m autogemm.cli tune --stale --precision tf32 --trials 6 --timeout 6 > "$out/tune-stale-tf32.txt" 2>&1
-    grep -E "│ gemm|rror" "$out/tune-stale-tf32.txt" | tail -40
+    tune_stale tune-stale-tf32.txt "--precision tf32"
     cp tuned/*.json "$out/"
     ;;
 bf16-out-stale)   # the step's A1 in bfloat16 where its backward pass goes apart alone (the GPU tests of
                   # it), then the rest of the records staled by bf16.cuh's and the templates' change
     python -m pytest -q -m gpu tests/test_cupy_backend_gpu.py -k "output_layer_input" \
         > "$out/pytest-a1.txt" 2>&1; tail -3 "$out/pytest-a1.txt"
-    for arithmetic in "--precision fp32" "--precision bf16" "--dtype bfloat16"; do
-        python -m autogemm.cli tune --stale $arithmetic --trials 6 --timeout 6
-    done > "$out/tune-stale-rest.txt" 2>&1; grep -E "│ (gemm|linear)|rror" "$out/tune-stale-rest.txt" | tail -60
+    tune_stale tune-stale-rest.txt "--precision fp32" "--precision bf16" "--dtype bfloat16"
     cp tuned/*.json "$out/"
     ;;
 bf16-out-epochs)   # at bf16, A1 stored in bfloat16 against float32 (issue18_float32_a1.py): each step's
@@ -34,26 +49,17 @@ bf16-out-epochs)   # at bf16, A1 stored in bfloat16 against float32 (issue18_flo
             > "$out/profile-$net-a32.txt" 2>&1
     done
     grep -E "==>|gemm|linear|whole" "$out"/profile-*.txt
-    for run in 1 2; do
-        python -m nn.bench --networks cme213,grading,large --backends cupy-tuned-bf16 --json "$out/nn-bench-a16-$run.json" \
-            > "$out/nn-bench-a16-$run.txt" 2>&1
-        python tuned/bench/issue18_float32_a1.py nn.bench --networks cme213,grading,large --backends cupy-tuned-bf16 \
-            --json "$out/nn-bench-a32-$run.json" > "$out/nn-bench-a32-$run.txt" 2>&1
-    done
+    bf16_epochs -1
+    bf16_epochs -2
     for f in "$out"/nn-bench-*.txt; do echo "$(basename $f)"; tail -n 3 "$f"; done
     ;;
 h200-bf16-out)   # the H200: the GPU tests of A1 and the output layer's input in bfloat16, every record
                  # staled by the change measured again, the bf16 epochs with A1 in bfloat16 and float32
     python -m pytest -q -m gpu tests/test_cupy_backend_gpu.py tests/test_elementwise_gpu.py -k "output_layer" \
         > "$out/pytest-a1.txt" 2>&1; tail -3 "$out/pytest-a1.txt"
-    for arithmetic in "--precision tf32" "--precision fp32" "--precision bf16" "--dtype bfloat16"; do
-        python -m autogemm.cli tune --stale $arithmetic --trials 6 --timeout 6
-    done > "$out/tune-stale.txt" 2>&1; grep -E "│ (gemm|linear)|rror" "$out/tune-stale.txt" | tail -80
+    tune_stale tune-stale.txt "--precision tf32" "--precision fp32" "--precision bf16" "--dtype bfloat16"
     cp tuned/*.json "$out/"
-    python -m nn.bench --networks cme213,grading,large --backends cupy-tuned-bf16 --json "$out/nn-bench-a16.json" \
-        > "$out/nn-bench-a16.txt" 2>&1
-    python tuned/bench/issue18_float32_a1.py nn.bench --networks cme213,grading,large --backends cupy-tuned-bf16 \
-        --json "$out/nn-bench-a32.json" > "$out/nn-bench-a32.txt" 2>&1
+    bf16_epochs ""
     for f in "$out"/nn-bench-*.txt; do echo "$(basename $f)"; tail -n 3 "$f"; done
     ;;
 x-column)   # at tf32 the data's column-major copy, so that W1's update reads X K-major: the GPU tests,
