@@ -22,10 +22,10 @@ comm() {   # the all-reduces by size on 2 and 4 ranks, NCCL's protocols left to 
 }
 
 tune_ranks() {   # the per-rank kernels of both splits, one GPU a tuning run, at fp32 then tf32
-    local args=("--shapes nn --ranks 2,4 --parallel model"
-                "--shapes nn --hidden 4096 --batch 8192 --ranks 2,4 --parallel model"
-                "--shapes nn --hidden 100 --ranks 2,4 --parallel model"
-                "--model lenet --ranks 2,4")
+    local args=("--shapes nn --ranks 4 --parallel model"
+                "--shapes nn --hidden 4096 --batch 8192 --ranks 4 --parallel model"
+                "--shapes nn --hidden 100 --ranks 4 --parallel model"
+                "--model lenet --ranks 4")
     for i in 0 1 2 3; do
         (
             export CUDA_VISIBLE_DEVICES=$((i % gpus))
