@@ -3,9 +3,12 @@
     python -m nn.profile                                  # the CME 213 network, tuned kernels, on the GPU
     python -m nn.profile --network grading --backend cupy-default --json profile.json
     python -m nn.profile --network lenet                  # the LeNet-like CNN, batch 1000
+    python -m nn.profile --network large --ranks 4 --parallel model   # rank 0's step of 4 ranks' split
 
-The step's operations are recorded as the step enqueues them (one rank, so the weight updates are
-the fused in-place GEMMs). Each is then run `--reps` times in a row, captured in one CUDA graph
+The step's operations are recorded as the step enqueues them: one rank's, whose weight updates are
+the fused in-place GEMMs, or with `--ranks R` rank 0's step of R ranks' split (its share of the rows,
+gradients formed for the all-reduce then applied; or its hidden units on every row), the
+all-reduce left out (tuned/bench/issue37_comm.py times those). Each is then run `--reps` times in a row, captured in one CUDA graph
 where the backend can capture (warm caches, launch gaps as inside the epoch's graph), and the
 median over `--replays` replays is reported per call; the whole step is timed the same way. Inputs
 are random: the times do not depend on the data.
@@ -24,6 +27,7 @@ from nn.cnn import CNN, CNNStep, init_cnn_params
 from nn.errors import ArgumentParser, NNError, exit_status
 from nn.layers import LENET, parse_layers
 from nn.mlp import MLP, Step, init_params
+from nn.model_parallel import ShardedMLP, ShardedStep, check_split
 from nn.outputs import claim_json, write_json
 
 OPERATIONS = ("gemm", "linear_xent", "linear_backward", "softmax_xent", "column_sums", "sgd_update", "conv2d",
@@ -67,9 +71,9 @@ def describe(name: str, args, kwargs, column_major=()) -> str:
     return f"{name} {shape(args[0])}"
 
 
-def record_step(step, x, labels) -> list[tuple[str, callable]]:
-    """(description, replay) of each operation that one `step.train_batch(x, labels)` enqueues;
-    operations a backend composes of others count once."""
+def record_step(step, x, labels, allreduce=None) -> list[tuple[str, callable]]:
+    """(description, replay) of each operation that one `step.train_batch(x, labels, allreduce)`
+    enqueues; operations a backend composes of others count once."""
     backend = step.model.backend
     recorded, depth = [], [0]
 
@@ -90,7 +94,7 @@ def record_step(step, x, labels) -> list[tuple[str, callable]]:
     for name in OPERATIONS:
         setattr(backend, name, recording(name))
     try:
-        step.train_batch(x, labels)
+        step.train_batch(x, labels, allreduce)
     finally:
         for name in OPERATIONS:
             delattr(backend, name)
@@ -116,26 +120,36 @@ def time_calls(what: str, backend, fn, reps: int, replays: int) -> Timed:
     return Timed(what, statistics.median(times), pick(0.1), pick(0.9))
 
 
-def profile(network: str, backend_name: str, reps: int, replays: int, dtype: str = "float32"):
-    """(each operation of one step timed alone, the whole step timed the same way)."""
+def profile(network: str, backend_name: str, reps: int, replays: int, dtype: str = "float32", ranks: int = 1,
+            parallel: str = "data"):
+    """(each operation of rank 0's step of `ranks` ranks timed alone, the whole step timed the same
+    way); the all-reduce of a split is left out."""
     backend = make_backend(backend_name, dtype)
     rng = np.random.default_rng(0)
     batch = LENET_BATCH if network == "lenet" else networks()[network].batch
-    x = backend.read_only(backend.asarray(rng.random((batch, 784))))  # X: (B, 784) dtype, the data as the trainer keeps it
-    labels = backend.asarray(rng.integers(0, 10, batch))              # (B,) int
+    rows = batch if parallel == "model" else -(-batch // ranks)        # rank 0's share: the largest
+    x = backend.read_only(backend.asarray(rng.random((rows, 784))))  # X: (rows, 784) dtype, the data as the trainer keeps it
+    labels = backend.asarray(rng.integers(0, 10, rows))              # (rows,) int
+    reduce = None if ranks == 1 else (lambda buf: buf)               # the sum over ranks, left out
     if network == "lenet":
         layers = parse_layers(LENET)
-        step = CNNStep(CNN(backend, layers, "relu", init_cnn_params(layers)), batch, batch)
+        step = CNNStep(CNN(backend, layers, "relu", init_cnn_params(layers)), rows, batch)
     else:
         net = networks()[network]
         sizes = (784, net.hidden, 10)
-        model = MLP(backend, sizes, net.activation, init_params(sizes, "he" if net.activation == "relu" else "cme213"))
-        step = Step(model, net.batch, net.batch, net.lr, 1e-4)
-    operations = [time_calls(what, backend, fn, reps, replays) for what, fn in record_step(step, x, labels)]
-    return operations, time_calls("whole step", backend, lambda: step.train_batch(x, labels), reps, replays)
+        params = init_params(sizes, "he" if net.activation == "relu" else "cme213")
+        if parallel == "model":
+            check_split(sizes, ranks)
+            model = ShardedMLP(backend, sizes, net.activation, params, 0, ranks, reduce)
+            step, reduce = ShardedStep(model, rows, batch, net.lr, 1e-4), None
+        else:
+            step = Step(MLP(backend, sizes, net.activation, params), rows, batch, net.lr, 1e-4)
+    operations = [time_calls(what, backend, fn, reps, replays) for what, fn in record_step(step, x, labels, reduce)]
+    return operations, time_calls("whole step", backend, lambda: step.train_batch(x, labels, reduce), reps, replays)
 
 
-def report(network: str, backend_name: str, operations: list[Timed], whole: Timed) -> str:
+def report(network: str, backend_name: str, operations: list[Timed], whole: Timed, ranks: int = 1,
+           parallel: str = "data") -> str:
     if network == "lenet":
         shape, steps = f"{LENET}, batch {LENET_BATCH}", 54000 / LENET_BATCH
     else:
@@ -143,7 +157,8 @@ def report(network: str, backend_name: str, operations: list[Timed], whole: Time
         shape, steps = f"784-{net.hidden}-10, batch {net.batch}", net.images / net.batch
     total = sum(t.median_us for t in operations)
     width = max(len(t.operation) for t in operations + [whole])
-    lines = [f"{network} ({shape}) on {backend_name}: µs per call, median [p10, p90]"]
+    split = f", rank 0 of {ranks} ({parallel} split, the all-reduce left out)" if ranks > 1 else ""
+    lines = [f"{network} ({shape}{split}) on {backend_name}: µs per call, median [p10, p90]"]
     for t in operations:
         lines.append(f"  {t.operation:<{width}}  {t.median_us:9.2f}  [{t.p10_us:.2f}, {t.p90_us:.2f}]  "
                      f"{100 * t.median_us / total:5.1f}%")
@@ -160,6 +175,9 @@ def main(argv=None) -> int:
                                      "(default: cupy-tuned on a GPU, else numpy)")
     p.add_argument("--reps", type=int, default=20, help="calls in a row per replay (default: 20)")
     p.add_argument("--replays", type=int, default=15, help="timed replays; the median is reported (default: 15)")
+    p.add_argument("--ranks", type=int, default=1, help="profile rank 0's step of this many ranks (default: 1)")
+    p.add_argument("--parallel", choices=("data", "model"), default="data",
+                   help="what the ranks split, as nn.train --parallel (default: data)")
     p.add_argument("--json", metavar="PATH", help="write the times as JSON")
     line = " ".join(["python -m nn.profile", *(argv or sys.argv[1:])])
 
@@ -173,12 +191,18 @@ def main(argv=None) -> int:
             raise NNError(f"--backend: unknown {backend!r}; choose from {', '.join(ours)}")
         if args.reps < 1 or args.replays < 1:
             raise NNError("--reps and --replays must be >= 1")
+        if not 1 <= args.ranks <= 1024:
+            raise NNError(f"--ranks {args.ranks}: give 1 to 1024")
+        if args.parallel == "model" and args.network == "lenet":
+            raise NNError("--parallel model splits the MLP's hidden layer; a CNN is split by data")
         if args.json:
             claim_json("--json", args.json, "python -m nn.profile")
-        operations, whole = profile(args.network, backend, args.reps, args.replays)
-        print(report(args.network, backend, operations, whole))
+        operations, whole = profile(args.network, backend, args.reps, args.replays, ranks=args.ranks,
+                                    parallel=args.parallel)
+        print(report(args.network, backend, operations, whole, args.ranks, args.parallel))
         if args.json:
             write_json("--json", args.json, {"command": line, "network": args.network, "backend": backend,
+                                             "ranks": args.ranks, "parallel": args.parallel,
                                              "operations": [asdict(t) for t in operations], "step": asdict(whole)})
 
     return exit_status(command)

@@ -82,3 +82,29 @@ def test_a_gemm_reading_a_column_major_copy_is_named_by_the_op_it_launches():
     assert profile.describe("gemm", update, {"trans_a": True, "c": w}, copies) == "gemm 100x784x800:tt in place"
     assert profile.describe("gemm", update, {"trans_a": True, "c": w}) == "gemm 100x784x800:tn in place"
     assert profile.describe("gemm", (x[:800], w), {"trans_b": True}, copies) == "gemm 800x100x784:nt"
+
+
+def test_rank_zero_of_each_split(tmp_path):
+    """--ranks: rank 0's step of the split, its all-reduce left out: a quarter of the rows whose
+    gradients are formed then applied (data), or a quarter of the hidden units on every row (model)."""
+    out = tmp_path / "profile.json"
+    common = ["--network", "grading", "--backend", "numpy", "--reps", "1", "--replays", "1", "--ranks", "4"]
+    assert profile.main([*common, "--json", str(out)]) == 0
+    data = [t["operation"] for t in json.loads(out.read_text())["operations"]]
+    assert data[:2] == ["gemm 200x100x784:nt bias_sigmoid", "linear_xent 200x10x100 sigmoid"]
+    assert "gemm 100x784x200:tn" in data and "sgd_update 100x784" in data
+    out.unlink()
+    assert profile.main([*common, "--parallel", "model", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert (doc["ranks"], doc["parallel"]) == (4, "model")
+    model = [t["operation"] for t in doc["operations"]]
+    assert model[:3] == ["gemm 800x25x784:nt bias_sigmoid", "gemm 800x10x25:nt bias", "softmax_xent 800x10"]
+    assert "gemm 25x784x800:tn in place" in model
+
+
+def test_a_split_that_cannot_be_made_is_one_line(capsys):
+    assert profile.main(["--network", "grading", "--backend", "numpy", "--ranks", "200", "--parallel", "model"]) == 2
+    assert profile.main(["--network", "lenet", "--backend", "numpy", "--ranks", "2", "--parallel", "model"]) == 2
+    assert profile.main(["--network", "grading", "--backend", "numpy", "--ranks", "0"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 3 and all(line.startswith("error: ") for line in lines)
