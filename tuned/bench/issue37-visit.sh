@@ -5,6 +5,8 @@
 # kernels of both splits tuned on the GPUs at once, then 1 against 4 ranks of each network and split.
 # Everything lands in $OUT/issue37.tar.gz (the device tool returns at most 8 files); a table last.
 set -uo pipefail
+python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . > /dev/null 2>&1 ||
+    echo "pip install -e . failed: autogemm tune --shapes nn will not know the networks"
 out=${OUT:-/tmp/issue37}
 work=$out/issue37
 mkdir -p "$work"
@@ -64,6 +66,25 @@ runs() {   # 1 rank against 4 of each split (NCCL, and the model split's staged 
     done
 }
 
+profile_split() {   # one GPU: rank 0's step of 4 ranks' splits, before and after tuning its kernels
+    for net in cme213 large; do
+        for split in data model; do
+            python -m nn.profile --network $net --ranks 4 --parallel $split --json "$work/profile-$net-$split.json" \
+                > "$work/profile-$net-$split.txt" 2>&1
+        done
+    done
+    timeout 200 python -m autogemm.cli tune --shapes nn --ranks 4 --parallel model --trials 14 --timeout 4 \
+        > "$work/tune-cme213-model.txt" 2>&1
+    timeout 240 python -m autogemm.cli tune --shapes nn --hidden 4096 --batch 8192 --ranks 4 --parallel model \
+        --trials 10 --timeout 5 > "$work/tune-large-model.txt" 2>&1
+    cp tuned/*.json "$work/"
+    for net in cme213 large; do
+        python -m nn.profile --network $net --ranks 4 --parallel model --json "$work/profile-$net-model-tuned.json" \
+            > "$work/profile-$net-model-tuned.txt" 2>&1
+    done
+    cat "$work"/profile-*.txt
+}
+
 table() {
     cat "$work"/comm-r*.txt
     grep -h "tuned\|error" "$work"/tune-*.txt | tail -8
@@ -85,6 +106,7 @@ PY
 
 case "${1:-diagnose}" in
 diagnose) comm; tune_ranks; runs ;;
+profile-split) profile_split ;;
 esac
 table | tee "$work/table.txt"
 tar -czf "$out/issue37.tar.gz" -C "$out" issue37
