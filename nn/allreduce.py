@@ -1,12 +1,17 @@
 """The sum over ranks a step needs (the gradients of a data split, the logits of a model split),
-in three flavours, and `choose`, which picks one for a backend and a launch.
+in four flavours; `resolve` names the one a backend and a launch get, `choose` makes it.
 
 - `Dist.allreduce_sum` (host arrays, or a GPU buffer copied through the host and back, blocking):
   the NumPy backend, or MPI where mpi4py lacks MPI_THREAD_MULTIPLE.
 - `StagedMpiAllreduce`: MPI for a GPU backend, enqueued on the current stream (copy to pinned host
   memory, the MPI all-reduce in a host function the stream calls, copy back), so it runs beside the
   stream's other work and a CUDA graph can hold it.
+- `CudaAwareMpiAllreduce`: an MPI library that reads GPU memory itself, handed the device buffer
+  after the stream's work (eager steps: MPI cannot run inside a graph).
 - `NcclAllreduce`: GPU to GPU on the current stream, one GPU per rank.
+
+`--allreduce auto` takes NCCL where every rank has a GPU of its own, else CUDA-aware MPI where the
+library says it is, else MPI staged through the host.
 
 An all-reduce that a step may hand its gradients layer by layer says so with `buckets`
 (nn.mlp.Step.train_batch): "overlap", each layer's during the backward pass on a side branch;
@@ -20,19 +25,35 @@ import numpy as np
 from nn.dist import Dist
 from nn.errors import NNError
 
-KINDS = ("mpi", "nccl")
+KINDS = ("auto", "mpi", "nccl")
+
+
+def resolve(kind: str, dist: Dist, backend) -> str:
+    """What `--allreduce kind` runs for `backend`: "nccl", "cuda-aware" (MPI on device buffers),
+    "staged" (MPI through pinned host memory on the stream) or "host" (MPI, blocking); "none" for
+    one rank. Collective: every rank resolves alike (NNError on every rank when NCCL cannot run)."""
+    if dist.size == 1:
+        return "none"
+    on_gpu = backend.name in ("cupy", "cublas")
+    if kind in ("auto", "nccl") and on_gpu and nccl_usable(dist):
+        return "nccl"
+    if kind == "nccl":
+        raise NNError("--allreduce nccl needs a GPU backend, CuPy's NCCL and one GPU per rank; "
+                      "--allreduce mpi runs anywhere")
+    if on_gpu and kind == "auto" and not dist.any_rank(not cuda_aware_mpi()):
+        return "cuda-aware"
+    return "staged" if on_gpu and mpi_thread_multiple() else "host"
 
 
 def choose(kind: str, dist: Dist, backend, overlap: bool = True):
-    """None for one rank; else the all-reduce of `kind` for `backend` (NNError when NCCL cannot run)."""
-    if dist.size == 1:
+    """None for one rank; else the all-reduce that `resolve` named `kind` for `backend`."""
+    if kind == "none":
         return None
-    on_gpu = backend.name in ("cupy", "cublas")
     if kind == "nccl":
-        if not on_gpu or not nccl_usable(dist):
-            raise NNError("--allreduce nccl needs a GPU backend, CuPy's NCCL and one GPU per rank")
         return NcclAllreduce(dist, backend, overlap)
-    if on_gpu and mpi_thread_multiple():
+    if kind == "cuda-aware":
+        return CudaAwareMpiAllreduce(dist, backend)
+    if kind == "staged":
         return StagedMpiAllreduce(dist, backend, overlap)
     return lambda buf: dist.allreduce_sum(backend, buf)
 
@@ -43,6 +64,7 @@ def describe(allreduce, parallel: str = "data") -> str:
     if allreduce is None:
         return "none"
     how = {"StagedMpiAllreduce": "MPI staged through pinned host memory on the stream",
+           "CudaAwareMpiAllreduce": "CUDA-aware MPI on device buffers",
            "NcclAllreduce": "NCCL"}.get(type(allreduce).__name__, "MPI through host memory")
     when = {"overlap": ", overlapped with the backward pass", "after": ", after the backward pass"}
     return how + (when.get(getattr(allreduce, "buckets", None), "") if parallel == "data" else "")
@@ -53,6 +75,57 @@ def mpi_thread_multiple() -> bool:
     from mpi4py import MPI
 
     return MPI.Query_thread() == MPI.THREAD_MULTIPLE
+
+
+def cuda_aware_mpi() -> bool:
+    """The MPI library says it reads CUDA device memory: Open MPI's MPIX_Query_cuda_support, or
+    MPICH's MPIX_GPU_query_support for CUDA (both asked through the library mpi4py loaded)."""
+    try:
+        lib = ctypes.CDLL(_libmpi_path(), mode=ctypes.RTLD_GLOBAL)
+    except OSError:
+        return False
+    if hasattr(lib, "MPIX_Query_cuda_support"):
+        return bool(lib.MPIX_Query_cuda_support())
+    if hasattr(lib, "MPIX_GPU_query_support"):
+        supported = ctypes.c_int(0)
+        lib.MPIX_GPU_query_support(ctypes.c_int(_MPIX_GPU_SUPPORT_CUDA), ctypes.byref(supported))
+        return bool(supported.value)
+    return False
+
+
+_MPIX_GPU_SUPPORT_CUDA = 0      # MPICH's mpi.h
+
+
+def _libmpi_path() -> str:
+    """The libmpi this process loaded (mpi4py's), from the process's mapped files."""
+    from mpi4py import MPI  # noqa: F401  (loads libmpi)
+
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split()[-1]
+            if "/libmpi" in path and ".so" in path:
+                return path
+    raise OSError("no libmpi mapped")
+
+
+class CudaAwareMpiAllreduce:
+    """Sum a GPU buffer over ranks with an MPI that reads device memory: the stream's work is
+    waited for, then MPI all-reduces the buffer in place. Not graph-safe (MPI runs on the host
+    thread, between the stream's work): the steps run eagerly."""
+
+    graph_safe = False
+
+    def __init__(self, dist: Dist, backend):
+        from mpi4py import MPI
+
+        self.MPI, self.comm, self.stream = MPI, dist.comm, backend.stream
+
+    def __call__(self, buf):
+        if not buf.flags.c_contiguous:
+            raise ValueError("CudaAwareMpiAllreduce needs a contiguous buffer")
+        self.stream.synchronize()
+        self.comm.Allreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)
+        return buf
 
 
 def _buckets(overlap: bool) -> str:

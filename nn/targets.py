@@ -7,6 +7,8 @@ its targets follow. autogemm finds `step_targets` and `cnn_step_targets` through
 nn` (or `--model lenet`) tunes what each training step of `python -m nn.train` launches
 (evaluation's forward passes are left to lookup's nearest shape).
 """
+import contextlib
+
 import numpy as np
 
 import autogemm
@@ -33,6 +35,8 @@ class LaunchRecorder(Backend):
         super().__init__(dtype)
         self.precision = precision
         self.launches: list[autogemm.Target] = []
+        self.on_side: list[bool] = []       # per launch: enqueued on the step's side branch
+        self._side = False
         self.names: dict[int, str] = {}
         self.column_major: list = []        # (read-only array, a column-major one of its shape), as the cupy backend's
 
@@ -43,8 +47,17 @@ class LaunchRecorder(Backend):
         """The launch of `call`: one target for each family that can compute it (all are tuned,
         the fastest runs)."""
         if min(sizes) > 0:
-            self.launches += [autogemm.Target(family, tuple(int(s) for s in sizes), op, role)
-                              for family in autogemm.IMPLEMENTATIONS.get(call, (call,))]
+            families = autogemm.IMPLEMENTATIONS.get(call, (call,))
+            self.launches += [autogemm.Target(family, tuple(int(s) for s in sizes), op, role) for family in families]
+            self.on_side += [self._side] * len(families)
+
+    @contextlib.contextmanager
+    def side_branch(self):
+        before, self._side = self._side, True
+        try:
+            yield
+        finally:
+            self._side = before
 
     # ---- storage: host arrays, never filled ---------------------------------------------------
     def asarray(self, a):
@@ -169,11 +182,13 @@ def _name_arrays(recorder: LaunchRecorder, step: Step, x):
 
 
 def record_step(rows: int, batch: int, sizes, activation: str, ranks: int,
-                rank: int | None = None, precision: str = "fp32") -> list[autogemm.Target]:
+                rank: int | None = None, precision: str = "fp32", recorder: LaunchRecorder | None = None
+                ) -> list[autogemm.Target]:
     """The launches of one rank's training step on `rows` rows of a `batch`-row batch at `precision`:
     the fused one-rank step, or with ranks > 1 the step whose gradients are all-reduced before the
-    update; with `rank`, that rank's step of the hidden-unit split (nn.model_parallel) instead."""
-    recorder = LaunchRecorder(precision=precision)
+    update; with `rank`, that rank's step of the hidden-unit split (nn.model_parallel) instead.
+    `recorder`: the LaunchRecorder to record into (its dtype and precision then apply)."""
+    recorder = recorder or LaunchRecorder(precision=precision)
     # W_l, b_l: never read, their pages never touched (a wide network costs no memory)
     params = [(np.empty((n_out, n_in), recorder.dtype), np.empty(n_out, recorder.dtype))
               for n_in, n_out in zip(sizes[:-1], sizes[1:])]
@@ -234,10 +249,11 @@ def _name_cnn_arrays(recorder: LaunchRecorder, step: CNNStep, x):
     recorder.names = {a.__array_interface__["data"][0]: name for name, a in arrays.items()}
 
 
-def record_cnn_step(rows: int, batch: int, layers: str, ranks: int, optimizer: str = "adam") -> list[autogemm.Target]:
+def record_cnn_step(rows: int, batch: int, layers: str, ranks: int, optimizer: str = "adam",
+                    recorder: LaunchRecorder | None = None) -> list[autogemm.Target]:
     """The launches of one rank's CNN training step (nn.layers spec `layers` on 28 x 28 images, 10
-    classes) on `rows` rows of a `batch`-row batch."""
-    recorder = LaunchRecorder()
+    classes) on `rows` rows of a `batch`-row batch (into `recorder` when given)."""
+    recorder = recorder or LaunchRecorder()
     net = parse_layers(layers)
     model = CNN(recorder, net, "relu", init_cnn_params(net))
     step = CNNStep(model, rows, batch, optimizer)

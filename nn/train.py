@@ -28,7 +28,7 @@ if _LOCAL_RANKS > 1:
 import numpy as np
 
 from autogemm import AutogemmError
-from nn import checkpoint
+from nn import checkpoint, cost_model
 from nn.backends import ACTIVATIONS, BACKENDS, DTYPES, PRECISIONS, cuda_available, get_backend
 from nn.backends.base import host_free_bytes
 from nn.data import DATASETS, SCALES, load_dataset
@@ -49,7 +49,9 @@ DEFAULTS = dict(model="mlp", layers=None, hidden=(1000,), activation="sigmoid", 
 # A CNN's defaults (--model lenet, or --layers): the reports' Keras recipe.
 CNN_DEFAULTS = dict(activation="relu", optimizer="adam", batch=1000, epochs=20, lr=1e-3, reg=0.0, init="he")
 MODELS = ("mlp", "lenet")
-PARALLEL = ("data", "model")   # what ranks split: a batch's rows, or the hidden units (nn.model_parallel)
+# What ranks split: chosen by nn.cost_model (auto), a batch's rows, the hidden units (nn.model_parallel),
+# or nothing (each rank trains the whole batch: one GPU's speed, where no split pays).
+PARALLEL = ("auto", "data", "model", "none")
 PRESETS = {"cme213": dict(hidden=(1000,), reg=1e-4, lr=0.001, epochs=20, batch=800, scale="raw", dtype="float64")}
 _GRADING = dict(hidden=(100,), batch=800, reg=1e-4, scale="raw", dtype="float64")
 GRADING_MODES = {1: dict(_GRADING, lr=0.001, epochs=40), 2: dict(_GRADING, lr=0.01, epochs=10),
@@ -156,14 +158,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--use-tuned", action="store_true",
                    help="use the autogemm-tuned GPU kernels; without a CUDA device, fall back to NumPy "
                         "(unless --backend cupy is given too)")
-    p.add_argument("--parallel", choices=PARALLEL, default="data",
+    p.add_argument("--parallel", choices=PARALLEL, default="auto",
                    help="under mpirun, split each batch's rows over the ranks (data: their gradients are "
-                        "all-reduced) or the MLP's hidden units (model: the logits are; one hidden layer) "
-                        "(default: data)")
-    p.add_argument("--allreduce", choices=reductions.KINDS, default="mpi",
+                        "all-reduced), the MLP's hidden units (model: the logits are; one hidden layer) or "
+                        "nothing (none: every rank trains the whole batch); auto: the split a cost model of "
+                        "this run predicts fastest (tuned kernel times, all-reduce costs), none where no split "
+                        "is predicted to beat one GPU; the NumPy backend: data (default: auto)")
+    p.add_argument("--allreduce", choices=reductions.KINDS, default="auto",
                    help="the all-reduce under mpirun (of the gradients, or of the logits with --parallel model): "
                         "mpi (through host memory; on a GPU, staged on the step's stream) or nccl (GPU to GPU, "
-                        "one GPU per rank); on a GPU either is captured into the epoch's CUDA graph (default: mpi)")
+                        "one GPU per rank); on a GPU either is captured into the epoch's CUDA graph; auto: NCCL "
+                        "where every rank has a GPU of its own, else CUDA-aware MPI where the library is, else "
+                        "mpi (default: auto)")
     p.add_argument("--no-overlap", action="store_true",
                    help="with --parallel data on a GPU backend: all-reduce each layer's gradients after the "
                         "backward pass instead of during it, beside the layers below (the same sums)")
@@ -209,7 +215,7 @@ def resolve(args) -> Config:
         # alone, it falls back to NumPy where there is no GPU; with --backend cupy it needs one
         values["backend"] = "cupy" if args.backend == "cupy" or (cuda_available() and "cupy" in BACKENDS) else "numpy"
     asked_gpu = args.use_tuned or values["backend"] in ("cupy", "cublas")  # --use-tuned's fallback has no overlap
-    if args.no_overlap and (not asked_gpu or args.parallel == "model"):
+    if args.no_overlap and (not asked_gpu or args.parallel in ("model", "none")):
         raise NNError("--no-overlap is for --parallel data on a GPU backend (cupy, cublas), whose step all-reduces "
                       "each layer's gradients during the backward pass; the others reduce after it anyway")
     if args.resume and not args.checkpoint:
@@ -417,16 +423,19 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
                              "every rank must read the same data set and checkpoint")
 
     n_train = len(ds.train.y)
-    model_split = args.parallel == "model"
-    if model_split:
+    kind = _agreed(dist, lambda: reductions.resolve(args.allreduce, dist, backend))
+    if args.parallel == "model":
         _agreed(dist, lambda: check_split(sizes, dist.size))
-    # Rows: this rank's share of each batch, or every row when the ranks split the model.
-    index, spans = rank_rows(n_train, cfg.batch, 0, 1) if model_split else rank_rows(n_train, cfg.batch, dist.rank,
+    parallel, why = _agreed(dist, lambda: _split(cfg, args, dist, backend, sizes, kind))
+    model_split, whole_batch = parallel == "model", parallel in ("model", "none")
+    # Rows: this rank's share of each batch, or every row when the ranks split the model or nothing.
+    index, spans = rank_rows(n_train, cfg.batch, 0, 1) if whole_batch else rank_rows(n_train, cfg.batch, dist.rank,
                                                                                        dist.size)
     x_train = backend.read_only(backend.asarray(ds.train.x[index]))  # X: (rows of this rank, D) dtype
     y_train = backend.asarray(ds.train.y[index])  # (rows of this rank,) int64
     max_rows = max(count for _, count in spans)
-    allreduce = _agreed(dist, lambda: reductions.choose(args.allreduce, dist, backend, not args.no_overlap))
+    allreduce = None if parallel == "none" else _agreed(
+        dist, lambda: reductions.choose(kind, dist, backend, not args.no_overlap))
     if layers is not None:
         model = cnn.CNN(backend, layers, cfg.activation, ckpt.params)
         step = cnn.CNNStep(model, max_rows, cfg.batch, cfg.optimizer, cfg.lr, cfg.reg)
@@ -446,13 +455,14 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
                        graph=not args.no_graph and graph_safe)
     dist.barrier()  # ranks set up one after another; the first epoch's times should not count that
     # what each rank sends a step (a ring all-reduce): the logits of a model split, else every gradient
-    elements = step_elements(sizes, cfg.batch, args.parallel) if layers is None else model.flat.size
+    elements = 0 if parallel == "none" else step_elements(sizes, cfg.batch, parallel) if layers is None \
+        else model.flat.size
     sent = ring_bytes(elements, backend.dtype.itemsize, dist.size)
-    reduced_by = reductions.describe(allreduce, args.parallel)
+    reduced_by = reductions.describe(allreduce, parallel)
 
     log = {"config": asdict(cfg), "sizes": list(sizes), "resumed_from_epoch": ckpt.epoch if args.resume else None,
            "data": {"source": ds.source, "train": n_train, "val": len(ds.val.y), "test": len(ds.test.y)},
-           "environment": _environment(backend, dist, args.parallel, sent, reduced_by),
+           "environment": _environment(backend, dist, parallel, sent, reduced_by, why),
            "epochs": ckpt.history, "final": None}
     if not args.quiet:
         network = describe(layers) if layers is not None else "-".join(map(str, sizes))
@@ -463,8 +473,7 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
                          else f" (--precision {cfg.precision} ignored: the NumPy backend is float32)")
         print0(f"{network} {cfg.activation}{optimizer}, {cfg.dtype}{precision}, {backend.name} backend, "
                f"{dist.size} rank{'s' * (dist.size > 1)}"
-               + (f", {args.parallel} parallel ({_bytes(sent)} sent by each rank a step, "
-                  f"{reduced_by})" if dist.size > 1 else "")
+               + (_split_words(parallel, why, sent, reduced_by) if dist.size > 1 else "")
                + f"; {cfg.dataset} {n_train}/{len(ds.val.y)}/{len(ds.test.y)} "
                f"from {ds.source}; batch {cfg.batch} ({len(spans)} steps), lr {cfg.lr:g}, reg {cfg.reg:g}"
                + (f"; resumed after epoch {ckpt.epoch}" if args.resume else ""), flush=True)
@@ -506,6 +515,8 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
                 if model_split:   # every rank has the whole loss and its slices' share of the L2 term
                     reg_term = float(dist.sum([model.reg_term(cfg.reg)])[0])
                     loss = float(backend.to_numpy(step.loss_sum)[0]) / n_train + reg_term
+                elif parallel == "none":  # every rank has the whole loss and the whole network
+                    loss = float(backend.to_numpy(step.loss_sum)[0]) / n_train + model.reg_term(cfg.reg)
                 else:
                     loss = float(dist.sum(backend.to_numpy(step.loss_sum))[0]) / n_train + model.reg_term(cfg.reg)
                 if dist.any_rank(not (math.isfinite(loss) and model.finite())):
@@ -568,12 +579,41 @@ def _close_communicator(allreduce, epoch_pass, dist):
         allreduce.close()
 
 
-def _environment(backend, dist, parallel: str, sent: int, allreduce: str) -> dict:
+def _split(cfg, args, dist, backend, sizes, kind: str) -> tuple[str, str]:
+    """(what the ranks split, why): --parallel as given, or auto's choice from nn.cost_model; rank
+    0's prediction, shared (ranks on other hosts may hold other tuned files)."""
+    if dist.size == 1:
+        return "data", ""
+    if args.parallel != "auto":
+        return args.parallel, ""
+    if backend.name != "cupy" or kind not in cost_model.LINKS:
+        return "data", f"the {backend.name} backend: data split (no tuned kernel times to predict from)"
+    plan = None
+    if dist.rank == 0:
+        from autogemm.runtime.device import this_device
+        from autogemm.store.lookup import index_for
+
+        index = index_for(this_device()) if args.use_tuned else None
+        plan = cost_model.predict(sizes, cfg.activation, cfg.batch, dist.size, cost_model.LINKS[kind], index,
+                                  cfg.dtype, cfg.precision, cfg.layers if cfg.model == "cnn" else None)
+    choice, reason = dist.comm.bcast((plan.choice, plan.reason) if plan else None, root=0)
+    return choice, reason
+
+
+def _split_words(parallel: str, why: str, sent: int, reduced_by: str) -> str:
+    """The start-up line's words on the split: what is split and sent, and why auto chose it."""
+    why = f"; auto: {why}" if why else ""
+    if parallel == "none":
+        return f", no split: every rank trains the whole batch{why}"
+    return f", {parallel} parallel ({_bytes(sent)} sent by each rank a step, {reduced_by}{why})"
+
+
+def _environment(backend, dist, parallel: str, sent: int, allreduce: str, why: str = "") -> dict:
     """What ran: the backend and the precision its GEMMs computed at (the NumPy backend's: fp32,
-    whatever --precision asked), ranks, bytes, versions."""
+    whatever --precision asked), ranks, the split (and why auto chose it), bytes, versions."""
     return {"python": platform.python_version(), "numpy": np.__version__, "platform": platform.platform(),
             "backend": backend.name, "precision": getattr(backend, "precision", "fp32"), "ranks": dist.size,
-            "parallel": parallel, "bytes_sent_per_step": sent,
+            "parallel": parallel, "parallel_reason": why, "bytes_sent_per_step": sent,
             "allreduce": allreduce,
             "cpus": os.cpu_count()}
 

@@ -2,26 +2,87 @@
 import numpy as np
 import pytest
 
-from nn.allreduce import NcclAllreduce, StagedMpiAllreduce, choose, describe
+from nn import allreduce
+from nn.allreduce import CudaAwareMpiAllreduce, NcclAllreduce, StagedMpiAllreduce, choose, describe, resolve
 from nn.backends import get_backend
 from nn.dist import Dist
 from nn.errors import NNError
 
 
+class _Ranks(Dist):
+    """Two ranks whose collectives are this process's answers (every rank alike)."""
+
+    def any_rank(self, flag):
+        return flag
+
+    def sum(self, values):
+        return np.array(values, dtype=np.float64)
+
+
+class _Gpu:
+    name, stream = "cupy", None
+
+
 def test_one_rank_has_no_all_reduce():
-    assert choose("mpi", Dist(), get_backend("numpy", np.float64)) is None
+    for kind in ("auto", "mpi", "nccl"):
+        assert resolve(kind, Dist(), get_backend("numpy", np.float64)) == "none"
+    assert choose("none", Dist(), get_backend("numpy", np.float64)) is None
     assert describe(None) == "none"
 
 
 def test_the_numpy_backend_sums_through_the_host_after_the_backward_pass():
-    reduce = choose("mpi", Dist(0, 2, comm=object()), get_backend("numpy", np.float64))
+    ranks, numpy = _Ranks(0, 2, comm=object()), get_backend("numpy", np.float64)
+    assert resolve("auto", ranks, numpy) == resolve("mpi", ranks, numpy) == "host"
+    reduce = choose("host", ranks, numpy)
     assert callable(reduce) and getattr(reduce, "buckets", None) is None
     assert describe(reduce) == "MPI through host memory"
 
 
 def test_nccl_on_the_numpy_backend_is_one_error():
     with pytest.raises(NNError, match="--allreduce nccl needs a GPU backend"):
-        choose("nccl", Dist(0, 2, comm=object()), get_backend("numpy", np.float64))
+        resolve("nccl", _Ranks(0, 2, comm=object()), get_backend("numpy", np.float64))
+
+
+@pytest.mark.parametrize("nccl, cuda_aware, threads, auto, mpi", [
+    (True, True, True, "nccl", "staged"),           # every rank a GPU of its own: NCCL
+    (False, True, True, "cuda-aware", "staged"),     # no NCCL (or GPUs shared): MPI on device buffers
+    (False, False, True, "staged", "staged"),        # neither: MPI through pinned host memory on the stream
+    (False, False, False, "host", "host")])          # and without MPI_THREAD_MULTIPLE, blocking
+def test_auto_takes_the_fastest_all_reduce_there_is(monkeypatch, nccl, cuda_aware, threads, auto, mpi):
+    monkeypatch.setattr(allreduce, "nccl_usable", lambda dist: nccl)
+    monkeypatch.setattr(allreduce, "cuda_aware_mpi", lambda: cuda_aware)
+    monkeypatch.setattr(allreduce, "mpi_thread_multiple", lambda: threads)
+    ranks = _Ranks(0, 2, comm=object())
+    assert resolve("auto", ranks, _Gpu()) == auto
+    assert resolve("mpi", ranks, _Gpu()) == mpi      # asked for by name: never NCCL, nor CUDA-aware MPI
+    if not nccl:
+        with pytest.raises(NNError, match="one GPU per rank"):
+            resolve("nccl", ranks, _Gpu())
+
+
+def test_cuda_aware_mpi_is_asked_of_the_library_mpi4py_loaded():
+    """MPICH here: MPIX_GPU_query_support says no CUDA (a build without it); the answer is a bool."""
+    assert allreduce._libmpi_path().split("/")[-1].startswith("libmpi")
+    assert allreduce.cuda_aware_mpi() is False
+
+
+def test_cuda_aware_mpi_waits_for_the_stream_then_sums_the_buffer_in_place():
+    class Stream:
+        waited = 0
+
+        def synchronize(self):
+            self.waited += 1
+
+    class Comm:
+        def Allreduce(self, where, buf, op):
+            buf *= 2                                   # two ranks holding the same values
+
+    backend = type("B", (), {"stream": Stream()})()
+    reduce = CudaAwareMpiAllreduce.__new__(CudaAwareMpiAllreduce)
+    reduce.MPI, reduce.comm, reduce.stream = type("MPI", (), {"IN_PLACE": None, "SUM": None}), Comm(), backend.stream
+    buf = np.arange(1.0, 5.0)
+    assert reduce(buf) is buf and list(buf) == [2, 4, 6, 8] and backend.stream.waited == 1
+    assert not CudaAwareMpiAllreduce.graph_safe and describe(reduce) == "CUDA-aware MPI on device buffers"
 
 
 @pytest.mark.parametrize("kind, words", [(StagedMpiAllreduce, "MPI staged through pinned host memory on the stream"),

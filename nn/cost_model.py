@@ -1,0 +1,206 @@
+"""`--parallel auto`: what R ranks should split, from a cost model of one training step.
+
+A step on R ranks takes the compute of one rank's share plus the communication it waits for:
+
+- compute: the launches of that rank's step as the GPU backend makes them (nn.targets records
+  them), each timed by this GPU's tuned record of its shape less RECORD_OVERHEAD_US (a record is
+  timed alone with L2 flushed; inside the epoch's graph a launch takes that much less), a near
+  shape's record scaled by a power of the work ratio, a roofline where there is none. Launches
+  on the step's side branch count for SIDE_SHARE of their time: they run beside the critical path,
+  sharing the SMs.
+- communication: each all-reduce costs latency + ring bytes / bus bandwidth of its `Link`.
+  The data split all-reduces each layer's gradients on a side branch as the backward pass makes
+  them: it waits for the last one (the first layer's), and for the rest where they outlast
+  half the compute. The model split all-reduces the logits inside the forward pass: all of it
+  waits, and its compute is measured MODEL_SPLIT_SLOWDOWN slower than nn.profile's.
+
+The candidates: "data" (each rank a share of every batch's rows), "model" (the MLP's hidden units,
+every row), and "none" (every rank trains the whole batch, nothing sent: one GPU's time). A split
+is chosen only where it is predicted at least MARGIN faster than one GPU; the model's errors are
+measured in docs/SCALING.md.
+"""
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from nn.model_parallel import ring_bytes
+
+# Fitted to nn.profile's launches in the graph against their tuned records (tuned/bench/issue37-h100/).
+RECORD_OVERHEAD_US = 3.3   # a tuned record's time less the same launch's in the epoch's graph
+FIXED_US = {"gemm": 15.0, "other": 1.5}   # an untuned launch's time that does not shrink with its work
+# A near shape's time t scales with the work ratio to the power ALPHA(t): small launches are bound by
+# latency and by SMs left idle (0.35 below 20 µs), large ones by their work (0.85 from 200 µs).
+ALPHA = (0.35, 0.85)
+SIDE_SHARE = 0.5           # of a side-branch launch's time that the critical path feels
+# The model split's step took this much longer under mpirun than its launches in nn.profile's graph
+# (4 H200s: CME 213 92 µs a step against 55 + 13, the large network 820 against 566 + 15): the
+# all-reduce in the middle of the forward pass holds every rank to the slowest, each step.
+MODEL_SPLIT_SLOWDOWN = 1.5
+MARGIN = 1.10              # a split must be predicted this much faster than one GPU to be chosen
+ROOFLINE = {"flops": 20e12, "bytes": 2.0e12}   # an untuned kernel's rate: FLOP/s, bytes/s
+
+
+@dataclass(frozen=True)
+class Link:
+    """An all-reduce's cost on R ranks: latency_us(R) + the ring's bytes sent / bus bandwidth."""
+    name: str
+    latency_us: float          # at 2 ranks
+    latency_per_rank_us: float  # added for each rank past 2
+    bus_gbs: float             # GB/s of the bytes each rank sends (2 (R-1)/R of the buffer)
+
+    def allreduce_us(self, nbytes: int, ranks: int) -> float:
+        if ranks <= 1 or nbytes == 0:
+            return 0.0
+        latency = self.latency_us + self.latency_per_rank_us * (ranks - 2)
+        return latency + ring_bytes(nbytes, 1, ranks) / (self.bus_gbs * 1e3)
+
+
+# Fitted to tuned/bench/issue37-h200x4/ (issue37_comm.py: 32 KB to 13 MB in a CUDA graph, 2 and 4
+# H200s of one host over NVLink; MPICH 5.0 through host memory).
+LINKS = {
+    "nccl": Link("NCCL", 7.0, 2.8, 240.0),
+    "staged": Link("MPI staged through host memory", 75.0, 12.0, 3.5),
+    "host": Link("MPI through host memory", 15.0, 6.0, 4.5),
+    "cuda-aware": Link("CUDA-aware MPI", 30.0, 5.0, 50.0),
+}
+# On paper, for docs/SCALING.md: NCCL between nodes over one 200 Gb/s InfiniBand link a node.
+INFINIBAND = Link("NCCL over InfiniBand, 2 nodes", 20.0, 2.0, 20.0)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    parallel: str          # "data", "model" or "none"
+    compute_us: float      # one rank's step
+    comm_us: float         # what the step waits for
+    sent_bytes: int        # all-reduced a step
+
+    @property
+    def step_us(self) -> float:
+        return self.compute_us + self.comm_us
+
+
+@dataclass(frozen=True)
+class Plan:
+    choice: str                        # the split to run
+    predictions: dict                  # name -> Prediction, "none" (one GPU's time) among them
+    reason: str                        # for the start-up line
+
+    def speedup(self, name: str) -> float:
+        return self.predictions["none"].step_us / self.predictions[name].step_us
+
+
+# ---------------------------------------------------------------- compute
+
+def launch_us(index, family: str, sizes, op: str, arithmetic: str) -> tuple[tuple, float]:
+    """(how well it is known, as autogemm's lookup ranks a choice: lower is better; its time in the
+    epoch's graph) of one launch of `family`, from the tuned records in `index`
+    (autogemm.store.lookup.Index, or None)."""
+    from autogemm.store.keys import make_key, serving_keys
+
+    matmul = family.startswith("gemm") or family in ("linear_xent", "linear_backward")
+    fixed = FIXED_US["gemm" if family.startswith("gemm") else "other"]
+    work = math.prod(sizes)
+    if index is not None:
+        key = make_key(family, sizes, op, arithmetic)
+        exact = [r for k in serving_keys(key) if (r := index.exact.get(k) or index.stale.get(k))]
+        if exact:
+            best = min(r.median_us for r in exact)
+            return (0, 0.0, best), max(1.0, best - RECORD_OVERHEAD_US)
+        near = [found for k in serving_keys(key) if (found := index.nearest(k, lambda r: True))]
+        if near:
+            record, distance = min(near, key=lambda found: (found[1], found[0].median_us))
+            t = max(1.0, record.median_us - RECORD_OVERHEAD_US)
+            alpha = ALPHA[0] + (ALPHA[1] - ALPHA[0]) * min(1.0, max(0.0, math.log10(t / 20)))
+            return (1, distance, record.median_us), t * (work / math.prod(record.key.sizes)) ** alpha
+    return (2, 0.0, 0.0), fixed + (2 * work / ROOFLINE["flops"] if matmul else 8 * work / ROOFLINE["bytes"]) * 1e6
+
+
+def step_compute_us(launches, index, dtype: str, precision: str) -> float:
+    """One rank's step: each call's time on the family autogemm would run it on (consecutive
+    launches of one call's implementations: the best known), side-branch calls at SIDE_SHARE."""
+    from autogemm.store.keys import dtypes
+
+    arithmetic = {"fp32": dtype, "tf32": "tf32", "bf16": "bfloat16"}[precision]
+    calls = {}
+    for launch, side in launches:
+        call = (launch.sizes, launch.op, launch.role, side)
+        key_dtype = arithmetic if arithmetic in dtypes(launch.family) else dtype
+        estimate = launch_us(index, launch.family, launch.sizes, launch.op, key_dtype)
+        calls[call] = min(estimate, calls.get(call, estimate), key=lambda e: e[0])
+    return sum(us * (SIDE_SHARE if side else 1.0) for (_, _, _, side), (_, us) in calls.items())
+
+
+def recorded_step(sizes, activation: str, rows: int, batch: int, ranks: int, parallel: str, dtype: str,
+                  precision: str, layers: str | None = None) -> list:
+    """(autogemm.Target, whether on the side branch) for each launch of rank 0's step: the MLP of
+    `sizes`, or the CNN of nn.layers spec `layers`."""
+    from nn.targets import LaunchRecorder, record_cnn_step, record_step
+
+    recorder = LaunchRecorder(dtype=dtype, precision=precision)
+    if layers is None:
+        record_step(rows, batch, sizes, activation, ranks, 0 if parallel == "model" else None, precision, recorder)
+    else:
+        record_cnn_step(rows, batch, layers, ranks, recorder=recorder)
+    return list(zip(recorder.launches, recorder.on_side))
+
+
+# ---------------------------------------------------------------- the plan
+
+def predict(sizes, activation: str, batch: int, ranks: int, link: Link, index, dtype: str = "float32",
+            precision: str = "fp32", layers=None, candidates=("data", "model")) -> Plan:
+    """The step's predicted time for each candidate split on `ranks` ranks, and the one to run."""
+    itemsize = np.dtype(dtype).itemsize
+
+    def compute(rows, parallel, r):
+        return step_compute_us(recorded_step(sizes, activation, rows, batch, r, parallel, dtype, precision, layers),
+                               index, dtype, precision)
+
+    one = compute(batch, "data", 1)
+    predictions = {"none": Prediction("none", one, 0.0, 0)}
+    if "data" in candidates:
+        rows = -(-batch // ranks)
+        buckets = [b * itemsize for b in bucket_sizes(sizes, layers)]   # in the order the backward pass makes them
+        c = compute(rows, "data", ranks)
+        times = [link.allreduce_us(b, ranks) for b in buckets]
+        waits = times[-1] + max(0.0, sum(times[:-1]) - c / 2)
+        predictions["data"] = Prediction("data", c, waits, sum(buckets))
+    if "model" in candidates and layers is None and len(sizes) == 3 and sizes[1] >= ranks:
+        logits = batch * sizes[-1] * itemsize
+        predictions["model"] = Prediction("model", compute(batch, "model", ranks) * MODEL_SPLIT_SLOWDOWN,
+                                          link.allreduce_us(logits, ranks), logits)
+    return choose(predictions, ranks, link)
+
+
+def choose(predictions: dict, ranks: int, link: Link) -> Plan:
+    """The fastest split predicted at least MARGIN faster than one GPU, else none."""
+    one = predictions["none"].step_us
+    splits = sorted((p for name, p in predictions.items() if name != "none"), key=lambda p: p.step_us)
+    if not splits:
+        return Plan("none", predictions, "no split applies")
+    best = splits[0]
+    sent = _bytes(best.sent_bytes)
+    if best.step_us * MARGIN <= one:
+        reason = (f"{best.parallel} split predicted {one / best.step_us:.1f}x one GPU "
+                  f"({best.step_us:.0f} µs a step: {best.compute_us:.0f} computing, {best.comm_us:.0f} waiting "
+                  f"on {sent} over {link.name}; one GPU {one:.0f} µs)")
+        return Plan(best.parallel, predictions, reason)
+    reason = (f"no split pays: the best, {best.parallel}, is predicted {best.step_us:.0f} µs a step "
+              f"({best.compute_us:.0f} computing, {best.comm_us:.0f} waiting on {sent} over {link.name}) "
+              f"against one GPU's {one:.0f}; every rank trains the whole batch (one GPU's speed). "
+              f"To use {ranks} GPUs, give each more work: a larger --batch (weak scaling) or a wider network")
+    return Plan("none", predictions, reason)
+
+
+def bucket_sizes(sizes, layers: str | None = None) -> list[int]:
+    """Values in each all-reduced bucket of a data split, in the order the backward pass finishes
+    them (the output layer first): each layer's W and b (of the CNN of spec `layers` where given)."""
+    if layers is not None:
+        from nn.layers import parse_layers
+
+        return [layer.params for layer in reversed(parse_layers(layers, sizes[-1])) if layer.params]
+    return [(n_in + 1) * n_out for n_in, n_out in reversed(list(zip(sizes[:-1], sizes[1:])))]
+
+
+def _bytes(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.0f} KB"
