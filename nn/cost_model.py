@@ -10,8 +10,8 @@ A step on R ranks takes the compute of one rank's share plus the communication i
   sharing the SMs.
 - communication: each all-reduce costs latency + ring bytes / bus bandwidth of its `Link`.
   The data split all-reduces each layer's gradients on a side branch as the backward pass makes
-  them: it waits for the last one (the first layer's), and for the rest where they outlast
-  half the compute. The model split all-reduces the logits inside the forward pass: all of it
+  them (the first layer's in row blocks): it waits for the last one, and for the rest where they
+  outlast half the compute. The model split all-reduces the logits inside the forward pass: all of it
   waits, and its compute is measured MODEL_SPLIT_SLOWDOWN slower than nn.profile's.
 
 The candidates: "data" (each rank a share of every batch's rows), "model" (the MLP's hidden units,
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from nn.mlp import first_layer_blocks
 from nn.model_parallel import ring_bytes
 
 # Fitted to nn.profile's launches in the graph against their tuned records (tuned/bench/issue37-h100/).
@@ -160,7 +161,7 @@ def predict(sizes, activation: str, batch: int, ranks: int, link: Link, index, d
     predictions = {"none": Prediction("none", one, 0.0, 0)}
     if "data" in candidates:
         rows = -(-batch // ranks)
-        buckets = [b * itemsize for b in bucket_sizes(sizes, layers)]   # in the order the backward pass makes them
+        buckets = [b * itemsize for b in bucket_sizes(sizes, layers, itemsize, precision)]
         c = compute(rows, "data", ranks)
         times = [link.allreduce_us(b, ranks) for b in buckets]
         waits = times[-1] + max(0.0, sum(times[:-1]) - c / 2)
@@ -192,14 +193,17 @@ def choose(predictions: dict, ranks: int, link: Link) -> Plan:
     return Plan("none", predictions, reason)
 
 
-def bucket_sizes(sizes, layers: str | None = None) -> list[int]:
+def bucket_sizes(sizes, layers: str | None = None, itemsize: int = 4, precision: str = "fp32") -> list[int]:
     """Values in each all-reduced bucket of a data split, in the order the backward pass finishes
-    them (the output layer first): each layer's W and b (of the CNN of spec `layers` where given)."""
+    them: the CNN of spec `layers`' layers, the output layer's first; or the MLP's (nn.mlp.Step's
+    buckets), the first layer's weight gradient in row blocks."""
     if layers is not None:
         from nn.layers import parse_layers
 
         return [layer.params for layer in reversed(parse_layers(layers, sizes[-1])) if layer.params]
-    return [(n_in + 1) * n_out for n_in, n_out in reversed(list(zip(sizes[:-1], sizes[1:])))]
+    above = [(n_in + 1) * n_out for n_in, n_out in reversed(list(zip(sizes[1:-1], sizes[2:])))]
+    blocks = [rows * sizes[0] for rows in first_layer_blocks(sizes[1], sizes[0] * itemsize, precision)]
+    return above + blocks[:-1] + [blocks[-1] + sizes[1]]
 
 
 def _bytes(n: int) -> str:

@@ -27,6 +27,9 @@ def test_an_all_reduce_costs_its_latency_and_its_ring_bytes():
 
 def test_the_data_split_waits_for_the_first_layers_gradients_last():
     assert bucket_sizes(CME) == [10 * 1001, 1000 * 785]     # the output layer's finish first
+    assert bucket_sizes(CME, itemsize=8) == [10 * 1001, 500 * 784, 500 * 784 + 1000]    # 6.3 MB: 2 blocks, db1 with the last
+    assert bucket_sizes(LARGE) == [10 * 4097] + [1024 * 784] * 3 + [1024 * 784 + 4096]  # 12.8 MB: 4 blocks
+    assert bucket_sizes(LARGE, precision="bf16") == [10 * 4097, 4096 * 785]
     lenet = bucket_sizes((784, 10), LENET)
     assert lenet[-1] == 6 * 9 + 6 and lenet[0] == 10 * 81   # conv6x3 last; dense 80 -> 10 first
 
