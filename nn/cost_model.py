@@ -90,6 +90,16 @@ class Plan:
     def speedup(self, name: str) -> float:
         return self.predictions["none"].step_us / self.predictions[name].step_us
 
+    def warning(self, asked: str) -> str:
+        """For a split asked for by name: "" where it is predicted to beat one GPU, else what to do."""
+        if asked not in self.predictions or asked == "none" or self.speedup(asked) >= 1:
+            return ""
+        p = self.predictions[asked]
+        return (f"predicted slower than one GPU: {p.step_us:.0f} µs a step ({p.compute_us:.0f} computing, "
+                f"{p.comm_us:.0f} waiting on {_bytes(p.sent_bytes)}) against {self.predictions['none'].step_us:.0f}; "
+                f"a larger --batch (weak scaling) or a wider network would scale, and --parallel auto "
+                f"trains the whole batch on every rank where no split pays")
+
 
 # ---------------------------------------------------------------- compute
 
@@ -178,15 +188,15 @@ def choose(predictions: dict, ranks: int, link: Link) -> Plan:
     one = predictions["none"].step_us
     splits = sorted((p for name, p in predictions.items() if name != "none"), key=lambda p: p.step_us)
     if not splits:
-        return Plan("none", predictions, "no split applies")
+        return Plan("none", predictions, "auto: no split applies")
     best = splits[0]
     sent = _bytes(best.sent_bytes)
     if best.step_us * MARGIN <= one:
-        reason = (f"{best.parallel} split predicted {one / best.step_us:.1f}x one GPU "
+        reason = (f"auto: {best.parallel} split predicted {one / best.step_us:.1f}x one GPU "
                   f"({best.step_us:.0f} µs a step: {best.compute_us:.0f} computing, {best.comm_us:.0f} waiting "
                   f"on {sent} over {link.name}; one GPU {one:.0f} µs)")
         return Plan(best.parallel, predictions, reason)
-    reason = (f"no split pays: the best, {best.parallel}, is predicted {best.step_us:.0f} µs a step "
+    reason = (f"auto: no split pays: the best, {best.parallel}, is predicted {best.step_us:.0f} µs a step "
               f"({best.compute_us:.0f} computing, {best.comm_us:.0f} waiting on {sent} over {link.name}) "
               f"against one GPU's {one:.0f}; every rank trains the whole batch (one GPU's speed). "
               f"To use {ranks} GPUs, give each more work: a larger --batch (weak scaling) or a wider network")

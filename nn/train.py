@@ -580,15 +580,16 @@ def _close_communicator(allreduce, epoch_pass, dist):
 
 
 def _split(cfg, args, dist, backend, sizes, kind: str) -> tuple[str, str]:
-    """(what the ranks split, why): --parallel as given, or auto's choice from nn.cost_model; rank
-    0's prediction, shared (ranks on other hosts may hold other tuned files)."""
+    """(what the ranks split, why): auto's choice from nn.cost_model, or --parallel as given with a
+    warning where the model predicts it slower than one GPU; rank 0's prediction, shared (ranks on
+    other hosts may hold other tuned files)."""
     if dist.size == 1:
         return "data", ""
-    if args.parallel != "auto":
-        return args.parallel, ""
     if backend.name != "cupy" or kind not in cost_model.LINKS:
-        return "data", f"the {backend.name} backend: data split (no tuned kernel times to predict from)"
-    plan = None
+        if args.parallel != "auto":
+            return args.parallel, ""
+        return "data", f"auto: the {backend.name} backend: data split (no tuned kernel times to predict from)"
+    words = None
     if dist.rank == 0:
         from autogemm.runtime.device import this_device
         from autogemm.store.lookup import index_for
@@ -596,13 +597,14 @@ def _split(cfg, args, dist, backend, sizes, kind: str) -> tuple[str, str]:
         index = index_for(this_device()) if args.use_tuned else None
         plan = cost_model.predict(sizes, cfg.activation, cfg.batch, dist.size, cost_model.LINKS[kind], index,
                                   cfg.dtype, cfg.precision, cfg.layers if cfg.model == "cnn" else None)
-    choice, reason = dist.comm.bcast((plan.choice, plan.reason) if plan else None, root=0)
-    return choice, reason
+        words = (plan.choice, plan.reason) if args.parallel == "auto" else (args.parallel, plan.warning(args.parallel))
+    return dist.comm.bcast(words, root=0)
 
 
 def _split_words(parallel: str, why: str, sent: int, reduced_by: str) -> str:
-    """The start-up line's words on the split: what is split and sent, and why auto chose it."""
-    why = f"; auto: {why}" if why else ""
+    """The start-up line's words on the split: what is split and sent, and why auto chose it (or
+    what the cost model says of the split asked for)."""
+    why = f"; {why}" if why else ""
     if parallel == "none":
         return f", no split: every rank trains the whole batch{why}"
     return f", {parallel} parallel ({_bytes(sent)} sent by each rank a step, {reduced_by}{why})"

@@ -51,9 +51,12 @@ def test_auto_picks_what_was_measured_fastest(sizes, batch, precision, link, exp
     assert plan.predictions["data"].sent_bytes == 4 * sum(bucket_sizes(sizes))
     assert plan.predictions["model"].sent_bytes == 4 * batch * 10
     if expected == "none":
-        assert "no split pays" in plan.reason and "--batch" in plan.reason
+        assert plan.reason.startswith("auto: no split pays") and "--batch" in plan.reason
     else:
-        assert plan.reason.startswith(f"{expected} split predicted") and plan.speedup(expected) >= cost_model.MARGIN
+        assert plan.reason.startswith(f"auto: {expected} split predicted") and plan.speedup(expected) >= cost_model.MARGIN
+    for split in ("data", "model"):        # asked for by name: a warning where it loses to one GPU
+        assert bool(plan.warning(split)) == (plan.speedup(split) < 1)
+        assert "--batch" in plan.warning(split) or not plan.warning(split)
 
 
 def test_a_cnn_is_split_by_data_or_not_at_all():
