@@ -169,6 +169,8 @@ def predict(sizes, activation: str, batch: int, ranks: int, link: Link, index, d
 
     one = compute(batch, "data", 1)
     predictions = {"none": Prediction("none", one, 0.0, 0)}
+    if ranks == 1:
+        return Plan("none", predictions, "one rank")
     if "data" in candidates:
         rows = -(-batch // ranks)
         buckets = [b * itemsize for b in bucket_sizes(sizes, layers, itemsize, precision)]
@@ -218,3 +220,71 @@ def bucket_sizes(sizes, layers: str | None = None, itemsize: int = 4, precision:
 
 def _bytes(n: int) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.0f} KB"
+
+
+# ---------------------------------------------------------------- command line
+
+def main(argv=None) -> int:
+    """`python -m nn.cost_model`: the predicted step of a network on R ranks, every split, no GPU needed."""
+    import sys
+
+    from nn.bench import cnn_networks, networks
+    from nn.errors import ArgumentParser, NNError, exit_status
+
+    links = {**LINKS, "infiniband": INFINIBAND}
+    p = ArgumentParser(prog="python -m nn.cost_model", description=main.__doc__.split(": ", 1)[1])
+    p.add_argument("--network", default="cme213", help=f"one of {', '.join([*networks(), *cnn_networks()])}")
+    p.add_argument("--ranks", default="2,4,8", help="comma list of rank counts (default: 2,4,8)")
+    p.add_argument("--link", choices=tuple(links), default="nccl",
+                   help="the all-reduce's costs: nccl (GPUs of one host over NVLink), staged, host, cuda-aware "
+                        "(MPI), infiniband (NCCL between 2 nodes, on paper) (default: nccl)")
+    p.add_argument("--gpu", default="NVIDIA H100 80GB HBM3", help="whose tuned file times the kernels (default: "
+                                                                  "NVIDIA H100 80GB HBM3; also NVIDIA H200)")
+    p.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32")
+    p.add_argument("--weak", action="store_true", help="the batch grows with the ranks (each rank's stays)")
+
+    def command():
+        import dataclasses
+
+        from autogemm.runtime.device import H100
+        from autogemm.store.lookup import index_for
+
+        args = p.parse_args(argv)
+        mlps, cnns = networks(), cnn_networks()
+        if args.network not in mlps and args.network not in cnns:
+            raise NNError(f"--network: unknown {args.network!r}; choose from {', '.join([*mlps, *cnns])}")
+        try:
+            ranks = [int(r) for r in args.ranks.split(",")]
+        except ValueError:
+            raise NNError(f"--ranks {args.ranks!r}: give rank counts like 2,4,8") from None
+        if not all(1 <= r <= 1024 for r in ranks):
+            raise NNError(f"--ranks {args.ranks!r}: each from 1 to 1024")
+        index = index_for(dataclasses.replace(H100, name=args.gpu))
+        if index is None:
+            raise NNError(f"--gpu {args.gpu!r}: no tuned file for it (autogemm show lists them)")
+        net = mlps.get(args.network) or cnns[args.network]
+        cnn = args.network in cnns
+        sizes, activation = ((784, 10), "relu") if cnn else ((784, net.hidden, 10), net.activation)
+        link = links[args.link]
+        print(f"{args.network}, batch {net.batch}{' a rank' if args.weak else ''}, {args.precision}, on {args.gpu} "
+              f"records, {link.name}: µs a step (computing + waiting), speed-up over one GPU"
+              + (" in images a second" if args.weak else ""))
+        for r in ranks:
+            batch = net.batch * r if args.weak else net.batch
+            plan = predict(sizes, activation, batch, r, link, index, "float32", args.precision,
+                           net.layers if cnn else None)
+            one = plan.predictions["none"].step_us
+            if args.weak:   # against one GPU on the network's batch: images a second
+                one = predict(sizes, activation, net.batch, 1, link, index, "float32", args.precision,
+                              net.layers if cnn else None).predictions["none"].step_us * r
+            cells = [f"{name} {q.compute_us:.0f} + {q.comm_us:.0f} = {q.step_us:.0f} ({one / q.step_us:.2f}x)"
+                     for name, q in plan.predictions.items() if name != "none" or r == 1]
+            print(f"  {r:>4} rank{'s' * (r > 1)}: " + "; ".join(cells) + f"  -> auto: {plan.choice}")
+
+    return exit_status(command)
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

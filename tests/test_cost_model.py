@@ -100,3 +100,20 @@ def test_no_split_gives_one_process_weights_and_says_why(tmp_path, fake_dir):
     assert none.stdout.count("test accuracy") == 1
     assert "data parallel" in auto.stdout and "auto: the numpy backend: data split" in auto.stdout, auto.stdout
 
+
+
+def test_the_command_predicts_each_split_without_a_gpu(capsys):
+    assert cost_model.main(["--network", "large", "--ranks", "1,4", "--weak"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "images a second" in out[0] and out[1].strip().startswith("1 rank: none ")
+    assert out[2].strip().startswith("4 ranks: data ") and out[2].endswith("-> auto: data")
+    assert cost_model.main(["--network", "lenet", "--link", "infiniband", "--ranks", "8"]) == 0
+    assert "model" not in capsys.readouterr().out.splitlines()[1]      # a CNN is split by data alone
+
+
+@pytest.mark.parametrize("argv", [["--network", "nope"], ["--ranks", "2,x"], ["--ranks", "0"],
+                                  ["--gpu", "NVIDIA A100"], ["--link", "carrier-pigeon"]])
+def test_the_commands_bad_inputs_are_one_line(capsys, argv):
+    assert cost_model.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: ") or "invalid choice" in err[-1]
