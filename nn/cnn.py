@@ -77,7 +77,7 @@ class CNN:
             elif layer.kind == "pool":
                 bk.maxpool2x2(a, out, wheres[l][:n])
             else:
-                bk.gemm(a.reshape(n, -1), self.W[l], out, trans_b=True, epilogue=f"bias_{self.activation}",
+                bk.gemm(as_rows(a), self.W[l], out, trans_b=True, epilogue=f"bias_{self.activation}",
                         bias=self.b[l])
             a = out
         return a
@@ -85,7 +85,7 @@ class CNN:
     def forward(self, x, acts, wheres):
         """Fill every A_l from x (n, C, H, W); returns the logits (n, classes), the last A."""
         n = x.shape[0]
-        a = self.hidden(x, acts, wheres).reshape(n, -1)
+        a = as_rows(self.hidden(x, acts, wheres))
         return self.backend.gemm(a, self.W[-1], acts[-1][:n], trans_b=True, epilogue="bias", bias=self.b[-1])
 
     def images(self, x):
@@ -125,6 +125,12 @@ class CNN:
         return 0.5 * reg * sum(float(xp.vdot(w, w)) for w, _ in self.params())
 
 
+def as_rows(x):
+    """x (n, ...) as (n, features): a 2-D view, also of n = 0 rows (a rank's empty share of a batch),
+    which reshape(n, -1) cannot infer."""
+    return x.reshape(x.shape[0], math.prod(x.shape[1:]))
+
+
 def flat_views(flat, shapes) -> list:
     """Consecutive views of the flat array `flat`, one per shape."""
     views, start = [], 0
@@ -154,10 +160,16 @@ class CNNStep:
         self.acts, self.where = model.buffers(max_rows)     # A_l and each pool's positions of its maxima
         self.deltas = [bk.empty(a.shape) for a in self.acts]   # G_l = dLoss/d(layer l's output before act)
         shapes = [p.shape for pair in model.params() for p in pair]   # W_l, b_l, W_{l+1}, ... as in model.flat
-        self.grads = bk.zeros(model.flat.shape)   # flat like the parameters: one all-reduce, one optimizer launch
+        self.grads = bk.zeros(model.flat.shape)   # flat like the parameters: one optimizer launch, one all-reduce
+                                                  # or one a layer (layer_grads)
         views = flat_views(self.grads, shapes)
         grads = iter(zip(views[0::2], views[1::2]))
         self.dW, self.db = map(list, zip(*[next(grads) if w is not None else (None, None) for w in model.W]))
+        # each conv or dense layer's [dW_l, db_l], one contiguous slice of the flat buffer (None for a
+        # pool): the buckets of a bucketed all-reduce
+        sizes = [w.size + b.size if w is not None else 0 for w, b in zip(self.dW, self.db)]
+        ends = np.cumsum([0] + sizes)
+        self.layer_grads = [self.grads[lo:hi] if size else None for lo, hi, size in zip(ends[:-1], ends[1:], sizes)]
         # Adam's moments (m, v), flat like the parameters, and its steps done (on the backend, so
         # a captured graph replays the right bias correction)
         self.moments = (bk.zeros(model.flat.shape), bk.zeros(model.flat.shape)) if optimizer == "adam" else None
@@ -186,17 +198,18 @@ class CNNStep:
         m = self.model
         n, last = x.shape[0], len(m.layers) - 1
         self._x = m.images(x)
-        a = m.hidden(self._x, self.acts, self.where).reshape(n, -1)
-        below = self.deltas[last - 1][:n].reshape(n, -1) if self._output_carries_down else None
+        a = as_rows(m.hidden(self._x, self.acts, self.where))
+        below = as_rows(self.deltas[last - 1][:n]) if self._output_carries_down else None
         m.backend.linear_xent(a, m.W[last], m.b[last], labels, self.acts[last][:n], self.deltas[last][:n],
                               1.0 / self.batch, self.loss_sum, below, m.activation if below is not None else None)
 
-    def backward(self):
-        """dW_l, db_l of every conv and dense layer, and each G_{l-1} = the gradient carried down,
-        times act'(A_{l-1}) where layer l-1 is activated.
+    def backward(self, layer_done=lambda l: None, join=True):
+        """dW_l, db_l of every conv and dense layer, then layer_done(l), and each G_{l-1} = the
+        gradient carried down, times act'(A_{l-1}) where layer l-1 is activated.
 
         The gradient carried down is the critical path; each layer's weight gradient goes on a side
-        branch beside it (it only reads G_l and A_{l-1}), joined before the step ends."""
+        branch beside it (it only reads G_l and A_{l-1}), joined at the end (or by the caller,
+        without `join`), with whatever layer_done put on the side branch."""
         m, bk = self.model, self.model.backend
         n, last = self._x.shape[0], len(m.layers) - 1
         for l in reversed(range(len(m.layers))):
@@ -208,21 +221,23 @@ class CNNStep:
                 # beside the gradient carried down; with none to carry, a branch would only add its fork and join
                 with bk.side_branch() if below is not None else contextlib.nullcontext():
                     if layer.kind == "dense":
-                        bk.gemm(g, a.reshape(n, -1), self.dW[l], trans_a=True)
+                        bk.gemm(g, as_rows(a), self.dW[l], trans_a=True)
                         bk.column_sums(g, self.db[l])
                     else:
                         bk.conv2d_backward_weights(g, a, self.dW[l], self.db[l])
+                layer_done(l)
             if below is None:
                 continue
             if layer.kind == "dense":
-                bk.gemm(g, m.W[l], below.reshape(n, -1), epilogue=f"d{act}" if act else None,
-                        aux=None if aux is None else aux.reshape(n, -1))
+                bk.gemm(g, m.W[l], as_rows(below), epilogue=f"d{act}" if act else None,
+                        aux=None if aux is None else as_rows(aux))
             elif layer.kind == "conv":
                 bk.conv2d_backward_data(g, m.W[l], below, aux, act)
             else:   # act' of the pooled layer at each maximum: a function of the pooled value
                 pooled = self.acts[l][:n] if aux is not None else None
                 bk.maxpool2x2_backward(g, self.where[l][:n], below, pooled, act)
-        bk.join_branch()
+        if join:
+            bk.join_branch()
 
     def update(self):
         """Adam (its defaults beyond lr) in one launch, or SGD with L2 on the weights, from the
@@ -254,13 +269,33 @@ class CNNStep:
                 flat[...] = bk.asarray(np.concatenate([np.ravel(pair[i]) for pair in state["moments"]]))
 
     def train_batch(self, x, labels, allreduce=None, lap=lambda phase: None):
-        """forward, backward, [all-reduce the flat gradient], update; lap(phase) after each phase."""
+        """forward, backward, [all-reduce], update; lap(phase) after each phase.
+
+        As the MLP's step (nn.mlp.Step.train_batch): an all-reduce whose `buckets` is "overlap"
+        takes each conv or dense layer's [dW_l, db_l] on the side branch as soon as the backward
+        pass has them (after them on the side stream, where they ran there), beside the layers
+        below; "after", the same buckets in the same order (the top layer's first) once the
+        backward pass is done (the same sums, bit for bit); otherwise the whole flat buffer at once.
+        """
+        bk = self.model.backend
         self.forward(x, labels)
         lap("forward")
-        self.backward()
-        lap("backward")
-        if allreduce is not None:
-            allreduce(self.grads)
+        buckets = getattr(allreduce, "buckets", None) if allreduce is not None else None
+        if buckets == "overlap":
+            def reduce_aside(l):
+                with bk.side_branch():      # the side stream: after layer l's dW_l, db_l where they ran there
+                    allreduce(self.layer_grads[l])
+            self.backward(layer_done=reduce_aside, join=False)
+            lap("backward")
+            bk.join_branch()                # the weight gradients and every bucket's all-reduce
             lap("comm")
+        else:
+            self.backward()
+            lap("backward")
+            if allreduce is not None:
+                every = [g for g in reversed(self.layer_grads) if g is not None]
+                for bucket in every if buckets == "after" else [self.grads]:
+                    allreduce(bucket)
+                lap("comm")
         self.update()
         lap("update")

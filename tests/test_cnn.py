@@ -1,13 +1,20 @@
 """nn.cnn on the NumPy backend: the whole network's gradients against float64 finite differences,
-steps of Adam and SGD that lower the loss, and steps that do not depend on when their side
-branches run."""
+steps of Adam and SGD that lower the loss, steps that do not depend on when their side branches
+run, and the gradients all-reduced per layer (during or after the backward pass, in-process and
+under mpirun) as one process computes them."""
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
+import cnn_ranks
+from late_branch import LateBranchBackend
 from nn.backends import get_backend
 from nn.cnn import CNN, CNNStep, init_cnn_params
+from nn.dist import Dist
 from nn.layers import LENET, parse_layers
-from late_branch import LateBranchBackend
+from run_train import MPIRUN, ROOT, env, max_rel_diff
 
 
 def network(spec, activation, image=(1, 8, 8), classes=4, rows=5, seed=3, backend=None):
@@ -83,3 +90,100 @@ def test_steps_do_not_depend_on_when_their_side_branches_run(optimizer):
             step.train_batch(x, labels)
         results.append(model.flat.copy())
     assert np.array_equal(*results)
+
+
+# ---------------------------------------------------------------- bucketed all-reduces
+
+def offset(view, flat) -> int:
+    """Where the view `view` of the 1-D array `flat` starts, in elements."""
+    return (view.__array_interface__["data"][0] - flat.__array_interface__["data"][0]) // flat.itemsize
+
+
+def test_each_layers_gradients_are_one_contiguous_slice_of_the_flat_buffer():
+    model, x, labels = network("conv3x3,pool2,conv4x2,dense6", "relu")     # + the output layer, dense4
+    step = CNNStep(model, max_rows=len(x), batch=len(x))
+    step.grads[...] = np.arange(step.grads.size)
+    assert [g is None for g in step.layer_grads] == [False, True, False, False, False]
+    ours = [g for g in step.layer_grads if g is not None]
+    assert all(np.shares_memory(g, step.grads) for g in ours)
+    assert np.array_equal(np.concatenate(ours), step.grads)      # in layer order, covering the buffer once
+    for g, dw, db in zip(step.layer_grads, step.dW, step.db):
+        if g is not None:
+            assert np.array_equal(g, np.concatenate([dw.ravel(), db]))
+
+
+class RecordedSum:
+    """A stand-in for an all-reduce over two ranks with the same gradients: each buffer doubled, in
+    a side branch when the backend defers it (`buckets` as NcclAllreduce's); each call's buffer, as
+    it was when the doubling ran, recorded with its offset in the flat gradient."""
+
+    def __init__(self, backend, grads, buckets):
+        self.backend, self.grads, self.buckets, self.calls = backend, grads, buckets, []
+
+    def __call__(self, buf):
+        def double():
+            self.calls.append((offset(buf, self.grads), buf.copy()))
+            buf[...] = 2 * buf
+        if getattr(self.backend, "inside", False):
+            self.backend.deferred.append(double)
+        else:
+            double()
+
+
+@pytest.mark.parametrize("spec", ["conv3x3,pool2,conv4x2,dense6",    # the output layer carries its gradient down
+                                  "conv3x3,pool2"])                  # a pool below the output layer
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_the_overlapped_all_reduce_equals_the_one_after_the_backward_pass_bit_for_bit(spec, optimizer):
+    """Each layer's [dW_l, db_l] all-reduced on a side branch as soon as the backward pass has it,
+    the branch run late (after the whole backward pass) or at once, against the same buckets after
+    the backward pass and the whole buffer: the same calls, top layer first, each on the complete
+    gradient of its layer (the gradients start as NaN each step), and the same weights bit for bit."""
+    results, calls = [], []
+    for backend, buckets in ((LateBranchBackend("float64"), "overlap"), (get_backend("numpy", "float64"), "overlap"),
+                             (get_backend("numpy", "float64"), "after"), (get_backend("numpy", "float64"), None)):
+        model, x, labels = network(spec, "relu", rows=6, backend=backend)
+        step = CNNStep(model, max_rows=len(x), batch=2 * len(x), optimizer=optimizer, lr=0.05, reg=0.01)
+        allreduce = RecordedSum(backend, step.grads, buckets)
+        for _ in range(3):
+            step.grads[...] = np.nan
+            step.train_batch(x, labels, allreduce=allreduce)
+        results.append(model.flat.copy())
+        calls.append(allreduce.calls)
+    assert not np.isnan(results[0]).any()
+    expected = [(offset(g, step.grads), g.size) for g in reversed(step.layer_grads) if g is not None]
+    for run in calls[:3]:
+        assert [(offset, buf.size) for offset, buf in run] == expected * 3
+        assert not any(np.isnan(buf).any() for _, buf in run)
+    assert [(offset, buf.size) for offset, buf in calls[3]] == [(0, step.grads.size)] * 3
+    for one, other in zip(calls[0], calls[2]):       # every bucket's contents too, bit for bit
+        assert np.array_equal(one[1], other[1])
+    assert all(np.array_equal(r, results[0]) for r in results[1:])
+
+
+@pytest.mark.parametrize("spec", ["conv3x3,pool2,conv4x2,dense6", "conv3x3,pool2"])
+def test_a_rank_with_no_rows_contributes_zero_gradient(spec):
+    model, x, labels = network(spec, "relu")
+    step = CNNStep(model, max_rows=0, batch=30)
+    step.grads[...] = np.nan
+    step.forward(x[:0], labels[:0])
+    step.backward()
+    assert np.array_equal(step.grads, np.zeros_like(step.grads)) and step.loss_sum[0] == 0
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="no mpirun (pip install mpich)")
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_ranks_reducing_per_layer_give_the_one_process_weights(tmp_path, ranks):
+    """Under mpirun, the host all-reduce per layer during the backward pass ("overlap") and after it
+    ("after") give the same weights bit for bit, within 1e-12 of one process and of the whole
+    buffer's all-reduce (4 ranks: a rank with no rows in the last batch)."""
+    out = tmp_path / "flat.npz"
+    result = subprocess.run([MPIRUN, "-n", str(ranks), sys.executable, str(ROOT / "tests" / "cnn_ranks.py"), str(out)],
+                            cwd=tmp_path, env=dict(env(tmp_path), PYTHONPATH=f"{ROOT}:{ROOT / 'tests'}",
+                                                   OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1"),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    one = cnn_ranks.train(Dist(), "whole")
+    with np.load(out) as flats:
+        assert np.array_equal(flats["overlap"], flats["after"])
+        for run in cnn_ranks.RUNS:
+            assert max_rel_diff([flats[run]], [one]) <= 1e-12, run

@@ -103,3 +103,44 @@ def test_lenet_resume_on_the_gpu_equals_an_uninterrupted_run(tmp_path, data_dir)
     common = ("--model", "lenet", "--dtype", "float64", "--train-size", 3000, "--batch", 250, "--data-dir", data_dir,
               "--backend", "cupy", "--no-log", "--quiet")
     assert resume_difference(tmp_path, *common) == 0.0
+
+
+def test_lenets_all_reduce_overlapped_in_a_captured_graph_equals_the_one_after_the_backward_pass():
+    """NCCL's place taken by a doubling on the current stream (two ranks with the same gradients):
+    each layer's [dW_l, db_l] on the side branch right after that layer's weight gradient, captured
+    with the steps into one graph, and eagerly, against the same buckets after the backward pass;
+    float64, bit for bit."""
+    import cupy
+
+    from nn.cnn import CNN, CNNStep, init_cnn_params
+    from nn.layers import LENET, parse_layers
+
+    class Doubling:
+        graph_safe = True
+
+        def __init__(self, buckets):
+            self.buckets = buckets
+
+        def __call__(self, buf):
+            cupy.multiply(buf, 2, out=buf)     # on the current stream: the side branch's, when there
+
+    layers = parse_layers(LENET)
+    rng = np.random.default_rng(5)
+    x, y = rng.random((64, 784)), rng.integers(0, 10, 64).astype(np.int32)   # X: (64, 784)
+    results = []
+    for buckets, graphed in (("overlap", True), ("after", True), ("overlap", False)):
+        bk = get_backend("cupy", "float64")
+        step = CNNStep(CNN(bk, layers, "relu", init_cnn_params(layers, seed=2)), 64, 128, "adam", lr=0.01)
+        xd, yd, reduce = bk.asarray(x), bk.asarray(y), Doubling(buckets)
+
+        def steps():
+            for _ in range(4):
+                step.train_batch(xd, yd, allreduce=reduce)
+        if graphed:
+            bk.capture(steps).launch(bk.stream)
+        else:
+            steps()
+        bk.synchronize()
+        results.append(bk.to_numpy(step.model.flat).copy())
+    assert np.isfinite(results[0]).all()
+    assert all(np.array_equal(r, results[0]) for r in results[1:])
