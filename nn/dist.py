@@ -26,6 +26,7 @@ from nn.errors import NNError
 _LAUNCHER_ENV = ("PMI_SIZE", "PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE")
 EXIT_GRACE_S = 0.5   # a failing rank's wait between its message and its exit (see Dist.exit_all)
 _rank = 0
+_local_rank = None   # this rank's place among its host's ranks, as MPI computed it (maybe_init_dist, several ranks)
 
 
 class RanksFailed(NNError):
@@ -41,6 +42,8 @@ class Dist:
     rank: int = 0
     size: int = 1
     comm: object = None  # mpi4py.MPI.Comm when size > 1
+    local_rank: int = 0  # this rank among the ranks on its host (node), and how many there are: MPI's
+    local_size: int = 1  # shared-memory split of the world, so several hosts are never taken for one
 
     def allreduce_sum(self, backend, buf):
         """buf (a backend array) <- its sum over ranks, staged through the host when it lives elsewhere."""
@@ -175,8 +178,9 @@ class Interrupt:
 
 
 def maybe_init_dist() -> Dist:
-    """The MPI world when launched by mpirun with mpi4py installed, else rank 0 of 1."""
-    global _rank
+    """The MPI world when launched by mpirun with mpi4py installed, else rank 0 of 1. With several
+    ranks, each one's node-local rank and size too (node_local), for local_rank()."""
+    global _rank, _local_rank
     if not any(k in os.environ for k in _LAUNCHER_ENV):
         return Dist()
     try:
@@ -188,7 +192,29 @@ def maybe_init_dist() -> Dist:
         return Dist()
     comm = MPI.COMM_WORLD
     _rank = comm.Get_rank()
-    return Dist(_rank, comm.Get_size(), comm if comm.Get_size() > 1 else None)
+    if comm.Get_size() == 1:
+        return Dist()
+    _local_rank, local_size = node_local(comm)
+    return Dist(_rank, comm.Get_size(), comm, _local_rank, local_size)
+
+
+def node_local(comm) -> tuple[int, int]:
+    """Collective: (this rank's place, the number of ranks) among the ranks of `comm` that share its
+    host's memory (MPI_Comm_split_type, COMM_TYPE_SHARED), ordered as in `comm`; the split
+    communicator is freed before returning."""
+    from mpi4py import MPI
+
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    try:
+        return node.Get_rank(), node.Get_size()
+    finally:
+        node.Free()
+
+
+def local_rank() -> int | None:
+    """This process's rank on its host as MPI computed it (maybe_init_dist, several ranks); None
+    for one process, or before maybe_init_dist: then only a launcher's variables can say."""
+    return _local_rank
 
 
 def print0(*args, **kwargs):

@@ -31,11 +31,37 @@ def test_rank_rows_cover_every_batch_in_order(n, batch, size):
 
 
 def test_one_process_is_rank_0_of_1_without_mpi4py(tmp_path):
-    code = "import sys, nn.dist as d; w = d.maybe_init_dist(); print(w.rank, w.size, 'mpi4py' in sys.modules)"
+    code = ("import sys, nn.dist as d; w = d.maybe_init_dist(); "
+            "print(w.rank, w.size, w.local_rank, w.local_size, d.local_rank(), 'mpi4py' in sys.modules)")
     clean = {k: v for k, v in env(tmp_path).items() if not k.startswith(("PMI", "PMIX", "OMPI", "MPI_"))}
     out = subprocess.run([sys.executable, "-c", code], env=clean, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["0", "1", "False"]
+    assert out.stdout.split() == ["0", "1", "0", "1", "None", "False"]    # no node-local rank from MPI
     assert maybe_init_dist().size == 1
+
+
+NODE_LOCAL = """
+import os
+import nn.dist as d
+world = d.maybe_init_dist()
+os.environ["MPI_LOCALRANKID"] = "9"     # a launcher's variable that disagrees: MPI's count wins
+from nn.backends.cupy_backend import local_rank
+halves = world.comm.Split(world.rank % 2, world.rank)     # two pretend hosts' worth of ranks: 0, 2 and 1, 3
+seen = world.gather((world.rank, world.local_rank, world.local_size, d.local_rank(), local_rank(),
+                     *d.node_local(halves)))
+halves.Free()
+if world.rank == 0:
+    print(seen)     # one line from one rank: the launcher interleaves the ranks' output
+"""
+
+
+@needs_mpi
+def test_the_node_local_rank_is_mpis_shared_memory_split(tmp_path):
+    """Four ranks on this one host: local ranks 0..3 of 4, as the cupy backend's GPU choice reads
+    them; node_local counts within the communicator it is given, never assuming one host."""
+    result = subprocess.run([MPIRUN, "-n", "4", sys.executable, "-c", NODE_LOCAL], cwd=tmp_path, env=env(tmp_path),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{[(r, r, 4, r, r, r // 2, 2) for r in range(4)]}\n"
 
 
 # ---------------------------------------------------------------- R ranks = one process

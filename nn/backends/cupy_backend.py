@@ -4,7 +4,7 @@ epilogues, one-kernel softmax + cross-entropy) and can capture a whole epoch as 
 capture cuBLAS calls into a graph).
 
 All work goes to one non-blocking stream of the backend's own (graphs cannot capture the legacy
-default stream). Ranks under MPI take GPUs round-robin by their node-local rank.
+default stream). Ranks under MPI take GPUs round-robin by their node-local rank (MPI's, nn.dist).
 """
 import contextlib
 import dataclasses
@@ -14,6 +14,7 @@ import os
 import numpy as np
 
 import autogemm
+from nn import dist
 from nn.backends.base import EPILOGUES, Backend
 from nn.errors import NNError
 
@@ -22,12 +23,22 @@ _LOCAL_RANK_ENV = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "PMIX_LOCAL_
 
 
 def local_rank() -> int:
+    """This process's rank among those on its host: MPI's (nn.dist.local_rank, computed by
+    maybe_init_dist for several ranks), else the launcher's variable (one process), else 0."""
+    computed = dist.local_rank()
+    if computed is not None:
+        return computed
     return next((int(os.environ[k]) for k in _LOCAL_RANK_ENV if k in os.environ), 0)
 
 
 def gpu_for_rank(rank: int, gpus: int) -> int:
     """Round-robin: several ranks may share a GPU when there are more ranks than GPUs."""
     return rank % gpus
+
+
+def this_ranks_gpu(gpus: int) -> int:
+    """The GPU of this process among its host's `gpus`: round-robin by its node-local rank."""
+    return gpu_for_rank(local_rank(), gpus)
 
 
 def column_major_input_gradient(dtype, precision: str, classes: int) -> bool:
@@ -102,7 +113,7 @@ class CupyBackend(Backend):
         except Exception as exc:  # ImportError, or CuPy's CUDA errors without a driver or device
             raise NNError(f"the {self.name} backend needs CuPy and a CUDA device: {exc}") from None
         self.xp = cupy
-        self.device = cupy.cuda.Device(gpu_for_rank(local_rank(), gpus))
+        self.device = cupy.cuda.Device(this_ranks_gpu(gpus))
         self.device.use()
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.stream.use()
