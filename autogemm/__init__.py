@@ -14,7 +14,8 @@ from autogemm.ops.conv import conv2d, conv2d_backward_data, conv2d_backward_weig
 from autogemm.ops.elementwise import (activation_grad, adam_update, bias_activation, column_sums, elementwise,
                                       linear_backward, linear_xent, sgd_update, softmax_xent)
 from autogemm.ops.gemm import GemmCall, empty_column_major, gemm, plan_gemm, row_major_operand, to_bf16, transpose
-from autogemm.store.keys import Target
+from autogemm.store.keys import Target, dtypes as key_dtypes
+from autogemm.store.lookup import Measured, has_records, measured
 from autogemm.store.locations import cache_dir
 from kernels import IMPLEMENTATIONS
 from kernels.contract import NO_OP
@@ -44,4 +45,6 @@ __all__ = [
     # op of a launch whose family has none, a GEMM launch's (layout and epilogue); the families that
     # compute one call (all tuned, the fastest runs)
     "Target", "NO_OP", "gemm_key_op", "IMPLEMENTATIONS",
+    # what the tuned records say of a launch's time (cost models), the arithmetics a family's keys name
+    "measured", "Measured", "has_records", "key_dtypes",
 ]

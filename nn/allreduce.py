@@ -237,12 +237,13 @@ class NcclAllreduce:
 
 
 def nccl_usable(dist: Dist) -> bool:
-    """NCCL is importable through CuPy and every rank has a GPU of its own (checked on all ranks)."""
+    """NCCL is importable through CuPy and every rank has a GPU of its own: no more ranks on each
+    host than it has GPUs (checked on all ranks)."""
     try:
         import cupy
         from cupy.cuda import nccl
 
-        ok = bool(nccl.available) and dist.size <= cupy.cuda.runtime.getDeviceCount()
+        ok = bool(nccl.available) and dist.local_size <= cupy.cuda.runtime.getDeviceCount()
     except Exception:  # no CuPy, no NCCL, no device
         ok = False
     return bool(dist.sum([0.0 if ok else 1.0])[0] == 0)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import autogemm
 from nn.mlp import first_layer_blocks
 from nn.model_parallel import ring_bytes
 
@@ -103,41 +104,32 @@ class Plan:
 
 # ---------------------------------------------------------------- compute
 
-def launch_us(index, family: str, sizes, op: str, arithmetic: str) -> tuple[tuple, float]:
+def launch_us(gpu: str | None, family: str, sizes, op: str, arithmetic: str) -> tuple[tuple, float]:
     """(how well it is known, as autogemm's lookup ranks a choice: lower is better; its time in the
-    epoch's graph) of one launch of `family`, from the tuned records in `index`
-    (autogemm.store.lookup.Index, or None)."""
-    from autogemm.store.keys import make_key, serving_keys
-
+    epoch's graph) of one launch of `family`, from the tuned records of the GPU named `gpu` (None:
+    no records, a roofline)."""
     matmul = family.startswith("gemm") or family in ("linear_xent", "linear_backward")
+    found = autogemm.measured(family, sizes, op, arithmetic, gpu) if gpu is not None else None
+    if found is not None:
+        t = max(1.0, found.median_us - RECORD_OVERHEAD_US)
+        if found.source == "exact":
+            return (0, 0.0, found.median_us), t
+        alpha = ALPHA[0] + (ALPHA[1] - ALPHA[0]) * min(1.0, max(0.0, math.log10(t / 20)))
+        return (1, found.distance, found.median_us), t * (math.prod(sizes) / math.prod(found.sizes)) ** alpha
     fixed = FIXED_US["gemm" if family.startswith("gemm") else "other"]
     work = math.prod(sizes)
-    if index is not None:
-        key = make_key(family, sizes, op, arithmetic)
-        exact = [r for k in serving_keys(key) if (r := index.exact.get(k) or index.stale.get(k))]
-        if exact:
-            best = min(r.median_us for r in exact)
-            return (0, 0.0, best), max(1.0, best - RECORD_OVERHEAD_US)
-        near = [found for k in serving_keys(key) if (found := index.nearest(k, lambda r: True))]
-        if near:
-            record, distance = min(near, key=lambda found: (found[1], found[0].median_us))
-            t = max(1.0, record.median_us - RECORD_OVERHEAD_US)
-            alpha = ALPHA[0] + (ALPHA[1] - ALPHA[0]) * min(1.0, max(0.0, math.log10(t / 20)))
-            return (1, distance, record.median_us), t * (work / math.prod(record.key.sizes)) ** alpha
     return (2, 0.0, 0.0), fixed + (2 * work / ROOFLINE["flops"] if matmul else 8 * work / ROOFLINE["bytes"]) * 1e6
 
 
-def step_compute_us(launches, index, dtype: str, precision: str) -> float:
+def step_compute_us(launches, gpu: str | None, dtype: str, precision: str) -> float:
     """One rank's step: each call's time on the family autogemm would run it on (consecutive
     launches of one call's implementations: the best known), side-branch calls at SIDE_SHARE."""
-    from autogemm.store.keys import dtypes
-
     arithmetic = {"fp32": dtype, "tf32": "tf32", "bf16": "bfloat16"}[precision]
     calls = {}
     for launch, side in launches:
         call = (launch.sizes, launch.op, launch.role, side)
-        key_dtype = arithmetic if arithmetic in dtypes(launch.family) else dtype
-        estimate = launch_us(index, launch.family, launch.sizes, launch.op, key_dtype)
+        key_dtype = arithmetic if arithmetic in autogemm.key_dtypes(launch.family) else dtype
+        estimate = launch_us(gpu, launch.family, launch.sizes, launch.op, key_dtype)
         calls[call] = min(estimate, calls.get(call, estimate), key=lambda e: e[0])
     return sum(us * (SIDE_SHARE if side else 1.0) for (_, _, _, side), (_, us) in calls.items())
 
@@ -158,14 +150,15 @@ def recorded_step(sizes, activation: str, rows: int, batch: int, ranks: int, par
 
 # ---------------------------------------------------------------- the plan
 
-def predict(sizes, activation: str, batch: int, ranks: int, link: Link, index, dtype: str = "float32",
+def predict(sizes, activation: str, batch: int, ranks: int, link: Link, gpu: str | None, dtype: str = "float32",
             precision: str = "fp32", layers=None, candidates=("data", "model")) -> Plan:
-    """The step's predicted time for each candidate split on `ranks` ranks, and the one to run."""
+    """The step's predicted time for each candidate split on `ranks` ranks, and the one to run;
+    kernels timed by the tuned records of the GPU named `gpu` (None: a roofline)."""
     itemsize = np.dtype(dtype).itemsize
 
     def compute(rows, parallel, r):
         return step_compute_us(recorded_step(sizes, activation, rows, batch, r, parallel, dtype, precision, layers),
-                               index, dtype, precision)
+                               gpu, dtype, precision)
 
     one = compute(batch, "data", 1)
     predictions = {"none": Prediction("none", one, 0.0, 0)}
@@ -244,11 +237,6 @@ def main(argv=None) -> int:
     p.add_argument("--weak", action="store_true", help="the batch grows with the ranks (each rank's stays)")
 
     def command():
-        import dataclasses
-
-        from autogemm.runtime.device import H100
-        from autogemm.store.lookup import index_for
-
         args = p.parse_args(argv)
         mlps, cnns = networks(), cnn_networks()
         if args.network not in mlps and args.network not in cnns:
@@ -259,8 +247,7 @@ def main(argv=None) -> int:
             raise NNError(f"--ranks {args.ranks!r}: give rank counts like 2,4,8") from None
         if not all(1 <= r <= 1024 for r in ranks):
             raise NNError(f"--ranks {args.ranks!r}: each from 1 to 1024")
-        index = index_for(dataclasses.replace(H100, name=args.gpu))
-        if index is None:
+        if not autogemm.has_records(args.gpu):
             raise NNError(f"--gpu {args.gpu!r}: no tuned file for it (autogemm show lists them)")
         net = mlps.get(args.network) or cnns[args.network]
         cnn = args.network in cnns
@@ -271,11 +258,11 @@ def main(argv=None) -> int:
               + (" in images a second" if args.weak else ""))
         for r in ranks:
             batch = net.batch * r if args.weak else net.batch
-            plan = predict(sizes, activation, batch, r, link, index, "float32", args.precision,
+            plan = predict(sizes, activation, batch, r, link, args.gpu, "float32", args.precision,
                            net.layers if cnn else None)
             one = plan.predictions["none"].step_us
             if args.weak:   # against one GPU on the network's batch: images a second
-                one = predict(sizes, activation, net.batch, 1, link, index, "float32", args.precision,
+                one = predict(sizes, activation, net.batch, 1, link, args.gpu, "float32", args.precision,
                               net.layers if cnn else None).predictions["none"].step_us * r
             cells = [f"{name} {q.compute_us:.0f} + {q.comm_us:.0f} = {q.step_us:.0f} ({one / q.step_us:.2f}x)"
                      for name, q in plan.predictions.items() if name != "none" or r == 1]

@@ -27,6 +27,7 @@ if _LOCAL_RANKS > 1:
 
 import numpy as np
 
+import autogemm
 from autogemm import AutogemmError
 from nn import checkpoint, cost_model
 from nn.backends import ACTIVATIONS, BACKENDS, DTYPES, PRECISIONS, cuda_available, get_backend
@@ -591,11 +592,8 @@ def _split(cfg, args, dist, backend, sizes, kind: str) -> tuple[str, str]:
         return "data", f"auto: the {backend.name} backend: data split (no tuned kernel times to predict from)"
     words = None
     if dist.rank == 0:
-        from autogemm.runtime.device import this_device
-        from autogemm.store.lookup import index_for
-
-        index = index_for(this_device()) if args.use_tuned else None
-        plan = cost_model.predict(sizes, cfg.activation, cfg.batch, dist.size, cost_model.LINKS[kind], index,
+        gpu = backend.device_name if args.use_tuned and autogemm.has_records(backend.device_name) else None
+        plan = cost_model.predict(sizes, cfg.activation, cfg.batch, dist.size, cost_model.LINKS[kind], gpu,
                                   cfg.dtype, cfg.precision, cfg.layers if cfg.model == "cnn" else None)
         words = (plan.choice, plan.reason) if args.parallel == "auto" else (args.parallel, plan.warning(args.parallel))
     return dist.comm.bcast(words, root=0)

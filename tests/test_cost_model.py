@@ -4,8 +4,6 @@ import re
 
 import pytest
 
-from autogemm.store.lookup import Index
-from autogemm.store.records import load
 from nn import cost_model
 from nn.cost_model import LINKS, Link, Prediction, bucket_sizes, choose, predict
 from nn.layers import LENET
@@ -13,7 +11,7 @@ from fake_idx import write_dataset
 from run_train import max_rel_diff, run_train, weights
 from test_dist import needs_mpi
 
-H100 = Index([load(cost_model.__file__.rsplit("/nn/", 1)[0] + "/tuned/nvidia-h100-80gb-hbm3.json")])
+H100 = "NVIDIA H100 80GB HBM3"      # the shipped tuned file's GPU
 CME, LARGE = (784, 1000, 10), (784, 4096, 10)
 
 
@@ -117,3 +115,14 @@ def test_the_commands_bad_inputs_are_one_line(capsys, argv):
     assert cost_model.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: ") or "invalid choice" in err[-1]
+
+
+def test_the_records_a_launchs_time_comes_from():
+    import autogemm
+
+    exact = autogemm.measured("gemm", (800, 1000, 784), "nt", "float32", H100)
+    assert exact.source == "exact" and exact.sizes == (800, 1000, 784) and exact.median_us > 0
+    near = autogemm.measured("gemm", (800, 900, 784), "nt", "float32", H100)
+    assert near.source == "nearest" and near.distance > 0
+    assert autogemm.measured("gemm", (8, 9, 7), "nt", "float32", H100) is None       # nothing within 4x
+    assert autogemm.has_records(H100) and not autogemm.has_records("NVIDIA A100-SXM4-80GB")

@@ -16,6 +16,7 @@ and between two of the same kind the user's wins. Each file is read once and rea
 here. A file that does not load raises its StoreError: a corrupted store never yields a silently
 different kernel.
 """
+import dataclasses
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
@@ -23,10 +24,10 @@ from pathlib import Path
 
 from autogemm import files
 from autogemm.errors import StoreError
-from autogemm.runtime.device import DeviceInfo
+from autogemm.runtime.device import H100, DeviceInfo, this_device
 from autogemm.runtime.family import Config, family
 from autogemm.store import locations
-from autogemm.store.keys import Key, distance, key_of, serving_keys
+from autogemm.store.keys import Key, distance, key_of, make_key, serving_keys
 from autogemm.store.records import Record, Store, file_for, load
 
 # A tuned config stands in for another shape only if no size differs by more than this factor:
@@ -195,6 +196,43 @@ def _from_index(index: Index, key: Key, fam, fits, other_op: bool) -> Choice | N
         return Choice(stale_config, "stale", stale, other_op=other_op)
     found = index.nearest(key, lambda r: fits(r.config))
     return Choice(found[0].config, "nearest", found[0], found[1], other_op) if found else None
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What the tuned records say of a launch's time: its shape's record, or the nearest one's."""
+    source: str          # "exact" (its shape's record, current or stale), or "nearest"
+    distance: float      # to the record's shape (keys.distance)
+    median_us: float     # the record's time, tuned alone with L2 flushed
+    sizes: tuple         # the record's shape
+
+
+def measured(family_name: str, sizes, op: str, arithmetic: str, gpu: str | None = None) -> Measured | None:
+    """The record that lookup would take a launch's time from: the fastest of its shape's records
+    among those serving it, else the nearest serving one (the closest, then the faster); None where
+    the tuned files hold neither. `gpu`: whose files to read (a GPU's name; default: this GPU's)."""
+    index = _index_of(gpu)
+    if index is None:
+        return None
+    key = make_key(family_name, sizes, op, arithmetic)
+    exact = [r for k in serving_keys(key) if (r := index.exact.get(k) or index.stale.get(k))]
+    if exact:
+        best = min(exact, key=lambda r: r.median_us)
+        return Measured("exact", 0.0, best.median_us, best.key.sizes)
+    near = [found for k in serving_keys(key) if (found := index.nearest(k, lambda r: True))]
+    if not near:
+        return None
+    record, d = min(near, key=lambda found: (found[1], found[0].median_us))
+    return Measured("nearest", d, record.median_us, record.key.sizes)
+
+
+def has_records(gpu: str | None = None) -> bool:
+    """Whether a tuned file of this GPU (or of the GPU named `gpu`) is there to read."""
+    return _index_of(gpu) is not None
+
+
+def _index_of(gpu: str | None) -> Index | None:
+    return index_for(this_device() if gpu is None else dataclasses.replace(H100, name=gpu))
 
 
 def reload():

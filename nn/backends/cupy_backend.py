@@ -115,6 +115,7 @@ class CupyBackend(Backend):
         self.xp = cupy
         self.device = cupy.cuda.Device(this_ranks_gpu(gpus))
         self.device.use()
+        self.device_name = cupy.cuda.runtime.getDeviceProperties(self.device.id)["name"].decode()  # its tuned file's
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.stream.use()
         self.side = cupy.cuda.Stream(non_blocking=True)       # the side branch of a step
