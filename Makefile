@@ -48,7 +48,7 @@ gpu-check:  ## on a GPU machine, one visit: gpu tests, GEMMs vs cuBLAS, the step
 	$(PYTHON) -c "import json; [print(f\"{r['shape']:>22} {r['variant']:>8} {r['median_us']:9.1f} us\") \
 	  for r in json.load(open('$(OUT)/gemm-bench.json'))['results'] if r['median_us']]"
 
-scaling:  ## on a 4-GPU machine: cme213, large and lenet on 1, 2, 4 GPUs, nn.train's auto split and all-reduce (SCALING_ARGS="--parallel data,model --allreduce mpi,nccl", "--weak", ...); summaries and logs in $(OUT)/
+scaling:  ## on a 4-GPU machine: cme213, large and lenet on 1, 2, 4 GPUs, nn.train's auto split and all-reduce (SCALING_ARGS="--allreduce mpi,nccl", "--weak", ...; lenet refuses --parallel model); summaries and logs in $(OUT)/
 	-$(PYTHON) -m nn.scaling --network cme213 --out $(OUT) $(SCALING_ARGS)
 	-$(PYTHON) -m nn.scaling --network large --out $(OUT) $(SCALING_ARGS)
 	-$(PYTHON) -m nn.scaling --network lenet --out $(OUT) $(SCALING_ARGS)
