@@ -3,6 +3,8 @@
 #   source .device/env.sh && bash tuned/bench/issue37-visit.sh diagnose
 # diagnose: the topology, the all-reduces' cost by size (tuned/bench/issue37_comm.py), the per-rank
 # kernels of both splits tuned on the GPUs at once, then 1 against 4 ranks of each network and split.
+# final: the float32 runs of 4 ranks with dW1 in one block and in 4 MB blocks, then every nn.scaling
+# table: strong (1, 2, 4 GPUs) and weak, cme213, large, lenet, grading, fp32 and tf32, NCCL and MPI.
 # Everything lands in $OUT/issue37.tar.gz (the device tool returns at most 8 files); a table last.
 set -uo pipefail
 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . > /dev/null 2>&1 ||
@@ -85,6 +87,42 @@ profile_split() {   # one GPU: rank 0's step of 4 ranks' splits, before and afte
     cat "$work"/profile-*.txt
 }
 
+scale() {   # name, then nn.scaling flags: one scaling table, its logs in $work/<name>/ (no checkpoints kept);
+            # none starts past 520 s of the visit (the device call ends at 600)
+    local name=$1
+    shift
+    if [ $SECONDS -gt 520 ]; then echo "$name: skipped, out of time" | tee -a "$work/failed.txt"; return; fi
+    timeout 300 python -m nn.scaling --out "$work/$name" --epochs 6 --exit-grace 15 "$@" > "$work/$name.txt" 2>&1
+    rm -f "$work/$name"/*.npz
+    tail -16 "$work/$name.txt"
+}
+
+blocks() {   # the large network on 4 ranks: dW1 in one block against blocks of 4 MB (nn.mlp.FIRST_LAYER_BLOCK_BYTES)
+    for precision in fp32 tf32; do
+        for mb in 64 4; do
+            timeout 120 mpirun -n 4 python tuned/bench/issue37_blocks.py --block-mb $mb -- --use-tuned --quiet \
+                --hidden 4096 --batch 8192 --epochs 8 --precision $precision \
+                --log "$work/blocks-$precision-$mb-r4.json" > "$work/blocks-$precision-$mb.txt" 2>&1
+        done
+    done
+}
+
+final() {   # every table of issue 37, the headline first; each nn.scaling bounded by --time-limit
+    blocks
+    scale large --network large --ranks 1,2,4 --parallel auto,data,model --allreduce auto --time-limit 110
+    scale cme213 --network cme213 --ranks 1,4 --parallel auto,data,model --allreduce auto --time-limit 60
+    scale lenet --network lenet --ranks 1,4 --parallel auto,data --allreduce auto --time-limit 60
+    for net in large cme213 lenet; do
+        scale $net-weak --network $net --weak --ranks 1,4 --parallel auto --allreduce auto --time-limit 40
+    done
+    for net in large cme213; do
+        scale $net-tf32 --network $net --ranks 1,4 --parallel auto,data,model --allreduce auto --f64-epochs 1 \
+            --extra-args "--precision tf32" --time-limit 45
+    done
+    scale grading --network grading --ranks 1,4 --parallel auto --allreduce auto --time-limit 30
+    scale large-mpi --network large --ranks 1,4 --parallel auto,data,model --allreduce mpi --time-limit 45
+}
+
 table() {
     cat "$work"/comm-r*.txt
     grep -h "tuned\|error" "$work"/tune-*.txt | tail -8
@@ -107,6 +145,7 @@ PY
 case "${1:-diagnose}" in
 diagnose) comm; tune_ranks; runs ;;
 profile-split) profile_split ;;
+final) final ;;
 esac
 table | tee "$work/table.txt"
 tar -czf "$out/issue37.tar.gz" -C "$out" issue37
