@@ -64,11 +64,23 @@ class Problem:
         return self.activation or NO_OP
 
 
-STATIC_SMEM = 128   # bytes of __shared__ variables in the kernel (a loss per warp)
+STATIC_SMEM = 128         # bytes of __shared__ variables in the kernel (a loss per warp)
+MAX_CACHED_W_WORDS = 256  # W read through the caches: the most 32-bit words of its values in flight a lane
 
 
 def w_bytes(p: Problem) -> int:
     return p.classes * p.inputs * ITEMSIZE[p.dtype]
+
+
+def w_fits_smem(p: Problem, d) -> bool:
+    """Whether W fits the device's shared memory beside the kernel's own variables."""
+    return w_bytes(p) + STATIC_SMEM <= d.smem_per_block
+
+
+def cached_w_words(unroll: int, vec: int, p: Problem) -> int:
+    """32-bit words of W's values a lane holds in flight when W is read through the caches:
+    UNROLL column slices x classes x VEC."""
+    return unroll * p.classes * vec * ITEMSIZE[p.dtype] // 4
 
 
 CONSTRAINTS = (
@@ -80,10 +92,10 @@ CONSTRAINTS = (
      lambda c, p, d: p.inputs % c.vec == 0 and c.vec <= p.aligned),
     ("threads per block must fit the device", lambda c, p, d: 32 * c.warps <= d.max_threads_per_block),
     ("W in shared memory must fit the device's per-block limit",
-     lambda c, p, d: not c.w_smem or w_bytes(p) + STATIC_SMEM <= d.smem_per_block),
+     lambda c, p, d: not c.w_smem or w_fits_smem(p, d)),
     ("W read through the caches: the values of the unrolled slices (UNROLL x classes x VEC) must fit registers, "
      "at most 256 (more spill)",
-     lambda c, p, d: c.w_smem or c.unroll * p.classes * c.vec * ITEMSIZE[p.dtype] // 4 <= 256),
+     lambda c, p, d: c.w_smem or cached_w_words(c.unroll, c.vec, p) <= MAX_CACHED_W_WORDS),
     ("unrolling past the column slices a lane has is pointless",
      lambda c, p, d: c.unroll <= ceil_div(p.inputs, 32 * c.vec)),
 )
@@ -128,15 +140,35 @@ def default_candidates(p: Problem, d):
     loops unrolled as far as the space allows (what the tuner chose on the MLP's output layers;
     tuned/bench/). Then where the search starts as well: 1, 2 or 4 rows a
     warp on 8, 4 or 2 warps (W's shared reads, 16 bytes for 4 FMAs a row, serve more rows), each
-    with the loops unrolled fully where they can be and twice."""
+    with the loops unrolled fully where they can be and twice. Where W does not fit shared memory
+    (float64 W of 10 x 4096, 320 KiB), configs that read it through the caches instead
+    (`cached_w_candidates`)."""
     vec = max(v for v in (1, 2, 4) if v * ITEMSIZE[p.dtype] <= 16 and p.inputs % v == 0 and v <= p.aligned)
     slices = ceil_div(p.inputs, 32 * vec)
+    if not w_fits_smem(p, d):
+        yield from cached_w_candidates(p, vec, slices)
+        return
     unroll = max(u for u in PARAMS["unroll"] if u <= slices)
     for w_smem in (True, False):
         for rows in (1, 2):
             yield dict(warps=8, rows=rows, vec=vec, unroll=unroll, w_smem=w_smem)
     for warps, rows, u in itertools.product((8, 4, 2), PARAMS["rows"], dict.fromkeys((unroll, min(2, slices)))):
         yield dict(warps=warps, rows=rows, vec=vec, unroll=u, w_smem=True)
+
+
+def cached_w_candidates(p: Problem, vec: int, slices: int):
+    """Configs reading W through the caches, for a W too large for shared memory: eight warps of two
+    rows each (W's loads serve both rows; the fastest of these and of sampled configs on the float64
+    784-4096-10 output layer, see the commit history), then of one row, the loops unrolled twice,
+    then as far as W's values in flight fit registers (MAX_CACHED_W_WORDS: 4 times for float64 W of
+    10 classes at VEC 2). Then, as `default_candidates`, 1, 2 or 4 rows a warp on 8, 4 or 2 warps."""
+    unroll = max((u for u in PARAMS["unroll"]
+                  if u <= slices and cached_w_words(u, vec, p) <= MAX_CACHED_W_WORDS), default=1)
+    twice = min(2, unroll)
+    for u, rows in itertools.product(dict.fromkeys((twice, unroll)), (2, 1)):
+        yield dict(warps=8, rows=rows, vec=vec, unroll=u, w_smem=False)
+    for warps, rows, u in itertools.product((8, 4, 2), PARAMS["rows"], dict.fromkeys((unroll, twice))):
+        yield dict(warps=warps, rows=rows, vec=vec, unroll=u, w_smem=False)
 
 
 def reference(p: Problem, a, w, bias, labels, scale) -> dict:

@@ -178,3 +178,33 @@ def test_output_layer_reads_its_input_in_bfloat16(shape, activation):
         rounding = OPERAND_ROUNDING["bf16"] if name == "grad_in" else 0.0
         verdict = compare(outputs[name], value, magnitude, k, np.float32, output_rounding=rounding)
         assert verdict.ok, f"linear_backward {name}: {verdict.describe()}"
+
+
+@pytest.mark.parametrize("activation", [None, "sigmoid"])
+def test_linear_xent_float64_at_the_large_networks_output_layer(activation):
+    """nn.train --hidden 4096 --batch 8192 --dtype float64's output layer: 8192 x 10 x 4096, W (320 KiB)
+    too large for shared memory, the config lookup gives (what --use-tuned runs): logits, G, the loss
+    and G_in within float64's bound of the NumPy reference, outputs poisoned first."""
+    import cupy
+
+    import autogemm
+    from autogemm.tuning.verify import compare
+    from kernels import linear_xent
+
+    rows, classes, inputs = 8192, 10, 4096
+    rng = np.random.default_rng(4096)
+    a = rng.uniform(0.01, 0.99, (rows, inputs))                        # A: (rows, K) float64, sigmoid outputs
+    w = rng.standard_normal((classes, inputs)) / np.sqrt(inputs)       # W: (C, K)
+    b = rng.standard_normal(classes)                                   # b: (C,)
+    labels = rng.integers(0, classes, rows).astype(np.int32)
+    got = {name: cupy.full(s, np.nan) for name, s in
+           (("logits", (rows, classes)), ("grad", (rows, classes)), ("grad_in", (rows, inputs)))}
+    got["loss"] = cupy.zeros(1)
+    autogemm.linear_xent(cupy.asarray(a), cupy.asarray(w), cupy.asarray(b), cupy.asarray(labels), got["logits"],
+                         got["grad"], 1 / rows, got["loss"], got["grad_in"] if activation else None, activation)
+    problem = linear_xent.Problem(rows, classes, inputs, "float64", activation)
+    expected = linear_xent.reference(problem, a, w, b, labels, 1 / rows)
+    assert ("grad_in" in expected) == (activation is not None)
+    for name, (value, magnitude, k) in expected.items():
+        verdict = compare(cupy.asnumpy(got[name]).reshape(np.shape(value)), value, magnitude, k, np.float64)
+        assert verdict.ok, f"linear_xent {name}: {verdict.describe()}"

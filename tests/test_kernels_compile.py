@@ -73,7 +73,8 @@ TF32X3_SPACE = family("gemm").restricted({"math": ("3xtf32",), "copy": ("async",
 
 def small_families() -> list:
     """gemm_naive, elementwise (every op), softmax_xent, colsum, linear_xent (with and without the
-    input gradient and its bfloat16 copy, K with and without a ragged last slice), linear_backward
+    input gradient and its bfloat16 copy, K with and without a ragged last slice, the float64 defaults
+    of 10 x 4096, whose W does not fit shared memory), linear_backward
     (both activations, 10 and 32 classes, the bfloat16 copy beside float32 and alone, transposed), the
     convolutions (LeNet's layers, odd sizes), pooling both ways and Adam, both dtypes, sampled
     configs; the bfloat16 rounding's every vector width."""
@@ -98,6 +99,10 @@ def small_families() -> list:
         if dtype == "float32":                 # the input gradient's bfloat16 copy too
             problem = linear_xent.Problem(800, 10, 4096, dtype, "sigmoid", grad_in_bf16=True)
             out += [lx.instance(cfg, problem) for cfg in lx.candidates(problem, H100)[:2] + lx.sample(problem, H100, 4)]
+        else:                                  # W of 10 x 4096 too large for shared memory: the defaults read it cached
+            for activation in (None, "sigmoid"):
+                problem = linear_xent.Problem(8192, 10, 4096, dtype, activation)
+                out += [lx.instance(cfg, problem) for cfg in lx.candidates(problem, H100)[:2]]
         lb = family("linear_backward")
         for classes, inputs, activation, bf16 in ((10, 4096, "sigmoid", dtype == "float32"), (10, 1000, "relu", False),
                                                   (32, 100, "sigmoid", False), (3, 66, "relu", False)):

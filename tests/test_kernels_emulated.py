@@ -84,6 +84,41 @@ def test_linear_xent_matches_float64_on_the_cpu(tmp_path):
             assert np.array_equal(got["grad_in_bf16"], gemm.bf16_bits(got["grad_in"]))
 
 
+# The float64 output layer of 784-4096-10 (nn.train --hidden 4096 --dtype float64): W, 320 KiB, does not
+# fit shared memory, so the defaults read it through the caches: two rows a warp, then one, unrolled
+# twice, then 4 times. The configs of 8192 rows, run on 37 (a config does not depend on the rows; a
+# ragged last block), and on a ragged K (3000: a last column slice past K) whose W does not fit either.
+F64_HEADS = [(37, 10, 4096, None, 3), (37, 10, 4096, "sigmoid", 2), (11, 10, 3000, "relu", 1)]   # ..., configs run
+
+
+def test_linear_xent_float64_defaults_where_w_does_not_fit_shared_memory(tmp_path):
+    fam = family("linear_xent")
+    cases = []
+    for seed, (rows, classes, inputs, activation, count) in enumerate(F64_HEADS):
+        rng = np.random.default_rng(seed)
+        a = saved_output(rng, activation or "sigmoid", (rows, inputs), np.float64)     # A: (rows, K)
+        w = rng.standard_normal((classes, inputs)) / np.sqrt(inputs)                   # W: (C, K)
+        b = rng.standard_normal(classes)                                               # b: (C,)
+        labels = rng.integers(0, classes, rows).astype(np.int32)                       # (rows,)
+        problem = linear_xent.Problem(rows, classes, inputs, "float64", activation)
+        large = linear_xent.Problem(8192, classes, inputs, "float64", activation)
+        configs = fam.candidates(large, H100)[:3]                                      # the default first
+        assert configs[0] == fam.default(large, H100) and not any(c.w_smem for c in configs)
+        assert [(c.warps, c.rows, c.vec, c.unroll) for c in configs] == [(8, 2, 2, 2), (8, 1, 2, 2), (8, 2, 2, 4)]
+        for cfg in configs[:count]:
+            got = dict(logits=np.full((rows, classes), np.nan), grad=np.full((rows, classes), np.nan),
+                       grad_in=np.full((rows, inputs), np.nan) if activation else None, loss=np.zeros(1))
+            args = [a, w, b, labels, got["logits"], got["grad"], got["grad_in"] if activation else np.uint64(0),
+                    np.uint64(0), got["loss"], np.int32(rows), np.float64(1 / rows)]
+            cases.append((Launch(fam.instance(fam.validate(cfg, problem, H100), problem), args), got,
+                          linear_xent.reference(problem, a, w, b, labels, 1 / rows)))
+    run([launch for launch, _, _ in cases], tmp_path)
+    for launch, got, expected in cases:
+        assert set(expected) == {name for name, x in got.items() if x is not None}
+        for name, (value, magnitude, k) in expected.items():
+            check(got[name], (value, magnitude), k, "float64")
+
+
 # ---- linear_backward -----------------------------------------------------------------------------
 # (rows, classes, inputs, activation, dtype, SGD step): ragged column tiles and row slices, both
 # activations and dtypes; the SGD step's alpha, beta and db_beta, else a plain gradient into NaNs

@@ -391,3 +391,71 @@ def test_only_gemm_calls_have_a_tf32_arithmetic():
         Problem(8, 8, 8, precision="tf32", bf16_operands=True)
     with pytest.raises(ValueError, match="precision 'bf8' is not one of fp32, tf32, bf16"):
         Problem(8, 8, 8, precision="bf8")
+
+
+# ---- float64 output layer of the large network --------------------------------------------------
+# nn.train --hidden 4096 --batch 8192 --dtype float64: the full batch, the last partial one (54,000
+# rows: 4848), each rank's share on 2 and 4 ranks, and evaluation's 1000-row chunks. Its W (10 x 4096
+# float64, 320 KiB) does not fit shared memory, so the kernel reads it through the caches.
+F64_ROWS = (8192, 4848, 4096, 2424, 2048, 1212, 1000)
+
+
+@pytest.mark.parametrize("store", ["shipped", "none"])
+def test_the_float64_large_output_layer_gets_a_config_that_fits(store, tmp_path, monkeypatch):
+    """With the shipped results (what --use-tuned reads) and with none, every float64 call of the
+    784-4096-10 network's output layer gets a config that its family's constraints accept: its
+    forward pass with and without the input gradient (linear_xent), and its backward pass apart
+    (linear_backward, both layouts of G_in)."""
+    from kernels import linear_backward, linear_xent
+
+    monkeypatch.setenv(locations.TUNED_ENV, str(tmp_path / "user"))
+    if store == "none":
+        monkeypatch.setattr(locations, "shipped_dir", lambda: tmp_path / "shipped")
+    lookup.reload()
+    try:
+        problems = [("linear_xent", linear_xent.Problem(rows, 10, 4096, "float64", activation))
+                    for rows in F64_ROWS for activation in (None, "sigmoid")]
+        problems += [("linear_backward", linear_backward.Problem(rows, 10, 4096, "float64", "sigmoid",
+                                                                 grad_in_transposed=transposed))
+                     for rows in F64_ROWS for transposed in (False, True)]
+        for name, problem in problems:
+            fam = family(name)
+            choice = lookup.choose(name, problem, H100)
+            assert not fam.violations(choice.config, problem, H100), (name, problem, choice)
+            fam.validate(choice.config, problem, H100)          # the check that raised before
+            assert fam.default(problem, H100) == fam.candidates(problem, H100)[0]
+        assert not family("linear_xent").default(problems[0][1], H100).w_smem   # 320 KiB: through the caches
+    finally:
+        lookup.reload()
+
+
+def test_every_launch_of_the_float64_large_step_gets_a_config_that_fits(tmp_path, monkeypatch):
+    """Every launch that nn.train's float64 step of 784-4096-10 makes (nn.targets records it: one rank,
+    and the shares of 2 and 4 ranks, of the full and the last partial batch) has a family that can
+    run it, and lookup (the shipped results) gives that family a config its constraints accept."""
+    from kernels import IMPLEMENTATIONS
+    from nn.targets import LaunchRecorder, record_step, step_rows
+
+    monkeypatch.setenv(locations.TUNED_ENV, str(tmp_path / "user"))
+    lookup.reload()
+    try:
+        launches = {}
+        for ranks in (1, 2, 4):
+            for rows in step_rows(8192, 54_000, ranks):
+                recorder = LaunchRecorder(dtype="float64")
+                for t in record_step(rows, 8192, (784, 4096, 10), "sigmoid", ranks, recorder=recorder):
+                    launches.setdefault((t.family, t.sizes, t.op), t)
+        assert {(f, s[0]) for f, s, _ in launches if f == "linear_xent"} == {
+            ("linear_xent", rows) for rows in (8192, 4848, 4096, 2424, 2048, 1212)}
+        calls = {}
+        for name, sizes, op in launches:
+            problem = family(name).module.problem_of(sizes, op, "float64")
+            call = next((c for c, names in IMPLEMENTATIONS.items() if name in names), name)
+            runs = family(name).can_run(problem, H100)
+            calls[call, sizes, op] = calls.get((call, sizes, op), False) or runs
+            if runs:
+                choice = lookup.choose(name, problem, H100)
+                assert not family(name).violations(choice.config, problem, H100), (name, sizes, op)
+        assert all(calls.values()), [c for c, ok in calls.items() if not ok]
+    finally:
+        lookup.reload()
