@@ -13,9 +13,11 @@ in four flavours; `resolve` names the one a backend and a launch get, `choose` m
 `--allreduce auto` takes NCCL where every rank has a GPU of its own, else CUDA-aware MPI where the
 library says it is, else MPI staged through the host.
 
-An all-reduce that a step may hand its gradients layer by layer says so with `buckets`
-(nn.mlp.Step.train_batch): "overlap", each layer's during the backward pass on a side branch;
-"after", the same buckets once the backward pass is done (the same sums, bit for bit).
+An all-reduce that a step may hand its gradients in buckets says so with `buckets`
+(nn.mlp.Step.train_batch, nn.cnn.CNNStep.train_batch): "overlap", each bucket during the backward
+pass on a side branch as soon as its layers' gradients are made; "after", the same buckets once the
+backward pass is done (the same sums, bit for bit). A bucket holds consecutive layers' gradients,
+at least BUCKET_BYTES (`merge_buckets`).
 """
 import ctypes
 import sys
@@ -26,6 +28,26 @@ from nn.dist import Dist
 from nn.errors import NNError
 
 KINDS = ("auto", "mpi", "nccl")
+# A bucket's least size: an all-reduce costs about 13 µs whatever its size below a few hundred KB
+# (tuned/bench/issue37-h200x4/diagnose), and LeNet's six layers each in a bucket of its own, all-reduced
+# on the side branch, made its 4-rank epoch 9.07 ms against 5.57 in one bucket (issue37-h200x4/final).
+BUCKET_BYTES = 1 << 20
+
+
+def merge_buckets(flat, layers) -> tuple[list, dict]:
+    """(buckets, ready): `layers`, (layer, first, end) spans of the flat gradient buffer in the order
+    the backward pass completes them, each just below the one before, merged into buckets of
+    consecutive layers holding at least BUCKET_BYTES (the last takes what is left); `ready` maps
+    the layer whose completion makes a bucket complete to that bucket's index."""
+    buckets, ready, first, held = [], {}, None, 0
+    for i, (layer, lo, hi) in enumerate(layers):
+        first = hi if first is None else first
+        held += (hi - lo) * flat.itemsize
+        if held >= BUCKET_BYTES or i == len(layers) - 1:
+            ready[layer] = len(buckets)
+            buckets.append(flat[lo:first])
+            first, held = None, 0
+    return buckets, ready
 
 
 def resolve(kind: str, dist: Dist, backend) -> str:

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from nn.allreduce import merge_buckets
 from nn.backends import ACTIVATIONS, Backend
 from nn.backends.numpy_cnn import ADAM
 from nn.layers import Layer
@@ -170,6 +171,8 @@ class CNNStep:
         sizes = [w.size + b.size if w is not None else 0 for w, b in zip(self.dW, self.db)]
         ends = np.cumsum([0] + sizes)
         self.layer_grads = [self.grads[lo:hi] if size else None for lo, hi, size in zip(ends[:-1], ends[1:], sizes)]
+        self.buckets, self.bucket_ready = merge_buckets(self.grads, [(l, ends[l], ends[l + 1])
+                                                                     for l in reversed(range(len(sizes))) if sizes[l]])
         # Adam's moments (m, v), flat like the parameters, and its steps done (on the backend, so
         # a captured graph replays the right bias correction)
         self.moments = (bk.zeros(model.flat.shape), bk.zeros(model.flat.shape)) if optimizer == "adam" else None
@@ -272,10 +275,11 @@ class CNNStep:
         """forward, backward, [all-reduce], update; lap(phase) after each phase.
 
         As the MLP's step (nn.mlp.Step.train_batch): an all-reduce whose `buckets` is "overlap"
-        takes each conv or dense layer's [dW_l, db_l] on the side branch as soon as the backward
-        pass has them (after them on the side stream, where they ran there), beside the layers
-        below; "after", the same buckets in the same order (the top layer's first) once the
-        backward pass is done (the same sums, bit for bit); otherwise the whole flat buffer at once.
+        takes each bucket of consecutive conv and dense layers' [dW_l, db_l]
+        (nn.allreduce.merge_buckets) on the side branch as soon as the backward pass has made them
+        (after them on the side stream, where they ran there), beside the layers below; "after",
+        the same buckets in the same order (the top layers' first) once the backward pass is done
+        (the same sums, bit for bit); otherwise the whole flat buffer at once.
         """
         bk = self.model.backend
         self.forward(x, labels)
@@ -283,8 +287,9 @@ class CNNStep:
         buckets = getattr(allreduce, "buckets", None) if allreduce is not None else None
         if buckets == "overlap":
             def reduce_aside(l):
-                with bk.side_branch():      # the side stream: after layer l's dW_l, db_l where they ran there
-                    allreduce(self.layer_grads[l])
+                if l in self.bucket_ready:
+                    with bk.side_branch():  # the side stream: after layer l's dW_l, db_l where they ran there
+                        allreduce(self.buckets[self.bucket_ready[l]])
             self.backward(layer_done=reduce_aside, join=False)
             lap("backward")
             bk.join_branch()                # the weight gradients and every bucket's all-reduce
@@ -293,8 +298,7 @@ class CNNStep:
             self.backward()
             lap("backward")
             if allreduce is not None:
-                every = [g for g in reversed(self.layer_grads) if g is not None]
-                for bucket in every if buckets == "after" else [self.grads]:
+                for bucket in self.buckets if buckets == "after" else [self.grads]:
                     allreduce(bucket)
                 lap("comm")
         self.update()

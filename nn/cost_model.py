@@ -9,9 +9,9 @@ A step on R ranks takes the compute of one rank's share plus the communication i
   on the step's side branch count for SIDE_SHARE of their time: they run beside the critical path,
   sharing the SMs.
 - communication: each all-reduce costs latency + ring bytes / bus bandwidth of its `Link`.
-  The data split all-reduces each layer's gradients on a side branch as the backward pass makes
-  them (the first layer's in row blocks): it waits for the last one, and for the rest where they
-  outlast half the compute. The model split all-reduces the logits inside the forward pass: all of it
+  The data split all-reduces its gradients in buckets of layers (nn.allreduce.merge_buckets) on a
+  side branch as the backward pass makes them: it waits for the last bucket, and for the rest where
+  they outlast half the compute. The model split all-reduces the logits inside the forward pass: all of it
   waits, and its compute is measured MODEL_SPLIT_SLOWDOWN slower than nn.profile's.
 
 The candidates: "data" (each rank a share of every batch's rows), "model" (the MLP's hidden units,
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import autogemm
-from nn.mlp import first_layer_blocks
+from nn.allreduce import merge_buckets
 from nn.model_parallel import ring_bytes
 
 # Fitted to nn.profile's launches in the graph against their tuned records (tuned/bench/issue37-h100/).
@@ -166,7 +166,7 @@ def predict(sizes, activation: str, batch: int, ranks: int, link: Link, gpu: str
         return Plan("none", predictions, "one rank")
     if "data" in candidates:
         rows = -(-batch // ranks)
-        buckets = [b * itemsize for b in bucket_sizes(sizes, layers, itemsize, precision)]
+        buckets = [b * itemsize for b in bucket_sizes(sizes, layers, itemsize)]
         c = compute(rows, "data", ranks)
         times = [link.allreduce_us(b, ranks) for b in buckets]
         waits = times[-1] + max(0.0, sum(times[:-1]) - c / 2)
@@ -198,17 +198,20 @@ def choose(predictions: dict, ranks: int, link: Link) -> Plan:
     return Plan("none", predictions, reason)
 
 
-def bucket_sizes(sizes, layers: str | None = None, itemsize: int = 4, precision: str = "fp32") -> list[int]:
+def bucket_sizes(sizes, layers: str | None = None, itemsize: int = 4) -> list[int]:
     """Values in each all-reduced bucket of a data split, in the order the backward pass finishes
-    them: the CNN of spec `layers`' layers, the output layer's first; or the MLP's (nn.mlp.Step's
-    buckets), the first layer's weight gradient in row blocks."""
+    them: its layers' W and b (of the CNN of spec `layers` where given), the output layer's first,
+    merged as nn.allreduce.merge_buckets merges them."""
     if layers is not None:
         from nn.layers import parse_layers
 
-        return [layer.params for layer in reversed(parse_layers(layers, sizes[-1])) if layer.params]
-    above = [(n_in + 1) * n_out for n_in, n_out in reversed(list(zip(sizes[1:-1], sizes[2:])))]
-    blocks = [rows * sizes[0] for rows in first_layer_blocks(sizes[1], sizes[0] * itemsize, precision)]
-    return above + blocks[:-1] + [blocks[-1] + sizes[1]]
+        per_layer = [layer.params for layer in reversed(parse_layers(layers, sizes[-1])) if layer.params]
+    else:
+        per_layer = [(n_in + 1) * n_out for n_in, n_out in reversed(list(zip(sizes[:-1], sizes[1:])))]
+    flat = np.empty(sum(per_layer), np.dtype(f"f{itemsize}"))
+    ends = np.cumsum([0, *per_layer])
+    spans = [(i, len(flat) - ends[i + 1], len(flat) - ends[i]) for i in range(len(per_layer))]
+    return [b.size for b in merge_buckets(flat, spans)[0]]
 
 
 def _bytes(n: int) -> str:

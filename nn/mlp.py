@@ -7,8 +7,8 @@ import math
 
 import numpy as np
 
+from nn.allreduce import merge_buckets
 from nn.backends import ACTIVATIONS, Backend
-from nn.dist import split_sizes
 
 INITS = ("cme213", "he")
 # Above this many bytes of the output layer's input A, the step carries the output layer's gradient
@@ -17,18 +17,6 @@ INITS = ("cme213", "he")
 # (linear_xent with the input gradient) with the weight and bias steps on the side branch is faster
 # (tuned/bench/issue18-h100/linear-backward/).
 OUTPUT_BACKWARD_APART_BYTES = 16 << 20
-# A data split all-reduces the first layer's weight gradient, the last the backward pass makes, in
-# row blocks of about this many bytes, each as soon as its GEMM has made it: the sums of the first
-# blocks run beside the GEMMs of the next (the large network's 13 MB: 4 blocks of 1024 rows).
-FIRST_LAYER_BLOCK_BYTES = 4 << 20
-
-
-def first_layer_blocks(rows: int, row_bytes: int, precision: str = "fp32") -> list[int]:
-    """Rows of each block of the first layer's weight gradient that a data split all-reduces as
-    soon as it is made (FIRST_LAYER_BLOCK_BYTES a block; one block at precision bf16, whose G_0 may
-    be stored in bfloat16 alone, whole)."""
-    blocks = 1 if precision == "bf16" else min(rows, math.ceil(rows * row_bytes / FIRST_LAYER_BLOCK_BYTES))
-    return split_sizes(rows, blocks)
 
 
 def init_params(sizes, init="cme213", seed=0):
@@ -152,17 +140,11 @@ class Step:
             views.append(self.grads[start:start + math.prod(s)].reshape(s))
             start += math.prod(s)
         self.dW, self.db = views[0::2], views[1::2]  # dW_l: (n_{l+1}, n_l), db_l: (n_{l+1},)
-        # The buckets of a bucketed all-reduce, in the order the backward pass finishes them: each
-        # layer's [dW_l, db_l], contiguous in the flat buffer, the output layer's first; the first
-        # layer's in blocks of dW_0's rows (the last block with db_0), each made by a GEMM of its own.
-        # Not at precision bf16, whose G_0 may be stored in bfloat16 alone, whole.
+        # each layer's [dW_l, db_l], contiguous in the flat buffer: the buckets of a bucketed all-reduce
         ends = np.cumsum([0] + [w.size + b.size for w, b in zip(self.dW, self.db)])
-        rows, width = self.dW[0].shape
-        starts = np.cumsum([0] + first_layer_blocks(rows, width * bk.dtype.itemsize, getattr(bk, "precision", "fp32")))
-        self.first_layer_blocks = [slice(lo, hi) for lo, hi in zip(starts[:-1], starts[1:])]
-        layers = [self.grads[ends[l]:ends[l + 1]] for l in reversed(range(1, model.layers))]
-        block_ends = [hi * width for hi in starts[1:-1]] + [ends[1]]
-        self.buckets = layers + [self.grads[lo:hi] for lo, hi in zip([0, *block_ends[:-1]], block_ends)]
+        self.layer_grads = [self.grads[lo:hi] for lo, hi in zip(ends[:-1], ends[1:])]
+        self.buckets, self.bucket_ready = merge_buckets(self.grads, [(l, ends[l], ends[l + 1])
+                                                                     for l in reversed(range(model.layers))])
         self.loss_sum = bk.zeros((1,))  # sum of -log P[i, y_i] over rows seen since reset_loss
         self._x = None
 
@@ -180,11 +162,10 @@ class Step:
         m.backend.linear_xent(a, m.W[-1], m.b[-1], labels, self.logits[:n], self.deltas[-1][:n], 1.0 / self.batch,
                               self.loss_sum, grad_in, m.activation if grad_in is not None else None)
 
-    def backward(self, weight_grads=True, bucket_done=lambda i: None):
+    def backward(self, weight_grads=True, layer_done=lambda l: None):
         """G_{l-1} = (G_l W_l) * act'(A_{l-1}) below the last hidden layer (whose G came with the
         loss, or with output_backward_apart comes first here); dW_l = G_l^T A_{l-1} and db_l too
-        when weight_grads, then bucket_done(i) for each of self.buckets as it is complete (the first
-        layer's dW in row blocks, a GEMM each).
+        when weight_grads, then layer_done(l).
 
         With output_backward_apart the output layer carries its gradient down in one operation with
         its weight gradient and the bias gradient of the layer below (Backend.linear_backward): into
@@ -208,14 +189,9 @@ class Step:
             if weight_grads:
                 if not (apart and l == top - 1):        # linear_backward summed G_{top-1}
                     bk.column_sums(g, self.db[l])
-                if l == 0:
-                    for k, rows in enumerate(self.first_layer_blocks):
-                        bk.gemm(g[:, rows], a_prev, self.dW[0][rows], trans_a=True)
-                        bucket_done(top + k)
-                else:
-                    if not (apart and l == top):
-                        bk.gemm(g, a_prev, self.dW[l], trans_a=True)
-                    bucket_done(top - l)
+                if not (apart and l == top):
+                    bk.gemm(g, a_prev, self.dW[l], trans_a=True)
+                layer_done(l)
             if 0 < l < top:
                 bk.gemm(g, m.W[l], self.deltas[l - 1][:n], epilogue=f"d{m.activation}", aux=a_prev)
 
@@ -256,10 +232,10 @@ class Step:
         """forward, backward, [all-reduce], update; lap(phase) after each phase for timing.
 
         Without `allreduce` (one rank) the weight gradient is never formed: the update is the fused GEMM.
-        An all-reduce whose `buckets` is "overlap" takes each bucket (a layer's gradients, the first
-        layer's in row blocks) on a side branch as soon as the backward pass has it, beside the rest;
-        "after", the same buckets once the backward pass is done (the same sums, bit for bit);
-        otherwise the whole buffer at once.
+        An all-reduce whose `buckets` is "overlap" takes each bucket of layers' gradients
+        (nn.allreduce.merge_buckets) on a side branch as soon as the backward pass has made them,
+        beside the layers below; "after", the same buckets once the backward pass is done (the same
+        sums, bit for bit); otherwise the whole buffer at once.
         """
         bk = self.model.backend
         self.forward(x, labels)
@@ -271,10 +247,11 @@ class Step:
         else:
             buckets = getattr(allreduce, "buckets", None)
             if buckets == "overlap":
-                def reduce_aside(i):
-                    with bk.side_branch():
-                        allreduce(self.buckets[i])
-                self.backward(bucket_done=reduce_aside)
+                def reduce_aside(l):
+                    if l in self.bucket_ready:
+                        with bk.side_branch():
+                            allreduce(self.buckets[self.bucket_ready[l]])
+                self.backward(layer_done=reduce_aside)
                 lap("backward")
                 bk.join_branch()
             else:

@@ -41,9 +41,7 @@ class LaunchRecorder(Backend):
         self.column_major: list = []        # (read-only array, a column-major one of its shape), as the cupy backend's
 
     def name_of(self, a) -> str:
-        """The step's name of `a`: by its start and shape (a block of an array), else by its start."""
-        start = a.__array_interface__["data"][0]
-        return self.names.get((start, a.shape)) or self.names.get(start, "?")
+        return self.names.get(a.__array_interface__["data"][0], "?")
 
     def _record(self, call: str, sizes, op: str, role: str):
         """The launch of `call`: one target for each family that can compute it (all are tuned,
@@ -181,12 +179,6 @@ def _name_arrays(recorder: LaunchRecorder, step: Step, x):
                        f"dW{l + 1}": step.dW[l], f"db{l + 1}": step.db[l]})
     arrays.update({f"A{l + 1}": a for l, a in enumerate(step.acts)})
     recorder.names = {a.__array_interface__["data"][0]: name for name, a in arrays.items()}
-    if len(step.first_layer_blocks) > 1:      # dW1 made in row blocks: each block's GEMM names its rows
-        n = x.shape[0]
-        for rows in step.first_layer_blocks:
-            span = f"{rows.start}:{rows.stop}"
-            for name, block in ((f"dW1[{span}]", step.dW[0][rows]), (f"G1[:, {span}]", step.deltas[0][:n, rows])):
-                recorder.names[block.__array_interface__["data"][0], block.shape] = name
 
 
 def record_step(rows: int, batch: int, sizes, activation: str, ranks: int,

@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 
+from nn import allreduce
 from nn.backends import get_backend
 from nn.cnn import CNN, CNNStep, init_cnn_params
 from nn.dist import Dist, maybe_init_dist, rank_rows
@@ -15,6 +16,7 @@ from nn.layers import parse_layers
 SPEC, IMAGE, CLASSES = "conv3x3,pool2,conv4x2,dense6", (1, 8, 8), 4
 ROWS, BATCH, EPOCHS = 14, 6, 2     # over 4 ranks: shares 2, 2, 1, 1 and a last batch of 2 rows (1, 1, 0, 0)
 RUNS = ("whole", "overlap", "after")
+allreduce.BUCKET_BYTES = 0      # a bucket a layer: the most all-reduces a step
 
 
 class HostSum:

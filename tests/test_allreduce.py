@@ -94,3 +94,23 @@ def test_a_gpu_all_reduce_says_how_and_when(kind, words, buckets, when):
     reduce.buckets = buckets
     assert describe(reduce) == words + when
     assert describe(reduce, "model") == words  # the logits' sum sits in the forward pass
+
+
+def test_layers_are_merged_into_buckets_of_a_least_size(monkeypatch):
+    """Consecutive layers (in the order the backward pass completes them) fill a bucket until it
+    holds BUCKET_BYTES; the last layer closes the last bucket; each bucket is one slice of the flat
+    buffer, ready when its last layer is."""
+    from nn.allreduce import merge_buckets
+
+    flat = np.zeros(100, np.float32)
+    layers = [(3, 90, 100), (2, 60, 90), (1, 20, 60), (0, 0, 20)]       # top layer first, each below the last
+    monkeypatch.setattr(allreduce, "BUCKET_BYTES", 0)
+    buckets, ready = merge_buckets(flat, layers)
+    assert [(b.size) for b in buckets] == [10, 30, 40, 20] and ready == {3: 0, 2: 1, 1: 2, 0: 3}
+    monkeypatch.setattr(allreduce, "BUCKET_BYTES", 4 * 45)          # 45 floats: layers 3, 2, 1 fill one
+    buckets, ready = merge_buckets(flat, layers)
+    assert [b.size for b in buckets] == [80, 20] and ready == {1: 0, 0: 1}
+    assert np.shares_memory(buckets[0], flat[20:100]) and buckets[1].base is flat
+    monkeypatch.setattr(allreduce, "BUCKET_BYTES", 1 << 20)
+    buckets, ready = merge_buckets(flat, layers)                         # a small network: one bucket
+    assert len(buckets) == 1 and buckets[0].size == 100 and ready == {0: 0}

@@ -8,6 +8,8 @@ import sys
 import numpy as np
 import pytest
 
+from nn import allreduce as allreduce_module
+
 import cnn_ranks
 from late_branch import LateBranchBackend
 from nn.backends import get_backend
@@ -133,11 +135,12 @@ class RecordedSum:
 @pytest.mark.parametrize("spec", ["conv3x3,pool2,conv4x2,dense6",    # the output layer carries its gradient down
                                   "conv3x3,pool2"])                  # a pool below the output layer
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
-def test_the_overlapped_all_reduce_equals_the_one_after_the_backward_pass_bit_for_bit(spec, optimizer):
-    """Each layer's [dW_l, db_l] all-reduced on a side branch as soon as the backward pass has it,
+def test_the_overlapped_all_reduce_equals_the_one_after_the_backward_pass_bit_for_bit(monkeypatch, spec, optimizer):
+    """Each layer's [dW_l, db_l] (a bucket each: no least size) all-reduced on a side branch as soon as the backward pass has it,
     the branch run late (after the whole backward pass) or at once, against the same buckets after
     the backward pass and the whole buffer: the same calls, top layer first, each on the complete
     gradient of its layer (the gradients start as NaN each step), and the same weights bit for bit."""
+    monkeypatch.setattr(allreduce_module, "BUCKET_BYTES", 0)
     results, calls = [], []
     for backend, buckets in ((LateBranchBackend("float64"), "overlap"), (get_backend("numpy", "float64"), "overlap"),
                              (get_backend("numpy", "float64"), "after"), (get_backend("numpy", "float64"), None)):

@@ -3,6 +3,8 @@ measures), each backend operation against NumPy, and whole training runs against
 import numpy as np
 import pytest
 
+from nn import allreduce as allreduce_module
+
 from nn.backends import get_backend
 from nn.data import locate
 from run_train import max_rel_diff, resume_difference, run_train, weights
@@ -105,11 +107,12 @@ def test_lenet_resume_on_the_gpu_equals_an_uninterrupted_run(tmp_path, data_dir)
     assert resume_difference(tmp_path, *common) == 0.0
 
 
-def test_lenets_all_reduce_overlapped_in_a_captured_graph_equals_the_one_after_the_backward_pass():
+def test_lenets_all_reduce_overlapped_in_a_captured_graph_equals_the_one_after_the_backward_pass(monkeypatch):
     """NCCL's place taken by a doubling on the current stream (two ranks with the same gradients):
     each layer's [dW_l, db_l] on the side branch right after that layer's weight gradient, captured
     with the steps into one graph, and eagerly, against the same buckets after the backward pass;
     float64, bit for bit."""
+    monkeypatch.setattr(allreduce_module, "BUCKET_BYTES", 0)   # a bucket a layer
     import cupy
 
     from nn.cnn import CNN, CNNStep, init_cnn_params

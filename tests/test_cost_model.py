@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from nn import cost_model
+from nn import allreduce, cost_model
 from nn.cost_model import LINKS, Link, Prediction, bucket_sizes, choose, predict
 from nn.layers import LENET
 from fake_idx import write_dataset
@@ -23,11 +23,12 @@ def test_an_all_reduce_costs_its_latency_and_its_ring_bytes():
     assert LINKS["nccl"].allreduce_us(3_180_040, 4) < LINKS["staged"].allreduce_us(3_180_040, 4) / 10
 
 
-def test_the_data_split_waits_for_the_first_layers_gradients_last():
-    assert bucket_sizes(CME) == [10 * 1001, 1000 * 785]     # the output layer's finish first
-    assert bucket_sizes(CME, itemsize=8) == [10 * 1001, 500 * 784, 500 * 784 + 1000]    # 6.3 MB: 2 blocks, db1 with the last
-    assert bucket_sizes(LARGE) == [10 * 4097] + [1024 * 784] * 3 + [1024 * 784 + 4096]  # 12.8 MB: 4 blocks
-    assert bucket_sizes(LARGE, precision="bf16") == [10 * 4097, 4096 * 785]
+def test_the_data_split_waits_for_its_last_bucket(monkeypatch):
+    assert bucket_sizes(CME) == [1000 * 785 + 10 * 1001]     # 3.2 MB: one bucket (BUCKET_BYTES 1 MB)
+    assert bucket_sizes(LARGE) == [4096 * 785 + 10 * 4097]
+    assert bucket_sizes((784, 10), LENET) == [54528]            # 218 KB
+    monkeypatch.setattr(allreduce, "BUCKET_BYTES", 0)          # a bucket a layer, the output layer's first
+    assert bucket_sizes(CME) == [10 * 1001, 1000 * 785]
     lenet = bucket_sizes((784, 10), LENET)
     assert lenet[-1] == 6 * 9 + 6 and lenet[0] == 10 * 81   # conv6x3 last; dense 80 -> 10 first
 

@@ -9,6 +9,8 @@ import warnings
 import numpy as np
 import pytest
 
+from nn import allreduce as allreduce_module
+
 from nn import mlp
 from nn.backends import ACTIVATIONS, EPILOGUES, get_backend
 from nn.backends.base import Backend
@@ -234,9 +236,12 @@ class BucketedSum:
 
 
 @pytest.mark.parametrize("hidden", [(4,), (5, 3)])
-def test_the_overlapped_all_reduce_equals_the_one_after_the_backward_pass_bit_for_bit(hidden, output_backward_apart):
-    """Each layer's gradients all-reduced on a side branch that runs late (after the whole backward
-    pass) or at once, against the same buckets after the backward pass, and the whole buffer."""
+def test_the_overlapped_all_reduce_equals_the_one_after_the_backward_pass_bit_for_bit(monkeypatch, hidden,
+                                                                                       output_backward_apart):
+    """Each layer's gradients (a bucket each: no least size) all-reduced on a side branch that runs
+    late (after the whole backward pass) or at once, against the same buckets after the backward
+    pass, and the whole buffer."""
+    monkeypatch.setattr(allreduce_module, "BUCKET_BYTES", 0)
     sizes, params, x, y = tiny_problem(hidden, seed=6, rows=8)
     results, calls = [], []
     for bk, buckets in ((LateBranchBackend(np.float64), "overlap"), (get_backend("numpy", np.float64), "overlap"),
@@ -251,31 +256,6 @@ def test_the_overlapped_all_reduce_equals_the_one_after_the_backward_pass_bit_fo
     assert calls[0] == calls[1] == calls[2] == layer_sizes * 3 and calls[3] == [sum(layer_sizes)] * 3
     for layer in zip(*results):
         assert all(np.array_equal(w, layer[0][0]) and np.array_equal(b, layer[0][1]) for w, b in layer)
-
-
-@pytest.mark.parametrize("hidden", [(5,), (5, 3)])
-def test_the_first_layers_gradient_is_all_reduced_in_row_blocks_as_they_are_made(monkeypatch, hidden,
-                                                                                   output_backward_apart):
-    """Blocks of dW_1's rows (the last with db_1), each its own GEMM and bucket, made and summed
-    after the layers above: the same weights as the whole layer's one bucket, late branch or not."""
-    sizes, params, x, y = tiny_problem(hidden, seed=7, rows=8)
-    results, calls = [], []
-    for block_bytes in (1 << 30, 2 * sizes[0] * 8):          # one block; 2 rows of W_1 a block
-        monkeypatch.setattr(mlp, "FIRST_LAYER_BLOCK_BYTES", block_bytes)
-        for bk, buckets in ((LateBranchBackend(np.float64), "overlap"), (get_backend("numpy", np.float64), "after")):
-            step = Step(MLP(bk, sizes, "relu", params), 8, 16, lr=0.2, reg=0.01)
-            allreduce = BucketedSum(bk, buckets)
-            for _ in range(2):
-                step.train_batch(bk.asarray(x), bk.asarray(y), allreduce=allreduce)
-            results.append(step.model.params_numpy())
-            calls.append(allreduce.calls)
-    above = [(n_in + 1) * n_out for n_in, n_out in zip(sizes[1:-1], sizes[2:])][::-1]
-    assert calls[0] == calls[1] == (above + [(sizes[0] + 1) * hidden[0]]) * 2
-    blocks = [2 * sizes[0], 2 * sizes[0], sizes[0] + hidden[0]]          # 5 rows: 2, 2, 1 and the biases
-    assert calls[2] == calls[3] == (above + blocks) * 2
-    for layer in zip(*results):
-        assert all(np.allclose(w, layer[0][0], rtol=1e-14, atol=0) and np.allclose(b, layer[0][1], rtol=1e-14, atol=0)
-                   for w, b in layer)
 
 
 def test_rank_with_no_rows_contributes_zero_gradient(output_backward_apart):

@@ -58,14 +58,9 @@ def test_the_large_networks_output_layer_has_a_backward_pass_of_its_own():
     assert {("linear_backward", (8192, 10, 4096), "sigmoid_t"), ("gemm", (4096, 784, 8192), "nt")} <= tf32
     bf16 = launches(record_step(8192, 8192, (784, 4096, 10), "sigmoid", ranks=1, precision="bf16"))
     assert {("linear_backward", (8192, 10, 4096), "sigmoid"), ("gemm", (4096, 784, 8192), "tn")} <= bf16
-    # two ranks: dW1 (12.8 MB) in blocks of 1024 rows, each all-reduced as soon as it is made
-    blocks = [t for t in record_step(4096, 8192, (784, 4096, 10), "sigmoid", ranks=2, precision="tf32")
-              if t.family == "gemm" and t.role.startswith("dW1")]
-    assert [(t.sizes, t.op, t.role) for t in blocks] == [
-        ((1024, 784, 4096), "nt", f"dW1[{lo}:{lo + 1024}] = G1[:, {lo}:{lo + 1024}]^T A0") for lo in range(0, 4096, 1024)]
     two = launches(record_step(4096, 8192, (784, 4096, 10), "sigmoid", ranks=2, precision="tf32"))
     assert {("linear_xent", (4096, 10, 4096), "-"), ("linear_backward", (4096, 10, 4096), "sigmoid_t"),
-            ("colsum", (4096, 10), "-")} <= two
+            ("colsum", (4096, 10), "-"), ("gemm", (4096, 784, 4096), "nt")} <= two
     assert ("colsum", (4096, 4096), "-") not in two and ("gemm", (10, 4096, 4096), "tn") not in two
 
 
