@@ -123,6 +123,19 @@ final() {   # every table of issue 37, the headline first; each nn.scaling bound
     scale large-mpi --network large --ranks 1,4 --parallel auto,data,model --allreduce mpi --time-limit 45
 }
 
+after_fix() {   # after the buckets' least size and the blocks' revert: 1 against 4 ranks, default flags
+    train lenet-r1 1 --model lenet --epochs 6
+    train lenet-r4 4 --model lenet --epochs 6
+    train lenet-weak-r4 4 --model lenet --epochs 6 --batch 4000
+    train large-r1 1 --hidden 4096 --batch 8192 --epochs 8
+    train large-r4 4 --hidden 4096 --batch 8192 --epochs 8
+    train large-weak-r4 4 --hidden 4096 --batch 32768 --epochs 8
+    train large-r1-tf32 1 --hidden 4096 --batch 8192 --epochs 8 --precision tf32
+    train large-r4-tf32 4 --hidden 4096 --batch 8192 --epochs 8 --precision tf32
+    train cme213-r1 1 --epochs 8
+    train cme213-weak-r4 4 --epochs 8 --batch 3200
+}
+
 table() {
     cat "$work"/comm-r*.txt
     grep -h "tuned\|error" "$work"/tune-*.txt | tail -8
@@ -146,6 +159,7 @@ case "${1:-diagnose}" in
 diagnose) comm; tune_ranks; runs ;;
 profile-split) profile_split ;;
 final) final ;;
+after-fix) after_fix ;;
 esac
 table | tee "$work/table.txt"
 tar -czf "$out/issue37.tar.gz" -C "$out" issue37
