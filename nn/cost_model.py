@@ -35,9 +35,10 @@ FIXED_US = {"gemm": 15.0, "other": 1.5}   # an untuned launch's time that does n
 # latency and by SMs left idle (0.35 below 20 µs), large ones by their work (0.85 from 200 µs).
 ALPHA = (0.35, 0.85)
 SIDE_SHARE = 0.5           # of a side-branch launch's time that the critical path feels
-# The model split's step took this much longer under mpirun than its launches in nn.profile's graph
-# (4 H200s: CME 213 92 µs a step against 55 + 13, the large network 820 against 566 + 15): the
-# all-reduce in the middle of the forward pass holds every rank to the slowest, each step.
+# The model split's step took this much longer under mpirun on 4 H200s than its launches in
+# nn.profile's graph on an H100 and its all-reduce (CME 213 92 µs a step against 55 + 13, the large
+# network 820 against 566 + 15): the all-reduce in the middle of the forward pass holds every rank
+# to the slowest, each step.
 MODEL_SPLIT_SLOWDOWN = 1.5
 MARGIN = 1.10              # a split must be predicted this much faster than one GPU to be chosen
 ROOFLINE = {"flops": 20e12, "bytes": 2.0e12}   # an untuned kernel's rate: FLOP/s, bytes/s
@@ -58,15 +59,16 @@ class Link:
         return latency + ring_bytes(nbytes, 1, ranks) / (self.bus_gbs * 1e3)
 
 
-# Fitted to tuned/bench/issue37-h200x4/ (issue37_comm.py: 32 KB to 13 MB in a CUDA graph, 2 and 4
-# H200s of one host over NVLink; MPICH 5.0 through host memory).
+# Fitted to tuned/bench/issue37-h200x4/diagnose/ (issue37_comm.py: 32 KB to 13 MB in a CUDA graph, 2
+# and 4 H200s of one host over NVLink; MPICH 5.0 through host memory). CUDA-aware MPI is not measured
+# (no lent machine has one): a guess between NCCL's and the host's.
 LINKS = {
     "nccl": Link("NCCL", 7.0, 2.8, 240.0),
     "staged": Link("MPI staged through host memory", 75.0, 12.0, 3.5),
     "host": Link("MPI through host memory", 15.0, 6.0, 4.5),
     "cuda-aware": Link("CUDA-aware MPI", 30.0, 5.0, 50.0),
 }
-# On paper, for docs/SCALING.md: NCCL between nodes over one 200 Gb/s InfiniBand link a node.
+# On paper, for docs/SCALING.md: NCCL between hosts, one 200 Gb/s InfiniBand link a GPU.
 INFINIBAND = Link("NCCL over InfiniBand, 2 nodes", 20.0, 2.0, 20.0)
 
 
@@ -151,9 +153,10 @@ def recorded_step(sizes, activation: str, rows: int, batch: int, ranks: int, par
 # ---------------------------------------------------------------- the plan
 
 def predict(sizes, activation: str, batch: int, ranks: int, link: Link, gpu: str | None, dtype: str = "float32",
-            precision: str = "fp32", layers=None, candidates=("data", "model")) -> Plan:
-    """The step's predicted time for each candidate split on `ranks` ranks, and the one to run;
-    kernels timed by the tuned records of the GPU named `gpu` (None: a roofline)."""
+            precision: str = "fp32", layers: str | None = None) -> Plan:
+    """The step's predicted time for each split on `ranks` ranks (the model split for an MLP of one
+    hidden layer of at least `ranks` units alone), and the one to run; kernels timed by the tuned
+    records of the GPU named `gpu` (None: a roofline)."""
     itemsize = np.dtype(dtype).itemsize
 
     def compute(rows, parallel, r):
@@ -164,14 +167,13 @@ def predict(sizes, activation: str, batch: int, ranks: int, link: Link, gpu: str
     predictions = {"none": Prediction("none", one, 0.0, 0)}
     if ranks == 1:
         return Plan("none", predictions, "one rank")
-    if "data" in candidates:
-        rows = -(-batch // ranks)
-        buckets = [b * itemsize for b in bucket_sizes(sizes, layers, itemsize)]
-        c = compute(rows, "data", ranks)
-        times = [link.allreduce_us(b, ranks) for b in buckets]
-        waits = times[-1] + max(0.0, sum(times[:-1]) - c / 2)
-        predictions["data"] = Prediction("data", c, waits, sum(buckets))
-    if "model" in candidates and layers is None and len(sizes) == 3 and sizes[1] >= ranks:
+    rows = -(-batch // ranks)
+    buckets = [b * itemsize for b in bucket_sizes(sizes, layers, itemsize)]
+    c = compute(rows, "data", ranks)
+    times = [link.allreduce_us(b, ranks) for b in buckets]
+    waits = times[-1] + max(0.0, sum(times[:-1]) - c / 2)
+    predictions["data"] = Prediction("data", c, waits, sum(buckets))
+    if layers is None and len(sizes) == 3 and sizes[1] >= ranks:
         logits = batch * sizes[-1] * itemsize
         predictions["model"] = Prediction("model", compute(batch, "model", ranks) * MODEL_SPLIT_SLOWDOWN,
                                           link.allreduce_us(logits, ranks), logits)
