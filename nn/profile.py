@@ -29,6 +29,7 @@ from nn.layers import LENET, parse_layers
 from nn.mlp import MLP, Step, init_params
 from nn.model_parallel import ShardedMLP, ShardedStep, check_split
 from nn.outputs import claim_json, write_json
+from nn.train import positive_int
 
 OPERATIONS = ("gemm", "linear_xent", "linear_backward", "softmax_xent", "column_sums", "sgd_update", "conv2d",
               "conv2d_backward_data", "conv2d_backward_weights", "maxpool2x2", "maxpool2x2_backward", "adam_update")
@@ -173,9 +174,9 @@ def main(argv=None) -> int:
     p.add_argument("--network", default="cme213", help=f"one of {', '.join(networks())}, lenet (default: cme213)")
     p.add_argument("--backend", help="numpy, cublas, cupy-default, cupy-tuned, cupy-tuned-tf32 or cupy-tuned-bf16 "
                                      "(default: cupy-tuned on a GPU, else numpy)")
-    p.add_argument("--reps", type=int, default=20, help="calls in a row per replay (default: 20)")
-    p.add_argument("--replays", type=int, default=15, help="timed replays; the median is reported (default: 15)")
-    p.add_argument("--ranks", type=int, default=1, help="profile rank 0's step of this many ranks (default: 1)")
+    p.add_argument("--reps", type=positive_int, default=20, help="calls in a row per replay (default: 20)")
+    p.add_argument("--replays", type=positive_int, default=15, help="timed replays; the median is reported (default: 15)")
+    p.add_argument("--ranks", type=positive_int, default=1, help="profile rank 0's step of this many ranks (default: 1)")
     p.add_argument("--parallel", choices=("data", "model"), default="data",
                    help="what the ranks split, as nn.train --parallel (default: data)")
     p.add_argument("--json", metavar="PATH", help="write the times as JSON")
@@ -189,20 +190,19 @@ def main(argv=None) -> int:
         ours = [name for name in BACKEND_NAMES if not name.startswith("torch")]
         if backend not in ours:
             raise NNError(f"--backend: unknown {backend!r}; choose from {', '.join(ours)}")
-        if args.reps < 1 or args.replays < 1:
-            raise NNError("--reps and --replays must be >= 1")
-        if not 1 <= args.ranks <= 1024:
+        if args.ranks > 1024:
             raise NNError(f"--ranks {args.ranks}: give 1 to 1024")
         if args.parallel == "model" and args.network == "lenet":
             raise NNError("--parallel model splits the MLP's hidden layer; a CNN is split by data")
+        parallel = args.parallel if args.ranks > 1 else "data"    # one rank splits nothing, as in nn.train
         if args.json:
             claim_json("--json", args.json, "python -m nn.profile")
         operations, whole = profile(args.network, backend, args.reps, args.replays, ranks=args.ranks,
-                                    parallel=args.parallel)
-        print(report(args.network, backend, operations, whole, args.ranks, args.parallel))
+                                    parallel=parallel)
+        print(report(args.network, backend, operations, whole, args.ranks, parallel))
         if args.json:
             write_json("--json", args.json, {"command": line, "network": args.network, "backend": backend,
-                                             "ranks": args.ranks, "parallel": args.parallel,
+                                             "ranks": args.ranks, "parallel": parallel,
                                              "operations": [asdict(t) for t in operations], "step": asdict(whole)})
 
     return exit_status(command)

@@ -3,6 +3,7 @@ times them in a CUDA graph on a GPU)."""
 import json
 
 import numpy as np
+import pytest
 
 from nn import profile
 
@@ -108,3 +109,23 @@ def test_a_split_that_cannot_be_made_is_one_line(capsys):
     assert profile.main(["--network", "grading", "--backend", "numpy", "--ranks", "0"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 3 and all(line.startswith("error: ") for line in lines)
+
+
+def test_one_rank_of_a_model_split_is_the_whole_step(tmp_path):
+    """--parallel model on one rank (the default --ranks) splits nothing, as in nn.train: the one-rank
+    step, not a traceback from a sharded step with no all-reduce."""
+    out = tmp_path / "profile.json"
+    assert profile.main(["--network", "grading", "--backend", "numpy", "--reps", "1", "--replays", "1",
+                         "--parallel", "model", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert (doc["ranks"], doc["parallel"]) == (1, "data")
+    assert doc["operations"][0]["operation"] == "gemm 800x100x784:nt bias_sigmoid"
+
+
+@pytest.mark.parametrize("flag", ["--ranks", "--reps", "--replays"])
+@pytest.mark.parametrize("value", ["\u0663", "1_0", "-2"])
+def test_counts_are_ascii_integers_above_zero(capsys, flag, value):
+    """int() would take '٣' (an Arabic-Indic 3) and '1_0' (10): nn.train's counts refuse them."""
+    assert profile.main(["--network", "grading", "--backend", "numpy", flag, value]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: argument {flag}: ") and err.count("\n") == 1, err
