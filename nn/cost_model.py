@@ -20,6 +20,7 @@ is chosen only where it is predicted at least MARGIN faster than one GPU; the mo
 measured in docs/SCALING.md.
 """
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -246,8 +247,10 @@ def main(argv=None) -> int:
         mlps, cnns = networks(), cnn_networks()
         if args.network not in mlps and args.network not in cnns:
             raise NNError(f"--network: unknown {args.network!r}; choose from {', '.join([*mlps, *cnns])}")
-        try:
-            ranks = [int(r) for r in args.ranks.split(",")]
+        try:     # ASCII digits alone (int() takes '٢' and '1_0'); each count once, in the order given
+            if not all(re.fullmatch(r"\s*[+-]?[0-9]+\s*", r) for r in args.ranks.split(",")):
+                raise ValueError(args.ranks)
+            ranks = list(dict.fromkeys(int(r) for r in args.ranks.split(",")))
         except ValueError:
             raise NNError(f"--ranks {args.ranks!r}: give rank counts like 2,4,8") from None
         if not all(1 <= r <= 1024 for r in ranks):
@@ -256,6 +259,8 @@ def main(argv=None) -> int:
             raise NNError(f"--gpu {args.gpu!r}: no tuned file for it (autogemm show lists them)")
         net = mlps.get(args.network) or cnns[args.network]
         cnn = args.network in cnns
+        if cnn and args.precision != "fp32":     # as nn.train refuses it: the numbers would be fp32's
+            raise NNError(f"--precision {args.precision}: {args.network} is a CNN, whose kernels compute in fp32 only")
         sizes, activation = ((784, 10), "relu") if cnn else ((784, net.hidden, 10), net.activation)
         link = links[args.link]
         print(f"{args.network}, batch {net.batch}{' a rank' if args.weak else ''}, {args.precision}, on {args.gpu} "

@@ -111,11 +111,19 @@ def test_the_command_predicts_each_split_without_a_gpu(capsys):
 
 
 @pytest.mark.parametrize("argv", [["--network", "nope"], ["--ranks", "2,x"], ["--ranks", "0"],
-                                  ["--gpu", "NVIDIA A100"], ["--link", "carrier-pigeon"]])
+                                  ["--gpu", "NVIDIA A100"], ["--link", "carrier-pigeon"],
+                                  ["--ranks", "\u0662"], ["--ranks", "1_0"], ["--ranks", ""],  # int() took '٢', '1_0'
+                                  ["--network", "lenet", "--precision", "tf32"]])    # a CNN computes fp32 alone
 def test_the_commands_bad_inputs_are_one_line(capsys, argv):
     assert cost_model.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: ") or "invalid choice" in err[-1]
+
+
+def test_each_rank_count_is_predicted_once(capsys):
+    assert cost_model.main(["--ranks", "4,2,2,4"]) == 0
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert [row.split(":")[0].strip() for row in rows] == ["4 ranks", "2 ranks"]
 
 
 def test_the_records_a_launchs_time_comes_from():
