@@ -52,6 +52,7 @@ from nn.allreduce import KINDS as ALLREDUCES
 from nn.bench import ConvNetwork, Network, cnn_networks, networks
 from nn.errors import ArgumentParser, NNError
 from nn.layers import LENET, parse_layers
+from nn.model_parallel import check_split
 from nn.outputs import claim
 from nn.train import CNN_DEFAULTS, DEFAULTS, PARALLEL, positive_int
 
@@ -343,12 +344,15 @@ def _run(s: Settings, dtype: str, epochs: int, ranks: int, parallel: str, allred
 
 def check_commands(runs: list[Run]):
     """NNError naming the first run whose flags nn.train would refuse (a CNN given --hidden or
-    --precision tf32 in --extra-args, say), before any run starts; --use-tuned is checked as on a GPU."""
+    --precision tf32 in --extra-args, say, or a model split of more ranks than hidden units), before
+    any run starts; --use-tuned is checked as on a GPU."""
     for run in runs:
         argv = run.command[run.command.index("nn.train") + 1:]
         argv = [a for flag in argv for a in (["--backend", "cupy"] if flag == "--use-tuned" else [flag])]
         try:
-            train.resolve(train.build_parser().parse_args(argv))
+            cfg = train.resolve(train.build_parser().parse_args(argv))
+            if run.parallel == "model" and run.ranks > 1:     # as nn.train checks it once the ranks are known
+                check_split((0, *cfg.hidden, 0), run.ranks)
         except NNError as e:
             raise NNError(f"nn.train would refuse {run.name}: {e}") from None
 
@@ -691,7 +695,10 @@ def main(argv=None, runner: Runner = run_process) -> int:
     try:
         s = resolve(build_parser().parse_args(argv))
     except NNError as e:
-        print(f"error: {e}", file=sys.stderr)
+        # argparse takes a value such as --no-graph for a flag, not for --extra-args: say how to give it
+        hint = (" (a value that starts with '-' goes after '=': --extra-args=--no-graph)"
+                if str(e) == "argument --extra-args: expected one argument" else "")
+        print(f"error: {e}{hint}", file=sys.stderr)
         return 2
     about, runs = provenance(argv), plan(s)
     try:

@@ -67,6 +67,8 @@ def settings(tmp_path, *argv):
     (["--extra-args", "--allreduce auto"], "--extra-args: --allreduce is nn.scaling's"),
     (["--extra-args=--help"], "--extra-args: -h/--help shows nn.train's flags"),
     (["--extra-args=--he"], "--extra-args: -h/--help"),
+    (["--extra-args", "--no-graph"],     # argparse's own words, and how to give such a value
+     "argument --extra-args: expected one argument (a value that starts with '-' goes after '=': --extra-args="),
     (["--mpirun", "/nonexistent/mpirun"], "no MPI launcher '/nonexistent/mpirun'"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(tmp_path, capsys, args, message):
@@ -583,6 +585,10 @@ def test_out_files_of_another_kind_are_refused_before_any_run_and_its_own_are_re
     (["--extra-args", "--optimizer adam"], "nn.train would refuse cme213-f32-r1: --optimizer adam is for CNNs"),
     (["--parallel", "data,model", "--allreduce", "mpi", "--extra-args=--no-overlap"],
      "nn.train would refuse cme213-f32-r2-mpi-model: --no-overlap is for --parallel data on a GPU backend"),
+    (["--network", "relu-h32-b32", "--ranks", "1,64", "--parallel", "data,model"],     # refused by each rank at once
+     "nn.train would refuse relu-h32-b32-f32-r64-auto-model: --parallel model: 64 ranks need at least 64 hidden"),
+    (["--ranks", "1,2", "--parallel", "model", "--extra-args", "--hidden 8 8"],
+     "nn.train would refuse cme213-f32-r2-auto-model: --parallel model splits one hidden layer; this network has 2"),
 ])
 def test_more_bad_arguments(tmp_path, capsys, argv, message):
     runner = FakeRunner({})
