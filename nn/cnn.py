@@ -96,7 +96,7 @@ class CNN:
     def count_correct(self, x, labels, chunk=1000) -> int:
         """How many rows of x (n, features) the model classifies as `labels` (host (n,) ints); syncs the host."""
         bk, n = self.backend, x.shape[0]
-        rows = min(chunk, n)
+        rows = max(1, min(chunk, n))   # a rank's share may be no rows
         acts, wheres = self.buffers(rows)
         correct = 0
         for start in range(0, n, rows):

@@ -84,7 +84,7 @@ class MLP:
     def count_correct(self, x, labels, chunk=1000) -> int:
         """How many rows of x (n, D) the model classifies as `labels` (host (n,) ints); syncs the host."""
         bk, n = self.backend, x.shape[0]
-        rows = min(chunk, n)
+        rows = max(1, min(chunk, n))   # a rank's share may be no rows
         acts = [bk.empty((rows, h)) for h in self.sizes[1:-1]]  # A_l: (rows, H_l) dtype
         logits = bk.empty((rows, self.sizes[-1]))  # Z: (rows, C) dtype
         correct = 0

@@ -14,7 +14,7 @@ from fake_idx import write_dataset
 from nn import checkpoint
 from nn.errors import NNError
 from nn.train import DEFAULTS, build_parser, resolve
-from run_train import env, run_train
+from run_train import MPIRUN, env, run_train
 
 
 @pytest.fixture(scope="module")
@@ -263,3 +263,16 @@ def test_lenet_trains_and_resumes_bit_for_bit(tmp_path, fake_dir):
         for name in a.files:
             if name != "meta":
                 assert np.array_equal(a[name], b[name]), name
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="no mpirun (pip install mpich)")
+@pytest.mark.parametrize("model", [["--hidden", "8"], ["--layers", "conv2x3,pool2,dense4"]])
+@pytest.mark.parametrize("parallel", ["data", "none"])
+def test_more_ranks_than_test_images(tmp_path, model, parallel):
+    """Each rank counts its share of the test set right; a rank whose share is no image counts none
+    (it raised range()'s ValueError on 3 of 4 ranks)."""
+    data = write_dataset(tmp_path / "data", n_train=6_010, n_test=1)
+    r = run_train(tmp_path, "--data-dir", data, "--dataset", "mnist", "--epochs", "1", "--no-log", "--quiet",
+                  *model, "--parallel", parallel, ranks=4, timeout=120)
+    assert r.returncode == 0 and not r.stderr, r.stderr
+    assert re.fullmatch(r"test accuracy [0-9.]+% \([01]/1\)\n", r.stdout), r.stdout
