@@ -104,7 +104,9 @@ def _number(kind, lowest, strict):
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a{'n integer' if kind is int else ' number'}") from None
-        if (kind is float and not math.isfinite(value)) or value < lowest or (strict and value == lowest):
+        if kind is float and not math.isfinite(value):      # 1e400 is inf: no bound of it is the point
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        if value < lowest or (strict and value == lowest):
             raise argparse.ArgumentTypeError(f"{text} must be {'>' if strict else '>='} {lowest}")
         return value
     return parse

@@ -85,7 +85,9 @@ def test_default_log_goes_to_runs(tmp_path, fake_dir):
     (["--hidden", "-5"], "--hidden: -5 must be > 0"),
     (["--hidden", "100", "0"], "--hidden: 0 must be > 0"),
     (["--lr", "-1"], "--lr: -1 must be > 0"),
-    (["--lr", "nan"], "--lr: nan must be > 0"),
+    (["--lr", "nan"], "--lr: 'nan' is not a finite number"),
+    (["--lr", "1e400"], "--lr: '1e400' is not a finite number"),      # inf: not 'must be > 0'
+    (["--reg=-1e400"], "--reg: '-1e400' is not a finite number"),
     (["--epochs", "x"], "'x' is not an integer"),
     (["--dataset", "nope"], "invalid choice: 'nope'"),
     (["--train-size", "100000"], "train_size must be an integer in 1..54000"),
