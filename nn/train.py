@@ -592,13 +592,20 @@ def _split(cfg, args, dist, backend, sizes, kind: str) -> tuple[str, str]:
         if args.parallel != "auto":
             return args.parallel, ""
         return "data", f"auto: the {backend.name} backend: data split (no tuned kernel times to predict from)"
-    words = None
+    words, error = None, None
     if dist.rank == 0:
-        gpu = backend.device_name if args.use_tuned and autogemm.has_records(backend.device_name) else None
-        plan = cost_model.predict(sizes, cfg.activation, cfg.batch, dist.size, cost_model.LINKS[kind], gpu,
-                                  cfg.dtype, cfg.precision, cfg.layers if cfg.model == "cnn" else None)
-        words = (plan.choice, plan.reason) if args.parallel == "auto" else (args.parallel, plan.warning(args.parallel))
-    return dist.comm.bcast(words, root=0)
+        try:    # a tuned file that cannot be read fails here on rank 0 alone: the others wait in the bcast
+            gpu = backend.device_name if args.use_tuned and autogemm.has_records(backend.device_name) else None
+            plan = cost_model.predict(sizes, cfg.activation, cfg.batch, dist.size, cost_model.LINKS[kind], gpu,
+                                      cfg.dtype, cfg.precision, cfg.layers if cfg.model == "cnn" else None)
+            words = (plan.choice, plan.reason) if args.parallel == "auto" else (args.parallel,
+                                                                                 plan.warning(args.parallel))
+        except (NNError, AutogemmError) as e:
+            error = str(e)
+    words, error = dist.comm.bcast((words, error), root=0)
+    if error is not None:
+        raise NNError(f"rank 0 of {dist.size}: {error}")
+    return words
 
 
 def _split_words(parallel: str, why: str, sent: int, reduced_by: str) -> str:

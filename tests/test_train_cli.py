@@ -278,3 +278,34 @@ def test_more_ranks_than_test_images(tmp_path, model, parallel):
                   *model, "--parallel", parallel, ranks=4, timeout=120)
     assert r.returncode == 0 and not r.stderr, r.stderr
     assert re.fullmatch(r"test accuracy [0-9.]+% \([01]/1\)\n", r.stdout), r.stdout
+
+
+# _split on 2 ranks of a GPU backend (faked: its name alone is read) whose tuned file rank 0 alone reads
+SPLIT_ON_RANK_0_FAILS = """
+from types import SimpleNamespace
+import autogemm
+from nn import train
+from nn.dist import maybe_init_dist
+
+dist = maybe_init_dist()
+def unreadable(gpu):
+    raise autogemm.AutogemmError("tuned/h100.json: not JSON")
+autogemm.has_records = unreadable if dist.rank == 0 else None     # the other ranks never read it
+args = train.build_parser().parse_args(["--use-tuned"])
+backend = SimpleNamespace(name="cupy", device_name="NVIDIA H100 80GB HBM3")
+try:
+    train._agreed(dist, lambda: train._split(train.resolve(args), args, dist, backend, (784, 1000, 10), "nccl"))
+except train.RanksFailed as e:
+    open(f"rank{dist.rank}.txt", "w").write(str(e))      # a file each: the ranks' prints may interleave
+"""
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="no mpirun (pip install mpich)")
+def test_a_cost_model_that_fails_on_rank_0_ends_every_rank(tmp_path):
+    """--parallel auto predicts on rank 0 and broadcasts: a tuned file rank 0 cannot read is every
+    rank's one error (the other ranks waited in the broadcast for ever)."""
+    r = subprocess.run([MPIRUN, "-n", "2", sys.executable, "-c", SPLIT_ON_RANK_0_FAILS], cwd=tmp_path,
+                       env=env(tmp_path), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    for rank in (0, 1):
+        assert (tmp_path / f"rank{rank}.txt").read_text() == "rank 0 of 2: tuned/h100.json: not JSON"
