@@ -147,6 +147,15 @@ def test_show_reports_a_bad_file_in_one_line_and_still_shows_the_others(store, t
     assert "800x1000x784" in proc.stdout       # the good file's table
 
 
+def test_show_refuses_a_huge_integer_in_one_line_also_from_the_user_store(store):
+    """1 and 400 zeros made float() overflow: a traceback from `autogemm show` and from lookup."""
+    store.write_text(store.read_text().replace('"median_us": 50.0', '"median_us": 1' + "0" * 400, 1))
+    message = f"{store}: record 1 (gemm 800x1000x784:nt float32): median_us=1{'0' * 36}..."
+    one_line_error(autogemm("show", str(store)), message)
+    proc = autogemm("show", AUTOGEMM_TUNED=str(store.parent))
+    assert proc.returncode == 2 and proc.stderr == f"error: {message} must be a finite number > 0\n"
+
+
 @pytest.mark.parametrize("name, message", [("missing", "no such file or folder"), ("empty", "no tuned files"),
                                            ("loop", "a symlink loop"),
                                            ("fifo.json", "cannot read: a FIFO, not a regular file")])

@@ -206,10 +206,13 @@ def _date(obj, name, where) -> str:
     return value
 
 
+MAX_COUNT = 2**53     # the integers that every JSON reader holds exactly (RFC 7493)
+
+
 def _count(obj, name, where, least=0) -> int:
     value = obj[name]
-    if type(value) is not int or value < least:
-        raise StoreError(f"{where}: {name}={brief(value)} must be an integer >= {least}")
+    if type(value) is not int or not least <= value <= MAX_COUNT:
+        raise StoreError(f"{where}: {name}={brief(value)} must be an integer in {least}..2**53")
     return value
 
 
@@ -217,10 +220,14 @@ def _number(obj, name, where, positive=True, optional=False) -> float | None:
     value = obj[name]
     if value is None and optional:
         return None
-    if type(value) not in (int, float) or not math.isfinite(value) or value < 0 or (positive and value == 0):
+    try:
+        number = float(value) if type(value) in (int, float) else math.nan
+    except OverflowError:        # an integer of 309 digits or more
+        number = math.inf
+    if not math.isfinite(number) or number < 0 or (positive and number == 0):
         raise StoreError(f"{where}: {name}={brief(value)} must be a finite number "
                          f"{'> 0' if positive else '>= 0'}{' or null' if optional else ''}")
-    return float(value)
+    return number
 
 
 def _meta(obj, where: str) -> Meta:
