@@ -40,24 +40,41 @@ class Layer:
                 "dense": f"dense{self.width}"}[self.kind]
 
 
-def parse_layers(spec: str, classes: int = 10, image: tuple[int, int, int] = (1, 28, 28)) -> list[Layer]:
-    """The layers of `spec` on images of `image` = (channels, height, width), ending with the
-    `classes`-unit output layer; NNError (one line, naming the layer) where the spec cannot run."""
+def canonical(spec: str) -> str:
+    """`spec` as nn.train stores and compares it: each layer as `Layer` names it, no spaces or
+    leading zeros (' conv2x3 , dense08 ' is 'conv2x3,dense8'); NNError where a layer is not one."""
+    return ",".join(f"{kind}{'x'.join(map(str, numbers))}" for _, kind, numbers in _items(spec))
+
+
+def _items(spec: str) -> list[tuple[str, str, list[int]]]:
+    """(item, kind, sizes) of each layer of `spec`, checked for form and range alone."""
     items = [item.strip() for item in spec.split(",")]
     if not spec.strip() or any(not item for item in items):
         raise NNError(f"--layers {spec!r}: empty layer; give e.g. {LENET}")
     if len(items) >= MAX_LAYERS:
         raise NNError(f"--layers: {len(items)} layers; at most {MAX_LAYERS - 1}")
-    layers, shape, flat = [], tuple(image), False
+    parsed = []
     for position, item in enumerate(items, start=1):
         where = f"--layers: layer {position} ({item!r})"
         match = _LAYER.match(item)
         if not match:
             raise NNError(f"{where} is not convCxK, poolP or denseN (e.g. conv16x5, pool2, dense128)")
         kind = match[1] or match[4] or match[6]
-        numbers = [int(n) for n in match.groups() if n is not None and n.isdigit()]
+        digits = [n.lstrip("0") or "0" for n in match.groups() if n is not None and n.isdigit()]
+        # a size of more digits than MAX_WIDTH is out of range: int() of 4,300 digits or more raises
+        numbers = [int(n) if len(n) <= len(str(MAX_WIDTH)) else MAX_WIDTH + 1 for n in digits]
         if min(numbers) < 1 or max(numbers) > MAX_WIDTH:
             raise NNError(f"{where}: every size must be in 1..{MAX_WIDTH}")
+        parsed.append((item, kind, numbers))
+    return parsed
+
+
+def parse_layers(spec: str, classes: int = 10, image: tuple[int, int, int] = (1, 28, 28)) -> list[Layer]:
+    """The layers of `spec` on images of `image` = (channels, height, width), ending with the
+    `classes`-unit output layer; NNError (one line, naming the layer) where the spec cannot run."""
+    layers, shape, flat = [], tuple(image), False
+    for position, (item, kind, numbers) in enumerate(_items(spec), start=1):
+        where = f"--layers: layer {position} ({item!r})"
         if kind != "dense" and flat:
             raise NNError(f"{where}: a {kind} layer cannot follow a dense layer (its input is flat)")
         c, h, w = shape

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, fields
 # Under mpirun, each rank's BLAS gets its share of this host's cores, not all of them (4 ranks on 2 cores
 # run 8x slower oversubscribed). This must run before NumPy loads, hence above the imports below.
 _LOCAL = os.environ.get("MPI_LOCALNRANKS") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or "1"
-_LOCAL_RANKS = int(_LOCAL) if _LOCAL.isdigit() else 1      # the launcher's to set: ignored if not a count
+_LOCAL_RANKS = int(_LOCAL) if _LOCAL.isascii() and _LOCAL.isdigit() and len(_LOCAL) < 7 else 1   # ignored if not a count
 if _LOCAL_RANKS > 1:
     for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(_var, str(max(1, (os.cpu_count() or 1) // _LOCAL_RANKS)))
@@ -37,7 +37,7 @@ from nn import allreduce as reductions
 from nn.dist import Dist, Interrupt, Interrupted, RanksFailed, maybe_init_dist, print0, rank_rows, split_sizes
 from nn.errors import ArgumentParser, NNError
 from nn import cnn
-from nn.layers import LENET, describe, parse_layers
+from nn.layers import LENET, canonical, describe, parse_layers
 from nn.mlp import INITS, MLP, Epoch, Step, bytes_needed, init_params, param_count
 from nn.model_parallel import ShardedMLP, ShardedStep, check_split, ring_bytes, step_elements, unshard
 from nn.outputs import Outputs, ResumeHint
@@ -103,6 +103,9 @@ def _number(kind, lowest, strict):
                 raise ValueError(text)      # int() would take '1_000' and other scripts' digits
             value = kind(text)
         except ValueError:
+            if kind is int and re.fullmatch(r"\s*[+-]?[0-9]+\s*", text):    # past int()'s 4,300 digits
+                raise argparse.ArgumentTypeError(f"{text.strip()[:12]}... ({len(text.strip())} digits) is too "
+                                                 "large") from None
             raise argparse.ArgumentTypeError(f"{text!r} is not a{'n integer' if kind is int else ' number'}") from None
         if kind is float and not math.isfinite(value):      # 1e400 is inf: no bound of it is the point
             raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
@@ -196,7 +199,8 @@ def resolve(args) -> Config:
         _check_cnn_flags(args)
         if args.parallel == "model":
             raise NNError("--parallel model splits the MLP's hidden layer; a CNN trains with --parallel data")
-        args.model, args.layers = "cnn", args.layers or LENET
+        # stored and compared in one form: ' conv2x3 , dense8 ' resumes as conv2x3,dense8; '' is no network
+        args.model, args.layers = "cnn", canonical(args.layers) if args.layers is not None else LENET
     preset = PRESETS.get(args.preset) or GRADING_MODES.get(args.grading_mode) or (CNN_DEFAULTS if is_cnn else {})
     values = {}
     for f in fields(Config):

@@ -2,7 +2,7 @@
 import pytest
 
 from nn.errors import NNError
-from nn.layers import LENET, describe, parse_layers
+from nn.layers import LENET, canonical, describe, parse_layers
 
 
 def test_lenet_is_the_reports_network():
@@ -34,8 +34,20 @@ def test_a_spec_of_the_issue_and_odd_sides():
     ("conv6x3x3", "is not convCxK, poolP or denseN"),
     ("relu", "is not convCxK, poolP or denseN"),
     (",".join(["pool2"] * 40), "40 layers; at most 31"),
+    ("dense" + "9" * 5000, "every size must be in 1..65536"),      # int() raised past 4,300 digits
+    ("conv6x" + "9" * 5000, "every size must be in 1..65536"),
+    ("dense00000000065537", "every size must be in 1..65536"),
 ])
 def test_a_spec_that_cannot_run_is_one_line_naming_the_layer(spec, message):
     with pytest.raises(NNError, match=message) as err:
         parse_layers(spec)
     assert "\n" not in str(err.value) and str(err.value).startswith("--layers")
+
+
+def test_a_spec_is_stored_in_one_form():
+    """Spaces and leading zeros do not make another network (a resume with them was refused)."""
+    assert canonical(" conv2x3 , dense8 ") == canonical("conv2x3,dense8") == "conv2x3,dense8"
+    assert canonical("conv016x05,pool2,dense0000000000128") == "conv16x5,pool2,dense128"
+    assert canonical(LENET) == LENET
+    with pytest.raises(NNError, match="empty layer"):
+        canonical("")

@@ -97,6 +97,7 @@ def test_default_log_goes_to_runs(tmp_path, fake_dir):
     (["--log", "a.json", "--no-log"], "contradict"),
     (["--hidden", *["4"] * 1100], "--hidden: 1100 hidden layers; at most 1023"),
     (["--hidden", "٣"], "--hidden: '٣' is not an integer"),
+    (["--batch", "9" * 5000], "--batch: 999999999999... (5000 digits) is too large"),   # not 'not an integer'
     (["--preset", "cme213", "--precision", "tf32"], "this run is float64 (--preset cme213 sets it: add --dtype float32"),
 ])
 def test_bad_input_is_one_line_error(tmp_path, args, words):
@@ -228,6 +229,8 @@ def test_cnn_settings_and_what_does_not_apply():
     (["--model", "lenet", "--precision", "tf32"], "a CNN's kernels compute in fp32 only"),
     (["--precision", "bf16", "--dtype", "float64"], "--precision bf16 rounds the MLP's float32 GEMM operands; this run is float64"),
     (["--no-overlap", "--allreduce", "nccl", "--parallel", "model"], "--no-overlap is for --parallel data"),
+    (["--layers", ""], "--layers '': empty layer"),                  # not LeNet
+    (["--layers", "dense" + "9" * 5000], "every size must be in 1..65536"),
 ])
 def test_cnn_flags_that_cannot_apply_are_one_line(args, words):
     with pytest.raises(NNError, match=re.escape(words)):
@@ -240,6 +243,16 @@ def test_a_layers_spec_that_does_not_fit_is_one_line(tmp_path, fake_dir):
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr
     assert "--layers: layer 6 ('pool2'): its 1x1 input is smaller than the 2x2 window" in r.stderr
     assert not (tmp_path / "c.npz").exists()
+
+
+def test_a_spec_resumes_whatever_its_spacing(tmp_path, fake_dir):
+    common = ["--data-dir", fake_dir, "--dataset", "mnist", "--batch", "50", "--quiet", "--checkpoint", "c.npz"]
+    first = run_train(tmp_path, *common, "--layers", " conv2x3 , dense8 ", "--epochs", "1", "--log", "run.json")
+    assert first.returncode == 0, first.stderr
+    assert json.loads((tmp_path / "run.json").read_text())["config"]["layers"] == "conv2x3,dense8"
+    second = run_train(tmp_path, *common, "--layers", "conv2x3,dense8", "--epochs", "2", "--resume", "--log", "run.json")
+    assert second.returncode == 0, second.stderr
+    assert checkpoint.load(tmp_path / "c.npz").epoch == 2
 
 
 def test_a_network_the_model_split_does_not_split_is_one_line(tmp_path, fake_dir):
