@@ -225,6 +225,9 @@ def resolve(args) -> Config:
     if args.no_overlap and (not asked_gpu or args.parallel in ("model", "none")):
         raise NNError("--no-overlap is for --parallel data on a GPU backend (cupy, cublas), whose step all-reduces "
                       "each layer's gradients during the backward pass; the others reduce after it anyway")
+    for flag, path in (("--checkpoint", args.checkpoint), ("--log", args.log), ("--data-dir", args.data_dir)):
+        if path is not None and not path.strip():        # given, and empty: not the same as not given
+            raise NNError(f"{flag} {path!r}: an empty path; give a file path, or leave {flag} out")
     if args.resume and not args.checkpoint:
         raise NNError("--resume needs --checkpoint PATH")
     if args.log and args.no_log:

@@ -97,6 +97,9 @@ def test_default_log_goes_to_runs(tmp_path, fake_dir):
     (["--log", "a.json", "--no-log"], "contradict"),
     (["--hidden", *["4"] * 1100], "--hidden: 1100 hidden layers; at most 1023"),
     (["--hidden", "٣"], "--hidden: '٣' is not an integer"),
+    (["--checkpoint", "", "--epochs", "1"], "--checkpoint '': an empty path"),     # trained without one
+    (["--log", ""], "--log '': an empty path"),                           # wrote the default log
+    (["--data-dir", " "], "--data-dir ' ': an empty path"),
     (["--batch", "9" * 5000], "--batch: 999999999999... (5000 digits) is too large"),   # not 'not an integer'
     (["--preset", "cme213", "--precision", "tf32"], "this run is float64 (--preset cme213 sets it: add --dtype float32"),
 ])
