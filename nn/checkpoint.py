@@ -20,6 +20,7 @@ from nn.errors import NNError
 FORMAT = 1
 MAX_LAYERS = 1024
 MAX_META_BYTES = 64 << 20
+MAX_STEPS = 2**31 - 1            # Adam's steps: an int32 on the backend
 
 
 @dataclass
@@ -65,7 +66,7 @@ def load(path, fingerprint: dict | None = None, dtype=None, shapes=None) -> Chec
                 ckpt.params = [(_array(z, f"W{l}"), _array(z, f"b{l}")) for l in range(meta["layers"])]
                 if "optimizer" in meta:
                     steps, count = meta["optimizer"]["steps"], meta["optimizer"]["moments"]
-                    if type(steps) is not int or steps < 0 or count != 2 * len(ckpt.params):
+                    if type(steps) is not int or not 0 <= steps <= MAX_STEPS or count != 2 * len(ckpt.params):
                         raise ValueError(f"an optimizer state of {count!r} moments after {steps!r} steps")
                     ckpt.state = {"steps": steps, "moments": [(_array(z, f"m{i}"), _array(z, f"v{i}"))
                                                               for i in range(count)]}

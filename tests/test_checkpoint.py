@@ -132,6 +132,22 @@ def test_a_checkpoint_that_does_not_fit_the_run_is_refused(capsys, fake_dir, tmp
     assert words in err and str(bad) in err
 
 
+@pytest.mark.parametrize("steps", [2**40, -1, 1.5])
+def test_adam_steps_out_of_range_are_refused(capsys, fake_dir, tmp_path, steps):
+    """Adam's steps are an int32 on the backend: 2**40 raised OverflowError in load_state."""
+    cnn = ["--data-dir", str(fake_dir), "--dataset", "mnist", "--layers", "conv2x3,dense8", "--batch", "50",
+           "--quiet", "--no-log", "--checkpoint", str(tmp_path / "good.npz")]
+    assert main([*cnn, "--epochs", "1"]) == 0
+    with np.load(tmp_path / "good.npz") as z:
+        optimizer = json.loads(str(z["meta"]))["optimizer"]
+    bad = edited(tmp_path / "good.npz", tmp_path / "bad.npz", dict(optimizer=dict(optimizer, steps=steps)))
+    cnn[-1] = str(bad)
+    assert main([*cnn, "--epochs", "2", "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: checkpoint {bad} is corrupted") and err.count("\n") == 1, err
+    assert f"after {steps!r} steps" in err
+
+
 def test_hostile_checkpoints_fail_fast(capsys, fake_dir, tmp_path):
     """A FIFO, a compressed member (which could inflate without bound), JSON nested too deeply."""
     os.mkfifo(tmp_path / "fifo.npz")
