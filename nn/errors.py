@@ -10,6 +10,18 @@ class NNError(Exception):
     """
 
 
+def shown(path) -> str:
+    """`path` for a one-line message: as it is, or quoted with its control characters escaped
+    (a newline in a path split the message)."""
+    text = str(path)
+    return text if text.isprintable() else repr(text)
+
+
+def one_line(message) -> str:
+    """`message` with any control character escaped (\\n, \\t, \\x1b): what a command prints is one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(message))
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse whose errors are NNErrors: one line, as every other bad input (no usage block)."""
 
@@ -25,10 +37,10 @@ def exit_status(command) -> int:
     try:
         command()
     except (NNError, AutogemmError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     except OSError as e:
-        print(f"error: cannot write {e.filename}: {e.strerror}", file=sys.stderr)
+        print(f"error: cannot write {shown(e.filename)}: {e.strerror}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

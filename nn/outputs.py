@@ -12,7 +12,7 @@ import shlex
 
 from autogemm import files
 from nn import checkpoint
-from nn.errors import NNError
+from nn.errors import NNError, shown
 
 MAX_LOG_BYTES = 64 << 20
 
@@ -30,8 +30,8 @@ class Outputs:
     def claim(self, fingerprint: dict):
         """NNError unless both files can be written as this run will write them (see above)."""
         if self.checkpoint and self.log and files.same_file(self.checkpoint, self.log):
-            raise NNError(f"--log {self.log} and --checkpoint {self.checkpoint} are the same file; give the run "
-                          "log a path of its own")
+            raise NNError(f"--log {shown(self.log)} and --checkpoint {shown(self.checkpoint)} are the same file; "
+                          "give the run log a path of its own")
         if self.checkpoint:
             self._claim("--checkpoint", self.checkpoint, lambda path: self.resume)   # resumed: the one just read
         if self.log:
@@ -47,12 +47,13 @@ class Outputs:
             log = files.parse_json(files.read_regular(path, MAX_LOG_BYTES))
             settings = self._fingerprint_of(log)
         except (files.FileError, ValueError, TypeError, KeyError, AttributeError):
-            raise NNError(f"--log {self.log} exists and is not a run log of nn.train; choose another path") from None
+            raise NNError(f"--log {shown(self.log)} exists and is not a run log of nn.train; "
+                          "choose another path") from None
         if not self.resume:
-            raise NNError(f"--log {self.log} exists; choose another path (a run log is never overwritten), "
+            raise NNError(f"--log {shown(self.log)} exists; choose another path (a run log is never overwritten), "
                           "or pass --resume to continue its run")
         if settings != json.loads(json.dumps(fingerprint)):
-            raise NNError(f"--log {self.log} is the log of a run with other settings; choose another path")
+            raise NNError(f"--log {shown(self.log)} is the log of a run with other settings; choose another path")
         return True
 
     def save_checkpoint(self, ckpt: checkpoint.Checkpoint):
@@ -65,7 +66,7 @@ class Outputs:
         try:
             files.write_atomic(self.log, json.dumps(log, indent=1).encode(), replace=self._replace[self.log])
         except files.FileError as e:
-            raise NNError(f"cannot write the run log {self.log}: {e}") from None
+            raise NNError(f"cannot write the run log {shown(self.log)}: {e}") from None
         self._replace[self.log] = True
 
 
@@ -80,11 +81,21 @@ class ResumeHint:
         if not self.path:
             return "nothing was saved (no --checkpoint)"
         if self.epoch == 0:
-            return f"no epoch had finished, {self.path} was not written"
+            return f"no epoch had finished, {shown(self.path)} was not written"
         resume = ["python", "-m", "nn.train", *self.argv, *([] if "--resume" in self.argv else ["--resume"])]
         if self.ranks > 1:
             resume = ["mpirun", "-n", str(self.ranks), *resume]
-        return f"epochs 1..{self.epoch} are in {self.path}" + (f"; resume with: {shlex.join(resume)}" if command else "")
+        return (f"epochs 1..{self.epoch} are in {shown(self.path)}"
+                + (f"; resume with: {' '.join(map(_shell_word, resume))}" if command else ""))
+
+
+def _shell_word(arg: str) -> str:
+    """`arg` as a shell word on one line: shlex.quote, or bash's $'...' where it holds a control character."""
+    if arg.isprintable():
+        return shlex.quote(arg)
+    escaped = "".join(c if c.isprintable() and c not in "\\'" else "\\" + c if c in "\\'"
+                      else f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\U{ord(c):08x}" for c in arg)
+    return f"$'{escaped}'"
 
 
 def claim(flag: str, path, ours=None) -> bool:
@@ -93,7 +104,7 @@ def claim(flag: str, path, ours=None) -> bool:
     try:
         return files.claim_output(path, ours)
     except files.FileError as e:
-        raise NNError(f"{flag} {path}: cannot be written: {e}") from None
+        raise NNError(f"{flag} {shown(path)}: cannot be written: {e}") from None
 
 
 def claim_json(flag: str, path, command: str):
@@ -105,4 +116,4 @@ def write_json(flag: str, path, doc: dict):
     try:
         files.write_atomic(path, json.dumps(doc, indent=1).encode())
     except files.FileError as e:
-        raise NNError(f"{flag} {path}: cannot be written: {e}") from None
+        raise NNError(f"{flag} {shown(path)}: cannot be written: {e}") from None

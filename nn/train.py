@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, fields
 # Under mpirun, each rank's BLAS gets its share of this host's cores, not all of them (4 ranks on 2 cores
 # run 8x slower oversubscribed). This must run before NumPy loads, hence above the imports below.
 _LOCAL = os.environ.get("MPI_LOCALNRANKS") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or "1"
-_LOCAL_RANKS = int(_LOCAL) if _LOCAL.isascii() and _LOCAL.isdigit() and len(_LOCAL) < 7 else 1   # ignored if not a count
+_LOCAL_RANKS = int(_LOCAL) if _LOCAL.isascii() and _LOCAL.isdigit() and len(_LOCAL) < 7 else 1  # else ignored
 if _LOCAL_RANKS > 1:
     for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(_var, str(max(1, (os.cpu_count() or 1) // _LOCAL_RANKS)))
@@ -35,7 +35,7 @@ from nn.backends.base import host_free_bytes
 from nn.data import DATASETS, SCALES, load_dataset
 from nn import allreduce as reductions
 from nn.dist import Dist, Interrupt, Interrupted, RanksFailed, maybe_init_dist, print0, rank_rows, split_sizes
-from nn.errors import ArgumentParser, NNError
+from nn.errors import ArgumentParser, NNError, one_line
 from nn import cnn
 from nn.layers import LENET, canonical, describe, parse_layers
 from nn.mlp import INITS, MLP, Epoch, Step, bytes_needed, init_params, param_count
@@ -651,7 +651,7 @@ def main(argv=None) -> int:
     try:
         dist = maybe_init_dist()
     except NNError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     with Interrupt(always_deferred=dist.size > 1) as interrupt:
         try:
@@ -668,10 +668,10 @@ def main(argv=None) -> int:
                 args.log = None
             run(cfg, args, dist, interrupt, argv)
         except RanksFailed as e:  # every rank raised it: rank 0 says it once
-            print0(f"error: {e}", file=sys.stderr, flush=True)
+            print0(f"error: {one_line(e)}", file=sys.stderr, flush=True)
             return 2
         except Interrupted as e:
-            print0(e, file=sys.stderr, flush=True)
+            print0(one_line(e), file=sys.stderr, flush=True)
             return 130
         except KeyboardInterrupt:  # a second Ctrl-C: stop now, wherever this rank was
             print0("interrupted", file=sys.stderr, flush=True)

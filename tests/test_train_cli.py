@@ -207,6 +207,24 @@ def test_ctrl_c_is_one_line_exit_130_and_the_resume_it_names_works(tmp_path, fak
     assert resumed.returncode == 0 and checkpoint.load(tmp_path / "ck.npz").epoch == done + 1, resumed.stderr
 
 
+def test_a_path_with_a_newline_stays_on_one_line(tmp_path, fake_dir):
+    """The interrupt message named --checkpoint as it was: a newline in it made three lines. Its
+    resume command, pasted into bash, names the same file."""
+    from nn.outputs import ResumeHint
+
+    path = "ck\npt\t'1'.npz"
+    hint = ResumeHint(path, ["--checkpoint", path, "--epochs", "3"], 2, 1)
+    said = hint.say()
+    assert "\n" not in said and said.startswith(f"epochs 1..1 are in {path!r}; resume with: mpirun")
+    echo = subprocess.run(["bash", "-c", "printf %s " + said.split("--checkpoint ")[1].split(" --epochs")[0]],
+                          capture_output=True, text=True)
+    assert echo.stdout == path
+    (tmp_path / "a\nb.json").write_text("my notes")            # a one-line error names it escaped too
+    result = run_train(tmp_path, *fake_run(fake_dir, "--epochs", 1, "--log", "a\nb.json"))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("error: --log 'a\\nb.json' exists and is not a run log")
+
+
 # ---------------------------------------------------------------- the CNN (issue 15: NumPy backend)
 
 def test_cnn_settings_and_what_does_not_apply():
