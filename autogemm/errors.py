@@ -19,3 +19,9 @@ class BadArguments(AutogemmError):
 
 class StoreError(AutogemmError):
     """A tuned/ file that cannot be read or written: corrupted, hand-edited out of the space, ..."""
+
+
+def brief(value, limit: int = 40) -> str:
+    """repr of a value from a file or the command line, cut short: messages stay one readable line."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -156,6 +156,25 @@ def test_bad_files_are_one_line_errors_naming_file_and_record(tmp_path, change, 
     assert expected in _message(path)
 
 
+HUGE = "x" * 10_000_000
+
+
+@pytest.mark.parametrize("change, expected", [
+    (lambda d: d["records"][0]["config"].update(bm=HUGE), "config: bm='xxx"),
+    (lambda d: d["records"][0]["config"].update({HUGE: 1}), "config: unknown gemm parameter(s) 'xxx"),
+    (lambda d: d["records"][0]["config"].update({f"{HUGE[:1_000_000]}{i}": 1 for i in range(10)}), "... and 7 more; known: bm"),
+    (lambda d: d["records"][0].update(config=dict(GEMM, bm=HUGE), template_hash="0123456789abcdef"), "config: 'bm': 'xxx"),
+    (lambda d: d["records"][0].update(family=HUGE), "family 'xxx"),
+    (lambda d: d["meta"].update(gpu=HUGE), "meta: gpu='xxx"),
+])
+def test_a_huge_value_is_quoted_cut_short(tmp_path, change, expected):
+    """A 10 MB config value in a tuned file made a 10 MB error line."""
+    path = write_store(tmp_path, [record()])
+    edit(path, change)
+    message = _message(path)
+    assert expected in message and len(message) < len(str(path)) + 400, message[:500]
+
+
 @pytest.mark.parametrize("text, expected", [
     ("", "not valid JSON"),
     ('{"meta": {', "not valid JSON"),

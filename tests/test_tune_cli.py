@@ -66,6 +66,24 @@ def test_tune_argument_errors(args, message):
     one_line_error(autogemm("tune", *args), message)
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--shapes", "1" * 5000 + "x1x1"], "--shapes: '1111"),       # was int()'s ValueError, a traceback
+    (["--shapes", "x" * 100_000], "--shapes: 'xxx"),
+    (["--trials", "9" * 5000], "argument --trials: 999"),
+    (["--trials", "-" + "9" * 5000], "argument --trials: -999"),
+    (["--seed", "9" * 100], "argument --seed: 999"),
+    (["--timeout", "9" * 5000], "argument --timeout: '999"),
+    (["--timeout", "-0." + "0" * 5000 + "1"], "argument --timeout: -0.000"),
+    (["--families", "x" * 100_000], "argument --families: 'xxx"),
+    (["--fix", "x" * 100_000], "argument --fix: 'xxx"),
+    (["--fix", "bm=" + "x" * 100_000], "restricting bm: bm='xxx"),
+])
+def test_a_huge_argument_is_quoted_cut_short(args, message):
+    proc = autogemm("tune", *args)
+    one_line_error(proc, message)
+    assert len(proc.stderr) < 400, proc.stderr[:500]
+
+
 @pytest.mark.parametrize("command", ["bench", "sweep"])
 def test_json_outputs_never_replace_a_file_of_another_kind(tmp_path, command):
     (tmp_path / "notes.json").write_text('{"command": "python -m nn.train"}')

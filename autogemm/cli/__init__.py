@@ -24,16 +24,28 @@ class _Parser(argparse.ArgumentParser):
         raise AutogemmError(message)  # one line `error: ...`, exit 2, like every other bad input
 
 
+def _cut(text: str, limit: int = 40) -> str:
+    """A number as the user wrote it, cut short (brief without the quotes)."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _integer(lowest: int, highest: int | None = None, why: str = ""):
     """A parser of integers in lowest..highest (no bound above when None); `why` explains the bound."""
     def parse(text: str) -> int:
-        if not re.fullmatch(r"\s*[+-]?[0-9]+\s*", text):
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer")
-        value = int(text)
+        match = re.fullmatch(r"\s*([+-]?)0*([0-9]+)\s*", text)
+        if not match:
+            raise argparse.ArgumentTypeError(f"{brief(text)} is not an integer")
+        if len(match[2]) > 30:           # past any bound, and int() refuses over 4300 digits
+            value = -10**30 if match[1] == "-" else 10**30
+        else:
+            value = int(match[1] + match[2])
+        shown = _cut(match[1] + match[2])
         if value < lowest:
-            raise argparse.ArgumentTypeError(f"{value} must be >= {lowest}")
+            raise argparse.ArgumentTypeError(f"{shown} must be >= {lowest}")
         if highest is not None and value > highest:
-            raise argparse.ArgumentTypeError(f"{value} is over {highest}{why}")
+            raise argparse.ArgumentTypeError(f"{shown} is over {highest}{why}")
+        if value == 10**30:
+            raise argparse.ArgumentTypeError(f"{shown} is too large")
         return value
     return parse
 
@@ -56,9 +68,11 @@ def _positive_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} must be a number > 0")
+        raise argparse.ArgumentTypeError(f"{brief(text)} is not a number") from None
+    if value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"{brief(text)} is not a finite number")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{_cut(text)} must be a number > 0")
     return value
 
 
@@ -66,8 +80,8 @@ def _families(text: str) -> tuple[str, ...]:
     names = tuple(part.strip() for part in text.split(",") if part.strip())
     unknown = [n for n in names if n not in TUNE_FAMILIES]
     if unknown or not names:
-        what = f"unknown {', '.join(map(repr, unknown))}" if unknown else "no family named"
-        raise argparse.ArgumentTypeError(f"{text!r}: {what}; families are {', '.join(TUNE_FAMILIES)} (comma-separated)")
+        what = f"unknown {', '.join(map(brief, unknown[:3]))}" if unknown else "no family named"
+        raise argparse.ArgumentTypeError(f"{brief(text)}: {what}; families are {', '.join(TUNE_FAMILIES)} (comma-separated)")
     return names
 
 
@@ -343,7 +357,7 @@ def _fix(text: str) -> tuple[str, tuple]:
     otherwise (checked by the family)."""
     name, sep, values = text.partition("=")
     if not sep or not name.strip() or not values.strip():
-        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=VALUE[,VALUE...], e.g. copy=async or bk=16,32")
+        raise argparse.ArgumentTypeError(f"{brief(text)}: expected NAME=VALUE[,VALUE...], e.g. copy=async or bk=16,32")
     def value(v: str):
         if re.fullmatch(r"-?[0-9]+", v):
             return int(v)

@@ -12,7 +12,7 @@ import random
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from autogemm.errors import InvalidConfig
+from autogemm.errors import InvalidConfig, brief
 from autogemm.runtime.device import DeviceInfo
 from autogemm.runtime.render import code_hash, render
 from kernels import REGISTRY
@@ -82,7 +82,7 @@ class Family:
         sweep's space, or a search confined to part of the space)."""
         for key, values in choices.items():
             if key not in self.params:
-                raise InvalidConfig(f"{self.name} has no parameter {key!r}; known: {', '.join(self.params)}")
+                raise InvalidConfig(f"{self.name} has no parameter {brief(key)}; known: {', '.join(self.params)}")
             for value in values:
                 self._check(key, value, f"restricting {key}")
         sub = copy.copy(self)
@@ -131,7 +131,8 @@ class Family:
             raise InvalidConfig(f"{where}: expected a mapping of {self.name} parameters, got {type(values).__name__}")
         unknown = sorted(set(values) - set(self.params), key=str)
         if unknown:
-            raise InvalidConfig(f"{where}: unknown {self.name} parameter(s) {', '.join(map(repr, unknown))}; "
+            more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
+            raise InvalidConfig(f"{where}: unknown {self.name} parameter(s) {', '.join(map(brief, unknown[:3]))}{more}; "
                                 f"known: {', '.join(self.params)}")
         missing = [k for k in self.params if k not in values]
         if missing:
@@ -153,7 +154,7 @@ class Family:
         choices = self.params[key] if choices is None else choices
         # type() equality, not isinstance: True is not 1, 4.0 is not 4, "4" is not 4.
         if not any(type(value) is type(c) and value == c for c in choices):
-            raise InvalidConfig(f"{where}: {key}={value!r} is not in the {self.name} space "
+            raise InvalidConfig(f"{where}: {key}={brief(value)} is not in the {self.name} space "
                                 f"(choices: {', '.join(map(repr, choices))})")
 
     def violations(self, cfg: Config, problem, device: DeviceInfo) -> list[str]:
@@ -231,5 +232,5 @@ class Family:
 @functools.cache
 def family(name: str) -> Family:
     if name not in FAMILIES:
-        raise InvalidConfig(f"unknown kernel family {name!r}; known: {', '.join(FAMILIES)}")
+        raise InvalidConfig(f"unknown kernel family {brief(name)}; known: {', '.join(FAMILIES)}")
     return Family(name)

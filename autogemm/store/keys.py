@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from autogemm.errors import brief  # noqa: F401 (re-exported)
 from autogemm.runtime.family import FAMILIES
 from kernels import REGISTRY
 from kernels.contract import DTYPES, MAX_SIZE, NO_OP
@@ -122,8 +123,3 @@ def distance(a: Key, b: Key) -> float:
     """Sum over sizes of |log(a_i / b_i)|: 0 for the same shape, log 2 for one size doubled."""
     return sum(abs(math.log(x / y)) for x, y in zip(a.sizes, b.sizes))
 
-
-def brief(value, limit: int = 40) -> str:
-    """repr of a value from a file, cut short: messages stay one readable line."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -10,7 +10,7 @@ import inspect
 import re
 from dataclasses import dataclass
 
-from autogemm.errors import AutogemmError
+from autogemm.errors import AutogemmError, brief
 from autogemm.store.keys import Target
 from kernels import IMPLEMENTATIONS, call_of
 from kernels.contract import MAX_SIZE
@@ -58,16 +58,16 @@ def parse_shapes(text: str, batch: int | None = None, hidden: tuple[int, ...] = 
             continue
         match = _SHAPE.match(item)
         if not match:
-            raise AutogemmError(f"--shapes: {item!r} is not MxNxK[:op] (e.g. 800x1000x784:nt or "
+            raise AutogemmError(f"--shapes: {brief(item)} is not MxNxK[:op] (e.g. 800x1000x784:nt or "
                                 f"800x1000x784:nt+bias_sigmoid) or a network ({', '.join(networks()) or NO_NETWORK})")
         if match.group(4) and match.group(4) not in KEY_OPS:
-            raise AutogemmError(f"--shapes: {item!r}: the epilogue after '+' is not one of "
+            raise AutogemmError(f"--shapes: {brief(item)}: the epilogue after '+' is not one of "
                                 f"{', '.join(map(str, EPILOGUES[1:]))}")
-        m, n, k = (int(g) for g in match.groups()[:3])
+        m, n, k = (int(g) if len(g.lstrip("0")) <= 10 else MAX_SIZE + 1 for g in match.groups()[:3])
         if min(m, n, k) < 1:
-            raise AutogemmError(f"--shapes: {item!r} has a zero size; every size must be >= 1")
+            raise AutogemmError(f"--shapes: {brief(item)} has a zero size; every size must be >= 1")
         if max(m, n, k) > MAX_SIZE:
-            raise AutogemmError(f"--shapes: {item!r} has a size over {MAX_SIZE}, more than the kernels' "
+            raise AutogemmError(f"--shapes: {brief(item)} has a size over {MAX_SIZE}, more than the kernels' "
                                 "32-bit sizes hold")
         shapes.append(Shape(m, n, k, match.group(4) or "nn"))
     if not shapes:
@@ -178,5 +178,5 @@ def parse_targets(text: str, batch: int | None = None, hidden: tuple[int, ...] =
             targets += [Target(name, (shape.m, shape.n, shape.k), shape.op) for name in IMPLEMENTATIONS["gemm"]]
     kept = [t for t in _unique(targets) if t.family in families]
     if not kept:
-        raise AutogemmError(f"--shapes {text!r} with --families {','.join(families)}: nothing to tune")
+        raise AutogemmError(f"--shapes {brief(text)} with --families {','.join(families)}: nothing to tune")
     return kept
