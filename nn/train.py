@@ -336,9 +336,13 @@ def _setup(cfg, args, backend):
             raise NNError(f"--layers: the data set's {features} features are not a square image")
         layers = parse_layers(cfg.layers, ds.classes, (1, side, side))
         sizes = (features, ds.classes)                  # the layers spec in the config holds the rest
-        fresh = cnn.init_cnn_params(layers, cfg.seed)
+        # from the layers' shapes alone, before any weight exists (conv65536x3's dense layer is 3.5 GB)
         _check_memory(cfg, sizes, backend, cnn.bytes_needed(layers, cfg.batch, backend.dtype.itemsize, cfg.optimizer),
                       8 * sum(layer.params for layer in layers))
+        try:
+            fresh = cnn.init_cnn_params(layers, cfg.seed)
+        except MemoryError as e:
+            raise NNError(_out_of_memory(e, cfg)) from None
     else:
         layers, sizes = None, (features, *cfg.hidden, ds.classes)
         fresh = None
@@ -376,8 +380,8 @@ def _check_memory(cfg, sizes, backend, on_backend: int, on_host: int):
         if free is not None and need > free:
             network = cfg.layers if cfg.model == "cnn" else "-".join(map(str, sizes))
             raise NNError(f"the network {network} in {cfg.dtype} with batch {cfg.batch} needs "
-                          f"about {_bytes(need)} of {where} memory and {_bytes(free)} is free; choose a smaller "
-                          f"{'network' if cfg.model == 'cnn' else '--hidden'} or --batch")
+                          f"about {_bytes(need)} of {where} memory and {_bytes(free)} is free; "
+                          f"{_smaller(cfg)}")
 
 
 def _bytes(n: int) -> str:
@@ -387,8 +391,13 @@ def _bytes(n: int) -> str:
         n /= 1000
 
 
-def _out_of_memory(e: MemoryError) -> str:
-    return f"out of memory: {str(e) or 'an allocation failed'}; choose a smaller --hidden or --batch"
+def _smaller(cfg) -> str:
+    """What to change for a network that does not fit: the flags of its kind."""
+    return f"choose a smaller {'--layers' if cfg is not None and cfg.model == 'cnn' else '--hidden'} or --batch"
+
+
+def _out_of_memory(e: MemoryError, cfg=None) -> str:
+    return f"out of memory: {str(e) or 'an allocation failed'}; {_smaller(cfg)}"
 
 
 def _agreed(dist, fn, on_rank=lambda rank: True):
@@ -653,6 +662,7 @@ def main(argv=None) -> int:
     except NNError as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
+    cfg = None
     with Interrupt(always_deferred=dist.size > 1) as interrupt:
         try:
             args, cfg = _agreed(dist, lambda: _parse(argv))
@@ -681,7 +691,7 @@ def main(argv=None) -> int:
             dist.fail(e)
             return 2
         except MemoryError as e:
-            dist.fail(_out_of_memory(e))
+            dist.fail(_out_of_memory(e, cfg))
             return 2
         except Exception as e:
             dist.crash(e)

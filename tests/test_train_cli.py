@@ -174,6 +174,38 @@ def test_a_network_too_large_for_memory_is_one_line(tmp_path, fake_dir):
     assert "PB of host memory" in result.stderr and "choose a smaller --hidden or --batch" in result.stderr
 
 
+@pytest.mark.parametrize("spec, words", [
+    ("conv65536x3", "the network conv65536x3 in float32 with batch 1000 needs about 365.1 GB of host memory"),
+    ("dense65536,dense65536", "the network dense65536,dense65536 in float32 with batch 1000 needs about 105.4 GB"),
+])
+def test_a_cnn_too_large_for_memory_is_refused_before_its_weights_exist(monkeypatch, capsys, fake_dir, spec, words):
+    """The check ran after init_cnn_params: 3.5 GB and 14 s of weights for conv65536x3's dense layer, a
+    32 GiB allocation for dense65536,dense65536 (then a message naming --hidden)."""
+    from nn import cnn, train
+
+    def allocate(*args):
+        raise AssertionError("weights allocated before the memory check")
+
+    monkeypatch.setattr(cnn, "init_cnn_params", allocate)
+    monkeypatch.setattr(train, "host_free_bytes", lambda: 16 << 30)
+    assert train.main(["--data-dir", fake_dir, "--dataset", "mnist", "--layers", spec, "--no-log"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {words}") and err.count("\n") == 1, err
+    assert err.endswith("is free; choose a smaller --layers or --batch\n"), err
+
+
+def test_a_cnn_out_of_memory_names_its_flags(monkeypatch, capsys, fake_dir):
+    from nn import cnn, train
+
+    def allocate(*args):
+        raise MemoryError("Unable to allocate 32.0 GiB")
+
+    monkeypatch.setattr(cnn, "init_cnn_params", allocate)
+    assert train.main(["--data-dir", fake_dir, "--dataset", "mnist", "--layers", "dense8", "--no-log"]) == 2
+    assert capsys.readouterr().err == ("error: out of memory: Unable to allocate 32.0 GiB; "
+                                       "choose a smaller --layers or --batch\n")
+
+
 def test_a_launcher_variable_that_is_not_a_count_is_ignored(tmp_path, fake_dir):
     result = subprocess.run([sys.executable, "-m", "nn.train", *fake_run(fake_dir, "--epochs", 1, "--no-log")],
                             cwd=tmp_path, env={**env(tmp_path), "MPI_LOCALNRANKS": "abc"}, capture_output=True,
