@@ -98,6 +98,14 @@ def test_tune_out_must_be_a_folder(tmp_path):
     one_line_error(autogemm("tune", "--out", str(tmp_path / "f")), f"--out {tmp_path / 'f'}: not a folder")
 
 
+def test_tune_names_autogemm_tuned_when_the_folder_came_from_it(tmp_path):
+    """No --out given: the message named one all the same."""
+    os.mkfifo(tmp_path / "fifo")
+    for command in ("tune", "show"):
+        one_line_error(autogemm(command, AUTOGEMM_TUNED=str(tmp_path / "fifo")),
+                       f"$AUTOGEMM_TUNED {tmp_path / 'fifo'}: not a folder")
+
+
 # ---- show ---------------------------------------------------------------------------------------
 @pytest.fixture
 def store(tmp_path):

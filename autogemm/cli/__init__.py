@@ -216,7 +216,8 @@ def cmd_tune(args) -> int:
         targets = [t for t in targets if call_of(t.family) != "gemm" or t.family == "gemm"]
     out = Path(args.out) if args.out else locations.tune_dir()
     if out.exists() and not out.is_dir():
-        raise AutogemmError(f"--out {out}: not a folder (tuned files are named after the GPU inside it)")
+        given = "--out" if args.out else locations.tune_dir_named()
+        raise AutogemmError(f"{given} {out}: not a folder (tuned files are named after the GPU inside it)")
     device = this_device()
     path = file_for(out, device)
 

@@ -16,6 +16,7 @@ from autogemm import files
 from autogemm.errors import StoreError
 from autogemm.runtime.device import slug
 from autogemm.store.keys import problem_of
+from autogemm.store.locations import tune_dir_named
 from autogemm.store.lookup import Index
 from autogemm.store.records import Record, Store, load
 
@@ -41,7 +42,7 @@ def collect(places: list[tuple[str, Path]], required: bool = True) -> Shown:
     shown = Shown([], [], set())
     for role, place in places:
         try:
-            found = _files(Path(place), required)
+            found = _files(Path(place), required, role)
         except StoreError as exc:
             if required:
                 raise
@@ -60,7 +61,7 @@ def collect(places: list[tuple[str, Path]], required: bool = True) -> Shown:
     return shown
 
 
-def _files(place: Path, required: bool) -> list[Path]:
+def _files(place: Path, required: bool, role: str = "given") -> list[Path]:
     try:
         is_dir = stat_module.S_ISDIR(files.stat(place).st_mode)
     except files.FileError as exc:
@@ -68,6 +69,8 @@ def _files(place: Path, required: bool) -> list[Path]:
             return []
         raise StoreError(f"{place}: {'no such file or folder' if exc.errno == errno.ENOENT else exc}") from None
     if not is_dir:
+        if role == "user":         # a folder of tuned files, named by $AUTOGEMM_TUNED
+            raise StoreError(f"{tune_dir_named()} {place}: not a folder (tuned files are named after the GPU inside it)")
         return [place]
     try:
         with os.scandir(place) as entries:

@@ -39,6 +39,11 @@ def tune_dir() -> Path:
     return root / "tuned" if root is not None else cache_dir() / "tuned"
 
 
+def tune_dir_named() -> str:
+    """How the user would name tune_dir() in a message: "$AUTOGEMM_TUNED" where it came from there."""
+    return f"${TUNED_ENV}" if os.environ.get(TUNED_ENV) else "the store"
+
+
 def lookup_dirs() -> list[tuple[str, Path]]:
     """(role, folder) in the order lookup reads them: "user" (where tune writes), then "shipped";
     one entry where both are the same folder (a checkout's tuned/)."""
