@@ -196,7 +196,7 @@ def choose(predictions: dict, ranks: int, link: Link) -> Plan:
         return Plan(best.parallel, predictions, reason)
     reason = (f"auto: no split pays: the best, {best.parallel}, is predicted {best.step_us:.0f} µs a step "
               f"({best.compute_us:.0f} computing, {best.comm_us:.0f} waiting on {sent} over {link.name}) "
-              f"against one GPU's {one:.0f}; every rank trains the whole batch (one GPU's speed). "
+              f"against one GPU's {one:.0f}, so the ranks do not split it (one GPU's speed). "
               f"To use {ranks} GPUs, give each more work: a larger --batch (weak scaling) or a wider network")
     return Plan("none", predictions, reason)
 
