@@ -28,3 +28,12 @@ def test_bench_bad_arguments_are_one_line_errors(args, message):
     assert proc.returncode == 2
     assert proc.stderr.startswith(message) and proc.stderr.count("\n") == 1
     assert "Traceback" not in proc.stderr + proc.stdout
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="CuPy is installed: bench would run")
+@pytest.mark.parametrize("command", [["bench"], ["sweep", "--shapes", "64x64x64"]])
+def test_a_run_that_cannot_start_creates_no_output_folder(tmp_path, command):
+    """`autogemm bench --json a/b/x.json` made a/b, then said "no CUDA"."""
+    proc = autogemm(*command, "--json", str(tmp_path / "a" / "b" / "x.json"))
+    assert proc.returncode == 2 and proc.stderr.startswith("error: no CUDA"), proc.stderr
+    assert list(tmp_path.iterdir()) == []

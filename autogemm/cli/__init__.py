@@ -106,11 +106,12 @@ def cmd_bench(args) -> int:
     shapes = parse_shapes(args.shapes, args.batch, args.hidden, precision)
     convolutions = network_convolutions(args.shapes, args.batch)
     configs = {f"config{i}": _config_json(text) for i, text in enumerate(args.config, 1)}
-    _claim_json(args.json, "autogemm bench")
+    _claim_json(args.json, "autogemm bench", early=True)
     if bf16_operands and convolutions:
         raise AutogemmError("--dtype bfloat16: GEMMs only (A and B in bfloat16); the convolutions compute in float32")
     dtype = np.float32 if bf16_operands else np.dtype(args.dtype).type   # of the outputs
     dev = this_device()
+    _claim_json(args.json, "autogemm bench")          # last: nothing is created for a run that cannot start
     at = f" at precision {precision}" if precision != "fp32" else ""
     timer = f"median of {args.reps} event-timed runs, L2 {'flushed' if args.l2 == 'flush' else 'warm'}"
     how = f"{args.dtype}{at}, {timer}"
@@ -323,8 +324,9 @@ def cmd_sweep(args) -> int:
 
     targets = parse_targets(args.shapes, args.batch, args.hidden, families=("gemm",))
     fam = family("gemm").restricted(_fixed(args.fix))
-    _claim_json(args.json, "autogemm sweep")
+    _claim_json(args.json, "autogemm sweep", early=True)
     device = this_device()
+    _claim_json(args.json, "autogemm sweep")          # last: nothing is created for a run that cannot start
     settings = Settings(trials=args.trials, timeout=None, seed=args.seed)
     console = _console()
     table = Table(title=f"autogemm sweep on {device.name}: every valid config of the space, then the search "
@@ -395,9 +397,10 @@ def _fixed(fixes: list[tuple[str, tuple]]) -> dict:
     return dict(fixes)
 
 
-def _claim_json(path: str | None, command: str):
-    """Before the work: --json can be written, new or an earlier output of `command`."""
-    if path:
+def _claim_json(path: str | None, command: str, early: bool = False):
+    """Before the work: --json can be written, new or an earlier output of `command`. `early`:
+    before the checks that a run can start (CUDA), only where that creates no folder."""
+    if path and (not early or Path(path).parent.is_dir()):
         try:
             files.claim_output(path, files.output_of(command))
         except files.FileError as exc:
