@@ -9,6 +9,8 @@ import errno
 import io
 import json
 import math
+import re
+import secrets
 import zipfile
 from dataclasses import dataclass, field
 
@@ -21,6 +23,7 @@ FORMAT = 1
 MAX_LAYERS = 1024
 MAX_META_BYTES = 64 << 20
 MAX_STEPS = 2**31 - 1            # Adam's steps: an int32 on the backend
+RUN_ID = re.compile(r"[0-9a-f]{16}")   # a run's identity: new_run_id()
 
 
 @dataclass
@@ -30,12 +33,18 @@ class Checkpoint:
     fingerprint: dict  # the settings that determine the weights (see nn.train)
     history: list = field(default_factory=list)  # per-epoch records of the run so far, one per epoch
     state: dict | None = None  # the optimizer's: {"steps": n, "moments": [(m, v) per parameter]} (Adam)
+    run: str | None = None  # the run's identity (nn.train: random), in its run log too: a log is continued by its run
+
+
+def new_run_id() -> str:
+    """A fresh run's identity, stored in its checkpoint and run log."""
+    return secrets.token_hex(8)
 
 
 def save(path, ckpt: Checkpoint, replace: bool = True):
     """Write `ckpt` to `path` atomically; without `replace`, only if no file is there."""
     meta = {"format": FORMAT, "epoch": ckpt.epoch, "layers": len(ckpt.params),
-            "fingerprint": ckpt.fingerprint, "history": ckpt.history}
+            "fingerprint": ckpt.fingerprint, "history": ckpt.history, **({"run": ckpt.run} if ckpt.run else {})}
     arrays = {}
     for l, (w, b) in enumerate(ckpt.params):
         arrays[f"W{l}"], arrays[f"b{l}"] = w, b
@@ -60,7 +69,7 @@ def load(path, fingerprint: dict | None = None, dtype=None, shapes=None) -> Chec
         with files.open_regular(path) as f:
             with zipfile.ZipFile(f) as z:
                 meta = _meta(z, path)
-                ckpt = Checkpoint([], meta["epoch"], meta["fingerprint"], meta["history"])
+                ckpt = Checkpoint([], meta["epoch"], meta["fingerprint"], meta["history"], run=meta.get("run"))
                 if fingerprint is not None:
                     _check_compatible(ckpt, fingerprint, path)
                 ckpt.params = [(_array(z, f"W{l}"), _array(z, f"b{l}")) for l in range(meta["layers"])]
@@ -107,6 +116,8 @@ def _meta(z: zipfile.ZipFile, path) -> dict:
     epoch, layers, history = meta["epoch"], meta["layers"], meta["history"]
     if type(layers) is not int or not 1 <= layers <= MAX_LAYERS or not isinstance(meta["fingerprint"], dict):
         raise ValueError(f"layers {layers!r} or a fingerprint of the wrong type")
+    if "run" in meta and not (isinstance(meta["run"], str) and RUN_ID.fullmatch(meta["run"])):
+        raise ValueError("a run identity that nn.train does not write")
     if type(epoch) is not int or epoch < 0 or not isinstance(history, list) or len(history) != epoch:
         raise NNError(f"checkpoint {path} is corrupted: epoch {epoch!r} with "
                       f"{len(history) if isinstance(history, list) else 'no'} epochs of history")

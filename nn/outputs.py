@@ -2,10 +2,10 @@
 
 A training run's checkpoint and run log are claimed before the first epoch: they are two files, both can be written, and
 neither replaces what the user has. A fresh run replaces no checkpoint and no run log; a resumed
-run replaces its own checkpoint and its own run log (one of the same settings), never a file of
-another kind. A run's first write of a file creates it, and fails if another process made one
-meanwhile. The JSON and PNG outputs of the benchmarks are claimed as they start too, and replace
-only an earlier output of the same command.
+run replaces its own checkpoint and its own run log (one of the same settings and the run
+identity its checkpoint holds), never a file of another kind. A run's first write of a file
+creates it, and fails if another process made one meanwhile. The JSON and PNG outputs of the
+benchmarks are claimed as they start too, and replace only an earlier output of the same command.
 """
 import json
 import shlex
@@ -27,20 +27,21 @@ class Outputs:
         self._fingerprint_of = fingerprint_of
         self._replace = {}        # path -> whether the next write replaces a file (else creates it)
 
-    def claim(self, fingerprint: dict):
-        """NNError unless both files can be written as this run will write them (see above)."""
+    def claim(self, fingerprint: dict, run: str | None = None):
+        """NNError unless both files can be written as this run will write them (see above); `run`
+        is the run's identity, which a run log it continues must hold (the checkpoint's, when resumed)."""
         if self.checkpoint and self.log and files.same_file(self.checkpoint, self.log):
             raise NNError(f"--log {shown(self.log)} and --checkpoint {shown(self.checkpoint)} are the same file; "
                           "give the run log a path of its own")
         if self.checkpoint:
             self._claim("--checkpoint", self.checkpoint, lambda path: self.resume)   # resumed: the one just read
         if self.log:
-            self._claim("--log", self.log, lambda path: self._own_log(path, fingerprint))
+            self._claim("--log", self.log, lambda path: self._own_log(path, fingerprint, run))
 
     def _claim(self, flag, path, ours):
         self._replace[path] = claim(flag, path, ours)
 
-    def _own_log(self, path, fingerprint: dict) -> bool:
+    def _own_log(self, path, fingerprint: dict, run: str | None) -> bool:
         """Whether the file at `path` is this run's log, which a resumed run continues; NNError for
         any other file."""
         try:
@@ -54,6 +55,9 @@ class Outputs:
                           "or pass --resume to continue its run")
         if settings != json.loads(json.dumps(fingerprint)):
             raise NNError(f"--log {shown(self.log)} is the log of a run with other settings; choose another path")
+        if run is None or log.get("run") != run:     # same settings, another run (or one before run identities)
+            raise NNError(f"--log {shown(self.log)} is the log of another run than the one in --checkpoint "
+                          f"{shown(self.checkpoint)}; choose another path (a run log is never overwritten)")
         return True
 
     def save_checkpoint(self, ckpt: checkpoint.Checkpoint):

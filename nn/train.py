@@ -355,7 +355,7 @@ def _setup(cfg, args, backend):
             raise NNError(f"checkpoint {args.checkpoint} exists; pass --resume to continue it, "
                           "or choose another path (it is never overwritten by a fresh run)")
         params = fresh if fresh is not None else init_params(sizes, cfg.init, cfg.seed)
-        ckpt = checkpoint.Checkpoint(params, 0, cfg.fingerprint(sizes))
+        ckpt = checkpoint.Checkpoint(params, 0, cfg.fingerprint(sizes), run=checkpoint.new_run_id())
     return ds, sizes, ckpt, layers
 
 
@@ -428,7 +428,7 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
     def setup():
         found = _setup(cfg, args, backend)
         if dist.rank == 0:
-            outputs.claim(cfg.fingerprint(found[1]))
+            outputs.claim(cfg.fingerprint(found[1]), found[2].run)
         return found
 
     # Rank 0 reads the files first: a bad file fails there alone, and a download happens once.
@@ -479,7 +479,7 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
     sent = ring_bytes(elements, backend.dtype.itemsize, dist.size)
     reduced_by = reductions.describe(allreduce, parallel)
 
-    log = {"config": asdict(cfg), "sizes": list(sizes), "resumed_from_epoch": ckpt.epoch if args.resume else None,
+    log = {"run": ckpt.run, "config": asdict(cfg), "sizes": list(sizes), "resumed_from_epoch": ckpt.epoch if args.resume else None,
            "data": {"source": ds.source, "train": n_train, "val": len(ds.val.y), "test": len(ds.test.y)},
            "environment": _environment(backend, dist, parallel, sent, reduced_by, why),
            "epochs": ckpt.history, "final": None}

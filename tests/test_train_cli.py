@@ -155,6 +155,19 @@ def test_a_run_log_never_replaces_another_file_nor_another_runs_log(tmp_path, fa
     assert [e["epoch"] for e in json.loads((tmp_path / "run.json").read_text())["epochs"]] == [1, 2]
 
 
+def test_a_resumed_run_continues_its_own_log_alone(tmp_path, fake_dir):
+    """Issue 38: run B, resumed with --log of run A (same settings), replaced A's finished log."""
+    assert run_train(tmp_path, *fake_run(fake_dir, "--epochs", 3, "--log", "runA.json")).returncode == 0
+    finished = (tmp_path / "runA.json").read_bytes()
+    assert run_train(tmp_path, *fake_run(fake_dir, "--epochs", 1, "--no-log", "--checkpoint", "B.npz")).returncode == 0
+    b = run_train(tmp_path, *fake_run(fake_dir, "--epochs", 2, "--checkpoint", "B.npz", "--resume", "--log", "runA.json"))
+    assert b.returncode == 2 and b.stderr.count("\n") == 1, b.stderr
+    assert b.stderr.startswith("error: --log runA.json is the log of another run than the one in --checkpoint B.npz")
+    assert (tmp_path / "runA.json").read_bytes() == finished
+    run_id = json.loads(finished)["run"]
+    assert re.fullmatch(r"[0-9a-f]{16}", run_id) and checkpoint.load(tmp_path / "B.npz").run != run_id
+
+
 def test_unwritable_outputs_are_found_before_the_first_epoch(tmp_path, fake_dir):
     """An unwritable --log used to surface after epoch 1, with the checkpoint already written, so
     that the corrected command was refused."""
