@@ -84,6 +84,20 @@ def test_a_huge_argument_is_quoted_cut_short(args, message):
     assert len(proc.stderr) < 400, proc.stderr[:500]
 
 
+@pytest.mark.parametrize("args, message", [
+    (["tune", "--layers", ""], "--layers: empty"),          # was "--shapes nn: the network takes no --layers"
+    (["tune", "--layers", " "], "--layers: empty"),
+    (["tune", "--out", ""], "--out: empty"),                # was the default folder
+    (["bench", "--json", ""], "--json: empty"),             # was no JSON at all
+    (["sweep", "--shapes", "64x64x64", "--json", ""], "--json: empty"),
+    (["show", ""], "path: empty"),                          # was the default folders
+    (["tune", "--shapes", ""], "--shapes: nothing given"),
+    (["bench", "--shapes", ""], "--shapes: no shapes given"),
+])
+def test_an_empty_string_is_not_an_absent_flag(args, message):
+    one_line_error(autogemm(*args), message)
+
+
 @pytest.mark.parametrize("command", ["bench", "sweep"])
 def test_json_outputs_never_replace_a_file_of_another_kind(tmp_path, command):
     (tmp_path / "notes.json").write_text('{"command": "python -m nn.train"}')

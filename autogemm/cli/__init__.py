@@ -541,10 +541,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Options whose absence has a meaning (a default network, folder or no output): given as '' they
+# are refused, not taken as absent.
+_NOT_EMPTY = {"layers": "--layers", "out": "--out", "json": "--json", "path": "path"}
+
+
+def _refuse_empty(args):
+    for name, flag in _NOT_EMPTY.items():
+        value = getattr(args, name, None)
+        if isinstance(value, str) and not value.strip():
+            raise AutogemmError(f"{flag}: empty (leave it out, or give a value)")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = build_parser().parse_args(argv)
+        _refuse_empty(args)
         args.command_line = shlex.join(["autogemm", *argv])
         return args.run(args)
     except AutogemmError as exc:
