@@ -138,6 +138,8 @@ def _message(path) -> str:
     (lambda d: d["records"][0].update(shape="800x1000"), "gemm needs 3 sizes"),
     (lambda d: d["records"][0].update(shape=800), "shape must be a string"),
     (lambda d: d["records"][0].update(dtype="float16"), "dtype 'float16' is not one of"),
+    (lambda d: d["records"][0].update(family="conv2d", shape="500112x1x28x28x6x3", op="-"),
+     "conv2d of 500112 images: more than 2147483647 elements"),     # was a traceback from `autogemm show --json`
     (lambda d: d["records"][0].update(median_us=-1), "median_us=-1 must be a finite number > 0"),
     (lambda d: d["records"][0].update(median_us="5"), "median_us='5'"),
     (lambda d: d["records"][0].update(median_us=10**400), "median_us=1" + "0" * 36 + "... must be a finite number > 0"),

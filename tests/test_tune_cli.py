@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -204,6 +205,38 @@ def test_show_nothing_to_show(tmp_path, name, message):
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     os.mkfifo(tmp_path / "fifo.json")
     one_line_error(autogemm("show", str(tmp_path / name)), f"{tmp_path / name}: {message}")
+
+
+def many_records(tmp_path, count: int):
+    """A tuned file of `count` GEMM records, one shape each, the larger the slower (as a hand edit:
+    save checks each record twice)."""
+    path = write_store(tmp_path, [record()])
+    edit(path, lambda d: d.update(records=[dict(d["records"][0], shape=f"{i + 1}x1000x784", median_us=10 + i / 100)
+                                           for i in range(count)]))
+    return path
+
+
+def test_show_summarises_a_large_file_in_a_few_seconds_and_json_keeps_every_record(tmp_path, capsys):
+    """A file of 100,000 records took 189 s to show as one table of every row (--json 26 s)."""
+    path = many_records(tmp_path, 20_000)
+    start = time.monotonic()
+    assert cli.main(["show", str(path)]) == 0
+    seconds = time.monotonic() - start
+    out = capsys.readouterr().out
+    assert "20000 records" in out and "autogemm show --all" in out and len(out.splitlines()) < 100
+    assert f"file: {path}\n" in out and " 20000x1000x784 " in out      # the slowest record is among those shown
+    assert seconds < 8, seconds
+    assert cli.main(["show", "--json", str(path)]) == 0
+    (shown,) = json.loads(capsys.readouterr().out)
+    assert len(shown["records"]) == 20_000
+
+
+def test_show_all_prints_every_record_of_a_large_file_as_plain_lines(tmp_path, capsys):
+    path = many_records(tmp_path, 600)
+    assert cli.main(["show", "--all", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 + 600 and lines[2].split()[:3] == ["family", "shape", "op"]
+    assert lines[-1].split()[:6] == ["gemm", "600x1000x784", "nt", "float32", "bm=64", "bn=64"]
 
 
 def test_show_prints_what_a_file_says_as_text_not_markup(store):

@@ -381,8 +381,11 @@ def cmd_show(args) -> int:
         print(json.dumps(to_json(shown), indent=1))
     else:
         console = _console()
-        for table in tables(shown):
-            console.print(table)
+        for table in tables(shown, every=args.all):
+            if isinstance(table, str):       # a file of many records, as plain lines (rich is slow)
+                sys.stdout.write(table + "\n")
+            else:
+                console.print(table)
     for error in shown.errors:
         print(f"error: {error}", file=sys.stderr)
     return 2 if shown.errors else 0
@@ -537,6 +540,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="a tuned file, or a folder of them (default: what lookup reads: the user store, "
                            "$AUTOGEMM_TUNED or ~/.cache/autogemm/tuned, then the results shipped with autogemm)")
     show.add_argument("--json", action="store_true", help="print JSON for scripts instead of tables")
+    show.add_argument("--all", action="store_true",
+                      help="every record of a large file (over 500), in place of a summary per family and its "
+                           "20 records most worth a look")
     show.set_defaults(run=cmd_show)
     return parser
 

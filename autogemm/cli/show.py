@@ -128,26 +128,85 @@ def to_json(shown: Shown) -> list[dict]:
             for role, s in shown.stores]
 
 
-def tables(shown: Shown) -> list:
-    """One rich Table per file. Text from the files goes in as plain Text: a GPU name or config
-    that looks like rich markup is shown as written, not interpreted."""
-    from rich.table import Table
+SUMMARY_OVER = 500      # a file of more records is shown as a summary, unless --all
+TOP = 20                # the records a summary shows
+COLUMNS = ("family", "shape", "op", "dtype", "config", "µs", "GFLOP/s", "vs cuBLAS", "error", "age", "status")
+RIGHT = ("µs", "GFLOP/s", "vs cuBLAS", "error", "age")
+
+
+def tables(shown: Shown, every: bool = False) -> list:
+    """What `autogemm show` prints of each file: a rich Table of its records; of a file of more
+    than SUMMARY_OVER, unless `every`, a summary per family and the TOP records most worth a look
+    (the stale ones, then the slowest), or with `every` plain text lines (rich takes milliseconds
+    a row). Text from the files goes in as plain Text: a GPU name or config that looks like rich
+    markup is shown as written, not interpreted."""
     from rich.text import Text
 
     out = []
+    now = datetime.now(timezone.utc)
     for role, store in shown.stores:
         m = store.meta
-        table = Table(title=Text(f"{ROLES[role]}: {store.path}\n{m.gpu} ({m.sm_count} SMs, compute "
-                                 f"{m.compute_capability}; driver {m.driver}, CUDA {m.cuda_runtime}, CuPy {m.cupy})"))
-        for col in ("family", "shape", "op", "dtype", "config", "µs", "GFLOP/s", "vs cuBLAS", "error", "age", "status"):
-            table.add_column(col, justify="right" if col in ("µs", "GFLOP/s", "vs cuBLAS", "error", "age") else "left")
-        for r in ordered(store):
-            speedup = r.speedup
-            status = shown.status(r)
-            table.add_row(r.key.family, r.key.shape, r.key.op, r.key.dtype, Text(compact(r.config)),
-                          f"{r.median_us:.1f}", f"{r.gflops:.0f}" if r.gflops >= 10 else f"{r.gflops:.2g}",
-                          f"{speedup:.2f}x" if speedup is not None else "",
-                          f"{r.max_rel_error:.1e}" if r.max_rel_error is not None else "", age(r.date),
-                          Text(status, style="red" if status == "stale" else "dim"))
-        out.append(table)
+        title = (f"{ROLES[role]}: {store.path}\n{m.gpu} ({m.sm_count} SMs, compute {m.compute_capability}; "
+                 f"driver {m.driver}, CUDA {m.cuda_runtime}, CuPy {m.cupy})")
+        records = ordered(store)
+        if len(records) <= SUMMARY_OVER:
+            out.append(_table(Text(title), [_cells(r, shown, now) for r in records]))
+        elif every:
+            out.append(_plain(title, [_cells(r, shown, now) for r in records]))
+        else:
+            out += [Text(title), _family_summary(records, shown)]
+            top = sorted(records, key=lambda r: (not r.stale, -r.median_us))[:TOP]
+            out.append(_table(Text(f"the {len(top)} of {len(records)} records most worth a look: the stale, then the "
+                                   f"slowest (every record: autogemm show --all, or --json)"),
+                              [_cells(r, shown, now) for r in top]))
     return out
+
+
+def _cells(r: Record, shown: Shown, now: datetime) -> list[str]:
+    speedup = r.speedup
+    return [r.key.family, r.key.shape, r.key.op, r.key.dtype, compact(r.config), f"{r.median_us:.1f}",
+            f"{r.gflops:.0f}" if r.gflops >= 10 else f"{r.gflops:.2g}",
+            f"{speedup:.2f}x" if speedup is not None else "",
+            f"{r.max_rel_error:.1e}" if r.max_rel_error is not None else "", age(r.date, now), shown.status(r)]
+
+
+def _table(title, rows: list[list[str]]):
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=title)
+    for col in COLUMNS:
+        table.add_column(col, justify="right" if col in RIGHT else "left")
+    for cells in rows:
+        status = cells[-1]
+        table.add_row(*cells[:4], Text(cells[4]), *cells[5:-1], Text(status, style="red" if status == "stale" else "dim"))
+    return table
+
+
+def _plain(title: str, rows: list[list[str]]) -> str:
+    """The rows as aligned plain text under the title: linear, for files of many records."""
+    widths = [max([len(col)] + [len(cells[i]) for cells in rows]) for i, col in enumerate(COLUMNS)]
+
+    def line(cells):
+        return "  ".join(c.rjust(w) if col in RIGHT else c.ljust(w)
+                         for c, w, col in zip(cells, widths, COLUMNS)).rstrip()
+
+    return "\n".join([title, line(COLUMNS), *map(line, rows)])
+
+
+def _family_summary(records: list[Record], shown: Shown):
+    from rich.table import Table
+
+    counts = defaultdict(lambda: [0, 0, 0])           # family -> [records, stale, overridden]
+    for r in records:
+        c = counts[r.key.family]
+        status = shown.status(r)
+        c[0] += 1
+        c[1] += status == "stale"
+        c[2] += status == "overridden"
+    table = Table(title=f"{len(records)} records, per family")
+    for col in ("family", "records", "stale", "overridden"):
+        table.add_column(col, justify="left" if col == "family" else "right")
+    for name, (n, stale, overridden) in sorted(counts.items()):
+        table.add_row(name, str(n), str(stale), str(overridden))
+    return table

@@ -76,6 +76,7 @@ class Family:
         self.restrictions: dict[str, tuple] = {}    # parameters limited by `restricted`
         self.constraints = self.module.CONSTRAINTS
         self.Problem = self.module.Problem
+        self._variant_sources = None                 # code_hashes' sources, listed on first use
 
     def restricted(self, choices: Mapping[str, tuple]) -> "Family":
         """This family with some parameters limited to a subset of their declared choices (a
@@ -112,8 +113,11 @@ class Family:
         return code_hash(self.sources(cfg))
 
     def code_hashes(self) -> set[str]:
-        """code_hash of every variant: every combination of the declared SOURCE_PARAMS values."""
-        return {code_hash(self.sources(cfg)) for cfg in self._variants()}
+        """code_hash of every variant: every combination of the declared SOURCE_PARAMS values
+        (asked once per record of a tuned file: the variants' sources are listed once)."""
+        if self._variant_sources is None:
+            self._variant_sources = tuple(dict.fromkeys(self.sources(cfg) for cfg in self._variants()))
+        return {code_hash(sources) for sources in self._variant_sources}
 
     @property
     def template_hash(self) -> str:

@@ -39,7 +39,7 @@ from autogemm import files
 from autogemm.errors import InvalidConfig, StoreError
 from autogemm.runtime.device import DeviceInfo
 from autogemm.runtime.family import FAMILIES, Config, family
-from autogemm.store.keys import Key, brief, parse_key
+from autogemm.store.keys import Key, brief, parse_key, problem_of
 
 SCHEMA = 1
 MAX_BYTES = 64 << 20      # a tuned file of every shape of many networks is well under 1 MiB
@@ -262,6 +262,7 @@ def _record(obj, where: str) -> Record:
     _exact_keys(obj, RECORD_FIELDS, where)
     try:
         key = parse_key(*(obj[f] for f in fields))
+        problem_of(key)           # sizes that no call can have (a convolution over 2**31 elements)
     except ValueError as exc:
         raise StoreError(f"{where}: {exc}") from None
     template_hash = _string(obj, "template_hash", where, _HASH)
