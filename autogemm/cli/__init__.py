@@ -370,7 +370,7 @@ def _fix(text: str) -> tuple[str, tuple]:
 
 
 def cmd_show(args) -> int:
-    from autogemm.cli.show import collect, tables, to_json
+    from autogemm.cli.show import collect, dumps, tables, to_json
     from autogemm.store import locations
 
     if args.path:
@@ -378,7 +378,7 @@ def cmd_show(args) -> int:
     else:
         shown = collect(locations.lookup_dirs(), required=False)
     if args.json:
-        print(json.dumps(to_json(shown), indent=1))
+        print(dumps(to_json(shown)))
     else:
         console = _console()
         for table in tables(shown, every=args.all):
