@@ -320,3 +320,13 @@ def test_a_stale_record_still_holds_only_plain_words_and_integers(tmp_path, conf
 
 def test_file_for_names_the_gpu(tmp_path):
     assert file_for(tmp_path, H100) == tmp_path / "nvidia-h100-80gb-hbm3.json"
+
+
+def test_a_config_checked_once_is_reused_only_for_the_same_values_and_types(tmp_path):
+    """load checks each distinct config once: pad=1 after a record with pad=True is still refused."""
+    path = write_store(tmp_path, [record(), record((400, 1000, 784))])
+    edit(path, lambda d: d["records"][1]["config"].update(pad=int(d["records"][1]["config"]["pad"])))
+    assert "record 1 (gemm 800x1000x784:nt float32): config: pad=1 is not in the gemm space" in _message(path)
+    edit(path, lambda d: d["records"][1]["config"].update(pad=True))
+    loaded = load(path).records
+    assert len(loaded) == 2 and all(r.config == record().config for r in loaded.values())

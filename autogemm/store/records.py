@@ -159,8 +159,9 @@ def load(path: Path) -> Store:
         raise StoreError(f"{path}: 'records' must be a list, got {type(doc['records']).__name__}")
     records: dict[Key, Record] = {}
     where_of: dict[Key, int] = {}
+    memo: dict = {}
     for i, item in enumerate(doc["records"]):
-        record = _record(item, f"{path}: record {i}")
+        record = _record(item, f"{path}: record {i}", memo)
         if record.key in records:
             raise StoreError(f"{path}: record {i} ({record.key}) repeats record {where_of[record.key]}")
         records[record.key], where_of[record.key] = record, i
@@ -252,7 +253,13 @@ def _meta(obj, where: str) -> Meta:
                 dict(templates), {k: list(v) for k, v in params.items()}, _date(obj, "updated", where))
 
 
-def _record(obj, where: str) -> Record:
+_PLAIN = (int, float, bool, str, type(None))
+
+
+def _record(obj, where: str, memo: dict | None = None) -> Record:
+    """One record, checked. `memo` (one per file): what checked once need not be again, the
+    families' code hashes and each distinct config (a file of many shapes repeats a few configs)."""
+    memo = {} if memo is None else memo
     if not isinstance(obj, dict):
         raise StoreError(f"{where}: expected an object, got {type(obj).__name__}")
     fields = ("family", "shape", "op", "dtype")
@@ -266,13 +273,24 @@ def _record(obj, where: str) -> Record:
     except ValueError as exc:
         raise StoreError(f"{where}: {exc}") from None
     template_hash = _string(obj, "template_hash", where, _HASH)
-    if template_hash not in family(key.family).code_hashes():
-        config = _stale_config(key.family, obj["config"], f"{where}: config")
+    if (key.family, "hashes") not in memo:
+        memo[key.family, "hashes"] = family(key.family).code_hashes()
+    current = template_hash in memo[key.family, "hashes"]
+    values = obj["config"]
+    seen = None
+    if isinstance(values, dict) and all(type(v) in _PLAIN for v in values.values()):
+        seen = (key.family, current, tuple((k, type(v), v) for k, v in values.items()))    # type: True is not 1
+    if seen in memo:
+        config = memo[seen]
+    elif not current:
+        config = _stale_config(key.family, values, f"{where}: config")
     else:
         try:
-            config = family(key.family).config(_with_added(key.family, obj["config"]), f"{where}: config")
+            config = family(key.family).config(_with_added(key.family, values), f"{where}: config")
         except InvalidConfig as exc:
             raise StoreError(str(exc)) from None
+    if seen is not None:
+        memo[seen] = config
     return Record(
         key, config,
         median_us=_number(obj, "median_us", where), p10_us=_number(obj, "p10_us", where),
