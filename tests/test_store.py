@@ -183,6 +183,7 @@ def test_a_huge_value_is_quoted_cut_short(tmp_path, change, expected):
     ("[1, 2]", "expected a JSON object"),
     ('{"meta": {}, "meta": {}}', "key 'meta' appears twice"),
     ('{"meta": NaN, "records": []}', "NaN is not a number JSON allows"),
+    ('{"meta": ' + "9" * 5000 + ', "records": []}', "an integer of 5000 digits (999999999999...) is in no tuned file"),
     ('{"meta": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
 ])
 def test_corrupted_json(tmp_path, text, expected):

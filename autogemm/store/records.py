@@ -146,7 +146,7 @@ def load(path: Path) -> Store:
     except files.FileError as exc:
         raise StoreError(f"{path}: cannot read: {exc}") from None
     try:
-        doc = files.parse_json(text, object_pairs_hook=_unique_keys, parse_constant=_no_constants)
+        doc = files.parse_json(text, object_pairs_hook=_unique_keys, parse_constant=_no_constants, parse_int=_int)
     except json.JSONDecodeError as exc:
         raise StoreError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except ValueError as exc:
@@ -175,6 +175,12 @@ def _unique_keys(pairs):
             raise ValueError(f"key {brief(k)} appears twice in one object")
         seen[k] = v
     return seen
+
+
+def _int(text: str) -> int:
+    if len(text) > 4300:        # int() refuses them, with advice to the programmer
+        raise ValueError(f"an integer of {len(text)} digits ({text[:12]}...) is in no tuned file")
+    return int(text)
 
 
 def _no_constants(name):
