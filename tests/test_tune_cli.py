@@ -99,6 +99,16 @@ def test_an_empty_string_is_not_an_absent_flag(args, message):
     one_line_error(autogemm(*args), message)
 
 
+@pytest.mark.parametrize("args, message", [
+    (["show", "/tmp/no\nsuch"], "/tmp/no\\nsuch: no such file or folder"),
+    (["tune", "--layers", "x" * 100_000], "--shapes lenet: --layers: "),     # quoted whole by nn's spec parser
+])
+def test_every_error_is_one_line_of_readable_length(args, message):
+    proc = autogemm(*args)
+    one_line_error(proc, message)
+    assert len(proc.stderr) <= len("error: \n") + 1000
+
+
 @pytest.mark.parametrize("command", ["bench", "sweep"])
 def test_json_outputs_never_replace_a_file_of_another_kind(tmp_path, command):
     (tmp_path / "notes.json").write_text('{"command": "python -m nn.train"}')

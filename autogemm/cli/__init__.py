@@ -387,7 +387,7 @@ def cmd_show(args) -> int:
             else:
                 console.print(table)
     for error in shown.errors:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {_one_line(error)}", file=sys.stderr)
     return 2 if shown.errors else 0
 
 
@@ -559,6 +559,14 @@ def _refuse_empty(args):
             raise AutogemmError(f"{flag}: empty (leave it out, or give a value)")
 
 
+def _one_line(message: str) -> str:
+    """A message as one line of readable length, whatever it quotes: a newline in a path escaped,
+    a value a layer below quoted whole (nn's --layers spec) cut short."""
+    from autogemm.store.records import printable
+
+    return printable(message, 1000)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -567,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
         args.command_line = shlex.join(["autogemm", *argv])
         return args.run(args)
     except AutogemmError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:    # tune has its own: what it saved, and how to resume
         print("interrupted", file=sys.stderr)
