@@ -360,11 +360,13 @@ def _setup(cfg, args, backend):
 
 
 def _sample_hash(ds) -> str:
-    """A short hash of a sample of the data set: ranks that read different files disagree on it."""
+    """A short hash of the whole data set, every image and label: ranks that read different files,
+    or files that differ in one pixel, disagree on it (hashlib reads the arrays in place: well under
+    a second for Fashion-MNIST)."""
     digest = hashlib.sha256()
     for split in (ds.train, ds.val, ds.test):
-        digest.update(np.ascontiguousarray(split.x[::31]).tobytes())
-        digest.update(split.y.tobytes())
+        digest.update(np.ascontiguousarray(split.x))
+        digest.update(np.ascontiguousarray(split.y))
     return digest.hexdigest()[:16]
 
 
@@ -437,7 +439,7 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
     ds, sizes, ckpt, layers = first or others
     if dist.size > 1:
         dist.same_everywhere({"data set sizes": [len(ds.train.y), len(ds.val.y), len(ds.test.y)],
-                              "data set (a hash of every 31st image)": _sample_hash(ds),
+                              "data set (a hash of every image)": _sample_hash(ds),
                               "network": list(sizes), "checkpoint epoch": ckpt.epoch},
                              "every rank must read the same data set and checkpoint")
 

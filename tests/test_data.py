@@ -437,3 +437,14 @@ def test_a_download_that_never_ends_is_cut_off(tmp_path, monkeypatch):
     with pytest.raises(DataError, match="more than 8 MiB, larger than any file of the data set"):
         locate("mnist")
     assert os.listdir(tmp_path / "cache" / "data" / "mnist") == []          # no .part left
+
+
+def test_the_ranks_data_hash_sees_one_pixel_anywhere(tmp_path):
+    """Issue 38 #18: the same-data check across ranks hashed every 31st image; image 401 (not a
+    multiple of 31) changed by one pixel must change the hash."""
+    from nn.train import _sample_hash
+
+    ds = load_dataset("mnist", write_dataset(tmp_path / "d", n_train=6_500, n_test=10))
+    before = _sample_hash(ds)
+    ds.train.x[401, 300] += 1
+    assert _sample_hash(ds) != before
