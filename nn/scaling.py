@@ -50,6 +50,7 @@ from nn import checkpoint
 from nn import train
 from nn.allreduce import KINDS as ALLREDUCES
 from nn.bench import ConvNetwork, Network, cnn_networks, networks
+from nn.backends import cuda_available
 from nn.errors import ArgumentParser, NNError
 from nn.layers import LENET, parse_layers
 from nn.model_parallel import check_split
@@ -231,6 +232,9 @@ def resolve(args) -> Settings:
     data = ["--data-dir", os.path.realpath(args.data_dir)] if args.data_dir else []
     launch = tuple(launcher(args.mpirun))
     out = Path(os.path.realpath(args.out))
+    if backend != "numpy" and not cuda_available():  # else each run would train on the CPU, then fail
+        raise NNError(f"--backend {args.backend} needs a CUDA GPU and CuPy sees none; "
+                      "--backend numpy measures the CPU")
     return Settings(net, tuple(sorted(args.ranks)), tuple(args.parallel), tuple(args.allreduce), epochs,
                     args.f64_epochs, out, launch, (*flags, *data), tuple(extra), backend,
                     args.timeout, args.exit_grace, args.time_limit or 0, args.weak)

@@ -37,6 +37,12 @@ def fake_mpirun(tmp_path, version="HYDRA build details:") -> str:
 EXPLICIT = ("--parallel", "data", "--allreduce", "mpi,nccl")   # nn.scaling's defaults are auto, auto
 
 
+@pytest.fixture(autouse=True)
+def a_gpu(monkeypatch):
+    """The injected runners start nothing: every test but the one about it sees a GPU."""
+    monkeypatch.setattr(scaling, "cuda_available", lambda: True)
+
+
 def settings(tmp_path, *argv):
     return resolve(build_parser().parse_args(["--mpirun", fake_mpirun(tmp_path), "--out", str(tmp_path / "out"), *argv]))
 
@@ -76,6 +82,18 @@ def test_bad_arguments_are_one_line_and_exit_2(tmp_path, capsys, args, message):
     captured = capsys.readouterr()
     (line,) = captured.err.strip().splitlines()
     assert line.startswith("error: ") and message in line and not captured.out
+
+
+@pytest.mark.parametrize("backend", ["tuned", "cupy"])
+def test_no_gpu_is_refused_before_any_run(tmp_path, capsys, monkeypatch, backend):
+    """Issue 38 #5: without a GPU every run trained on the CPU for minutes, then failed."""
+    monkeypatch.setattr(scaling, "cuda_available", lambda: False)
+    assert main(["--mpirun", fake_mpirun(tmp_path), "--out", str(tmp_path / "out"), "--backend", backend],
+                runner=FakeRunner({})) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"error: --backend {backend} needs a CUDA GPU and CuPy sees none; --backend numpy measures the CPU\n"
+    assert not captured.out and not (tmp_path / "out").exists()
+    assert settings(tmp_path, "--backend", "numpy").backend == "numpy"      # the CPU needs no GPU
 
 
 def test_bad_argument_from_the_command_line():
