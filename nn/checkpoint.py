@@ -1,11 +1,18 @@
 """Checkpoints: all weights, the last finished epoch and the settings that produced them, written atomically.
 
 A checkpoint is one uncompressed .npz (arrays W0, b0, W1, ...; an optimizer's state m0, v0, m1, ...
-for Adam; `meta`, a JSON string) read without pickle. Reading checks everything before the weights are used: the file is a regular file, no
-member is compressed (so nothing inflates past the file's own size), the settings match the run's,
-and every array has the run's shape and dtype and finite values.
+for Adam; `meta`, a JSON string; written last, `digest`: a SHA-256 over every other member, see
+digest()) read without pickle. Reading checks everything before the weights are used: the file is a
+regular file, no member is compressed (so nothing inflates past the file's own size), the digest
+matches (the arrays and meta are one save's, not mixed from several or edited), the settings match
+the run's, an Adam run's checkpoint holds Adam's state, and every array has the run's shape and
+dtype and finite values.
+
+A checkpoint without a digest was written before digests existed: it is read as before (refusing
+it would leave an older run's work unresumable), and the next save writes one.
 """
 import errno
+import hashlib
 import io
 import json
 import math
@@ -41,6 +48,17 @@ def new_run_id() -> str:
     return secrets.token_hex(8)
 
 
+def digest(arrays: dict) -> str:
+    """SHA-256 over `arrays` ({name: array}, meta included, the digest itself not) in name order,
+    each as its name, dtype, shape and C-order bytes: any array or meta from another save changes it."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        x = np.asarray(arrays[name])
+        h.update(json.dumps([name, x.dtype.str, list(x.shape)]).encode() + b"\0")
+        h.update(x.tobytes(order="C"))
+    return h.hexdigest()
+
+
 def save(path, ckpt: Checkpoint, replace: bool = True):
     """Write `ckpt` to `path` atomically; without `replace`, only if no file is there."""
     meta = {"format": FORMAT, "epoch": ckpt.epoch, "layers": len(ckpt.params),
@@ -52,8 +70,9 @@ def save(path, ckpt: Checkpoint, replace: bool = True):
         meta["optimizer"] = {"steps": ckpt.state["steps"], "moments": len(ckpt.state["moments"])}
         for i, (m, v) in enumerate(ckpt.state["moments"]):
             arrays[f"m{i}"], arrays[f"v{i}"] = m, v
+    arrays = {"meta": np.array(json.dumps(meta)), **arrays}
     buf = io.BytesIO()
-    np.savez(buf, meta=np.array(json.dumps(meta)), **arrays)
+    np.savez(buf, **arrays, digest=np.array(digest(arrays)))    # the digest last
     try:
         files.write_atomic(path, buf.getvalue(), replace)
     except files.FileError as e:
@@ -69,9 +88,14 @@ def load(path, fingerprint: dict | None = None, dtype=None, shapes=None) -> Chec
         with files.open_regular(path) as f:
             with zipfile.ZipFile(f) as z:
                 meta = _meta(z, path)
+                _check_digest(z, path)
                 ckpt = Checkpoint([], meta["epoch"], meta["fingerprint"], meta["history"], run=meta.get("run"))
                 if fingerprint is not None:
                     _check_compatible(ckpt, fingerprint, path)
+                    if fingerprint.get("optimizer") == "adam" and ckpt.epoch > 0 and "optimizer" not in meta:
+                        raise NNError(f"checkpoint {path} is corrupted or not one consistent state of nn.train: "
+                                      "its run trains with adam and it holds no Adam state (steps and moments); "
+                                      "resuming would restart Adam from zero moments")
                 ckpt.params = [(_array(z, f"W{l}"), _array(z, f"b{l}")) for l in range(meta["layers"])]
                 if "optimizer" in meta:
                     steps, count = meta["optimizer"]["steps"], meta["optimizer"]["moments"]
@@ -126,6 +150,22 @@ def _meta(z: zipfile.ZipFile, path) -> dict:
                 and all(type(record.get(k)) in (int, float) and math.isfinite(record[k]) for k in ("loss", "val_accuracy"))):
             raise NNError(f"checkpoint {path} is corrupted: its history of epoch {i} is not one nn.train writes")
     return meta
+
+
+def _check_digest(z: zipfile.ZipFile, path):
+    """NNError unless the stored digest is that of every other member (none: a checkpoint from
+    before digests, read as before)."""
+    names = [n for n in z.namelist() if n != "digest.npy"]
+    if len(names) == len(z.namelist()):
+        return
+    stored = _array(z, "digest")
+    if stored.dtype.kind != "U" or stored.shape != () or not re.fullmatch(r"[0-9a-f]{64}", str(stored)):
+        raise ValueError("a digest that nn.train does not write")
+    arrays = {n.removesuffix(".npy"): _array(z, n.removesuffix(".npy")) for n in names}
+    if z.namelist()[-1] != "digest.npy" or digest(arrays) != str(stored):
+        raise NNError(f"checkpoint {path} is corrupted or not one consistent state of nn.train: its arrays and "
+                      "meta do not match its digest (parts of it come from other saves or were edited); "
+                      "resume from a checkpoint that nn.train wrote whole, or start a fresh run")
 
 
 def _array(z: zipfile.ZipFile, name: str) -> np.ndarray:

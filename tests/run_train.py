@@ -30,7 +30,8 @@ def run_train(tmp_path, *args, ranks=None, timeout=120) -> subprocess.CompletedP
 def weights(path) -> list[np.ndarray]:
     """Every array of a checkpoint, in order W0, b0, W1, ..."""
     with np.load(path) as z:
-        return [z[k] for k in sorted((k for k in z.files if k != "meta"), key=lambda k: (int(k[1:]), k))]
+        names = (k for k in z.files if k not in ("meta", "digest"))
+        return [z[k] for k in sorted(names, key=lambda k: (int(k[1:]), k))]
 
 
 def max_rel_diff(a, b) -> float:

@@ -104,13 +104,21 @@ def test_save_load_round_trip(tmp_path):
 
 # ---------------------------------------------------------------- checkpoints that look right but are not
 
-def edited(path, out, meta=None, **arrays):
-    """A copy of checkpoint `path` at `out` with its meta block updated by `meta` and arrays replaced."""
+def edited(path, out, meta=None, digest="new", drop=(), **arrays):
+    """A copy of checkpoint `path` at `out` with its meta block updated by `meta` (None: removed), arrays replaced
+    and those named in `drop` removed; its digest made anew ("new", so that the checks behind it
+    are reached), kept ("kept") or left out (None: a checkpoint from before digests)."""
     with np.load(path) as z:
         contents = {k: z[k] for k in z.files}
+    kept = contents.pop("digest")
     stored = json.loads(str(contents["meta"]))
     stored.update(meta or {})
+    stored = {k: v for k, v in stored.items() if v is not None}
     contents.update(meta=np.array(json.dumps(stored)), **arrays)
+    for name in drop:
+        del contents[name]
+    if digest is not None:
+        contents["digest"] = np.array(checkpoint.digest(contents)) if digest == "new" else kept
     np.savez(out, **contents)
     return out
 
@@ -173,3 +181,86 @@ def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(capsys, fake_d
     err = fail(capsys, fake_dir, "--epochs", 5, "--checkpoint", path, "--no-log")
     assert err.startswith("error: training diverged in epoch 2 (loss ") and "epochs 1..1 are in" in err
     assert checkpoint.load(path).epoch == 1
+
+
+# ---------------------------------------------------------------- one consistent state (issue 38 #14)
+
+def cnn_run(fake_dir, path, *args):
+    """A small Adam CNN in this process, checkpointing to `path`."""
+    return main(["--data-dir", str(fake_dir), "--dataset", "mnist", "--layers", "conv2x3,dense8", "--batch", "50",
+                 "--quiet", "--no-log", "--checkpoint", str(path), *map(str, args)])
+
+
+def refused(capsys, status, path) -> str:
+    err = capsys.readouterr().err
+    assert status == 2 and err.startswith(f"error: checkpoint {path} is corrupted or not one consistent state "
+                                          "of nn.train") and err.count("\n") == 1, err
+    return err
+
+
+@pytest.fixture
+def adam_pair(fake_dir, tmp_path):
+    """Two Adam checkpoints of the same settings after 1 and 2 epochs."""
+    one, two = tmp_path / "one.npz", tmp_path / "two.npz"
+    assert cnn_run(fake_dir, one, "--epochs", 1) == 0
+    assert cnn_run(fake_dir, two, "--epochs", 1) == 0 and cnn_run(fake_dir, two, "--epochs", 2, "--resume") == 0
+    return one, two
+
+
+def test_arrays_from_another_checkpoint_are_refused(capsys, fake_dir, tmp_path):
+    """Weights from another seed (MLP) or another epoch (CNN: weights and Adam moments), one at a time."""
+    a, b = tmp_path / "a.npz", tmp_path / "b.npz"
+    assert train(fake_dir, "--epochs", 1, "--checkpoint", a, "--no-log") == 0
+    assert train(fake_dir, "--epochs", 1, "--checkpoint", b, "--no-log", "--seed", "7") == 0
+    with np.load(b) as z:
+        bad = edited(a, tmp_path / "bad.npz", digest="kept", W1=z["W1"])
+    refused(capsys, train(fake_dir, "--epochs", 2, "--checkpoint", bad, "--resume", "--no-log"), bad)
+
+
+@pytest.mark.parametrize("name", ["W0", "b1", "m0", "v3"])
+def test_an_adam_checkpoint_mixed_from_two_epochs_is_refused(capsys, fake_dir, tmp_path, adam_pair, name):
+    one, two = adam_pair
+    with np.load(two) as z:
+        bad = edited(one, tmp_path / "bad.npz", digest="kept", **{name: z[name]})
+    refused(capsys, cnn_run(fake_dir, bad, "--epochs", 3, "--resume"), bad)
+
+
+def test_adam_moments_m_and_v_swapped_are_refused(capsys, fake_dir, tmp_path, adam_pair):
+    """Once reported as divergence, blaming --lr."""
+    one, _ = adam_pair
+    with np.load(one) as z:
+        bad = edited(one, tmp_path / "bad.npz", digest="kept", **{f"{x}{i}": z[f"{y}{i}"]
+                                                                  for i in range(4) for x, y in ("mv", "vm")})
+    refused(capsys, cnn_run(fake_dir, bad, "--epochs", 2, "--resume"), bad)
+
+
+@pytest.mark.parametrize("digest", ["kept", "new", None])
+def test_an_adam_checkpoint_without_its_adam_state_is_refused(capsys, fake_dir, tmp_path, adam_pair, digest):
+    """Kept: the digest does not match; made anew or absent (a file from before digests): the run
+    trains with adam and the file holds no Adam state, which would restart from zero moments."""
+    bad = edited(adam_pair[0], tmp_path / "bad.npz", dict(optimizer=None), digest,
+                 drop=[f"{x}{i}" for i in range(4) for x in "mv"])
+    err = refused(capsys, cnn_run(fake_dir, bad, "--epochs", 2, "--resume"), bad)
+    assert ("do not match its digest" if digest == "kept" else "holds no Adam state") in err
+
+
+@pytest.mark.parametrize("meta", [dict(epoch=2, history=history(2)), dict(history=[dict(history(1)[0], loss=0.25)]),
+                                  dict(run="0123456789abcdef")])
+def test_an_edited_meta_is_refused(capsys, fake_dir, tmp_path, meta):
+    good = tmp_path / "good.npz"
+    assert train(fake_dir, "--epochs", 1, "--checkpoint", good, "--no-log") == 0
+    bad = edited(good, tmp_path / "bad.npz", meta, digest="kept")
+    err = refused(capsys, train(fake_dir, "--epochs", 3, "--checkpoint", bad, "--resume", "--no-log"), bad)
+    assert "do not match its digest" in err
+
+
+def test_a_checkpoint_from_before_digests_is_resumed_and_gains_one(fake_dir, tmp_path):
+    """Refusing it would strand an older run's work; its next save writes a digest."""
+    good, old = tmp_path / "good.npz", tmp_path / "old.npz"
+    assert train(fake_dir, "--epochs", 1, "--checkpoint", good, "--no-log") == 0
+    edited(good, old, digest=None)
+    assert checkpoint.load(old).epoch == 1
+    assert train(fake_dir, "--epochs", 2, "--checkpoint", old, "--resume", "--no-log") == 0
+    with np.load(old) as z:
+        assert z.files[-1] == "digest"
+    assert checkpoint.load(old).epoch == 2
