@@ -16,7 +16,6 @@ from nn.layers import parse_layers
 SPEC, IMAGE, CLASSES = "conv3x3,pool2,conv4x2,dense6", (1, 8, 8), 4
 ROWS, BATCH, EPOCHS = 14, 6, 2     # over 4 ranks: shares 2, 2, 1, 1 and a last batch of 2 rows (1, 1, 0, 0)
 RUNS = ("whole", "overlap", "after")
-allreduce.BUCKET_BYTES = 0      # a bucket a layer: the most all-reduces a step
 
 
 class HostSum:
@@ -48,6 +47,7 @@ def train(dist: Dist, run: str) -> np.ndarray:
 
 
 if __name__ == "__main__":
+    allreduce.BUCKET_BYTES = 0      # a bucket a layer: the most all-reduces a step (this process alone)
     world = maybe_init_dist()
     try:
         flats = {run: train(world, run) for run in RUNS}
