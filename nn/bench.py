@@ -8,6 +8,7 @@ The networks: MLPs (784-hidden-10, SGD) and the LeNet-like CNN (nn.layers.LENET,
 Each backend runs one untimed epoch (compiles, captures), then `--epochs` timed ones; the median is
 reported. The NumPy trainer runs a CNN on a slice of the images, its time scaled to the epoch.
 """
+import io
 import statistics
 import sys
 import time
@@ -15,12 +16,13 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from autogemm import files
 from nn.backends import cuda_available, get_backend
 from nn.backends.numpy_cnn import ADAM
 from nn.cnn import CNN, CNNStep, init_cnn_params
 from nn.data import load_dataset
 from nn.dist import rank_rows
-from nn.errors import ArgumentParser, NNError, exit_status
+from nn.errors import ArgumentParser, NNError, exit_status, shown
 from nn.layers import LENET, parse_layers
 from nn.mlp import MLP, Epoch, Step, init_params
 from nn.outputs import claim, claim_json, write_json
@@ -283,7 +285,8 @@ def chart(results: list[Result], path: str) -> None:
     import matplotlib.pyplot as plt
 
     nets = list(dict.fromkeys(r.network for r in results))
-    backends = [b for b in dict.fromkeys(r.backend for r in results) if b != "numpy"]
+    ran = list(dict.fromkeys(r.backend for r in results))
+    backends = [b for b in ran if b != "numpy"] or ran  # NumPy's bars only where nothing else ran (no GPU)
     fig, ax = plt.subplots(figsize=(max(8, len(nets) * 0.9), 4.5))
     width = 0.8 / max(1, len(backends))
     for i, b in enumerate(backends):
@@ -294,7 +297,13 @@ def chart(results: list[Result], path: str) -> None:
     ax.set_yscale("log")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=120)
+    plt.close(fig)
+    try:  # through a temporary file: a failed write leaves the earlier chart as it was
+        files.write_atomic(path, png.getvalue())
+    except files.FileError as e:
+        raise NNError(f"--png {shown(path)}: cannot be written: {e}") from None
 
 
 def main(argv=None) -> int:

@@ -99,3 +99,31 @@ def test_outputs_replace_only_earlier_outputs_and_are_claimed_before_the_work(tm
     assert (tmp_path / "notes.txt").read_text() == "mine" and not ran
     assert main(["--networks", "grading", "--backends", "numpy", "--json", str(tmp_path / "old.json")]) == 0
     assert json.loads((tmp_path / "old.json").read_text())["results"][0]["ms_per_epoch"] == 1.0
+
+
+CHART_ON_A_FULL_DISK = """
+import resource, signal, sys, warnings
+import nn.bench
+from nn.bench import Result
+warnings.simplefilter("error")                      # the chart's UserWarning (an empty legend) fails
+nn.bench.run = lambda *a: [Result("grading", "numpy", 1.0, 1, 0.5, 54000)]
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)       # a write past the limit fails with EFBIG, like a full disk
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[2]),) * 2)
+sys.exit(nn.bench.main(["--networks", "grading", "--backends", "numpy", "--png", sys.argv[1]]))
+"""
+
+
+def test_a_chart_that_cannot_be_written_leaves_the_earlier_one(tmp_path):
+    """Issue 38 #1: --png wrote in place, so a failed write (disk full) truncated the earlier chart;
+    and every run warned that the legend had nothing in it."""
+    pytest.importorskip("matplotlib")
+    chart = tmp_path / "chart.png"
+    earlier = b"\x89PNG\r\n\x1a\n" + bytes(4000)  # an earlier chart: claimed by its signature
+    chart.write_bytes(earlier)
+    run = [sys.executable, "-c", CHART_ON_A_FULL_DISK, str(chart)]
+    full = subprocess.run([*run, "2000"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert full.returncode == 2 and full.stderr.startswith(f"error: --png {chart}: cannot be written"), full.stderr
+    assert full.stderr.count("\n") == 1 and chart.read_bytes() == earlier
+    assert [p.name for p in tmp_path.iterdir()] == ["chart.png"]               # no temporary file left
+    ok = subprocess.run([*run, str(1 << 30)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and not ok.stderr and chart.read_bytes() != earlier, ok.stderr
