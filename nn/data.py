@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from autogemm import cache_dir, files
+from nn.backends.base import host_free_bytes
 from nn.errors import ArgumentParser, NNError, exit_status
 
 
@@ -94,6 +95,9 @@ TIMEOUT_S = 30  # per read of an HTTP response
 DEADLINE_S = 600  # per file
 MAX_DOWNLOAD_BYTES = 64 << 20  # the largest .gz of both data sets is 26 MB
 MAX_IDX_BYTES = 1 << 30  # the most an IDX file may hold (MNIST's training images: 47 MB), gzipped or not
+MAX_ROWS = 1_000_000  # the most images or labels an IDX file may hold: MNIST's and Fashion-MNIST's training
+#                      sets have 60,000, EMNIST's digits 240,000 (a header that claims more is a bomb or a mistake)
+MAX_DEFLATE_RATIO = 1032  # deflate never packs more than 1032 bytes into one: the most a .gz of n bytes inflates to
 
 
 # ---------------------------------------------------------------- loading
@@ -187,6 +191,16 @@ def _decode(path: Path, mtime_ns: int, size: int) -> np.ndarray:
                 if want > MAX_IDX_BYTES:
                     raise DataError(f"data: {path}'s header says {_dims(dims)} = {want} bytes, more than the "
                                     f"{MAX_IDX_BYTES >> 20} MiB an IDX file of this reader may hold")
+                if dims[0] > MAX_ROWS:
+                    raise DataError(f"data: {path}'s header says {dims[0]} {'labels' if len(dims) == 1 else 'images'}, "
+                                    f"more than the {MAX_ROWS:,} an MNIST-format file may hold; {_advice(path)}")
+                if gzipped and want > size * MAX_DEFLATE_RATIO:
+                    raise DataError(f"data: {path}'s header says {_dims(dims)} = {want} bytes, more than a gzip file "
+                                    f"of {size} bytes can inflate to ({MAX_DEFLATE_RATIO}:1 at most); {_advice(path)}")
+                free = host_free_bytes()
+                if free is not None and want > free:
+                    raise DataError(f"data: {path}'s header says {_dims(dims)} = {want} bytes, more than the "
+                                    f"{free} bytes of memory this host has free")
                 data = stream.read(want + 1)
             except (OSError, EOFError, zlib.error) as e:
                 if not gzipped:

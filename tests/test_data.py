@@ -448,3 +448,37 @@ def test_the_ranks_data_hash_sees_one_pixel_anywhere(tmp_path):
     before = _sample_hash(ds)
     ds.train.x[401, 300] += 1
     assert _sample_hash(ds) != before
+
+
+def test_a_header_that_claims_more_than_the_gzip_stream_can_hold_is_refused_unread(tmp_path):
+    """Issue 38 #3: a .gz of a few KB whose header claims 100,000 images (78 MB): deflate packs at most
+    1032 bytes into one, so it cannot hold them; refused from the header and the file's size."""
+    path = tmp_path / "t10k-images-idx3-ubyte.gz"
+    path.write_bytes(gzip.compress(struct.pack(">2xBB3I", 8, 3, 100_000, 28, 28) + bytes(1 << 20)))
+    start = time.monotonic()
+    with pytest.raises(DataError) as excinfo:
+        read_idx(path)
+    line = assert_one_line_error(excinfo, path)
+    assert f"header says 100000x28x28 = 78400000 bytes, more than a gzip file of {path.stat().st_size} bytes " \
+           "can inflate to (1032:1 at most)" in line
+    assert time.monotonic() - start < 1
+
+
+def test_a_file_that_claims_more_rows_than_any_mnist_is_refused_unread(tmp_path):
+    """Issue 38 #3's bomb claimed 1,369,568 images and labels (zeros, in the 1 GiB limit): it took 50 s
+    and 18 GB, then trained. No MNIST-format data set has over 1,000,000 rows a file."""
+    path = tmp_path / "t10k-labels-idx1-ubyte.gz"
+    path.write_bytes(gzip.compress(struct.pack(">2xBBI", 8, 1, 1_369_568) + bytes(1_369_568)))
+    with pytest.raises(DataError) as excinfo:
+        read_idx(path)
+    assert "header says 1369568 labels, more than the 1,000,000 an MNIST-format file may hold" \
+        in assert_one_line_error(excinfo, path)
+
+
+def test_a_file_larger_than_free_memory_is_refused_unread(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "host_free_bytes", lambda: 2000)
+    path = write_idx(tmp_path / "train-images-idx3-ubyte.gz", np.zeros((3, 28, 28), np.uint8))
+    with pytest.raises(DataError) as excinfo:
+        read_idx(path)
+    assert "header says 3x28x28 = 2352 bytes, more than the 2000 bytes of memory this host has free" \
+        in assert_one_line_error(excinfo, path)
