@@ -114,6 +114,12 @@ def load_dataset(name="fashion-mnist", data_dir=None, scale="raw", dtype=np.floa
     if dtype.kind != "f":
         raise DataError(f"data: dtype must be a floating type, not {dtype}")
     directory = locate(name, data_dir)
+    rows = sum(_claimed_rows(_find(directory, stem)) or 0 for stem in FILES[::2])  # images, before any is inflated
+    free = host_free_bytes()
+    need = rows * 28 * 28 * (1 + dtype.itemsize)  # the inflated bytes and their copy in dtype
+    if free is not None and need > free:
+        raise DataError(f"data: {directory} claims {rows} images: {need} bytes as uint8 and {dtype}, "
+                        f"more than the {free} bytes this host has free")
     train_images, train_labels = _read_pair(directory, "train")
     test_images, test_labels = _read_pair(directory, "t10k")
     n_fit = len(train_labels) - N_VAL
@@ -143,6 +149,9 @@ def _read_pair(directory: Path, prefix: str) -> tuple[np.ndarray, np.ndarray]:
     """Images (N, 28, 28) and labels (N,) uint8 of prefix "train" or "t10k", checked together."""
     images_path = _find(directory, f"{prefix}-images-idx3-ubyte")
     labels_path = _find(directory, f"{prefix}-labels-idx1-ubyte")
+    n_images, n_labels = _claimed_rows(images_path), _claimed_rows(labels_path)
+    if None not in (n_images, n_labels) and n_images != n_labels:  # told before either is inflated
+        raise DataError(f"data: {images_path} holds {n_images} images but {labels_path} {n_labels} labels")
     images, labels = read_idx(images_path), read_idx(labels_path)
     if images.shape[1:] != (28, 28):
         raise DataError(f"data: {images_path} holds {_dims(images.shape)} bytes, "
@@ -157,6 +166,20 @@ def _read_pair(directory: Path, prefix: str) -> tuple[np.ndarray, np.ndarray]:
         raise DataError(f"data: {labels_path} has label {labels[i]} at row {i}, expected 0..9; "
                         f"{_advice(labels_path)}")
     return images, labels
+
+
+def _claimed_rows(path: Path) -> int | None:
+    """The rows (images or labels) an IDX file's header claims, read without inflating the rest;
+    None where it has no readable header (read_idx then says why)."""
+    if path is None:
+        return None
+    try:
+        with files.open_regular(path) as raw:
+            gzipped = raw.read(2) == b"\x1f\x8b"
+            raw.seek(0)
+            return _header(path, gzip.GzipFile(fileobj=raw) if gzipped else raw)[0]
+    except (files.FileError, DataError, OSError, EOFError, zlib.error):
+        return None
 
 
 def _dims(shape) -> str:

@@ -482,3 +482,20 @@ def test_a_file_larger_than_free_memory_is_refused_unread(tmp_path, monkeypatch)
         read_idx(path)
     assert "header says 3x28x28 = 2352 bytes, more than the 2000 bytes of memory this host has free" \
         in assert_one_line_error(excinfo, path)
+
+
+def test_images_and_labels_that_disagree_are_refused_before_either_is_inflated(tmp_path, fake_dir, monkeypatch):
+    folder = shutil.copytree(fake_dir, tmp_path / "d")
+    write_idx(folder / "train-labels-idx1-ubyte.gz", np.zeros(6_099, np.uint8))
+    monkeypatch.setattr(data, "read_idx", lambda path: pytest.fail(f"{path} was inflated"))
+    with pytest.raises(DataError, match="train-images-idx3-ubyte.gz holds 6100 images but .*-labels-idx1-ubyte.gz 6099"):
+        load_dataset("mnist", folder)
+
+
+def test_a_data_set_larger_than_free_memory_as_floats_is_refused_before_reading(fake_dir, monkeypatch):
+    """6,150 images are 4.8 MB as bytes and 43 MB as float64: with 10 MB free, refused unread."""
+    monkeypatch.setattr(data, "host_free_bytes", lambda: 10 << 20)
+    monkeypatch.setattr(data, "read_idx", lambda path: pytest.fail(f"{path} was inflated"))
+    with pytest.raises(DataError, match=r"claims 6150 images: 43394400 bytes as uint8 and float64, more than the "
+                                        r"10485760 bytes this host has free$"):
+        load_dataset("mnist", fake_dir)
