@@ -5,6 +5,9 @@
 # kernels of both splits tuned on the GPUs at once, then 1 against 4 ranks of each network and split.
 # final: the float32 runs of 4 ranks with dW1 in one block and in 4 MB blocks, then every nn.scaling
 # table: strong (1, 2, 4 GPUs) and weak, cme213, large, lenet, grading, fp32 and tf32, NCCL and MPI.
+# close-tune: each rank's kernels of 4 ranks, never tuned on this GPU before (the large network at fp32,
+# tf32 and bf16, LeNet at fp32), one GPU each; close-runs: then 1 against 4 ranks, default flags,
+# strong and weak, and LeNet's step profiled.
 # Everything lands in $OUT/issue37.tar.gz (the device tool returns at most 8 files); a table last.
 set -uo pipefail
 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . > /dev/null 2>&1 ||
@@ -136,6 +139,37 @@ after_fix() {   # after the buckets' least size and the blocks' revert: 1 agains
     train cme213-weak-r4 4 --epochs 8 --batch 3200
 }
 
+close_tune() {   # each rank's kernels of a 4-rank data split, one tuning run a GPU
+    local args=("--shapes nn --hidden 4096 --batch 8192 --ranks 4"
+                "--shapes nn --hidden 4096 --batch 8192 --ranks 4 --precision tf32"
+                "--shapes nn --hidden 4096 --batch 8192 --ranks 4 --precision bf16"
+                "--model lenet --ranks 4")
+    for i in 0 1 2 3; do
+        CUDA_VISIBLE_DEVICES=$((i % gpus)) timeout 230 python -m autogemm.cli tune ${args[$i]} --trials 12 --timeout 6 \
+            > "$work/tune-close-$i.txt" 2>&1 &
+    done
+    wait
+    cp tuned/*.json "$work/"
+    tail -3 "$work"/tune-close-*.txt
+}
+
+close_runs() {   # 1 against 4 ranks, default flags; weak: 4 ranks at 4x the batch; LeNet's step profiled
+    for precision in fp32 tf32 bf16; do
+        train large-r1-$precision 1 --hidden 4096 --batch 8192 --epochs 8 --precision $precision
+        train large-r4-$precision 4 --hidden 4096 --batch 8192 --epochs 8 --precision $precision
+        train large-weak-r4-$precision 4 --hidden 4096 --batch 32768 --epochs 8 --precision $precision
+    done
+    train lenet-r1 1 --model lenet --epochs 6
+    train lenet-r4 4 --model lenet --epochs 6
+    train lenet-weak-r4 4 --model lenet --epochs 6 --batch 4000
+    train cme213-r4-data 4 --epochs 8 --parallel data
+    for ranks in 1 4; do
+        timeout 60 python -m nn.profile --network lenet --ranks $ranks --parallel data \
+            --json "$work/profile-lenet-r$ranks.json" > "$work/profile-lenet-r$ranks.txt" 2>&1
+    done
+    cat "$work"/profile-lenet-r*.txt
+}
+
 table() {
     cat "$work"/comm-r*.txt
     grep -h "tuned\|error" "$work"/tune-*.txt | tail -8
@@ -160,6 +194,8 @@ diagnose) comm; tune_ranks; runs ;;
 profile-split) profile_split ;;
 final) final ;;
 after-fix) after_fix ;;
+close-tune) close_tune ;;
+close-runs) close_runs ;;
 esac
 table | tee "$work/table.txt"
 tar -czf "$out/issue37.tar.gz" -C "$out" issue37
