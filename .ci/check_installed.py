@@ -9,6 +9,7 @@ from pathlib import Path
 import autogemm
 import kernels
 from autogemm.runtime.device import H100
+from autogemm.runtime import render
 from autogemm.runtime.family import FAMILIES, family
 from autogemm.store import locations
 from autogemm.store.keys import arity, dtypes, make_key, ops, problem_of
@@ -26,8 +27,8 @@ def main(checkout: Path) -> int:
     if shipped != sorted(p.name for p in (checkout / "tuned").glob("*.json")):
         return fail(f"the installed tuned results {shipped} are not the checkout's")
 
-    used = set()
-    hashes = {name: family(name).template_hash for name in FAMILIES}     # reads every template of every variant
+    used = record_templates_loaded()
+    hashes = {name: family(name).template_hash for name in FAMILIES}
     for name in FAMILIES:
         fam = family(name)
         for op in ops(name):
@@ -39,13 +40,27 @@ def main(checkout: Path) -> int:
                     source = fam.instance(cfg, problem).source
                     if f"{fam.instance_name(cfg, problem)}(" not in source:
                         return fail(f"{name}: the kernel rendered for {dict(cfg)} does not define its symbol")
-                    used.update(fam.sources(cfg))
+                    used.update(getattr(fam.module, "helper_templates", lambda c: ())(cfg))
+                    fam.code_hash(cfg, problem)
     unused = sorted(p.name for p in installed.iterdir() if p.suffix in (".j2", ".cuh") and p.name not in used)
     if unused:
         return fail(f"no config of any family rendered {', '.join(unused)}")
     print(f"installed autogemm at {Path(autogemm.__file__).parent}: {len(used)} templates render, "
           f"{len(hashes)} families hashed, {len(shipped)} shipped tuned files")
     return 0
+
+
+def record_templates_loaded() -> set:
+    """The set that every template file Jinja loads from now on is added to (includes too)."""
+    used, loader = set(), render._environment().loader
+    get_source = loader.get_source
+
+    def recording(environment, name):
+        used.add(name)
+        return get_source(environment, name)
+
+    loader.get_source = recording
+    return used
 
 
 def fail(message: str) -> int:

@@ -13,7 +13,6 @@ from kernels.contract import DTYPES, NO_OP, SHORT, Geometry, ceil_div, check_pro
 
 NAME = "adam"
 TEMPLATE = "adam.cu.j2"
-SOURCE_PARAMS = ()
 
 KEY_SIZES = ("n",)
 KEY_OPS = (NO_OP,)
@@ -40,10 +39,6 @@ CONSTRAINTS = (
     ("the grid must have at most 2^31 - 1 blocks", lambda c, p, d: ceil_div(p.n, c.block * c.ept) < 2**31),
     ("one block past the end must still be indexable in 32 bits", lambda c, p, d: p.n + c.block * c.ept < 2**31),
 )
-
-
-def sources(c) -> tuple[str, ...]:
-    return TEMPLATE, "common.cuh"
 
 
 def default_candidates(p: Problem, d):

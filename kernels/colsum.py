@@ -6,7 +6,6 @@ from kernels.contract import (DTYPES, ITEMSIZE, NO_OP, SHORT, Geometry, RowsProb
 
 NAME = "colsum"
 TEMPLATE = "colsum.cu.j2"
-SOURCE_PARAMS = ()
 
 PARAMS = {
     "tx": (8, 16, 32, 64, 128),    # columns per block
@@ -23,10 +22,6 @@ CONSTRAINTS = (
      lambda c, p, d: (c.tx * c.ty) % 32 == 0 and c.tx * c.ty <= d.max_threads_per_block),
     ("shared memory must fit 48 KB", lambda c, p, d: c.tx * c.ty * ITEMSIZE[p.dtype] <= 48 * 1024),
 )
-
-
-def sources(c) -> tuple[str, ...]:
-    return (TEMPLATE,)
 
 
 def template_args(c, p: Problem) -> dict:

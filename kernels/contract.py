@@ -4,7 +4,7 @@ A family is one template (`<name>.cu.j2`, with its includes) and one module (`<n
 the KernelFamily protocol below, as plain data and functions: this layer imports nothing of autogemm.
 Read a module top to bottom and a config's way to source is in order: the space (PARAMS), what can
 run (CONSTRAINTS), the untuned seeds (default_candidates), the values rendered (template_args) into
-the template files (sources), and the launch (instance_name, geometry); last, what a call must compute
+the template, and the launch (instance_name, geometry); last, what a call must compute
 (reference), in float64, that tuning checks each candidate against.
 """
 from collections.abc import Iterable
@@ -109,20 +109,17 @@ class KernelFamily(Protocol):
     and served_by(arithmetic) (the arithmetics whose records serve a call, its own first); one whose
     calls may be served by records of other ops declares served_by_ops(op) (the GEMM: a call with an
     epilogue by its layout's records tuned without one, after its own); and one whose own kernels
-    compute at precisions beyond fp32 declares KERNEL_PRECISIONS (what tune --precision tunes)."""
+    compute at precisions beyond fp32 declares KERNEL_PRECISIONS (what tune --precision tunes); one
+    whose configs launch other templates' kernels too declares helper_templates(cfg), their files
+    (their code is part of a tuned record's hash)."""
 
     NAME: str                   # the family's name: registry key, tuned records' family, instance names
     TEMPLATE: str               # the template file, in this folder
-    SOURCE_PARAMS: tuple        # the parameters that choose template files (sources reads only these)
     PARAMS: dict                # {name: (allowed values, ...)}: every value a template may receive
     CONSTRAINTS: tuple          # ((message, predicate(cfg, problem, device) -> bool), ...): what can run
     Problem: type               # the frozen description of one call (shape, dtype, layout, epilogue)
     KEY_SIZES: tuple            # what the sizes of a tuned key stand for, e.g. ("m", "n", "k")
     KEY_OPS: tuple              # the ops a tuned key may carry (NO_OP alone where the family has none)
-
-    def sources(self, cfg) -> tuple[str, ...]:
-        """Every template file of cfg's kernel, TEMPLATE first: a tuned record stays current while
-        their code (comments aside) is unchanged."""
 
     def default_candidates(self, problem, device) -> Iterable[dict]:
         """Sound untuned configs, best guess first (the default, and the search's first trials)."""

@@ -13,7 +13,6 @@ from kernels.contract import DTYPES, ITEMSIZE, MAX_SIZE, NO_OP, SHORT, Geometry,
 
 NAME = "conv2d"
 TEMPLATE = "conv2d.cu.j2"
-SOURCE_PARAMS = ()
 
 ACTIVATIONS = (None, "relu", "sigmoid")
 KEY_SIZES = ("n", "c", "h", "w", "f", "k")
@@ -100,10 +99,6 @@ CONSTRAINTS = (
     ("grid rows ceil(M/BM) (M: the implicit GEMM's rows) must be at most 65535",
      lambda c, p, d: ceil_div(p.m, c.bm) <= 65535),
 )
-
-
-def sources(c) -> tuple[str, ...]:
-    return TEMPLATE, "common.cuh", "gemm_fma.cuh", "implicit_gemm.cuh"
 
 
 def default_candidates(p: Problem, d):

@@ -15,7 +15,6 @@ from kernels.contract import Geometry, ceil_div
 
 NAME = "conv2d_dgrad"
 TEMPLATE = "conv2d_dgrad.cu.j2"
-SOURCE_PARAMS = ()
 
 KEY_SIZES = conv2d.KEY_SIZES              # (n, c, h, w, f, k) of the forward convolution
 KEY_OPS = conv2d.KEY_OPS
@@ -40,10 +39,6 @@ class Problem(conv2d.Problem):
 
 CONSTRAINTS = conv2d.CONSTRAINTS
 key_of = conv2d.key_of
-
-
-def sources(c) -> tuple[str, ...]:
-    return TEMPLATE, "common.cuh", "gemm_fma.cuh", "implicit_gemm.cuh"
 
 
 def default_candidates(p: Problem, d):

@@ -10,7 +10,6 @@ from kernels.contract import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div
 
 NAME = "conv2d_dgrad_direct"
 TEMPLATE = "conv2d_dgrad_direct.cu.j2"
-SOURCE_PARAMS = ()
 
 KEY_SIZES = conv2d_dgrad.KEY_SIZES
 KEY_OPS = conv2d_dgrad.KEY_OPS
@@ -33,10 +32,6 @@ CONSTRAINTS = (
     ("CPT must not exceed the channels rounded up to a choice", lambda c, p, d: c.cpt < 2 * p.c or c.cpt == 1),
     ("grid rows ceil(C/CPT) at most 65535", lambda c, p, d: ceil_div(p.c, c.cpt) <= 65535),
 )
-
-
-def sources(c) -> tuple[str, ...]:
-    return TEMPLATE, "common.cuh"
 
 
 def default_candidates(p, d):

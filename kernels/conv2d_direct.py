@@ -10,7 +10,6 @@ from kernels.contract import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div
 
 NAME = "conv2d_direct"
 TEMPLATE = "conv2d_direct.cu.j2"
-SOURCE_PARAMS = ()
 
 KEY_SIZES = conv2d.KEY_SIZES
 KEY_OPS = conv2d.KEY_OPS
@@ -36,10 +35,6 @@ CONSTRAINTS = (
     ("float64: at most 8 filters a thread and 256 threads (ptxas 13 capped such threads at 128 registers and spilled)",
      lambda c, p, d: ITEMSIZE[p.dtype] == 4 or (c.fpt <= 8 and c.threads <= 256)),
 )
-
-
-def sources(c) -> tuple[str, ...]:
-    return TEMPLATE, "common.cuh"
 
 
 def groups_first(choices, size: int, widest: int) -> list[int]:

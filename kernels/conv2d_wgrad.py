@@ -15,7 +15,6 @@ from kernels.contract import DTYPES, ITEMSIZE, Geometry, ceil_div
 
 NAME = "conv2d_wgrad"
 TEMPLATE = "conv2d_wgrad.cu.j2"
-SOURCE_PARAMS = ()
 
 KEY_SIZES = conv2d.KEY_SIZES              # (n, c, h, w, f, k) of the forward convolution
 KEY_OPS = conv2d.KEY_OPS
@@ -63,10 +62,6 @@ CONSTRAINTS = conv2d.CONSTRAINTS + (
     ("every split-K slice must hold at least one BK step of the output pixels",
      lambda c, p, d: (c.split_k - 1) * slice_depth(c, p) < p.depth),
 )
-
-
-def sources(c) -> tuple[str, ...]:
-    return TEMPLATE, "common.cuh", "gemm_fma.cuh", "implicit_gemm.cuh", "split_k.cuh"
 
 
 def default_candidates(p: Problem, d):

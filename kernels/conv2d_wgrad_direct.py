@@ -11,7 +11,6 @@ from kernels.contract import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div
 
 NAME = "conv2d_wgrad_direct"
 TEMPLATE = "conv2d_wgrad_direct.cu.j2"
-SOURCE_PARAMS = ()
 
 KEY_SIZES = conv2d_wgrad.KEY_SIZES
 KEY_OPS = conv2d_wgrad.KEY_OPS
@@ -48,10 +47,6 @@ CONSTRAINTS = (
      or c.split_k == 1),
     ("grid: C and ceil(F/FPT) at most 65535", lambda c, p, d: max(p.c, ceil_div(p.f, c.fpt)) <= 65535),
 )
-
-
-def sources(c) -> tuple[str, ...]:
-    return TEMPLATE, "common.cuh"
 
 
 def default_candidates(p, d):

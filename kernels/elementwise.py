@@ -10,7 +10,6 @@ from kernels.contract import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div, check_
 
 NAME = "elementwise"
 TEMPLATE = "elementwise.cu.j2"
-SOURCE_PARAMS = ()
 
 OPS = {
     "bias": "out = x + bias[col]",
@@ -64,10 +63,6 @@ def index_is_32bit(total: int) -> bool:
     """Whether every index (at most one block of the largest config past the end) fits an int32."""
     largest = max(PARAMS["block"]) * max(PARAMS["ept"]) * max(PARAMS["vec"])
     return total + largest < 2**31
-
-
-def sources(c) -> tuple[str, ...]:
-    return TEMPLATE, "common.cuh"
 
 
 def template_args(c, p: Problem) -> dict:

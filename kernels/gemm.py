@@ -11,7 +11,6 @@ from kernels.contract import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div, check_
 
 NAME = "gemm"
 TEMPLATE = "gemm.cu.j2"
-SOURCE_PARAMS = ("math",)
 
 EPILOGUES = (None, "bias", "bias_sigmoid", "bias_relu", "dsigmoid", "drelu")
 KEY_SIZES = ("m", "n", "k")
@@ -167,12 +166,6 @@ class Problem:
 
 
 STATIC_SMEM = 16   # bytes of __shared__ variables in the kernel (the split-K flag, padded)
-
-
-def sources(c) -> tuple[str, ...]:
-    """The templates of a config's kernel: the shared ones and its own math path's include only, so
-    that an edit of one path leaves the other's tuned records current."""
-    return TEMPLATE, "common.cuh", "gemm_epilogue.cuh", f"gemm_{c.math}.cuh"
 
 
 def threads(c) -> int:

@@ -8,7 +8,6 @@ from kernels.gemm import (EPILOGUES, KEY_DTYPES, KEY_OPS, KEY_SIZES, Problem, fl
 
 NAME = "gemm_naive"
 TEMPLATE = "gemm_naive.cu.j2"
-SOURCE_PARAMS = ()
 
 PARAMS = {
     "by": (1, 2, 4, 8, 16, 32),   # thread-block shape: BY x BX threads, one per output
@@ -22,10 +21,6 @@ CONSTRAINTS = (
      lambda c, p, d: (c.by * c.bx) % 32 == 0 and c.by * c.bx <= min(1024, d.max_threads_per_block)),
     ("grid rows ceil(M/BY) must be at most 65535", lambda c, p, d: ceil_div(p.m, c.by) <= 65535),
 )
-
-
-def sources(c) -> tuple[str, ...]:
-    return TEMPLATE, "common.cuh", "gemm_epilogue.cuh"
 
 
 def template_args(c, p: Problem) -> dict:

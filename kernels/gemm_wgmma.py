@@ -23,7 +23,6 @@ from kernels.contract import Geometry, TileMap, block_waves, ceil_div, keeps
 
 NAME = "gemm_wgmma"
 TEMPLATE = "gemm_wgmma.cu.j2"
-SOURCE_PARAMS = ("pretranspose",)   # a pretransposed config's time includes the transpose kernel's
 COMPILE_OPTIONS = ("-arch=sm_90a",)   # wgmma exists on sm_90a only
 # The precision each math computes (gemm.PRECISIONS): what its own kernels offer tune --precision.
 MATH_PRECISION = {"3xtf32": "fp32", "tf32": "tf32", "bf16": "bf16"}
@@ -55,9 +54,9 @@ STAGE_ROW_BYTES = 128  # a stage's K-major tile row: BK k (k_step) of the operan
 SWIZZLE_ALIGN = 1024  # the dynamic shared memory is aligned up to this in the kernel
 
 
-def sources(c) -> tuple[str, ...]:
-    """The kernel's files, and the transpose kernel's where it stages the operands."""
-    return (TEMPLATE, "common.cuh", "bf16.cuh", "gemm_epilogue.cuh") + (("transpose.cu.j2",) if c.pretranspose else ())
+def helper_templates(c) -> tuple[str, ...]:
+    """A pretransposed config's time includes the transpose kernel's."""
+    return ("transpose.cu.j2",) if c.pretranspose else ()
 
 
 def threads(c) -> int:

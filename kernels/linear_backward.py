@@ -15,7 +15,6 @@ from kernels.gemm import bf16_values
 
 NAME = "linear_backward"
 TEMPLATE = "linear_backward.cu.j2"
-SOURCE_PARAMS = ()
 
 ACTIVATIONS = ("sigmoid", "relu")         # the layer input's activation
 TRANSPOSED = "_t"                         # an op's suffix: the input gradient stored transposed
@@ -117,10 +116,6 @@ CONSTRAINTS = (
     ("more row slices than rows for each row group is pointless",
      lambda c, p, d: row_groups(c) == 0 or c.split <= ceil_div(p.rows, row_groups(c))),   # 0: a rule above
 )
-
-
-def sources(c) -> tuple[str, ...]:
-    return TEMPLATE, "common.cuh", "bf16.cuh"
 
 
 def template_args(c, p: Problem) -> dict:

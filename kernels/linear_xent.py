@@ -15,7 +15,6 @@ from kernels.softmax_xent import softmax, xent_loss
 
 NAME = "linear_xent"
 TEMPLATE = "linear_xent.cu.j2"
-SOURCE_PARAMS = ()
 
 ACTIVATIONS = (None, "sigmoid", "relu")   # the layer input's activation (None: no input gradient)
 KEY_SIZES = ("rows", "classes", "inputs")
@@ -99,10 +98,6 @@ CONSTRAINTS = (
     ("unrolling past the column slices a lane has is pointless",
      lambda c, p, d: c.unroll <= ceil_div(p.inputs, 32 * c.vec)),
 )
-
-
-def sources(c) -> tuple[str, ...]:
-    return TEMPLATE, "common.cuh", "bf16.cuh"
 
 
 def template_args(c, p: Problem) -> dict:

@@ -13,7 +13,6 @@ from kernels.contract import DTYPES, SHORT, Geometry, ceil_div, check_problem
 
 NAME = "pool2x2"
 TEMPLATE = "pool2x2.cu.j2"
-SOURCE_PARAMS = ()
 
 OPS = ("forward", "backward")
 ACTIVATIONS = (None, "relu", "sigmoid")
@@ -60,10 +59,6 @@ CONSTRAINTS = (
     ("threads per block must fit the device", lambda c, p, d: c.block <= d.max_threads_per_block),
     ("the grid must have at most 2^31 - 1 blocks", lambda c, p, d: ceil_div(p.outputs, c.block * c.ept) < 2**31),
 )
-
-
-def sources(c) -> tuple[str, ...]:
-    return TEMPLATE, "common.cuh"
 
 
 def default_candidates(p: Problem, d):

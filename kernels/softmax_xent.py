@@ -6,7 +6,6 @@ from kernels.contract import (DTYPES, NO_OP, SHORT, Geometry, RowsProblem, ceil_
 
 NAME = "softmax_xent"
 TEMPLATE = "softmax_xent.cu.j2"
-SOURCE_PARAMS = ()
 
 PARAMS = {
     "block": (32, 64, 128, 256, 512),   # threads per block
@@ -22,10 +21,6 @@ CONSTRAINTS = (
     ("threads per row must divide the block", lambda c, p, d: c.block % c.tpr == 0),
     ("threads per block must fit the device", lambda c, p, d: c.block <= d.max_threads_per_block),
 )
-
-
-def sources(c) -> tuple[str, ...]:
-    return (TEMPLATE,)
 
 
 def template_args(c, p: Problem) -> dict:

@@ -9,7 +9,6 @@ from kernels.contract import NO_OP, Geometry, ceil_div, check_problem
 
 NAME = "to_bf16"
 TEMPLATE = "to_bf16.cu.j2"
-SOURCE_PARAMS = ()
 
 KEY_SIZES = ("n",)
 KEY_OPS = (NO_OP,)
@@ -44,10 +43,6 @@ CONSTRAINTS = (
     ("one block past the end must still be indexable in 32 bits",
      lambda c, p, d: p.n + c.block * c.ept * c.vec < 2**31),
 )
-
-
-def sources(c) -> tuple[str, ...]:
-    return TEMPLATE, "common.cuh", "bf16.cuh"
 
 
 def default_candidates(p: Problem, d):

@@ -10,7 +10,6 @@ from kernels.contract import (DTYPES, ITEMSIZE, NO_OP, SHORT, Geometry, RowsProb
 
 NAME = "transpose"
 TEMPLATE = "transpose.cu.j2"
-SOURCE_PARAMS = ()
 
 PARAMS = {
     "tile": (32, 64),               # the square tile a block moves
@@ -28,10 +27,6 @@ CONSTRAINTS = (
      lambda c, p, d: c.tile * (c.tile + 1) * ITEMSIZE[p.dtype] <= 48 * 1024),
 )
 MAX_GRID_ROWS = 65535   # the blocks of a grid column step down the rows past this many tiles
-
-
-def sources(c) -> tuple[str, ...]:
-    return (TEMPLATE,)
 
 
 def template_args(c, p: Problem) -> dict:

@@ -36,13 +36,14 @@ def edit_template(tmp_path, monkeypatch):
         for path in autogemm.runtime.render.TEMPLATE_DIR.glob(pattern):
             shutil.copy(path, folder)
     monkeypatch.setattr(autogemm.runtime.render, "TEMPLATE_DIR", folder)
-    autogemm.runtime.render.code_hash.cache_clear()
+    autogemm.runtime.render.clear_caches()
 
     def edit(name: str, old: str, new: str):
         text = (folder / name).read_text()
         assert old in text, (name, old)
         (folder / name).write_text(text.replace(old, new))
-        autogemm.runtime.render.code_hash.cache_clear()
+        autogemm.runtime.render.clear_caches()
 
+    edit.folder = folder
     yield edit
-    autogemm.runtime.render.code_hash.cache_clear()
+    autogemm.runtime.render.clear_caches()

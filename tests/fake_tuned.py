@@ -5,7 +5,7 @@ from pathlib import Path
 
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import Config, family
-from autogemm.store.keys import make_key
+from autogemm.store.keys import make_key, problem_of
 from autogemm.store.records import Meta, Record, file_for, save
 from autogemm.tuning.timing import Timing
 
@@ -25,8 +25,9 @@ def record(shape=(800, 1000, 784), op="nt", dtype="float32", fam="gemm", config=
                   max_rel_error=1e-7, trials=40, failed=1, date="2026-11-20T12:00:00+00:00",
                   command="autogemm tune --shapes nn")
     fields.update(kw)
-    return Record(make_key(fam, shape, op, dtype), config, median_us=median_us,
-                  template_hash=template_hash or family(fam).code_hash(config), **fields)
+    key = make_key(fam, shape, op, dtype)
+    return Record(key, config, median_us=median_us,
+                  template_hash=template_hash or family(fam).code_hash(config, problem_of(key)), **fields)
 
 
 def write_store(directory: Path, records, device=H100) -> Path:

@@ -320,56 +320,67 @@ def test_gemm_name_spells_every_parameter():
     assert GEMM.instance_name(cfg, gemm.Problem.contiguous(100, 99, 100)).endswith("_fma")
 
 
-def test_a_gemm_configs_code_hash_is_that_of_its_math_paths_templates():
-    fma, tf32 = GEMM.code_hash(GEMM.config(BASE)), GEMM.code_hash(GEMM.config(TF32X3))
-    assert all(re.fullmatch(r"[0-9a-f]{16}", h) for h in (fma, tf32, GEMM.template_hash))
-    assert GEMM.code_hashes() == {fma, tf32} and GEMM.template_hash not in (fma, tf32)
-    assert GEMM.code_hash(dict(BASE, bm=128, copy="async")) == fma        # only math chooses files
-    assert GEMM.sources(GEMM.config(TF32X3)) == ("gemm.cu.j2", "common.cuh", "gemm_epilogue.cuh", "gemm_3xtf32.cuh")
-    assert family("softmax_xent").code_hashes() == {family("softmax_xent").template_hash}
-    with pytest.raises(InvalidConfig, match="math='../fma' is not in the gemm space"):
-        GEMM.code_hash(dict(BASE, math="../fma"))
+BIAS = gemm.Problem.contiguous(800, 1000, 784, epilogue="bias_sigmoid")
+
+
+def test_a_configs_code_hash_is_that_of_its_rendered_source():
+    fma, tf32 = GEMM.code_hash(GEMM.config(BASE), BIAS), GEMM.code_hash(GEMM.config(TF32X3), BIAS)
+    assert all(re.fullmatch(r"[0-9a-f]{16}", h) for h in (fma, tf32, GEMM.template_hash)) and fma != tf32
+    assert GEMM.code_hash(GEMM.config(dict(BASE, bm=128)), BIAS) != fma          # a value the kernel is built with
+    assert GEMM.code_hash(GEMM.config(BASE), gemm.Problem.contiguous(1600, 2000, 1568, epilogue="bias_sigmoid")) == fma
+    assert GEMM.code_hash(GEMM.config(BASE), gemm.Problem.contiguous(800, 1000, 784)) != fma    # no epilogue
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_every_familys_configs_have_a_code_hash(name):
+    fam = family(name)
+    for problem in problems_of(name, "float32")[:2]:
+        cfg = fam.default(problem, H100)
+        assert re.fullmatch(r"[0-9a-f]{16}", fam.code_hash(cfg, problem))
+
+
+def test_normalised_source_is_its_tokens():
+    normalised = autogemm.runtime.render.normalised
+    source = 'int a = 1; // one\n#define F(x) \\\n  ((x) + 1)\n/* two\nlines */  float s = "a // b /* c";\n\n  char q = \'"\';\n'
+    assert normalised(source) == 'int a = 1;\n#define F(x) ((x) + 1)\nfloat s = "a // b /* c"; char q = \'"\';'
+    assert normalised("int  a =\n 1 ;") == normalised("int a = 1 ;")
 
 
 @pytest.mark.parametrize("template, old, new, changed", [
     ("gemm.cu.j2", "// accumulators per thread: RM x RN", "// RM x RN accumulators a thread", ""),
     ("gemm.cu.j2", "constexpr int THREADS = TY * TX;", "constexpr int THREADS = TY * TX;   \n\n{# note #}", ""),
+    ("gemm.cu.j2", "constexpr int THREADS = TY * TX;", "constexpr  int THREADS\n   = TY * TX;", "gemm"),
     ("gemm_3xtf32.cuh", "// lo*hi, hi*lo, then hi*hi", "// lo*hi and hi*lo, then hi*hi", ""),
-    ("gemm_3xtf32.cuh", "pass < 3", "pass != 3", "3xtf32 gemm"),
-    ("gemm_fma.cuh", "acc[i][j] = fma(a[k][i], b[k][j], acc[i][j])", "acc[i][j] += a[k][i] * b[k][j]", "fma gemm"),
-    ("gemm_epilogue.cuh", "v + bias[n]", "v + 2 * bias[n]", "fma 3xtf32 gemm naive"),
-    ("common.cuh", "x > T(0) ? x : T(0)", "x >= T(0) ? x : T(0)", "fma 3xtf32 gemm naive elementwise"),
-    ("gemm.cu.j2", "VEC = {{ vec }};", "VEC = {{ vec // 1 }};", "fma 3xtf32 gemm"),     # // in a tag is code
+    ("gemm_3xtf32.cuh", "pass < 3", "pass != 3", "3xtf32"),
+    ("gemm_fma.cuh", "acc[i][j] = fma(a[k][i], b[k][j], acc[i][j])", "acc[i][j] += a[k][i] * b[k][j]", "fma"),
+    ("gemm_epilogue.cuh", "v + bias[n]", "v + 2 * bias[n]", "fma 3xtf32 naive"),
+    ("common.cuh", "x > T(0) ? x : T(0)", "x >= T(0) ? x : T(0)", "fma 3xtf32 naive elementwise"),
+    ("gemm.cu.j2", "VEC = {{ vec }};", "VEC = {{ vec // 1 }};", "gemm"),     # // in a tag is code; renders alike
     ("elementwise.cu.j2", "typedef {{ ctype }} T;", "typedef {{ ctype }} T_;", "elementwise"),
 ])
-def test_code_hashes_follow_the_code_of_each_configs_templates(edit_template, template, old, new, changed):
-    """An edit changes the code hash of the configs whose kernels are rendered from the file edited,
-    and the template hash of their family, only those, and never for a comment."""
+def test_code_hashes_follow_what_each_config_renders(edit_template, template, old, new, changed):
+    """An edit changes the code hash of the configs whose rendered source it changes, only those,
+    and never for a comment or layout; the template hash (a store's meta) follows the file."""
     def hashes():
-        return {"fma": GEMM.code_hash(GEMM.config(BASE)), "3xtf32": GEMM.code_hash(GEMM.config(TF32X3)),
-                "gemm": GEMM.template_hash, "naive": family("gemm_naive").code_hash(dict(by=8, bx=32)),
-                "elementwise": family("elementwise").template_hash}
+        naive, ew = family("gemm_naive"), family("elementwise")
+        sgd = elementwise.Problem("sgd", 800, 1000, "float32")
+        return {"fma": GEMM.code_hash(GEMM.config(BASE), BIAS), "3xtf32": GEMM.code_hash(GEMM.config(TF32X3), BIAS),
+                "gemm": GEMM.template_hash, "naive": naive.code_hash(naive.config(dict(by=8, bx=32)), BIAS),
+                "elementwise": ew.code_hash(ew.default(sgd, H100), sgd)}
     before = hashes()
     edit_template(template, old, new)
     after = hashes()
     assert {k for k in before if before[k] != after[k]} == set(changed.split())
-    assert GEMM.code_hashes() == {after["fma"], after["3xtf32"]}
 
 
-@pytest.mark.parametrize("name", FAMILIES)
-def test_a_familys_sources_hold_every_template_they_include(name):
-    """A file a kernel includes but its family does not list would leave its records current
-    when that file's code changes."""
-    fam = family(name)
-    names = fam.source_params
-    for values in itertools.product(*(fam.module.PARAMS[n] for n in names)):
-        sources = fam.sources(dict(zip(names, values)))
-        assert sources[0] == fam.module.TEMPLATE
-        for source in sources:
-            text = (autogemm.runtime.render.TEMPLATE_DIR / source).read_text()
-            included = re.findall(r'\{%-?\s*(?:include|import|from|extends)\s+"([^"]+)"\s*(?:-?%\}|as |import |with)',
-                                  text)
-            assert set(included) <= set(sources), (source, included)
+def test_code_moved_into_an_include_leaves_every_code_hash(edit_template):
+    """What the compiler sees is unchanged when code moves between files."""
+    before = GEMM.code_hash(GEMM.config(BASE), BIAS), GEMM.code_hash(GEMM.config(TF32X3), BIAS)
+    text = (edit_template.folder / "gemm.cu.j2").read_text()
+    moved = text[text.index("constexpr int THREADS"):text.index("\n", text.index("constexpr int THREADS")) + 1]
+    (edit_template.folder / "moved.cuh").write_text("// moved here\n" + moved)
+    edit_template("gemm.cu.j2", moved, '{% include "moved.cuh" %}\n')
+    assert (GEMM.code_hash(GEMM.config(BASE), BIAS), GEMM.code_hash(GEMM.config(TF32X3), BIAS)) == before
 
 
 def test_code_of_keeps_strings_and_jinja_division():
@@ -409,9 +420,10 @@ def test_every_registered_family_keeps_the_contract():
     assert tuple(REGISTRY) == FAMILIES
     for name, module in REGISTRY.items():
         assert isinstance(module, KernelFamily) and module.NAME == name and module.TEMPLATE == f"{name}.cu.j2"
-        assert set(module.SOURCE_PARAMS) <= set(module.PARAMS)
-        fam = family(name)
-        assert all((TEMPLATE_DIR / source).is_file() for cfg in fam._variants() for source in fam.sources(cfg))
+        assert (TEMPLATE_DIR / module.TEMPLATE).is_file()
+        if hasattr(module, "helper_templates"):        # gemm_wgmma's pretransposed configs
+            cfg = next(c for c in family(name).all_configs() if module.helper_templates(c))
+            assert all((TEMPLATE_DIR / helper).is_file() for helper in module.helper_templates(cfg))
         sizes = key_sizes(name, (800, 10, 784))
         for op, dtype in itertools.product(module.KEY_OPS, dtypes(name)):   # a key's problem has that key
             assert module.key_of(module.problem_of(sizes, op, dtype)) == (sizes, op)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from autogemm.errors import InvalidConfig, brief
 from autogemm.runtime.device import DeviceInfo
-from autogemm.runtime.render import code_hash, render
+from autogemm.runtime.render import code_hash, render, source_hash
 from kernels import REGISTRY
 from kernels.contract import Geometry, KernelFamily
 
@@ -76,7 +76,6 @@ class Family:
         self.restrictions: dict[str, tuple] = {}    # parameters limited by `restricted`
         self.constraints = self.module.CONSTRAINTS
         self.Problem = self.module.Problem
-        self._variant_sources = None                 # code_hashes' sources, listed on first use
 
     def restricted(self, choices: Mapping[str, tuple]) -> "Family":
         """This family with some parameters limited to a subset of their declared choices (a
@@ -95,38 +94,18 @@ class Family:
         """Whether `values` keeps to the restrictions (every value of an unrestricted family does)."""
         return all(values.get(k) in v for k, v in self.restrictions.items())
 
-    # ---- template code -------------------------------------------------------------------
-    @property
-    def source_params(self) -> tuple[str, ...]:
-        """The parameters that choose the template files."""
-        return self.module.SOURCE_PARAMS
-
-    def sources(self, cfg: Mapping) -> tuple[str, ...]:
-        """The template files `cfg`'s kernel is rendered from, in order. The values of SOURCE_PARAMS
-        name files: they must be declared ones."""
-        for key in self.source_params:
-            self._check(key, cfg.get(key), "sources", self.module.PARAMS[key])
-        return self.module.sources(Config(cfg))
-
-    def code_hash(self, cfg: Mapping) -> str:
-        """The hash of the code of `cfg`'s sources: a record tuned with another is stale."""
-        return code_hash(self.sources(cfg))
-
-    def code_hashes(self) -> set[str]:
-        """code_hash of every variant: every combination of the declared SOURCE_PARAMS values
-        (asked once per record of a tuned file: the variants' sources are listed once)."""
-        if self._variant_sources is None:
-            self._variant_sources = tuple(dict.fromkeys(self.sources(cfg) for cfg in self._variants()))
-        return {code_hash(sources) for sources in self._variant_sources}
+    # ---- code hashes ---------------------------------------------------------------------
+    def code_hash(self, cfg: Config, problem) -> str:
+        """The hash of what the compiler sees of `cfg`'s kernel for `problem` (render.source_hash):
+        a tuned record measured on another is stale. `cfg` must hold in the space."""
+        args = tuple(sorted(self.module.template_args(cfg, problem).items()))
+        helpers = getattr(self.module, "helper_templates", lambda c: ())(cfg)
+        return source_hash(self.module.TEMPLATE, args, getattr(self.module, "COMPILE_OPTIONS", ()), helpers)
 
     @property
     def template_hash(self) -> str:
-        """The hash of the code of all the family's template files (every variant's)."""
-        return code_hash(tuple(dict.fromkeys(f for cfg in self._variants() for f in self.sources(cfg))))
-
-    def _variants(self) -> list[dict]:
-        names = self.source_params
-        return [dict(zip(names, values)) for values in itertools.product(*(self.module.PARAMS[n] for n in names))]
+        """The hash of the code of the family's template file (a store's meta records it)."""
+        return code_hash((self.module.TEMPLATE,))
 
     # ---- checking ------------------------------------------------------------------------
     def config(self, values: Mapping, where: str = "config") -> Config:

@@ -1,4 +1,5 @@
-"""Rendering kernel templates with Jinja (StrictUndefined: a missing value is an error, not '')."""
+"""Rendering kernel templates with Jinja (StrictUndefined: a missing value is an error, not ''), and
+the hashes that tell a tuned record whether the code it was measured on has changed."""
 import functools
 import hashlib
 import re
@@ -25,11 +26,54 @@ def render(template: str, **values) -> str:
     return _environment().get_template(template).render(**values)
 
 
+# The kernel's name in the source a record's hash covers: the name spells the config, not its code.
+HASHED_NAME = "kernel"
+
+
+@functools.cache
+def source_hash(template: str, args: tuple, options: tuple[str, ...] = (), helpers: tuple[str, ...] = ()) -> str:
+    """SHA-256 (16 hex digits) of what the compiler sees of one kernel: `template` rendered with
+    `args` ((name, value) pairs; the kernel named HASHED_NAME), normalised (`normalised`), its
+    NVRTC `options`, and the code of the `helpers`, templates of kernels launched with it. A tuned
+    record is current while this is unchanged: code moved between files, comments and layout
+    leave it; a change to what this config renders does not. Cached; `clear_caches` after an edit."""
+    digest = hashlib.sha256(normalised(render(template, **dict(args, name=HASHED_NAME))).encode())
+    digest.update(repr(options).encode())
+    for name in helpers:
+        digest.update(code_of((TEMPLATE_DIR / name).read_text()).encode())
+    return digest.hexdigest()[:16]
+
+
+def clear_caches():
+    """Forget loaded templates and hashes (a test that edits templates)."""
+    _environment.cache_clear()
+    source_hash.cache_clear()
+    code_hash.cache_clear()
+
+
+# A string or character literal (kept whole), a // comment or a /* */ comment.
+_LITERAL_OR_COMMENT = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|//[^\n]*|/\*.*?\*/', re.S)
+
+
+def normalised(source: str) -> str:
+    """CUDA `source` as its tokens: lines spliced at a trailing backslash, comments dropped, each
+    preprocessor directive a line of its own, and every other run of whitespace one space."""
+    source = _LITERAL_OR_COMMENT.sub(lambda m: m[0] if m[0][0] in "\"'" else " ", source.replace("\\\n", " "))
+    lines, code = [], []
+    for line in source.splitlines():
+        words = line.split()
+        if words and words[0].startswith("#"):
+            lines += [" ".join(code), " ".join(words)] if code else [" ".join(words)]
+            code = []
+        else:
+            code += words
+    return "\n".join(lines + [" ".join(code)] if code else lines)
+
+
 @functools.cache
 def code_hash(templates: tuple[str, ...]) -> str:
-    """SHA-256 (16 hex digits) of the code of `templates` in order, to mark stale tuned records: a
-    comment edited or a blank line added leaves the records current. Cached: a test that edits
-    templates clears it (code_hash.cache_clear())."""
+    """SHA-256 (16 hex digits) of the code of template files in order, comments and blank lines
+    aside: a family's template as a store's meta records it, a helper kernel's in `source_hash`."""
     digest = hashlib.sha256()
     for name in templates:
         digest.update(code_of((TEMPLATE_DIR / name).read_text()).encode())

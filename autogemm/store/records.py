@@ -16,16 +16,16 @@ StoreError. `save` merges with the file as it is at write time (a faster record 
 slower one does not, others stay) and replaces it atomically; it never overwrites a file it
 cannot read.
 
-A record's template_hash is the code hash (Family.code_hash) of the template files its config's
-kernel is rendered from: for a GEMM, the shared ones and its math path's include. The record is
-stale when that is not its config's current hash: kept, shown as stale, used by lookup for its own
-shape only, and re-tuned by `autogemm tune --stale`. A hash that no
-config has now marks a record tuned on older templates: its config is checked only as plain words
-and numbers, since the space it was tuned in may have changed since. A record with a hash that
-some config has now is checked as a fresh one is, its config against the space (and it is stale
-if the hash is another config's: the other GEMM math path's).
+A record's template_hash is the hash of what the compiler sees of its config's kernel for its key
+(Family.code_hash: the source rendered, includes expanded, comments and layout normalised). The
+record is stale when that is no longer its config's hash, or when its config is not in today's
+space at all (the space it was tuned in has changed since; then only plain words and numbers are
+accepted): kept, shown as stale, used by lookup for its own shape only where its config still
+holds, and re-tuned by `autogemm tune --stale`. Moving code between template files or rewording a
+comment leaves every record current.
 """
 import contextlib
+import functools
 import json
 import math
 import os
@@ -103,11 +103,15 @@ class Record:
     template_hash: str
     command: str
 
-    @property
+    @functools.cached_property
     def stale(self) -> bool:
-        """Measured on template code that has changed since (lookup uses it for its own shape only)."""
+        """Measured on code that has changed since (lookup uses it for its own shape only)."""
         fam = family(self.key.family)
-        return self.template_hash not in fam.code_hashes() or self.template_hash != fam.code_hash(self.config)
+        config = _holding(self.key.family, self.config)
+        try:
+            return config is None or self.template_hash != fam.code_hash(config, problem_of(self.key))
+        except (InvalidConfig, ValueError):     # a config that today's templates cannot render for its key
+            return True
 
     @property
     def speedup(self) -> float | None:
@@ -121,6 +125,12 @@ class Record:
                     p90_us=self.p90_us, gflops=self.gflops, cublas_us=self.cublas_us,
                     max_rel_error=self.max_rel_error, trials=self.trials, failed=self.failed,
                     date=self.date, template_hash=self.template_hash, command=self.command)
+
+
+@functools.lru_cache(maxsize=4096)
+def _holding(family_name: str, config: Config) -> Config | None:
+    """family(family_name).holds(config), asked once per distinct config (a file repeats a few)."""
+    return family(family_name).holds(config)
 
 
 @dataclass(frozen=True)
@@ -263,8 +273,8 @@ _PLAIN = (int, float, bool, str, type(None))
 
 
 def _record(obj, where: str, memo: dict | None = None) -> Record:
-    """One record, checked. `memo` (one per file): what checked once need not be again, the
-    families' code hashes and each distinct config (a file of many shapes repeats a few configs)."""
+    """One record, checked. `memo` (one per file): each distinct config checked once (a file of
+    many shapes repeats a few configs)."""
     memo = {} if memo is None else memo
     if not isinstance(obj, dict):
         raise StoreError(f"{where}: expected an object, got {type(obj).__name__}")
@@ -279,22 +289,14 @@ def _record(obj, where: str, memo: dict | None = None) -> Record:
     except ValueError as exc:
         raise StoreError(f"{where}: {exc}") from None
     template_hash = _string(obj, "template_hash", where, _HASH)
-    if (key.family, "hashes") not in memo:
-        memo[key.family, "hashes"] = family(key.family).code_hashes()
-    current = template_hash in memo[key.family, "hashes"]
     values = obj["config"]
     seen = None
     if isinstance(values, dict) and all(type(v) in _PLAIN for v in values.values()):
-        seen = (key.family, current, tuple((k, type(v), v) for k, v in values.items()))    # type: True is not 1
+        seen = (key.family, tuple((k, type(v), v) for k, v in values.items()))    # type: True is not 1
     if seen in memo:
         config = memo[seen]
-    elif not current:
-        config = _stale_config(key.family, values, f"{where}: config")
     else:
-        try:
-            config = family(key.family).config(_with_added(key.family, values), f"{where}: config")
-        except InvalidConfig as exc:
-            raise StoreError(str(exc)) from None
+        config = _config(key.family, values, f"{where}: config")
     if seen is not None:
         memo[seen] = config
     return Record(
@@ -319,6 +321,14 @@ ADDED = {("gemm_wgmma", "split_k"): 1, ("gemm_wgmma", "producer"): 0, ("gemm_wgm
          ("gemm_wgmma", "pretranspose"): 0, ("gemm_wgmma", "cluster_m"): 1, ("gemm_wgmma", "cluster_n"): 1,
          ("gemm_wgmma", "persistent"): 0,
          ("linear_backward", "prefetch"): 0}
+
+
+def _config(family_name: str, obj, where: str) -> Config:
+    """A record's config: one of today's space, else one kept as a stale record's (`_stale_config`)."""
+    try:
+        return family(family_name).config(_with_added(family_name, obj), where)
+    except InvalidConfig:
+        return _stale_config(family_name, obj, where)
 
 
 def _stale_config(family_name: str, obj, where: str) -> Config:
