@@ -127,10 +127,14 @@ class Record:
                     date=self.date, template_hash=self.template_hash, command=self.command)
 
 
-@functools.lru_cache(maxsize=4096)
 def _holding(family_name: str, config: Config) -> Config | None:
     """family(family_name).holds(config), asked once per distinct config (a file repeats a few)."""
-    return family(family_name).holds(config)
+    return _holds(family_name, tuple((k, type(v), v) for k, v in config.items()))   # type: True is not 1
+
+
+@functools.lru_cache(maxsize=4096)
+def _holds(family_name: str, typed: tuple) -> Config | None:
+    return family(family_name).holds({k: v for k, _, v in typed})
 
 
 @dataclass(frozen=True)
