@@ -28,7 +28,7 @@ def candidates(p, d, params: dict, constraints: tuple):
     the largest tile that still gives every SM a block; when even the smallest tiles leave SMs
     idle, split-K up to two blocks per SM while each slice keeps at least 64 of K; then smaller
     and plainer fallbacks. Then more places for the search to start from. The tiles, BK and stages
-    are those that won sweeps and searches of the MLP's shapes and 4096^3 (tuned/bench/)."""
+    are those that won sweeps and searches of the MLP's shapes and 4096^3 (benchmarks/)."""
     vec = min(4, 16 // p.itemsize, p.vec_a, p.vec_b)
     chosen = next((t for t in _DEFAULT_TILES
                    if ceil_div(p.m, t[0]) * ceil_div(p.n, t[1]) >= d.sm_count), _DEFAULT_TILES[-1])

@@ -230,11 +230,11 @@ def default_candidates(p: Problem, d):
     K unsplit (the search tries split-K), M/N-major float32 operands pretransposed or not as the
     math prefers; bfloat16 operands take bf16 products, float32 ones the maths their precision
     allows, fastest first as measured (bf16's rounding pass costs more than its k16 products save:
-    tuned/bench/issue18-h100/ops-bf16). Where 128 x 128 tiles outnumber the SMs, persistent blocks
+    benchmarks/issue18-h100/ops-bf16). Where 128 x 128 tiles outnumber the SMs, persistent blocks
     of them follow the first few (alone, in 1 x 2 and 2 x 1 clusters), which won with a fused
-    epilogue (tuned/bench/issue18-h100/persistent). Whole waves: on 4096 x 784 the default is
-    128 x 224 and the second 256 x 112, both one wave, 28% and 32% faster than 128 x 128 tiles in
-    1.7 waves; the search picks the second (tuned/bench/issue18-h100/widths)."""
+    epilogue (benchmarks/issue18-h100/persistent). Whole waves: on 4096 x 784 the default is
+    128 x 224 and the second 256 x 112, both one wave, faster than 128 x 128 tiles in 1.7 waves
+    (benchmarks/issue18-h100/widths)."""
     first = []          # the first four that run
     for c in _one_tile_a_block(p, d):
         yield c
@@ -260,8 +260,8 @@ def _first_fitting(configs, p: Problem, d) -> dict | None:
 
 
 # Per k-step a block costs its BM x BN products and about this many more per row and column of the
-# operands it loads: fitted to 128 x 256 against 128 x 128 tiles' rates on 8192x4096x784 (271 and 247
-# TFLOP/s, tuned/bench/issue18-h100/persistent). The tiled family's seeds weigh waves alike, without
+# operands it loads: fitted to 128 x 256 against 128 x 128 tiles' rates on 8192x4096x784
+# (benchmarks/issue18-h100/persistent). The tiled family's seeds weigh waves alike, without
 # the loads (kernels.gemm_seeds.wave_tiles).
 LOAD_COST = 35
 
@@ -279,10 +279,10 @@ def _one_tile_a_block(p: Problem, d):
     maths = ["bf16"] if p.bf16_operands else [m for m in ("tf32", "bf16", "3xtf32")
                                               if gemm.serves(MATH_PRECISION[m], p.precision)]
     # (producer, tma): a producer copying by TMA first, faster than both other pipelines on 13 of the
-    # 15 records of the networks' GEMMs (tuned/bench/issue18-h100/tma); then the one loop.
+    # 15 records of the networks' GEMMs (benchmarks/issue18-h100/tma); then the one loop.
     pipelines = ((1, 1), (0, 0), (1, 0))
     # M/N-major operands pretransposed first under TF32 products, last under 3xTF32, whose
-    # producer has the split to prepare anyway (tuned/bench/issue18-h100/pretranspose).
+    # producer has the split to prepare anyway (benchmarks/issue18-h100/pretranspose).
     pretransposes = {"tf32": (1, 0), "3xtf32": (0, 1), "bf16": (0,)} if any(mn_major(p)) else {}
     for math in maths:
         for pretranspose in pretransposes.get(math, (0,)):

@@ -133,7 +133,7 @@ def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
 def default_candidates(p: Problem, d):
     """Eight warps of one row each, 16-byte loads where they fit, W in shared memory where it fits,
     loops unrolled as far as the space allows (what the tuner chose on the MLP's output layers;
-    tuned/bench/). Then where the search starts as well: 1, 2 or 4 rows a
+    benchmarks/). Then where the search starts as well: 1, 2 or 4 rows a
     warp on 8, 4 or 2 warps (W's shared reads, 16 bytes for 4 FMAs a row, serve more rows), each
     with the loops unrolled fully where they can be and twice. Where W does not fit shared memory
     (float64 W of 10 x 4096, 320 KiB), configs that read it through the caches instead

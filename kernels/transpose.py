@@ -49,8 +49,7 @@ def flops(p: Problem) -> int:
 
 def default_candidates(p: Problem, d):
     """64-element tiles and 1024 threads a block: the fastest config on each of the trainers'
-    operands measured (tuned/bench/issue18-h100/pretranspose-stale: 102.3 µs at 8192x4096, 2625
-    GB/s, and 7.3 at 800x1000); then 32-element tiles."""
+    operands measured (benchmarks/issue18-h100/pretranspose-stale); then 32-element tiles."""
     yield dict(tile=64, block_rows=32)
     yield dict(tile=32, block_rows=8)
 

@@ -28,9 +28,9 @@ from nn.dist import Dist
 from nn.errors import NNError
 
 KINDS = ("auto", "mpi", "nccl")
-# A bucket's least size: an all-reduce costs about 13 µs whatever its size below a few hundred KB
-# (tuned/bench/issue37-h200x4/diagnose), and LeNet's six layers each in a bucket of its own, all-reduced
-# on the side branch, made its 4-rank epoch 9.07 ms against 5.57 in one bucket (issue37-h200x4/final).
+# A bucket's least size: an all-reduce costs the same whatever its size below a few hundred KB
+# (benchmarks/issue37-h200x4/diagnose), and LeNet's six layers each in a bucket of its own, all-reduced
+# on the side branch, made its 4-rank epoch much slower than one bucket (benchmarks/issue37-h200x4/final).
 BUCKET_BYTES = 1 << 20
 
 

@@ -29,17 +29,17 @@ import autogemm
 from nn.allreduce import merge_buckets
 from nn.model_parallel import ring_bytes
 
-# Fitted to nn.profile's launches in the graph against their tuned records (tuned/bench/issue37-h100/).
+# Fitted to nn.profile's launches in the graph against their tuned records (benchmarks/issue37-h100/).
 RECORD_OVERHEAD_US = 3.3   # a tuned record's time less the same launch's in the epoch's graph
 FIXED_US = {"gemm": 15.0, "other": 1.5}   # an untuned launch's time that does not shrink with its work
 # A near shape's time t scales with the work ratio to the power ALPHA(t): small launches are bound by
-# latency and by SMs left idle (0.35 below 20 µs), large ones by their work (0.85 from 200 µs).
+# latency and by SMs left idle (0.35 below 20 µs), large ones by their work (0.85 from 200 µs):
+# both fitted to the records above.
 ALPHA = (0.35, 0.85)
 SIDE_SHARE = 0.5           # of a side-branch launch's time that the critical path feels
 # The model split's step took this much longer under mpirun on 4 H200s than its launches in
-# nn.profile's graph on an H100 and its all-reduce (CME 213 92 µs a step against 55 + 13, the large
-# network 820 against 566 + 15): the all-reduce in the middle of the forward pass holds every rank
-# to the slowest, each step.
+# nn.profile's graph on an H100 and its all-reduce (docs/SCALING.md, benchmarks/issue37-h200x4/):
+# the all-reduce in the middle of the forward pass holds every rank to the slowest, each step.
 MODEL_SPLIT_SLOWDOWN = 1.5
 MARGIN = 1.10              # a split must be predicted this much faster than one GPU to be chosen
 ROOFLINE = {"flops": 20e12, "bytes": 2.0e12}   # an untuned kernel's rate: FLOP/s, bytes/s
@@ -60,7 +60,7 @@ class Link:
         return latency + ring_bytes(nbytes, 1, ranks) / (self.bus_gbs * 1e3)
 
 
-# Fitted to tuned/bench/issue37-h200x4/diagnose/ (issue37_comm.py: 32 KB to 13 MB in a CUDA graph, 2
+# Fitted to benchmarks/issue37-h200x4/diagnose/ (issue37_comm.py: 32 KB to 13 MB in a CUDA graph, 2
 # and 4 H200s of one host over NVLink; MPICH 5.0 through host memory). CUDA-aware MPI is not measured
 # (no lent machine has one): a guess between NCCL's and the host's.
 LINKS = {

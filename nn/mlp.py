@@ -15,7 +15,7 @@ INITS = ("cme213", "he")
 # down in a pass of its own over A (Backend.linear_backward, with the weight and bias steps); below
 # it, A stays in a GPU's L2 and the step is bound by launch latency, so the output layer's one kernel
 # (linear_xent with the input gradient) with the weight and bias steps on the side branch is faster
-# (tuned/bench/issue18-h100/linear-backward/).
+# (benchmarks/issue18-h100/linear-backward/).
 OUTPUT_BACKWARD_APART_BYTES = 16 << 20
 
 

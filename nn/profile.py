@@ -8,7 +8,7 @@
 The step's operations are recorded as the step enqueues them: one rank's, whose weight updates are
 the fused in-place GEMMs, or with `--ranks R` rank 0's step of R ranks' split (its share of the rows,
 gradients formed for the all-reduce then applied; or its hidden units on every row), the
-all-reduce left out (tuned/bench/issue37_comm.py times those). Each is then run `--reps` times in a row, captured in one CUDA graph
+all-reduce left out (benchmarks/issue37_comm.py times those). Each is then run `--reps` times in a row, captured in one CUDA graph
 where the backend can capture (warm caches, launch gaps as inside the epoch's graph), and the
 median over `--replays` replays is reported per call; the whole step is timed the same way. Inputs
 are random: the times do not depend on the data.

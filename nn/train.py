@@ -17,8 +17,8 @@ import sys
 import time
 from dataclasses import asdict, dataclass, fields
 
-# Under mpirun, each rank's BLAS gets its share of this host's cores, not all of them (4 ranks on 2 cores
-# run 8x slower oversubscribed). This must run before NumPy loads, hence above the imports below.
+# Under mpirun, each rank's BLAS gets its share of this host's cores, not all of them (ranks
+# oversubscribing the cores run many times slower). This must run before NumPy loads, hence above the imports below.
 _LOCAL = os.environ.get("MPI_LOCALNRANKS") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or "1"
 _LOCAL_RANKS = int(_LOCAL) if _LOCAL.isascii() and _LOCAL.isdigit() and len(_LOCAL) < 7 else 1  # else ignored
 if _LOCAL_RANKS > 1:

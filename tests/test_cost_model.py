@@ -43,7 +43,7 @@ def test_the_data_split_waits_for_its_last_bucket(monkeypatch):
     (LARGE, 8192, "tf32", "staged", "none"),
 ])
 def test_auto_picks_what_was_measured_fastest(sizes, batch, precision, link, expected):
-    """The choices of the 4-H200 runs (tuned/bench/issue37-h200x4/): each split against one GPU."""
+    """The choices of the 4-H200 runs (benchmarks/issue37-h200x4/): each split against one GPU."""
     plan = predict(sizes, "sigmoid", batch, 4, LINKS[link], H100, precision=precision)
     assert plan.choice == expected, plan.predictions
     assert set(plan.predictions) == {"none", "data", "model"}

@@ -105,3 +105,13 @@ def test_no_import_cycle():
         if m not in state:
             visit(m, [m])
     assert not cycles, "\n".join(cycles)
+
+
+def test_evidence_lives_apart_from_the_code():
+    """Benchmark records and visit scripts are in benchmarks/, which nothing shipped imports; the
+    shipped packages hold no lab script, and tuned/ (shipped as autogemm/tuned) tuned files alone."""
+    shipped = [p for top in ("autogemm", "kernels", "nn") for p in (ROOT / top).rglob("*.py")
+               if "tuned" not in p.relative_to(ROOT).parts]
+    assert not [str(p) for p in shipped if any(m.split(".")[0] == "benchmarks" for m in imports(p))]
+    assert sorted(p.name for p in (ROOT / "tuned").iterdir()) == sorted(p.name for p in (ROOT / "tuned").glob("*.json"))
+    assert not [p for top in ("autogemm", "kernels", "nn") for p in (ROOT / top).rglob("*.sh")]

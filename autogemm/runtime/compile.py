@@ -7,7 +7,7 @@ from autogemm.runtime.family import Instance
 OPTIONS = ("--std=c++17",)
 # Every kernel asks for the largest shared-memory carveout: an SM whose carveout must change between
 # two kernels drains first, which cost a third of an epoch's time when kernels asked for different
-# carveouts (tuned/bench/README.md).
+# carveouts (benchmarks/README.md).
 CARVEOUT_PERCENT = 100
 _cache: dict[tuple, object] = {}
 

@@ -64,7 +64,7 @@ class Instance:
 
     @functools.cached_property
     def source_hash(self) -> str:
-        """Computed once: compile.load asks on every launch (8 µs of SHA-256 for a GEMM source)."""
+        """Computed once: compile.load asks on every launch, and hashing a GEMM's source is not free."""
         return hashlib.sha256(self.source.encode()).hexdigest()
 
 

@@ -31,7 +31,7 @@ from autogemm.store.keys import Key, distance, key_of, make_key, serving_keys
 from autogemm.store.records import Record, Store, file_for, load
 
 # A tuned config stands in for another shape only if no size differs by more than this factor:
-# a config tuned for a shape much smaller can be slower than the default (tuned/bench/README.md).
+# a config tuned for a shape much smaller can be slower than the default (benchmarks/README.md).
 NEAR_RATIO = 4.0
 log = logging.getLogger("autogemm")
 

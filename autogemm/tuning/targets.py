@@ -90,7 +90,7 @@ def network_convolutions(text: str, batch: int | None = None) -> list[Target]:
 
 # ---- tuning targets: every kernel launch of a network's training step --------------------------
 # (to_bf16 and transpose are not among them: no target names their launches, which autogemm's own
-# calls make; to_bf16's default is the fastest measured, tuned/bench/issue18-h100/bfloat16.)
+# calls make; to_bf16's default is the fastest measured, benchmarks/issue18-h100/bfloat16.)
 TUNE_FAMILIES = ("gemm", "gemm_wgmma", "elementwise", "softmax_xent", "colsum", "linear_xent", "linear_backward",
                  "conv2d", "conv2d_dgrad", "conv2d_wgrad", "conv2d_direct", "conv2d_dgrad_direct", "conv2d_wgrad_direct",
                  "pool2x2", "adam")

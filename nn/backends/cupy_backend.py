@@ -47,7 +47,7 @@ def column_major_input_gradient(dtype, precision: str, classes: int) -> bool:
     with no staging copy. At precision tf32 alone: there it saves more than storing G transposed
     costs; at fp32 the 3xTF32 GEMM gains about what linear_backward loses; at bf16 G is written in
     bfloat16 alone, row-major, which the BF16 products read M-major as it is
-    (tuned/bench/issue18-h100/g1-transposed/)."""
+    (benchmarks/issue18-h100/g1-transposed/)."""
     return np.dtype(dtype) == np.float32 and precision == "tf32" and classes <= autogemm.LINEAR_BACKWARD_MAX_CLASSES
 
 
@@ -55,8 +55,8 @@ def column_major_data(x, precision: str) -> bool:
     """Whether the cupy backend keeps a column-major copy of the read-only array `x` (`read_only`: the
     data) for the GEMMs that read it M/N-major (the first layer's weight GEMM G^T X reads X N-major),
     so that they read the copy K-major: a C-contiguous 2-D float32 one, at precision tf32 alone, whose
-    products read operands K-major (else gemm_wgmma copies X K-major before every call: 17 µs a step
-    for the large network's)."""
+    products read operands K-major (else gemm_wgmma copies X K-major before every call:
+    benchmarks/issue18-h100/g1-transposed)."""
     return x.dtype == np.float32 and precision == "tf32" and x.ndim == 2 and x.flags.c_contiguous and x.size > 0
 
 
