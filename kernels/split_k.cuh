@@ -1,38 +1,43 @@
 // Split-K across blockIdx.z (SPLIT_K slices of the reduction), deterministic: each block publishes
-// its partial sums to its slice of the workspace (M x N per slice); the last block of a tile to
-// arrive adds every slice in slice order into acc. Needs the math path's acc_row / acc_col.
+// its partial sums to its slice of the workspace (M x N a slice); the last block of a tile to
+// arrive adds every slice in slice order into acc. The one reduction of gemm, gemm_wgmma and
+// conv2d_wgrad.
 
 // true for the block that now holds the tile's sums; false for the others, which have nothing left
-// to do. counter: the tile's arrival count, zero before the launch and left zero after it (graph
-// replays run it again).
-__device__ __forceinline__ bool reduce_split_k(T (&acc)[RM][RN], T* __restrict__ workspace, int* __restrict__ counter,
-                                               int m0, int n0, int M, int N, int tid) {
+// to do. acc[i][j] is the tile's element at row and column place(i, j) (an int2) of the M x N
+// result; sync() is a barrier of the threads that hold the tile, and one of them is the leader.
+// tile_counters[blockIdx.y gridDim.x + blockIdx.x]: the tile's arrival count, zero before the
+// launch and left zero after it (graph replays run it again).
+template <int ROWS, int COLS, typename Place, typename Sync>
+__device__ __forceinline__ bool reduce_split_k(T (&acc)[ROWS][COLS], T* __restrict__ workspace, int* __restrict__ tile_counters,
+                                               int M, int N, bool leader, Place place, Sync sync) {
     T* part = workspace + (size_t)blockIdx.z * M * N;
 #pragma unroll
-    for (int i = 0; i < RM; ++i)
+    for (int i = 0; i < ROWS; ++i)
 #pragma unroll
-        for (int j = 0; j < RN; ++j) {
-            const int m = m0 + acc_row(tid, i), n = n0 + acc_col(tid, j);
-            if (m < M && n < N) __stcg(part + (size_t)m * N + n, acc[i][j]);
+        for (int j = 0; j < COLS; ++j) {
+            const int2 at = place(i, j);
+            if (at.x < M && at.y < N) __stcg(part + (size_t)at.x * N + at.y, acc[i][j]);
         }
     __threadfence();
-    __syncthreads();
+    sync();
     __shared__ int is_last;
-    if (tid == 0) {
+    if (leader) {
+        int* counter = tile_counters + blockIdx.y * gridDim.x + blockIdx.x;
         is_last = atomicAdd(counter, 1) == SPLIT_K - 1;
         if (is_last) *counter = 0;
     }
-    __syncthreads();
+    sync();
     if (!is_last) return false;
     __threadfence();
 #pragma unroll
-    for (int i = 0; i < RM; ++i)
+    for (int i = 0; i < ROWS; ++i)
 #pragma unroll
-        for (int j = 0; j < RN; ++j) {
-            const int m = m0 + acc_row(tid, i), n = n0 + acc_col(tid, j);
-            if (m < M && n < N) {
+        for (int j = 0; j < COLS; ++j) {
+            const int2 at = place(i, j);
+            if (at.x < M && at.y < N) {
                 T s = T(0);
-                for (int z = 0; z < SPLIT_K; ++z) s += __ldcg(workspace + ((size_t)z * M + m) * N + n);
+                for (int z = 0; z < SPLIT_K; ++z) s += __ldcg(workspace + ((size_t)z * M + at.x) * N + at.y);
                 acc[i][j] = s;
             }
         }

@@ -68,6 +68,10 @@ using std::min;
 struct dim3 {
     unsigned x = 1, y = 1, z = 1;
 };
+struct int2 {
+    int x, y;
+};
+inline int2 make_int2(int x, int y) { return {x, y}; }
 
 namespace emu {
 struct alignas(64) Chunk {   // the unit of every buffer: 16-byte vector types need their alignment
