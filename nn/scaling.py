@@ -24,6 +24,11 @@ A run that fails or hangs is recorded with its reason and the others go on; one 
 but did not exit (NCCL ranks did, once) keeps its timings, flagged "hung at exit". The summary goes to
 DIR/scaling-<network>.json (weak: scaling-<network>-weak.json); the table is printed last.
 """
+if __name__ == "__main__":  # first: a stop signal while the modules below load ends in one line, no traceback
+    from autogemm import signals
+
+    signals.starting()
+
 import argparse
 import contextlib
 import hashlib
@@ -45,13 +50,13 @@ from typing import Callable
 
 import numpy as np
 
-from autogemm import files
+from autogemm import files, signals
 from nn import checkpoint
 from nn import train
 from nn.allreduce import KINDS as ALLREDUCES
 from nn.bench import ConvNetwork, Network, cnn_networks, networks
 from nn.backends import cuda_available
-from nn.errors import ArgumentParser, NNError
+from nn.errors import ArgumentParser, NNError, shown
 from nn.layers import LENET, parse_layers
 from nn.model_parallel import check_split
 from nn.outputs import claim
@@ -519,7 +524,7 @@ def _of_type(value, kind):
 
 def weight_diffs(reference_path, path) -> dict[str, float]:
     """max|W_R - W_1| / max|W_1| for every parameter of two checkpoints, named W1, b1, W2, b2, ...
-    (layers counted from 1, as in the README's math; the checkpoint's own keys count from 0)."""
+    (layers counted from 1, as docs/GUIDE.md's example names W1 and b1; the checkpoint's own keys count from 0)."""
     reference, other = checkpoint.load(reference_path), checkpoint.load(path)
     if reference.epoch != other.epoch:
         raise NNError(f"{path} holds epoch {other.epoch}, {reference_path} epoch {reference.epoch}")
@@ -694,8 +699,18 @@ def summary(s: Settings, about: dict, runs: list[Run]) -> dict:
 # ---------------------------------------------------------------- entry point
 
 def main(argv=None, runner: Runner = run_process) -> int:
-    """0 when every run is ok and the float64 check passes, 1 otherwise, 2 for bad arguments."""
+    """0 when every run is ok and the float64 check passes, 1 otherwise, 2 for bad arguments,
+    128 + N for a stop signal (Ctrl-C: 130)."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        with signals.stoppable():
+            return _scale(argv, runner)
+    except KeyboardInterrupt as stop:   # before the first run: nothing was written
+        print(signals.interrupted(signals.signum_of(stop)), file=sys.stderr)
+        return signals.status(stop)
+
+
+def _scale(argv, runner: Runner) -> int:
     try:
         s = resolve(build_parser().parse_args(argv))
     except NNError as e:
@@ -732,11 +747,12 @@ def main(argv=None, runner: Runner = run_process) -> int:
                   + (f", {run.wall_s:g} s" if run.wall_s is not None else "") + (f" ({run.reason})" if run.reason else ""),
                   flush=True)
             files.write_atomic(path, json.dumps(summary(s, about, runs), indent=1).encode())  # kept after each run
-    except KeyboardInterrupt:      # the runner has ended the run in progress and everything under it
-        print(f"interrupted; the finished runs are in {path}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:      # the runner has ended the run in progress and everything under it
+        print(f"{signals.interrupted(signals.signum_of(stop))}; the finished runs are in {shown(path)}",
+              file=sys.stderr)
+        return signals.status(stop)
     except files.FileError as e:
-        print(f"error: {path}: cannot be written: {e}", file=sys.stderr)
+        print(f"error: {shown(path)}: cannot be written: {e}", file=sys.stderr)
         return 2
     print(f"\nsummary {path}; logs {s.out}/{s.stem}-*.log")
     for run in runs:
