@@ -6,6 +6,7 @@ import itertools
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -613,3 +614,29 @@ def test_more_bad_arguments(tmp_path, capsys, argv, message):
     assert main(["--mpirun", fake_mpirun(tmp_path), "--out", str(tmp_path / "out"), *argv], runner=runner) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"error: {message}") and not runner.calls and not (tmp_path / "out").exists()
+
+
+def test_one_rank_alone_passes_without_a_float64_check(tmp_path, capsys):
+    """--ranks 1 exited 1: its float64 check, with no run of several ranks to check, was "incomplete"."""
+    code, summary, runs, _, _ = scaling_run(tmp_path, capsys, {}, "--ranks", "1")
+    assert code == 0 and summary["f64_check"] == "none" and list(runs) == ["cme213-f32-r1"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_stop_signal_keeps_the_finished_runs_and_names_itself(tmp_path, capsys, sig):
+    """SIGTERM and SIGHUP ended nn.scaling with 143/129 and no line, its summary of the finished runs
+    unsaid; they stop it as Ctrl-C does (the runner ends the run in progress as it unwinds)."""
+    runner = FakeRunner({})
+
+    def stopped_in_the_second_run(command, *args):
+        if runner.calls:
+            os.kill(os.getpid(), sig)
+        return runner(command, *args)
+
+    code = main(["--mpirun", fake_mpirun(tmp_path), "--out", str(tmp_path / "out"), *EXPLICIT],
+                runner=stopped_in_the_second_run)
+    err = capsys.readouterr().err
+    words = "interrupted" if sig == signal.SIGINT else f"interrupted by {signal.Signals(sig).name}"
+    assert (code, err) == (128 + sig, f"{words}; the finished runs are in {tmp_path / 'out' / 'scaling-cme213.json'}\n")
+    assert [r["name"] for r in json.loads((tmp_path / "out" / "scaling-cme213.json").read_text())["runs"]
+            if r["status"] == "ok"] == ["cme213-f32-r1"]
