@@ -731,7 +731,7 @@ def _scale(argv, runner: Runner) -> int:
     except NNError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    start = time.monotonic()
+    start, saved = time.monotonic(), 0
     try:
         for i, run in enumerate(runs, 1):
             left = s.time_limit - (time.monotonic() - start) if s.time_limit else s.timeout
@@ -752,9 +752,11 @@ def _scale(argv, runner: Runner) -> int:
                   + (f", {run.wall_s:g} s" if run.wall_s is not None else "") + (f" ({run.reason})" if run.reason else ""),
                   flush=True)
             files.write_atomic(path, json.dumps(summary(s, about, runs), indent=1).encode())  # kept after each run
+            saved = i
     except KeyboardInterrupt as stop:      # the runner has ended the run in progress and everything under it
-        print(f"{signals.interrupted(signals.signum_of(stop))}; the finished runs are in {shown(path)}",
-              file=sys.stderr)
+        kept = (f"{saved} of {len(runs)} runs finished, in {shown(path)}" if saved
+                else f"no run had finished, {shown(path)} was not written")
+        print(f"{signals.interrupted(signals.signum_of(stop))}; {kept}", file=sys.stderr)
         return signals.status(stop)
     except files.FileError as e:
         print(f"error: {shown(path)}: cannot be written: {e}", file=sys.stderr)

@@ -592,6 +592,10 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
     except (RanksFailed, Interrupted):   # raised on every rank alike: the communicator still ends together
         _close_communicator(allreduce, epoch_pass, dist)
         raise
+    except KeyboardInterrupt as stop:    # a second stop signal: one process stops where it was, the hint holds
+        if dist.size > 1:
+            raise
+        raise Interrupted(f"{signals.interrupted(signals.signum_of(stop))}; {hint.say()}", signals.status(stop)) from None
     _close_communicator(allreduce, epoch_pass, dist)
     return log
 

@@ -637,6 +637,15 @@ def test_a_stop_signal_keeps_the_finished_runs_and_names_itself(tmp_path, capsys
                 runner=stopped_in_the_second_run)
     err = capsys.readouterr().err
     words = "interrupted" if sig == signal.SIGINT else f"interrupted by {signal.Signals(sig).name}"
-    assert (code, err) == (128 + sig, f"{words}; the finished runs are in {tmp_path / 'out' / 'scaling-cme213.json'}\n")
-    assert [r["name"] for r in json.loads((tmp_path / "out" / "scaling-cme213.json").read_text())["runs"]
-            if r["status"] == "ok"] == ["cme213-f32-r1"]
+    summary = tmp_path / "out" / "scaling-cme213.json"
+    assert (code, err) == (128 + sig, f"{words}; 1 of 10 runs finished, in {summary}\n")
+    assert [r["name"] for r in json.loads(summary.read_text())["runs"] if r["status"] == "ok"] == ["cme213-f32-r1"]
+
+
+def test_a_stop_signal_in_the_first_run_says_nothing_was_written(tmp_path, capsys):
+    """It named the summary as holding the finished runs: there was none, and no summary."""
+    code = main(["--mpirun", fake_mpirun(tmp_path), "--out", str(tmp_path / "out"), *EXPLICIT],
+                runner=lambda *args: os.kill(os.getpid(), signal.SIGTERM) or time.sleep(5))
+    summary = tmp_path / "out" / "scaling-cme213.json"
+    assert (code, capsys.readouterr().err) == (143, f"interrupted by SIGTERM; no run had finished, {summary} was not "
+                                                    f"written\n") and not summary.exists()

@@ -210,7 +210,8 @@ def test_sigterm_to_mpirun_stops_every_rank_with_143(tmp_path, fake_dir):
 @pytest.mark.parametrize("count", [1, 2])
 def test_a_sigterm_during_a_checkpoint_write_leaves_no_temporary_file(tmp_path, fake_dir, monkeypatch, capsys, count):
     """SIGTERM as epoch 2's checkpoint is flushed to disk: one signal lets the write finish and stops
-    after it; a second stops at once, the temporary file removed and epoch 1's checkpoint kept."""
+    after it; a second stops at once, the temporary file removed, epoch 1's checkpoint kept and
+    named in the one line with the command that resumes it."""
     from nn import train
 
     fsync = os.fsync
@@ -230,8 +231,8 @@ def test_a_sigterm_during_a_checkpoint_write_leaves_no_temporary_file(tmp_path, 
     err = capsys.readouterr().err
     kept = 2 if count == 1 else 1
     assert status == 143 and checkpoint.load(tmp_path / "ck.npz").epoch == kept, err
-    assert err == ("interrupted by SIGTERM\n" if count == 2 else
-                   f"interrupted by SIGTERM after epoch 2; epochs 1..2 are in ck.npz; resume with: python -m nn.train "
+    where = "" if count == 2 else " after epoch 2"
+    assert err == (f"interrupted by SIGTERM{where}; epochs 1..{kept} are in ck.npz; resume with: python -m nn.train "
                    f"--data-dir {fake_dir} --dataset mnist --hidden 16 --batch 8 --no-log --epochs 5 --checkpoint "
                    f"ck.npz --quiet --resume\n")
     assert [p.name for p in tmp_path.iterdir()] == ["ck.npz"]
