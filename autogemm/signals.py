@@ -5,6 +5,8 @@ and the conventional status 128 + the signal's number (130, 143, 129).
 - `starting()`, first thing in a command's main module: until the command takes the signals, one
   ends the process at once with one line (modules still loading: a traceback of the import
   machinery helps no one, and under mpirun two ranks' tracebacks ended in a segmentation fault).
+  A rank of several keeps it for `stoppable()` instead: a rank ending alone before MPI is up
+  left the others waiting in MPI's start-up for ever.
 - `stoppable()`, around the command's work: each signal raises `Stop`, a KeyboardInterrupt, so
   that every `except KeyboardInterrupt` says what was kept, and every `finally` and `except
   BaseException` cleans up as it unwinds (`files.write_atomic` removes its temporary file).
@@ -16,7 +18,9 @@ import signal
 SIGNALS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
 # Where a launcher (mpirun) starts ranks, each gets the signal: rank 0 alone speaks before MPI is up.
 _RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK")
+_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
 _before_starting = {}   # signal -> its handler before starting(), which stoppable() gives back
+_pending = []           # a signal a rank of several got while starting, for stoppable() to hand on
 
 
 class Stop(KeyboardInterrupt):
@@ -47,7 +51,16 @@ def raise_stop(signum, frame):
     raise Stop(signum)
 
 
+def _one_of_ranks() -> bool:
+    """Whether a launcher started this process as one rank of several."""
+    size = next((os.environ[name] for name in _SIZE_VARIABLES if name in os.environ), "1")
+    return size.isdigit() and int(size) > 1
+
+
 def _end_now(signum, frame):
+    if _one_of_ranks() and not _pending:
+        _pending.append(signum)
+        return
     if all(os.environ.get(name, "0") == "0" for name in _RANK_VARIABLES):
         os.write(2, f"{interrupted(signum)} while starting; nothing was done\n".encode())
     os._exit(128 + signum)
@@ -63,10 +76,13 @@ def starting():
 
 @contextlib.contextmanager
 def stoppable(handler=raise_stop):
-    """Within: every stop signal goes to `handler` (by default it raises Stop). After: the handlers
-    from before, those from before `starting()` where it had been called."""
+    """Within: every stop signal goes to `handler` (by default it raises Stop), one kept while
+    starting first. After: the handlers from before, those from before `starting()` where it had
+    been called."""
     previous = {sig: signal.signal(sig, handler) for sig in SIGNALS}
     try:
+        while _pending:
+            handler(_pending.pop(), None)
         yield
     finally:
         for sig, was in previous.items():
