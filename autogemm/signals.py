@@ -66,9 +66,15 @@ def _end_now(signum, frame):
     os._exit(128 + signum)
 
 
+def _taken() -> list[int]:
+    """The stop signals not ignored: one that whoever started the process ignores (nohup's SIGHUP,
+    a shell's SIGINT for a job in the background) stays ignored."""
+    return [sig for sig in SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN]
+
+
 def starting():
     """Until `stoppable()` takes over, a stop signal ends the process at once: one line, 128 + N."""
-    for sig in SIGNALS:
+    for sig in _taken():
         previous = signal.signal(sig, _end_now)
         if previous is not _end_now:
             _before_starting[sig] = previous
@@ -79,7 +85,7 @@ def stoppable(handler=raise_stop):
     """Within: every stop signal goes to `handler` (by default it raises Stop), one kept while
     starting first. After: the handlers from before, those from before `starting()` where it had
     been called."""
-    previous = {sig: signal.signal(sig, handler) for sig in SIGNALS}
+    previous = {sig: signal.signal(sig, handler) for sig in _taken()}
     try:
         while _pending:
             handler(_pending.pop(), None)

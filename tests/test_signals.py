@@ -104,6 +104,13 @@ def test_stoppable_gives_back_the_handlers_from_before_starting():
     assert {sig: signal.getsignal(sig) for sig in signals.SIGNALS} == before
 
 
+def test_a_signal_ignored_by_whoever_started_the_process_stays_ignored(tmp_path, fake_dir):
+    """nohup ignores SIGHUP for its command: a closed terminal must not stop the run."""
+    command = ["nohup", sys.executable, *train_args(fake_dir, "--epochs", 1000, "--checkpoint", "ck.npz")]
+    proc, _, err = interrupt_at_epoch_2(tmp_path, command, signal.SIGHUP, signal.SIGTERM, gap=0.3)
+    assert proc.returncode == 143 and err.splitlines()[-1].startswith("interrupted by SIGTERM "), err
+
+
 # ---------------------------------------------------------------- while the modules load (#11)
 
 CONSOLE_SCRIPT = Path(sys.executable).parent / "autogemm"
