@@ -133,6 +133,7 @@ def test_a_chart_that_cannot_be_written_leaves_the_earlier_one(tmp_path):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+@pytest.mark.usefixtures("default_handlers")
 def test_a_stop_signal_is_one_line_naming_it_and_leaves_the_earlier_json(tmp_path, monkeypatch, capsys, sig):
     """SIGTERM and SIGHUP ended nn.bench with 143/129 and no line."""
     import nn.bench

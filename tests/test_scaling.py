@@ -623,6 +623,7 @@ def test_one_rank_alone_passes_without_a_float64_check(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+@pytest.mark.usefixtures("default_handlers")
 def test_a_stop_signal_keeps_the_finished_runs_and_names_itself(tmp_path, capsys, sig):
     """SIGTERM and SIGHUP ended nn.scaling with 143/129 and no line, its summary of the finished runs
     unsaid; they stop it as Ctrl-C does (the runner ends the run in progress as it unwinds)."""
@@ -642,6 +643,7 @@ def test_a_stop_signal_keeps_the_finished_runs_and_names_itself(tmp_path, capsys
     assert [r["name"] for r in json.loads(summary.read_text())["runs"] if r["status"] == "ok"] == ["cme213-f32-r1"]
 
 
+@pytest.mark.usefixtures("default_handlers")
 def test_a_stop_signal_in_the_first_run_says_nothing_was_written(tmp_path, capsys):
     """It named the summary as holding the finished runs: there was none, and no summary."""
     code = main(["--mpirun", fake_mpirun(tmp_path), "--out", str(tmp_path / "out"), *EXPLICIT],

@@ -76,13 +76,20 @@ def ended(proc, timeout: float = 30) -> tuple[str, str]:
         pytest.fail("hung after the signal")
 
 
+def _default_dispositions():
+    for sig in signals.SIGNALS:             # the suite may run under nohup, or as a job in the background
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def start(tmp_path, command) -> subprocess.Popen:
+    """`command` in a session of its own, the stop signals' dispositions the defaults."""
     return subprocess.Popen(command, cwd=tmp_path, env=env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, preexec_fn=_default_dispositions)
 
 
 # ---------------------------------------------------------------- the mechanism
 
+@pytest.mark.usefixtures("default_handlers")
 def test_a_stop_signal_raises_stop_with_its_status_and_the_handlers_come_back():
     before = signal.getsignal(signal.SIGTERM)
     for sig, status, words in ((signal.SIGTERM, 143, "interrupted by SIGTERM"), (signal.SIGHUP, 129,
@@ -96,6 +103,7 @@ def test_a_stop_signal_raises_stop_with_its_status_and_the_handlers_come_back():
     assert signals.status(KeyboardInterrupt()) == 130       # Python's own handler's
 
 
+@pytest.mark.usefixtures("default_handlers")
 def test_stoppable_gives_back_the_handlers_from_before_starting():
     before = {sig: signal.getsignal(sig) for sig in signals.SIGNALS}
     signals.starting()
@@ -222,6 +230,7 @@ def test_sigterm_to_mpirun_stops_every_rank_with_143(tmp_path, fake_dir):
 # ---------------------------------------------------------------- during a checkpoint write (#13)
 
 @pytest.mark.parametrize("count", [1, 2])
+@pytest.mark.usefixtures("default_handlers")
 def test_a_sigterm_during_a_checkpoint_write_leaves_no_temporary_file(tmp_path, fake_dir, monkeypatch, capsys, count):
     """SIGTERM as epoch 2's checkpoint is flushed to disk: one signal lets the write finish and stops
     after it; a second stops at once, the temporary file removed, epoch 1's checkpoint kept and

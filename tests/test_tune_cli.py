@@ -390,6 +390,7 @@ def test_tune_ctrl_c_exits_130_with_what_was_saved(fake_gpu, tmp_path, capsys, m
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.usefixtures("default_handlers")
 def test_tune_sigterm_and_sighup_keep_what_was_saved_as_ctrl_c_does(fake_gpu, tmp_path, capsys, monkeypatch, sig):
     """They ended tune with 143/129 and no line; the --out path is said on one line (a newline in
     it was printed raw)."""
@@ -414,6 +415,7 @@ def test_tune_sigterm_and_sighup_keep_what_was_saved_as_ctrl_c_does(fake_gpu, tm
     assert len(load(file_for(out, H100)).records) == 1
 
 
+@pytest.mark.usefixtures("default_handlers")
 def test_tune_a_signal_while_a_result_is_saved_leaves_the_file_before_it(fake_gpu, tmp_path, capsys, monkeypatch):
     """A SIGTERM as the second shape's result is flushed to disk: the tuned file keeps the first
     shape's, and no temporary file stays."""
