@@ -521,7 +521,7 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
         return Interrupted(f"{signals.interrupted(interrupt.signum)} {where}; {hint.say()}", 128 + interrupt.signum)
 
     try:
-        if ckpt.epoch < cfg.epochs and stop():     # a Ctrl-C during set-up
+        if ckpt.epoch < cfg.epochs and stop():     # a stop signal during set-up
             raise stopped(ckpt.epoch + 1, False)
         # Overflow on the NumPy backend is no warning: a run that diverges is stopped below, in one line.
         with Progress(dist.rank == 0 and not args.quiet and sys.stdout.isatty()) as progress, \
@@ -595,7 +595,8 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
     except KeyboardInterrupt as stop:    # a second stop signal: one process stops where it was, the hint holds
         if dist.size > 1:
             raise
-        raise Interrupted(f"{signals.interrupted(signals.signum_of(stop))}; {hint.say()}", signals.status(stop)) from None
+        words = signals.interrupted(signals.signum_of(stop))
+        raise Interrupted(f"{words}; {hint.say()}", signals.status(stop)) from None
     _close_communicator(allreduce, epoch_pass, dist)
     return log
 
