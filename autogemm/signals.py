@@ -14,6 +14,7 @@ and the conventional status 128 + the signal's number (130, 143, 129).
 import contextlib
 import os
 import signal
+import threading
 
 SIGNALS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
 # Where a launcher (mpirun) starts ranks, each gets the signal: rank 0 alone speaks before MPI is up.
@@ -85,6 +86,9 @@ def stoppable(handler=raise_stop):
     """Within: every stop signal goes to `handler` (by default it raises Stop), one kept while
     starting first. After: the handlers from before, those from before `starting()` where it had
     been called."""
+    if threading.current_thread() is not threading.main_thread():   # only the main thread takes signals
+        yield
+        return
     previous = {sig: signal.signal(sig, handler) for sig in _taken()}
     try:
         while _pending:

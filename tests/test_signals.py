@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -110,6 +111,17 @@ def test_stoppable_gives_back_the_handlers_from_before_starting():
     with signals.stoppable():
         pass
     assert {sig: signal.getsignal(sig) for sig in signals.SIGNALS} == before
+
+
+def test_a_command_run_in_another_thread_leaves_the_signals_alone():
+    """signal.signal raises ValueError outside the main thread: nn.data.main() there failed so."""
+    from nn import data
+
+    statuses = []
+    thread = threading.Thread(target=lambda: statuses.append(data.main(["--dataset", "nosuch"])))
+    thread.start()
+    thread.join()
+    assert statuses == [2]
 
 
 def test_a_signal_ignored_by_whoever_started_the_process_stays_ignored(tmp_path, fake_dir):
