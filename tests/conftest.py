@@ -28,6 +28,18 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
+def default_handlers():
+    """Python's own handlers for the stop signals while a test sends them to its own process: the
+    suite may run under nohup (SIGHUP ignored) or in a background job (SIGINT ignored), which the
+    commands leave ignored."""
+    before = {sig: signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+              for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    yield
+    for sig, handler in before.items():
+        signal.signal(sig, handler)
+
+
+@pytest.fixture
 def edit_template(tmp_path, monkeypatch):
     """edit_template(name, old, new): replace `old` (which must be there) with `new` in a copy of
     kernels/<name>; autogemm hashes the copies of every template instead of kernels/ for the test."""
@@ -48,14 +60,3 @@ def edit_template(tmp_path, monkeypatch):
     yield edit
     autogemm.runtime.render.code_hash.cache_clear()
 
-
-@pytest.fixture
-def default_handlers():
-    """Python's own handlers for the stop signals while a test sends them to its own process: the
-    suite may run under nohup (SIGHUP ignored) or in a background job (SIGINT ignored), which the
-    commands leave ignored."""
-    before = {sig: signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
-              for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    yield
-    for sig, handler in before.items():
-        signal.signal(sig, handler)
