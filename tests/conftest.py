@@ -59,4 +59,3 @@ def edit_template(tmp_path, monkeypatch):
 
     yield edit
     autogemm.runtime.render.code_hash.cache_clear()
-
