@@ -55,7 +55,7 @@ def raise_stop(signum, frame):
 def _one_of_ranks() -> bool:
     """Whether a launcher started this process as one rank of several."""
     size = next((os.environ[name] for name in _SIZE_VARIABLES if name in os.environ), "1")
-    return size.isdigit() and int(size) > 1
+    return size.isascii() and size.isdigit() and len(size) < 10 and int(size) > 1   # else not a count: ignored
 
 
 def _end_now(signum, frame):
