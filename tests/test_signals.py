@@ -113,6 +113,14 @@ def test_stoppable_gives_back_the_handlers_from_before_starting():
     assert {sig: signal.getsignal(sig) for sig in signals.SIGNALS} == before
 
 
+@pytest.mark.parametrize("size, ranks", [("2", True), ("1", False), ("9" * 5000, False), ("\u0663", False),
+                                         ("x", False)])
+def test_a_launchers_size_that_is_not_a_count_is_one_process(monkeypatch, size, ranks):
+    """Read in a signal handler: int() of 5,000 digits raised there."""
+    monkeypatch.setenv("PMI_SIZE", size)
+    assert signals._one_of_ranks() is ranks
+
+
 def test_a_command_run_in_another_thread_leaves_the_signals_alone():
     """signal.signal raises ValueError outside the main thread: nn.data.main() there failed so."""
     from nn import data
