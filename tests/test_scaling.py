@@ -467,7 +467,7 @@ def test_a_cpu_fallback_counts_as_failed(tmp_path, capsys):
     code, summary, runs, _, _ = scaling_run(tmp_path, capsys, {"f32-r1": "numpy"}, "--ranks", "1")
     assert code == 1 and runs["cme213-f32-r1"]["status"] == "failed"
     assert runs["cme213-f32-r1"]["reason"].startswith("ran on the numpy backend, not cupy")
-    assert summary["rows"][0]["ms_per_epoch"] is None and summary["f64_check"] == "incomplete"
+    assert summary["rows"][0]["ms_per_epoch"] is None and summary["f64_check"] == "none"
 
 
 def test_time_limit_skips_what_would_not_fit(tmp_path, capsys, monkeypatch):
