@@ -3,48 +3,62 @@
     import autogemm
     d = autogemm.gemm(a, b, trans_b=True, epilogue="bias_sigmoid", bias=b1)
 
-CuPy is imported lazily: the templates, spaces and CLI work on machines without a GPU. The layers
-below this package's public names (runtime, store, ops, tuning, cli) are described in
-docs/ARCHITECTURE.md; a user of autogemm (nn, the trainer, is one) needs only the names here.
+The public names load on first use (PEP 562, as SciPy's submodules do): `import autogemm` itself
+costs milliseconds, so a command can take over Ctrl-C (`autogemm.signals`) before NumPy and the
+kernels load. CuPy is imported lazily too: the templates, spaces and CLI work on machines without a
+GPU. The layers below this package's public names (runtime, store, ops, tuning, cli) are described
+in docs/ARCHITECTURE.md; a user of autogemm (nn, the trainer, is one) needs only the names here.
 """
-from autogemm import files
-from autogemm.errors import AutogemmError, BadArguments, CompileError, InvalidConfig, StoreError
-from autogemm.ops.cublas import cublas_gemm
-from autogemm.ops.conv import conv2d, conv2d_backward_data, conv2d_backward_weights, maxpool2x2, maxpool2x2_backward
-from autogemm.ops.elementwise import (activation_grad, adam_update, bias_activation, column_sums, elementwise,
-                                      linear_backward, linear_xent, sgd_update, softmax_xent)
-from autogemm.ops.gemm import GemmCall, empty_column_major, gemm, plan_gemm, row_major_operand, to_bf16, transpose
-from autogemm.store.keys import Target, dtypes as key_dtypes
-from autogemm.store.lookup import Measured, has_records, measured
-from autogemm.store.locations import cache_dir
-from kernels import IMPLEMENTATIONS
-from kernels.contract import NO_OP
-from kernels.gemm import EPILOGUES as GEMM_EPILOGUES
-from kernels.gemm import PRECISIONS as GEMM_PRECISIONS
-from kernels.gemm import key_op as gemm_key_op
-from kernels.linear_backward import MAX_CLASSES as LINEAR_BACKWARD_MAX_CLASSES
-from kernels.linear_backward import TRANSPOSED as LINEAR_BACKWARD_TRANSPOSED
-from kernels.linear_xent import MAX_CLASSES as LINEAR_XENT_MAX_CLASSES
+import importlib
 
-__all__ = [
+# Each public name and the module that defines it (a module named by itself: the submodule).
+_WHERE = {
     # the operations
-    "gemm", "plan_gemm", "GemmCall", "GEMM_EPILOGUES", "GEMM_PRECISIONS", "row_major_operand",
-    "empty_column_major", "to_bf16", "transpose",
-    "elementwise", "bias_activation", "activation_grad",
-    "sgd_update", "adam_update", "softmax_xent", "linear_xent", "LINEAR_XENT_MAX_CLASSES",
-    "linear_backward", "LINEAR_BACKWARD_MAX_CLASSES", "LINEAR_BACKWARD_TRANSPOSED", "column_sums",
+    **dict.fromkeys(["gemm", "plan_gemm", "GemmCall", "row_major_operand", "empty_column_major", "to_bf16",
+                     "transpose"], "autogemm.ops.gemm"),
+    **dict.fromkeys(["elementwise", "bias_activation", "activation_grad", "sgd_update", "adam_update",
+                     "softmax_xent", "linear_xent", "linear_backward", "column_sums"], "autogemm.ops.elementwise"),
     # the baseline: cuBLAS's GEMM in the same precisions
-    "cublas_gemm",
+    "cublas_gemm": "autogemm.ops.cublas",
     # the CNN's: NCHW images, (F, C, K, K) filters
-    "conv2d", "conv2d_backward_data", "conv2d_backward_weights", "maxpool2x2", "maxpool2x2_backward",
+    **dict.fromkeys(["conv2d", "conv2d_backward_data", "conv2d_backward_weights", "maxpool2x2",
+                     "maxpool2x2_backward"], "autogemm.ops.conv"),
     # errors: every one is a one-line message for the user
-    "AutogemmError", "BadArguments", "CompileError", "InvalidConfig", "StoreError",
-    # the user's files: read only if regular, written atomically; and autogemm's cache folder
-    "files", "cache_dir",
+    **dict.fromkeys(["AutogemmError", "BadArguments", "CompileError", "InvalidConfig", "StoreError"],
+                    "autogemm.errors"),
+    # the user's files: read only if regular, written atomically; autogemm's cache folder; the stop
+    # signals (Ctrl-C, SIGTERM, SIGHUP) as a command takes them
+    "files": "autogemm.files", "cache_dir": "autogemm.store.locations", "signals": "autogemm.signals",
     # a kernel launch to tune, as a network's `autogemm.targets` entry point lists its step's; the
     # op of a launch whose family has none, a GEMM launch's (layout and epilogue); the families that
     # compute one call (all tuned, the fastest runs)
-    "Target", "NO_OP", "gemm_key_op", "IMPLEMENTATIONS",
+    "Target": "autogemm.store.keys", "NO_OP": "kernels.contract", "gemm_key_op": "kernels.gemm",
+    "IMPLEMENTATIONS": "kernels",
     # what the tuned records say of a launch's time (cost models), the arithmetics a family's keys name
-    "measured", "Measured", "has_records", "key_dtypes",
-]
+    **dict.fromkeys(["measured", "Measured", "has_records"], "autogemm.store.lookup"),
+    "key_dtypes": "autogemm.store.keys",
+    # the GEMM's epilogues and precisions, and how many classes the output layer's kernels take
+    "GEMM_EPILOGUES": "kernels.gemm", "GEMM_PRECISIONS": "kernels.gemm",
+    "LINEAR_XENT_MAX_CLASSES": "kernels.linear_xent", "LINEAR_BACKWARD_MAX_CLASSES": "kernels.linear_backward",
+    "LINEAR_BACKWARD_TRANSPOSED": "kernels.linear_backward",
+}
+# A public name that is another name in its module.
+_RENAMED = {"key_dtypes": "dtypes", "gemm_key_op": "key_op", "GEMM_EPILOGUES": "EPILOGUES",
+            "GEMM_PRECISIONS": "PRECISIONS", "LINEAR_XENT_MAX_CLASSES": "MAX_CLASSES",
+            "LINEAR_BACKWARD_MAX_CLASSES": "MAX_CLASSES", "LINEAR_BACKWARD_TRANSPOSED": "TRANSPOSED"}
+
+__all__ = list(_WHERE)
+
+
+def __getattr__(name: str):
+    """A public name, its module imported on first use (and kept as this package's attribute)."""
+    if name not in _WHERE:
+        raise AttributeError(f"module 'autogemm' has no attribute {name!r}")
+    module = importlib.import_module(_WHERE[name])
+    value = module if module.__name__ == f"{__name__}.{name}" else getattr(module, _RENAMED.get(name, name))
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -83,7 +83,7 @@ PARAMS = {
 # math="3xtf32" splits each float32 x into a TF32 part hi = tf32(x) and the exact rest lo = x - hi
 # (the MMA reads lo's top 19 bits), and accumulates lo*hi + hi*lo + hi*hi with mma.sync m16n8k8 in
 # float32: each product is kept to about 2^-21 (float32 FMAs: 2^-24); the tensor cores' float32
-# sums truncate, so the error is several times FMAs' (measured in the README's results).
+# sums truncate, so the error is several times FMAs' (measured: docs/GUIDE.md).
 # A warp is then an 8 x 4 patch of the TY x TX threads (the mma's lane grid) and owns a
 # (8*RM) x (4*RN) tile of MMA tiles 16 x 8; each thread's accumulators are the MMA fragment's,
 # 1 x 2 micro-tiles (TM = 1, TN = 2) in rows g, g+8 of each MMA tile.

@@ -8,6 +8,11 @@ The networks: MLPs (784-hidden-10, SGD) and the LeNet-like CNN (nn.layers.LENET,
 Each backend runs one untimed epoch (compiles, captures), then `--epochs` timed ones; the median is
 reported. The NumPy trainer runs a CNN on a slice of the images, its time scaled to the epoch.
 """
+if __name__ == "__main__":  # first: a stop signal while the modules below load ends in one line, no traceback
+    from autogemm import signals
+
+    signals.starting()
+
 import io
 import statistics
 import sys

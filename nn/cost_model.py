@@ -19,6 +19,11 @@ every row), and "none" (every rank trains the whole batch, nothing sent: one GPU
 is chosen only where it is predicted at least MARGIN faster than one GPU; the model's errors are
 measured in docs/SCALING.md.
 """
+if __name__ == "__main__":  # first: a stop signal while the modules below load ends in one line, no traceback
+    from autogemm import signals
+
+    signals.starting()
+
 import math
 import re
 from dataclasses import dataclass

@@ -5,6 +5,11 @@ The split is CME 213's: the first 54,000 training images train, the last 6,000 v
 
     python -m nn.data [--dataset NAME] [--data-dir DIR]    # fetch if needed, print where and sizes
 """
+if __name__ == "__main__":  # first: a stop signal while the modules below load ends in one line, no traceback
+    from autogemm import signals
+
+    signals.starting()
+
 import errno
 import functools
 import gzip

@@ -8,9 +8,11 @@ How ranks end together, never hanging: a failure that every rank can know of goe
 a collective after which every rank raises the same RanksFailed and exits (rank 0 alone prints). A
 failure on one rank in the middle of a step, where the others wait in a collective, ends the job:
 the rank prints its line and exits at once, and the launcher stops the others (`fail`).
-Ctrl-C is a request (`Interrupt`) that every rank honours at the same step boundary.
+Ctrl-C, SIGTERM and SIGHUP are a request (`Interrupt`) that every rank honours at the same step
+boundary.
 """
 import contextlib
+import ctypes
 import os
 import signal
 import sys
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autogemm import signals
 from nn.errors import NNError
 
 # Set by the launchers: MPICH/Hydra (PMI_*), PMIx, Open MPI.
@@ -34,7 +37,12 @@ class RanksFailed(NNError):
 
 
 class Interrupted(Exception):
-    """Raised on every rank alike when a Ctrl-C was honoured; the message says what was kept."""
+    """Raised on every rank alike when a stop signal was honoured; the message says what was kept,
+    `status` is the signal's exit status (130 for Ctrl-C)."""
+
+    def __init__(self, message: str, status: int = 130):
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -130,6 +138,22 @@ class Dist:
                          + "".join(traceback.format_exception(exc)))
         self.exit_all(1)
 
+    def leave(self, status: int):
+        """Under MPI, after every rank has agreed to stop: finalise MPI and exit this rank with
+        `status` at once. The interpreter's teardown takes 0.1-0.2 s, and a second Ctrl-C within it
+        reaches mpirun (MPICH's Hydra), which then kills every rank and exits with a status of its
+        own (0, 1 or 255, not 130). The exit is C's exit(), not os._exit: MPICH ends its link to the
+        launcher in an exit hook, without which the launcher kills the ranks still finalising. A
+        no-op for one process."""
+        if self.size == 1:
+            return
+        from mpi4py import MPI
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        MPI.Finalize()
+        ctypes.CDLL(None).exit(status)
+
     def exit_all(self, status: int):
         """Under MPI, exit this rank with `status` without finalising MPI: the launcher (MPICH's
         Hydra, Open MPI's mpirun) then stops every other rank and exits with this status, printing
@@ -145,23 +169,25 @@ class Dist:
 
 
 class Interrupt:
-    """Ctrl-C (SIGINT) as a request to stop at a step boundary. Inside `deferred()` (the epochs),
-    and always under MPI, the first SIGINT sets `requested`, which the trainer reads at step
-    boundaries through Dist.any_rank, so that every rank stops at the same one (a rank leaving on
-    its own would leave the others waiting in an all-reduce); outside it, and at a second SIGINT,
-    KeyboardInterrupt is raised at once. A context manager: the previous handler is back on exit."""
+    """A stop signal (Ctrl-C, SIGTERM, SIGHUP: autogemm.signals) as a request to stop at a step
+    boundary. Inside `deferred()` (the epochs), and always under MPI, the first one sets `requested`
+    (and `signum`), which the trainer reads at step boundaries through Dist.any_rank, so that every
+    rank stops at the same one (a rank leaving on its own would leave the others waiting in an
+    all-reduce); outside it, and at a second signal, signals.Stop is raised at once. A context
+    manager: the previous handlers are back on exit."""
 
     def __init__(self, always_deferred: bool = False):
         self.requested = False
+        self.signum = signal.SIGINT      # the signal requested by, once it is
         self._deferring = always_deferred
-        self._previous = None
+        self._handling = signals.stoppable(self._handle)
 
     def __enter__(self):
-        self._previous = signal.signal(signal.SIGINT, self._handle)
+        self._handling.__enter__()
         return self
 
     def __exit__(self, *exc):
-        signal.signal(signal.SIGINT, self._previous)
+        return self._handling.__exit__(*exc)
 
     @contextlib.contextmanager
     def deferred(self):
@@ -173,8 +199,8 @@ class Interrupt:
 
     def _handle(self, signum, frame):
         if self.requested or not self._deferring:
-            raise KeyboardInterrupt
-        self.requested = True
+            raise signals.Stop(signum)
+        self.requested, self.signum = True, signum
 
 
 def maybe_init_dist() -> Dist:

@@ -31,18 +31,20 @@ class ArgumentParser(argparse.ArgumentParser):
 
 def exit_status(command) -> int:
     """Run `command()`, a command's body: 0, or one line on stderr and 2 for a bad input
-    (``error: ...``: NNError, autogemm's errors, a file that cannot be written) or 130 for Ctrl-C."""
-    from autogemm import AutogemmError
+    (``error: ...``: NNError, autogemm's errors, a file that cannot be written) or 128 + N for a stop
+    signal (Ctrl-C: 130, SIGTERM: 143, SIGHUP: 129)."""
+    from autogemm import AutogemmError, signals
 
     try:
-        command()
+        with signals.stoppable():
+            command()
     except (NNError, AutogemmError) as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     except OSError as e:
         print(f"error: cannot write {shown(e.filename)}: {e.strerror}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:
+        print(signals.interrupted(signals.signum_of(stop)), file=sys.stderr)
+        return signals.status(stop)
     return 0

@@ -13,6 +13,11 @@ where the backend can capture (warm caches, launch gaps as inside the epoch's gr
 median over `--replays` replays is reported per call; the whole step is timed the same way. Inputs
 are random: the times do not depend on the data.
 """
+if __name__ == "__main__":  # first: a stop signal while the modules below load ends in one line, no traceback
+    from autogemm import signals
+
+    signals.starting()
+
 import statistics
 import sys
 from dataclasses import asdict, dataclass

@@ -24,6 +24,11 @@ A run that fails or hangs is recorded with its reason and the others go on; one 
 but did not exit (NCCL ranks did, once) keeps its timings, flagged "hung at exit". The summary goes to
 DIR/scaling-<network>.json (weak: scaling-<network>-weak.json); the table is printed last.
 """
+if __name__ == "__main__":  # first: a stop signal while the modules below load ends in one line, no traceback
+    from autogemm import signals
+
+    signals.starting()
+
 import argparse
 import contextlib
 import hashlib
@@ -45,13 +50,13 @@ from typing import Callable
 
 import numpy as np
 
-from autogemm import files
+from autogemm import files, signals
 from nn import checkpoint
 from nn import train
 from nn.allreduce import KINDS as ALLREDUCES
 from nn.bench import ConvNetwork, Network, cnn_networks, networks
 from nn.backends import cuda_available
-from nn.errors import ArgumentParser, NNError
+from nn.errors import ArgumentParser, NNError, shown
 from nn.layers import LENET, parse_layers
 from nn.model_parallel import check_split
 from nn.outputs import claim
@@ -317,9 +322,10 @@ class Run:
 def plan(s: Settings) -> list[Run]:
     """Every float32 run (1 rank, then each R > 1 with each split and all-reduce), then the float64
     (FP32-accurate GEMMs) references of one rank, one for each global batch (weak: batch x R for each
-    R; strong: the batch), then the float64 runs of more than one rank."""
+    R; strong: the batch), then the float64 runs of more than one rank (none, nor references, for
+    one rank alone)."""
     cases = [(1, "data", "none")] + [(r, p, a) for r in s.ranks if r > 1 for p in s.parallels for a in s.allreduces]
-    references = [(1, "data", "none", s.batch(r)) for r in (s.ranks if s.weak else (1,))]
+    references = [(1, "data", "none", s.batch(r)) for r in (s.ranks if s.weak else (1,)) if len(cases) > 1]
     return ([_run(s, "float32", s.epochs, ranks, p, a, s.batch(ranks)) for ranks, p, a in cases]
             + [_run(s, "float64", s.f64_epochs, *case) for case in references]
             + [_run(s, "float64", s.f64_epochs, ranks, p, a, s.batch(ranks)) for ranks, p, a in cases if ranks > 1])
@@ -519,7 +525,7 @@ def _of_type(value, kind):
 
 def weight_diffs(reference_path, path) -> dict[str, float]:
     """max|W_R - W_1| / max|W_1| for every parameter of two checkpoints, named W1, b1, W2, b2, ...
-    (layers counted from 1, as in the README's math; the checkpoint's own keys count from 0)."""
+    (layers counted from 1, as docs/GUIDE.md's example names W1 and b1; the checkpoint's own keys count from 0)."""
     reference, other = checkpoint.load(reference_path), checkpoint.load(path)
     if reference.epoch != other.epoch:
         raise NNError(f"{path} holds epoch {other.epoch}, {reference_path} epoch {reference.epoch}")
@@ -585,8 +591,11 @@ def rows(runs: list[Run]) -> list[dict]:
 
 
 def f64_verdict(runs: list[Run]) -> tuple[str, float | None]:
-    """('pass' | 'fail' | 'incomplete', worst max rel diff) over the float64 runs of more than one rank."""
+    """('pass' | 'fail' | 'incomplete' | 'none', worst max rel diff) over the float64 runs of more
+    than one rank ('none': no such run, one rank alone)."""
     checks = [r for r in runs if r.dtype == "float64" and r.ranks > 1]
+    if not checks:
+        return "none", None
     worst = max((d for r in checks for d in r.weight_diff.values()), default=None)
     if worst is not None and worst > F64_TOLERANCE:
         return "fail", worst
@@ -694,8 +703,19 @@ def summary(s: Settings, about: dict, runs: list[Run]) -> dict:
 # ---------------------------------------------------------------- entry point
 
 def main(argv=None, runner: Runner = run_process) -> int:
-    """0 when every run is ok and the float64 check passes, 1 otherwise, 2 for bad arguments."""
+    """0 when every run is ok and the float64 check passes (or has nothing to check: one rank), 1
+    otherwise, 2 for bad arguments,
+    128 + N for a stop signal (Ctrl-C: 130)."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        with signals.stoppable():
+            return _scale(argv, runner)
+    except KeyboardInterrupt as stop:   # before the first run: nothing was written
+        print(signals.interrupted(signals.signum_of(stop)), file=sys.stderr)
+        return signals.status(stop)
+
+
+def _scale(argv, runner: Runner) -> int:
     try:
         s = resolve(build_parser().parse_args(argv))
     except NNError as e:
@@ -711,7 +731,7 @@ def main(argv=None, runner: Runner = run_process) -> int:
     except NNError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    start = time.monotonic()
+    start, saved = time.monotonic(), 0
     try:
         for i, run in enumerate(runs, 1):
             left = s.time_limit - (time.monotonic() - start) if s.time_limit else s.timeout
@@ -732,18 +752,21 @@ def main(argv=None, runner: Runner = run_process) -> int:
                   + (f", {run.wall_s:g} s" if run.wall_s is not None else "") + (f" ({run.reason})" if run.reason else ""),
                   flush=True)
             files.write_atomic(path, json.dumps(summary(s, about, runs), indent=1).encode())  # kept after each run
-    except KeyboardInterrupt:      # the runner has ended the run in progress and everything under it
-        print(f"interrupted; the finished runs are in {path}", file=sys.stderr)
-        return 130
+            saved = i
+    except KeyboardInterrupt as stop:      # the runner has ended the run in progress and everything under it
+        kept = (f"{saved} of {len(runs)} runs finished, in {shown(path)}" if saved
+                else f"no run had finished, {shown(path)} was not written")
+        print(f"{signals.interrupted(signals.signum_of(stop))}; {kept}", file=sys.stderr)
+        return signals.status(stop)
     except files.FileError as e:
-        print(f"error: {path}: cannot be written: {e}", file=sys.stderr)
+        print(f"error: {shown(path)}: cannot be written: {e}", file=sys.stderr)
         return 2
     print(f"\nsummary {path}; logs {s.out}/{s.stem}-*.log")
     for run in runs:
         if run.status != "ok":
             print(f"  {run.name}: {run.status}: {run.reason}")
     print(table(s, runs, about["gpus"]), flush=True)
-    ok = all(r.status == "ok" for r in runs) and f64_verdict(runs)[0] == "pass"
+    ok = all(r.status == "ok" for r in runs) and f64_verdict(runs)[0] in ("pass", "none")
     return 0 if ok else 1
 
 

@@ -5,6 +5,11 @@
     python -m nn.train --model lenet           # the LeNet-like CNN, Adam, batch 1000
     mpirun -n 4 python -m nn.train --grading-mode 2 --checkpoint ck.npz
 """
+if __name__ == "__main__":  # first: a stop signal while the modules below load ends in one line, no traceback
+    from autogemm import signals
+
+    signals.starting()
+
 import argparse
 import contextlib
 import datetime
@@ -28,7 +33,7 @@ if _LOCAL_RANKS > 1:
 import numpy as np
 
 import autogemm
-from autogemm import AutogemmError
+from autogemm import AutogemmError, signals
 from nn import checkpoint, cost_model
 from nn.backends import ACTIVATIONS, BACKENDS, DTYPES, PRECISIONS, cuda_available, get_backend
 from nn.backends.base import host_free_bytes
@@ -513,10 +518,10 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
         if dist.rank == 0:
             log["final"] = {"interrupted": where}
             outputs.write_log(log)
-        return Interrupted(f"interrupted {where}; {hint.say()}")
+        return Interrupted(f"{signals.interrupted(interrupt.signum)} {where}; {hint.say()}", 128 + interrupt.signum)
 
     try:
-        if ckpt.epoch < cfg.epochs and stop():     # a Ctrl-C during set-up
+        if ckpt.epoch < cfg.epochs and stop():     # a stop signal during set-up
             raise stopped(ckpt.epoch + 1, False)
         # Overflow on the NumPy backend is no warning: a run that diverges is stopped below, in one line.
         with Progress(dist.rank == 0 and not args.quiet and sys.stdout.isatty()) as progress, \
@@ -587,6 +592,11 @@ def run(cfg: Config, args, dist: Dist, interrupt: Interrupt | None = None, argv=
     except (RanksFailed, Interrupted):   # raised on every rank alike: the communicator still ends together
         _close_communicator(allreduce, epoch_pass, dist)
         raise
+    except KeyboardInterrupt as stop:    # a second stop signal: one process stops where it was, the hint holds
+        if dist.size > 1:
+            raise
+        words = signals.interrupted(signals.signum_of(stop))
+        raise Interrupted(f"{words}; {hint.say()}", signals.status(stop)) from None
     _close_communicator(allreduce, epoch_pass, dist)
     return log
 
@@ -684,11 +694,12 @@ def main(argv=None) -> int:
             return 2
         except Interrupted as e:
             print0(one_line(e), file=sys.stderr, flush=True)
-            return 130
-        except KeyboardInterrupt:  # a second Ctrl-C: stop now, wherever this rank was
-            print0("interrupted", file=sys.stderr, flush=True)
-            dist.exit_all(130)
-            return 130
+            dist.leave(e.status)
+            return e.status
+        except KeyboardInterrupt as e:  # a second stop signal: stop now, wherever this rank was
+            print0(signals.interrupted(signals.signum_of(e)), file=sys.stderr, flush=True)
+            dist.exit_all(signals.status(e))
+            return signals.status(e)
         except (NNError, AutogemmError) as e:  # this rank alone, mid-run: a corrupted tuned/ file, a bad config
             dist.fail(e)
             return 2

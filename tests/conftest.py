@@ -1,6 +1,7 @@
 """Shared fixtures; tests marked ``gpu`` skip unless CuPy sees a CUDA device."""
 import functools
 import shutil
+import signal
 
 import pytest
 
@@ -24,6 +25,18 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def default_handlers():
+    """Python's own handlers for the stop signals while a test sends them to its own process: the
+    suite may run under nohup (SIGHUP ignored) or in a background job (SIGINT ignored), which the
+    commands leave ignored."""
+    before = {sig: signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+              for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    yield
+    for sig, handler in before.items():
+        signal.signal(sig, handler)
 
 
 @pytest.fixture

@@ -1,7 +1,10 @@
 """nn.bench on the CPU: the NumPy backend's row, the table and JSON, and argument errors."""
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -127,3 +130,18 @@ def test_a_chart_that_cannot_be_written_leaves_the_earlier_one(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["chart.png"]               # no temporary file left
     ok = subprocess.run([*run, str(1 << 30)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0 and not ok.stderr and chart.read_bytes() != earlier, ok.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+@pytest.mark.usefixtures("default_handlers")
+def test_a_stop_signal_is_one_line_naming_it_and_leaves_the_earlier_json(tmp_path, monkeypatch, capsys, sig):
+    """SIGTERM and SIGHUP ended nn.bench with 143/129 and no line."""
+    import nn.bench
+
+    earlier = json.dumps({"command": "python -m nn.bench --epochs 1", "results": []})
+    (tmp_path / "old.json").write_text(earlier)
+    monkeypatch.setattr(nn.bench, "run", lambda *a: os.kill(os.getpid(), sig) or time.sleep(5))
+    status = main(["--networks", "grading", "--backends", "numpy", "--json", str(tmp_path / "old.json")])
+    words = "interrupted" if sig == signal.SIGINT else f"interrupted by {signal.Signals(sig).name}"
+    assert (status, capsys.readouterr().err) == (128 + sig, words + "\n")
+    assert (tmp_path / "old.json").read_text() == earlier

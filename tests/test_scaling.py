@@ -6,6 +6,7 @@ import itertools
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -466,7 +467,7 @@ def test_a_cpu_fallback_counts_as_failed(tmp_path, capsys):
     code, summary, runs, _, _ = scaling_run(tmp_path, capsys, {"f32-r1": "numpy"}, "--ranks", "1")
     assert code == 1 and runs["cme213-f32-r1"]["status"] == "failed"
     assert runs["cme213-f32-r1"]["reason"].startswith("ran on the numpy backend, not cupy")
-    assert summary["rows"][0]["ms_per_epoch"] is None and summary["f64_check"] == "incomplete"
+    assert summary["rows"][0]["ms_per_epoch"] is None and summary["f64_check"] == "none"
 
 
 def test_time_limit_skips_what_would_not_fit(tmp_path, capsys, monkeypatch):
@@ -613,3 +614,40 @@ def test_more_bad_arguments(tmp_path, capsys, argv, message):
     assert main(["--mpirun", fake_mpirun(tmp_path), "--out", str(tmp_path / "out"), *argv], runner=runner) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"error: {message}") and not runner.calls and not (tmp_path / "out").exists()
+
+
+def test_one_rank_alone_passes_without_a_float64_check(tmp_path, capsys):
+    """--ranks 1 exited 1: its float64 check, with no run of several ranks to check, was "incomplete"."""
+    code, summary, runs, _, _ = scaling_run(tmp_path, capsys, {}, "--ranks", "1")
+    assert code == 0 and summary["f64_check"] == "none" and list(runs) == ["cme213-f32-r1"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+@pytest.mark.usefixtures("default_handlers")
+def test_a_stop_signal_keeps_the_finished_runs_and_names_itself(tmp_path, capsys, sig):
+    """SIGTERM and SIGHUP ended nn.scaling with 143/129 and no line, its summary of the finished runs
+    unsaid; they stop it as Ctrl-C does (the runner ends the run in progress as it unwinds)."""
+    runner = FakeRunner({})
+
+    def stopped_in_the_second_run(command, *args):
+        if runner.calls:
+            os.kill(os.getpid(), sig)
+        return runner(command, *args)
+
+    code = main(["--mpirun", fake_mpirun(tmp_path), "--out", str(tmp_path / "out"), *EXPLICIT],
+                runner=stopped_in_the_second_run)
+    err = capsys.readouterr().err
+    words = "interrupted" if sig == signal.SIGINT else f"interrupted by {signal.Signals(sig).name}"
+    summary = tmp_path / "out" / "scaling-cme213.json"
+    assert (code, err) == (128 + sig, f"{words}; 1 of 10 runs finished, in {summary}\n")
+    assert [r["name"] for r in json.loads(summary.read_text())["runs"] if r["status"] == "ok"] == ["cme213-f32-r1"]
+
+
+@pytest.mark.usefixtures("default_handlers")
+def test_a_stop_signal_in_the_first_run_says_nothing_was_written(tmp_path, capsys):
+    """It named the summary as holding the finished runs: there was none, and no summary."""
+    code = main(["--mpirun", fake_mpirun(tmp_path), "--out", str(tmp_path / "out"), *EXPLICIT],
+                runner=lambda *args: os.kill(os.getpid(), signal.SIGTERM) or time.sleep(5))
+    summary = tmp_path / "out" / "scaling-cme213.json"
+    assert (code, capsys.readouterr().err) == (143, f"interrupted by SIGTERM; no run had finished, {summary} was not "
+                                                    f"written\n") and not summary.exists()

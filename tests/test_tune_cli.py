@@ -3,6 +3,7 @@ with the GPU replaced by a fake measure."""
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -386,6 +387,52 @@ def test_tune_ctrl_c_exits_130_with_what_was_saved(fake_gpu, tmp_path, capsys, m
     assert status == 130
     assert err.startswith("interrupted: 1 of 2 shapes finished and saved in") and "--resume" in err
     assert len(load(file_for(tmp_path, H100)).records) == 1
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.usefixtures("default_handlers")
+def test_tune_sigterm_and_sighup_keep_what_was_saved_as_ctrl_c_does(fake_gpu, tmp_path, capsys, monkeypatch, sig):
+    """They ended tune with 143/129 and no line; the --out path is said on one line (a newline in
+    it was printed raw)."""
+    import autogemm.tuning.measure
+
+    calls = []
+
+    def measure_for(key, device, seed=0):
+        calls.append(key)
+        if len(calls) == 2:
+            return FakeMeasure(script=lambda cfg, call: os.kill(os.getpid(), sig))
+        return FakeMeasure()
+
+    monkeypatch.setattr(autogemm.tuning.measure, "measure_for", measure_for)
+    out = tmp_path / "a\nb"
+    status = cli.main(["tune", "--shapes", "800x10x1002,800x1000x10", "--trials", "4", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert status == 128 + sig and err.count("\n") == 1, err
+    saved_in = str(file_for(out, H100)).replace("\n", "\\n")
+    assert err == (f"interrupted by {signal.Signals(sig).name}: 1 of 2 shapes finished and saved in {saved_in}; "
+                   "run the same command with --resume to go on\n")
+    assert len(load(file_for(out, H100)).records) == 1
+
+
+@pytest.mark.usefixtures("default_handlers")
+def test_tune_a_signal_while_a_result_is_saved_leaves_the_file_before_it(fake_gpu, tmp_path, capsys, monkeypatch):
+    """A SIGTERM as the second shape's result is flushed to disk: the tuned file keeps the first
+    shape's, and no temporary file stays."""
+    fsync, writes = os.fsync, []
+
+    def signalled_fsync(fd):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".tmp"):
+            writes.append(fd)
+            if len(writes) == 2:
+                os.kill(os.getpid(), signal.SIGTERM)
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", signalled_fsync)
+    status = cli.main(["tune", "--shapes", "800x10x1002,800x1000x10", "--trials", "4", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert status == 143 and err.startswith("interrupted by SIGTERM: 1 of 2 shapes finished and saved in"), err
+    assert len(load(file_for(tmp_path, H100)).records) == 1 and not list(tmp_path.glob(".*.tmp"))
 
 
 @pytest.mark.parametrize("precision, shape", [("tf32", "800x1000x784:nt"), ("bf16", "1000x784x800:tn")])

@@ -1,10 +1,19 @@
 """The `autogemm` command: thin subcommands that parse arguments and call the library."""
+import os
+import sys
+
+from autogemm import signals
+
+# The command itself (its console script, or `python -m autogemm.cli`, whose package loads while
+# argv[0] is still "-m"), not a library import: a stop signal while the modules below load ends
+# it in one line, no traceback.
+if sys.argv[0] == "-m" or os.path.basename(sys.argv[0]) == "autogemm":
+    signals.starting()
+
 import argparse
 import json
-import os
 import re
 import shlex
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -284,12 +293,12 @@ def cmd_tune(args) -> int:
                 how = "from the finished study" if o.result.reused else f"{o.result.seconds:.0f} s"
                 progress.update(task, completed=args.trials,
                                 info=f"{o.result.median_us:.1f} µs{vs} ({o.stored}, {how})")
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         console.print(_summary(outcomes, Table))
         done = sum(o.result is not None for o in outcomes)
-        print(f"interrupted: {done} of {len(targets)} shapes finished and saved in {path}; "
-              f"run the same command with --resume to go on", file=sys.stderr)
-        return 130
+        print(f"{signals.interrupted(signals.signum_of(stop))}: {done} of {len(targets)} shapes finished and "
+              f"saved in {_one_line(str(path))}; run the same command with --resume to go on", file=sys.stderr)
+        return signals.status(stop)
     console.print(_summary(outcomes, Table))
     failed = [o for o in outcomes if o.result is None]
     for o in failed:
@@ -570,16 +579,17 @@ def _one_line(message: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        args = build_parser().parse_args(argv)
-        _refuse_empty(args)
-        args.command_line = shlex.join(["autogemm", *argv])
-        return args.run(args)
+        with signals.stoppable():
+            args = build_parser().parse_args(argv)
+            _refuse_empty(args)
+            args.command_line = shlex.join(["autogemm", *argv])
+            return args.run(args)
     except AutogemmError as exc:
         print(f"error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:    # tune has its own: what it saved, and how to resume
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:    # tune has its own: what it saved, and how to resume
+        print(signals.interrupted(signals.signum_of(stop)), file=sys.stderr)
+        return signals.status(stop)
     except BrokenPipeError:      # `autogemm show --json | head`: the reader stopped reading
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit
         return 1
