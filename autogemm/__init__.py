@@ -7,7 +7,7 @@ CuPy is imported lazily: the templates, spaces and CLI work on machines without 
 below this package's public names (runtime, store, ops, tuning, cli) are described in
 docs/ARCHITECTURE.md; a user of autogemm (nn, the trainer, is one) needs only the names here.
 """
-from autogemm import files
+from autogemm import arguments, files
 from autogemm.errors import AutogemmError, BadArguments, CompileError, InvalidConfig, StoreError
 from autogemm.ops.cublas import cublas_gemm
 from autogemm.ops.conv import conv2d, conv2d_backward_data, conv2d_backward_weights, maxpool2x2, maxpool2x2_backward
@@ -17,6 +17,7 @@ from autogemm.ops.gemm import GemmCall, empty_column_major, gemm, plan_gemm, row
 from autogemm.store.keys import Target, dtypes as key_dtypes
 from autogemm.store.lookup import Measured, has_records, measured
 from autogemm.store.locations import cache_dir
+from autogemm.version import __version__
 from kernels import IMPLEMENTATIONS
 from kernels.contract import NO_OP
 from kernels.gemm import EPILOGUES as GEMM_EPILOGUES
@@ -27,6 +28,7 @@ from kernels.linear_backward import TRANSPOSED as LINEAR_BACKWARD_TRANSPOSED
 from kernels.linear_xent import MAX_CLASSES as LINEAR_XENT_MAX_CLASSES
 
 __all__ = [
+    "__version__",
     # the operations
     "gemm", "plan_gemm", "GemmCall", "GEMM_EPILOGUES", "GEMM_PRECISIONS", "row_major_operand",
     "empty_column_major", "to_bf16", "transpose",
@@ -41,6 +43,8 @@ __all__ = [
     "AutogemmError", "BadArguments", "CompileError", "InvalidConfig", "StoreError",
     # the user's files: read only if regular, written atomically; and autogemm's cache folder
     "files", "cache_dir",
+    # the conventions of autogemm's and nn's command lines (one syntax for a list of sizes)
+    "arguments",
     # a kernel launch to tune, as a network's `autogemm.targets` entry point lists its step's; the
     # op of a launch whose family has none, a GEMM launch's (layout and epilogue); the families that
     # compute one call (all tuned, the fastest runs)
