@@ -22,7 +22,7 @@ from autogemm.runtime.device import slug
 from autogemm.store.keys import problem_of
 from autogemm.store.locations import tune_dir_named
 from autogemm.store.lookup import Index
-from autogemm.store.records import Record, Store, load
+from autogemm.store.records import Record, Store, load, printable
 
 ROLES = {"user": "user store", "shipped": "shipped with autogemm", "given": "file"}
 
@@ -189,10 +189,10 @@ def summary(shown: Shown, places: list[tuple[str, Path]]) -> list:
             files_of_role = [store for role, store in stores if role == place_role]
             for store in files_of_role:
                 out += [Text(f"  {ROLES[place_role]}: {len(store.records)} records, updated "
-                             f"{age(store.meta.updated, now)} ago:"), f"    {store.path}"]
+                             f"{age(store.meta.updated, now)} ago:"), f"    {printable(str(store.path), 4096)}"]
             if place_role == "user" and not files_of_role:
                 out += [Text("  user store: none; `autogemm tune` on this GPU writes:"),
-                        f"    {Path(place) / f'{slug(gpu)}.json'}"]
+                        f"    {printable(str(Path(place) / f'{slug(gpu)}.json'), 4096)}"]
         table, gpu_stale = _family_table(stores, roles, shown)
         out.append(table)
         stale += gpu_stale
