@@ -37,6 +37,11 @@ class Interrupted(Exception):
     """Raised on every rank alike when a Ctrl-C was honoured; the message says what was kept."""
 
 
+def _shown(value) -> str:
+    """A setting in a message: a list of sizes as [8, 16], whether a tuple or a list holds it."""
+    return repr(list(value) if isinstance(value, tuple) else value)
+
+
 @dataclass(frozen=True)
 class Dist:
     rank: int = 0
@@ -99,8 +104,8 @@ class Dist:
         for rank, theirs in enumerate(every):
             for name in dict.fromkeys([*every[0], *theirs]):
                 if theirs.get(name) != every[0].get(name):
-                    raise RanksFailed(f"rank {rank} of {self.size} has {name} {theirs.get(name)!r} where rank 0 "
-                                      f"has {every[0].get(name)!r}; {advice}")
+                    raise RanksFailed(f"rank {rank} of {self.size} has {name} {_shown(theirs.get(name))} where "
+                                      f"rank 0 has {_shown(every[0].get(name))}; {advice}")
 
     def any_rank(self, flag: bool) -> bool:
         """Collective: whether `flag` is set on any rank (a one-integer all-reduce)."""
