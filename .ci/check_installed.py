@@ -1,13 +1,17 @@
 """CI, run by the wheel's own interpreter outside the checkout: the installed autogemm is the wheel's,
-every template file of the checkout is in it, and every kernel family renders from it.
+its version is the checkout's pyproject.toml's (module, metadata and `autogemm --version`), every
+template file of the checkout is in it, and every kernel family renders from it.
 
     python check_installed.py CHECKOUT
 """
+import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import autogemm
 import kernels
+from autogemm import version
 from autogemm.runtime.device import H100
 from autogemm.runtime import render
 from autogemm.runtime.family import FAMILIES, family
@@ -19,6 +23,11 @@ def main(checkout: Path) -> int:
     installed = Path(kernels.__file__).resolve().parent
     if checkout.resolve() in Path(autogemm.__file__).resolve().parents:
         return fail(f"autogemm was imported from the checkout ({autogemm.__file__}), not the wheel")
+    expected = version._from_checkout(checkout / "pyproject.toml")
+    command = subprocess.run([Path(sys.executable).parent / "autogemm", "--version"], capture_output=True, text=True)
+    said = (autogemm.__version__, metadata.version("autogemm"), command.stdout.strip())
+    if said != (expected, expected, f"autogemm {expected}"):
+        return fail(f"the installed version says {said}; pyproject.toml says {expected}")
     missing = sorted(p.name for p in (checkout / "kernels").iterdir()
                      if p.suffix in (".j2", ".cuh", ".py") and not (installed / p.name).is_file())
     if missing:

@@ -13,6 +13,8 @@ import importlib
 
 # Each public name and the module that defines it (a module named by itself: the submodule).
 _WHERE = {
+    # the version (pyproject.toml's in a checkout, else the installed metadata's)
+    "__version__": "autogemm.version",
     # the operations
     **dict.fromkeys(["gemm", "plan_gemm", "GemmCall", "row_major_operand", "empty_column_major", "to_bf16",
                      "transpose"], "autogemm.ops.gemm"),
@@ -29,6 +31,8 @@ _WHERE = {
     # the user's files: read only if regular, written atomically; autogemm's cache folder; the stop
     # signals (Ctrl-C, SIGTERM, SIGHUP) as a command takes them
     "files": "autogemm.files", "cache_dir": "autogemm.store.locations", "signals": "autogemm.signals",
+    # the conventions of autogemm's and nn's command lines (one syntax for a list of sizes)
+    "arguments": "autogemm.arguments",
     # a kernel launch to tune, as a network's `autogemm.targets` entry point lists its step's; the
     # op of a launch whose family has none, a GEMM launch's (layout and epilogue); the families that
     # compute one call (all tuned, the fastest runs)

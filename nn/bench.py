@@ -313,7 +313,8 @@ def chart(results: list[Result], path: str) -> None:
 
 def main(argv=None) -> int:
     known = networks() | cnn_networks()
-    p = ArgumentParser(prog="python -m nn.bench", description=__doc__.splitlines()[0])
+    p = ArgumentParser(prog="python -m nn.bench", description=__doc__.splitlines()[0] + " The numpy backend runs "
+                       "anywhere; the others need a CUDA GPU and CuPy (torch-*: PyTorch with CUDA).")
     p.add_argument("--networks", default=",".join(known), help=f"comma list of {', '.join(known)} (default: all)")
     p.add_argument("--backends", help="comma list (default: all that run here: numpy, cublas, cupy-default, "
                                       "cupy-tuned, cupy-tuned-tf32, cupy-tuned-bf16, torch-eager, torch-graph, "

@@ -24,6 +24,7 @@ if __name__ == "__main__":  # first: a stop signal while the modules below load 
 
     signals.starting()
 
+import argparse
 import math
 import re
 from dataclasses import dataclass
@@ -228,6 +229,13 @@ def _bytes(n: int) -> str:
 
 # ---------------------------------------------------------------- command line
 
+def _rank_count(text: str) -> int:
+    """A rank count, 1 to 1024, in ASCII digits (int() takes '٢' and '1_0')."""
+    if not re.fullmatch(r"\s*\+?[0-9]{1,4}\s*", text) or not 1 <= int(text) <= 1024:
+        raise argparse.ArgumentTypeError(f"{text[:20]!r}: give rank counts from 1 to 1024")
+    return int(text)
+
+
 def main(argv=None) -> int:
     """`python -m nn.cost_model`: the predicted step of a network on R ranks, every split, no GPU needed."""
     import sys
@@ -236,9 +244,12 @@ def main(argv=None) -> int:
     from nn.errors import ArgumentParser, NNError, exit_status
 
     links = {**LINKS, "infiniband": INFINIBAND}
-    p = ArgumentParser(prog="python -m nn.cost_model", description=main.__doc__.split(": ", 1)[1])
+    p = ArgumentParser(prog="python -m nn.cost_model",
+                       description="Predict a network's training step on R ranks for every split (and the one "
+                                   "--parallel auto picks), from a GPU's tuned records. Needs no GPU.")
     p.add_argument("--network", default="cme213", help=f"one of {', '.join([*networks(), *cnn_networks()])}")
-    p.add_argument("--ranks", default="2,4,8", help="comma list of rank counts (default: 2,4,8)")
+    p.add_argument("--ranks", **autogemm.arguments.size_list(_rank_count, "R", unique=True), default=(2, 4, 8),
+                   help="rank counts, 2,4,8 or 2 4 8 (default: 2,4,8)")
     p.add_argument("--link", choices=tuple(links), default="nccl",
                    help="the all-reduce's costs: nccl (GPUs of one host over NVLink), staged, host, cuda-aware "
                         "(MPI), infiniband (NCCL between 2 nodes, on paper) (default: nccl)")
@@ -252,14 +263,6 @@ def main(argv=None) -> int:
         mlps, cnns = networks(), cnn_networks()
         if args.network not in mlps and args.network not in cnns:
             raise NNError(f"--network: unknown {args.network!r}; choose from {', '.join([*mlps, *cnns])}")
-        try:     # ASCII digits alone (int() takes '٢' and '1_0'); each count once, in the order given
-            if not all(re.fullmatch(r"\s*[+-]?[0-9]+\s*", r) for r in args.ranks.split(",")):
-                raise ValueError(args.ranks)
-            ranks = list(dict.fromkeys(int(r) for r in args.ranks.split(",")))
-        except ValueError:
-            raise NNError(f"--ranks {args.ranks!r}: give rank counts like 2,4,8") from None
-        if not all(1 <= r <= 1024 for r in ranks):
-            raise NNError(f"--ranks {args.ranks!r}: each from 1 to 1024")
         if not autogemm.has_records(args.gpu):
             raise NNError(f"--gpu {args.gpu!r}: no tuned file for it (autogemm show lists them)")
         net = mlps.get(args.network) or cnns[args.network]
@@ -271,7 +274,7 @@ def main(argv=None) -> int:
         print(f"{args.network}, batch {net.batch}{' a rank' if args.weak else ''}, {args.precision}, on {args.gpu} "
               f"records, {link.name}: µs a step (computing + waiting), speed-up over one GPU"
               + (" in images a second" if args.weak else ""))
-        for r in ranks:
+        for r in args.ranks:
             batch = net.batch * r if args.weak else net.batch
             plan = predict(sizes, activation, batch, r, link, args.gpu, "float32", args.precision,
                            net.layers if cnn else None)

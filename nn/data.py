@@ -402,7 +402,7 @@ def _not_found(name: str, cache: Path, failure: str) -> str:
 
 def main(argv=None) -> int:
     parser = ArgumentParser(prog="python -m nn.data", description="Find or download a data set, check "
-                     "it, and print where it is and its split sizes.")
+                            "it, and print where it is and its split sizes. Needs no GPU.")
     parser.add_argument("--dataset", default="fashion-mnist",
                         help=f"one of {', '.join(DATASETS)} (default: %(default)s)")
     parser.add_argument("--data-dir", help="directory holding the four IDX files "

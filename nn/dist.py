@@ -45,6 +45,11 @@ class Interrupted(Exception):
         self.status = status
 
 
+def _shown(value) -> str:
+    """A setting in a message: a list of sizes as [8, 16], whether a tuple or a list holds it."""
+    return repr(list(value) if isinstance(value, tuple) else value)
+
+
 @dataclass(frozen=True)
 class Dist:
     rank: int = 0
@@ -107,8 +112,8 @@ class Dist:
         for rank, theirs in enumerate(every):
             for name in dict.fromkeys([*every[0], *theirs]):
                 if theirs.get(name) != every[0].get(name):
-                    raise RanksFailed(f"rank {rank} of {self.size} has {name} {theirs.get(name)!r} where rank 0 "
-                                      f"has {every[0].get(name)!r}; {advice}")
+                    raise RanksFailed(f"rank {rank} of {self.size} has {name} {_shown(theirs.get(name))} where "
+                                      f"rank 0 has {_shown(every[0].get(name))}; {advice}")
 
     def any_rank(self, flag: bool) -> bool:
         """Collective: whether `flag` is set on any rank (a one-integer all-reduce)."""

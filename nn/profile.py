@@ -175,7 +175,8 @@ def report(network: str, backend_name: str, operations: list[Timed], whole: Time
 
 
 def main(argv=None) -> int:
-    p = ArgumentParser(prog="python -m nn.profile", description=__doc__.splitlines()[0])
+    p = ArgumentParser(prog="python -m nn.profile", description=__doc__.splitlines()[0] + " On a CUDA GPU with "
+                       "CuPy where there is one; --backend numpy (the default without one) runs on the CPU.")
     p.add_argument("--network", default="cme213", help=f"one of {', '.join(networks())}, lenet (default: cme213)")
     p.add_argument("--backend", help="numpy, cublas, cupy-default, cupy-tuned, cupy-tuned-tf32 or cupy-tuned-bf16 "
                                      "(default: cupy-tuned on a GPU, else numpy)")

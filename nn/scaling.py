@@ -50,7 +50,7 @@ from typing import Callable
 
 import numpy as np
 
-from autogemm import files, signals
+from autogemm import arguments, files, signals
 from nn import checkpoint
 from nn import train
 from nn.allreduce import KINDS as ALLREDUCES
@@ -126,8 +126,11 @@ def _csv(kind, choices=None):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = ArgumentParser(prog="python -m nn.scaling", description=__doc__.split("\n")[0].split(": ", 1)[1],
-                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(prog="python -m nn.scaling",
+                       description="Strong or weak scaling of one network (an MLP or a CNN) over 1..R GPUs, each run "
+                                   "`mpirun -n R python -m nn.train`, with nn.train's split and all-reduce or the ones "
+                                   "given. Needs R CUDA GPUs (one a rank), CuPy and mpirun (the [mpi] extra); "
+                                   "--backend numpy runs on the CPU, for testing.")
     p.add_argument("--network", help=f"one of nn.bench's networks: {', '.join(networks() | cnn_networks())} "
                                      "(default: cme213, 784-1000-10 batch 800; large: 784-4096-10 batch 8192; "
                                      "lenet: the LeNet-like CNN, batch 1000)")
@@ -141,8 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="weak scaling: R ranks train batch x R a step (each rank the batch of one); reports "
                         "images/s and weak-scaling efficiency; the float64 check of R ranks is against one rank "
                         "at batch x R (default: strong scaling, one global batch)")
-    p.add_argument("--ranks", type=_csv(positive_int), default=[1, 2, 4],
-                   help="comma list of rank counts, one GPU each; 1 is the reference and must be there (default: 1,2,4)")
+    p.add_argument("--ranks", **arguments.size_list(positive_int, "R", unique=True), default=(1, 2, 4),
+                   help="rank counts, one GPU each, 1,2,4 or 1 2 4; 1 is the reference and must be there "
+                        "(default: 1,2,4)")
     p.add_argument("--parallel", type=_csv(str, PARALLEL), default=["auto"],
                    help="comma list of nn.train's --parallel for the runs of more than one rank: auto (not passed: "
                         "nn.train's choice, recorded from its log), data (rows), model (an MLP's hidden units) or "

@@ -1,4 +1,4 @@
-"""`python -m nn.train`: train the MLP on one process or under `mpirun -n R`, report each epoch, log JSON.
+"""`python -m nn.train`: train an MLP or a CNN on one process or under `mpirun -n R`, report each epoch, log JSON.
 
     python -m nn.train                         # 784-1000-10 sigmoid on Fashion-MNIST, float32, a few minutes
     python -m nn.train --preset cme213         # CME 213's starter setup (raw pixels, lr 0.001, float64)
@@ -33,7 +33,7 @@ if _LOCAL_RANKS > 1:
 import numpy as np
 
 import autogemm
-from autogemm import AutogemmError, signals
+from autogemm import AutogemmError, arguments, signals
 from nn import checkpoint, cost_model
 from nn.backends import ACTIVATIONS, BACKENDS, DTYPES, PRECISIONS, cuda_available, get_backend
 from nn.backends.base import host_free_bytes
@@ -124,77 +124,128 @@ positive_int, positive_float, nonneg_int, nonneg_float = (
     _number(int, 0, True), _number(float, 0, True), _number(int, 0, False), _number(float, 0, False))
 
 
+DESCRIPTION = """\
+Train an MLP (784-1000-10 by default: --hidden) or a CNN (--model lenet, or
+any --layers) on Fashion-MNIST or MNIST, on one process or under `mpirun -n R`
+(the [mpi] extra); report each epoch's loss and accuracy; log the run as JSON.
+
+It trains on NumPy anywhere. The flags under "GPU" need a CUDA GPU and CuPy
+(the [cuda13] or [cuda12] extra), save --use-tuned, which falls back to NumPy
+without one. Where an MLP and a CNN differ, each default is given for both.
+"""
+
+
+def _default(name: str) -> str:
+    """'(default: X)', or where a CNN's default differs from the MLP's, both."""
+    mlp, cnn_value = DEFAULTS[name], CNN_DEFAULTS.get(name, DEFAULTS[name])
+    if cnn_value == mlp:
+        return f"(default: {mlp})"
+    return f"(default: {mlp} for an MLP, {cnn_value} for a CNN)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    d = DEFAULTS
-    p = ArgumentParser(prog="python -m nn.train", description=__doc__.split("\n")[0].split(": ", 1)[1],
-                formatter_class=argparse.RawDescriptionHelpFormatter,
-                epilog="Explicit flags override --preset and --grading-mode. Under mpirun, rank 0 alone "
-                       "prints and writes; every global batch is split across ranks.")
+    p = ArgumentParser(prog="python -m nn.train", description=DESCRIPTION,
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="Explicit flags override --preset and --grading-mode. Under mpirun, rank 0 alone\n"
+                              "prints and writes; every global batch is split across ranks.")
     # Every value defaults to None here, so that a preset can tell what the user set explicitly.
-    p.add_argument("--model", choices=MODELS,
+    _model_flags(p.add_argument_group("model", "the network, its weights' initialisation, and CME 213's presets"))
+    _data_flags(p.add_argument_group("data"))
+    _optimisation_flags(p.add_argument_group("optimisation"))
+    _gpu_flags(p.add_argument_group("GPU", "the backend: numpy anywhere; cupy, cublas and the flags below on a "
+                                           "CUDA GPU with CuPy"))
+    _distributed_flags(p.add_argument_group("distributed", "under `mpirun -n R` (needs the [mpi] extra)"))
+    _output_flags(p.add_argument_group("outputs"))
+    return p
+
+
+def _model_flags(g):
+    d = DEFAULTS
+    g.add_argument("--model", choices=MODELS,
                    help="mlp: the dense network of --hidden; lenet: the LeNet-like CNN "
-                        f"({LENET}), Adam, relu, batch 1000, 20 epochs, He init (default: mlp)")
-    p.add_argument("--layers", metavar="SPEC",
+                        f"({LENET}), trained with the CNN defaults below (default: mlp)")
+    g.add_argument("--layers", metavar="SPEC",
                    help="a CNN of these layers, comma-separated: convCxK (C filters K x K, valid), pool2, denseN "
-                        "(e.g. conv16x5,pool2,conv32x3,pool2,dense256; the output layer is added); "
-                        "the CNN defaults of --model lenet apply")
-    p.add_argument("--hidden", type=positive_int, nargs="+", metavar="N",
-                   help=f"hidden layer sizes (default: {' '.join(map(str, d['hidden']))})")
-    p.add_argument("--activation", choices=ACTIVATIONS, help=f"hidden activation (default: {d['activation']})")
-    p.add_argument("--optimizer", choices=cnn.OPTIMIZERS,
-                   help="adam (CNNs only, Keras' betas and eps) or sgd with L2 (default: sgd; adam for a CNN)")
-    p.add_argument("--batch", type=positive_int, help=f"global batch size (default: {d['batch']})")
-    p.add_argument("--epochs", type=positive_int, help=f"epochs to train in all, counting resumed ones (default: {d['epochs']})")
-    p.add_argument("--lr", type=positive_float, help=f"learning rate (default: {d['lr']})")
-    p.add_argument("--reg", type=nonneg_float, help=f"L2 coefficient, loss + reg/2 sum ||W||^2 (default: {d['reg']})")
-    p.add_argument("--dtype", choices=DTYPES, help=f"floating-point type (default: {d['dtype']})")
-    p.add_argument("--precision", choices=PRECISIONS,
-                   help="the MLP's GEMMs on a GPU backend: fp32 (FP32-accurate), tf32 or bf16 (operands rounded "
-                        "to TF32 or bfloat16 in each product, float32 sums and weights, where a faster kernel does "
-                        "so); NumPy computes fp32 "
-                        f"(default: {d['precision']})")
-    p.add_argument("--dataset", choices=DATASETS, help=f"data set (default: {d['dataset']})")
-    p.add_argument("--data-dir", help="directory holding the four IDX files (default: search the usual places, then download)")
-    p.add_argument("--seed", type=nonneg_int, help=f"seed of the weight initialisation (default: {d['seed']})")
-    p.add_argument("--scale", choices=SCALES, help=f"pixels raw 0..255 (CME 213) or unit [0, 1] (default: {d['scale']})")
-    p.add_argument("--init", choices=INITS, help=f"cme213: 0.01 randn; he: randn sqrt(2/fan_in); biases 0 (default: {d['init']})")
-    p.add_argument("--train-size", type=positive_int, help="train on the first N of the 54,000 training images (default: all)")
-    p.add_argument("--backend", choices=tuple(BACKENDS), help=f"array backend (default: {d['backend']})")
-    presets = p.add_mutually_exclusive_group()
+                        "(e.g. conv16x5,pool2,conv32x3,pool2,dense256; the output layer is added), trained with the "
+                        "CNN defaults below")
+    g.add_argument("--hidden", **arguments.size_list(positive_int),
+                   help=f"the MLP's hidden layer sizes: 100,10 or 100 10 (default: {','.join(map(str, d['hidden']))})")
+    g.add_argument("--activation", choices=ACTIVATIONS, help=f"hidden activation {_default('activation')}")
+    g.add_argument("--init", choices=INITS,
+                   help=f"cme213: 0.01 randn; he: randn sqrt(2/fan_in); biases 0 {_default('init')}")
+    g.add_argument("--seed", type=nonneg_int, help=f"seed of the weight initialisation {_default('seed')}")
+    presets = g.add_mutually_exclusive_group()
     presets.add_argument("--preset", choices=tuple(PRESETS),
-                         help="cme213: hidden 1000, reg 1e-4, lr 0.001, 20 epochs, batch 800, raw pixels, float64")
+                         help="cme213: the MLP of hidden 1000, reg 1e-4, lr 0.001, 20 epochs, batch 800, raw pixels, "
+                              "float64")
     presets.add_argument("--grading-mode", type=int, choices=tuple(GRADING_MODES),
-                         help="CME 213 grading: hidden 100, batch 800, reg 1e-4, raw, float64; "
+                         help="CME 213 grading: the MLP of hidden 100, batch 800, reg 1e-4, raw, float64; "
                               "1: lr 0.001, 40 epochs; 2: lr 0.01, 10 epochs; 3: lr 0.025, 1 epoch")
-    p.add_argument("--use-tuned", action="store_true",
+
+
+def _data_flags(g):
+    d = DEFAULTS
+    g.add_argument("--dataset", choices=DATASETS, help=f"data set (default: {d['dataset']})")
+    g.add_argument("--data-dir", help="directory holding the four IDX files (default: search the usual places, then "
+                                      "download)")
+    g.add_argument("--scale", choices=SCALES, help=f"pixels raw 0..255 (CME 213) or unit [0, 1] {_default('scale')}")
+    g.add_argument("--train-size", type=positive_int,
+                   help="train on the first N of the 54,000 training images (default: all)")
+
+
+def _optimisation_flags(g):
+    g.add_argument("--optimizer", choices=cnn.OPTIMIZERS,
+                   help=f"adam (CNNs only, Keras' betas and eps) or sgd with L2 {_default('optimizer')}")
+    g.add_argument("--batch", type=positive_int, help=f"global batch size {_default('batch')}")
+    g.add_argument("--epochs", type=positive_int,
+                   help=f"epochs to train in all, counting resumed ones {_default('epochs')}")
+    g.add_argument("--lr", type=positive_float, help=f"learning rate {_default('lr')}")
+    g.add_argument("--reg", type=nonneg_float, help=f"L2 coefficient, loss + reg/2 sum ||W||^2 {_default('reg')}")
+    g.add_argument("--dtype", choices=DTYPES, help=f"floating-point type of the weights and data {_default('dtype')}")
+
+
+def _gpu_flags(g):
+    d = DEFAULTS
+    g.add_argument("--backend", choices=tuple(BACKENDS),
+                   help=f"array backend: numpy (the CPU), cupy (autogemm's untuned kernels), cublas (CuPy and "
+                        f"cuBLAS) (default: {d['backend']})")
+    g.add_argument("--use-tuned", action="store_true",
                    help="use the autogemm-tuned GPU kernels; without a CUDA device, fall back to NumPy "
                         "(unless --backend cupy is given too)")
-    p.add_argument("--parallel", choices=PARALLEL, default="auto",
-                   help="under mpirun, split each batch's rows over the ranks (data: their gradients are "
-                        "all-reduced), the MLP's hidden units (model: the logits are; one hidden layer) or "
-                        "nothing (none: every rank trains the whole batch); auto: the split a cost model of "
-                        "this run predicts fastest (tuned kernel times, all-reduce costs), none where no split "
-                        "is predicted to beat one GPU; the NumPy backend: data (default: auto)")
-    p.add_argument("--allreduce", choices=reductions.KINDS, default="auto",
-                   help="the all-reduce under mpirun (of the gradients, or of the logits with --parallel model): "
-                        "mpi (through host memory; on a GPU, staged on the step's stream) or nccl (GPU to GPU, "
-                        "one GPU per rank); on a GPU either is captured into the epoch's CUDA graph; auto: NCCL "
-                        "where every rank has a GPU of its own, else CUDA-aware MPI where the library is, else "
-                        "mpi (default: auto)")
-    p.add_argument("--no-overlap", action="store_true",
-                   help="with --parallel data on a GPU backend: all-reduce each layer's gradients after the "
-                        "backward pass instead of during it, beside the layers below (the same sums)")
-    p.add_argument("--no-graph", action="store_true",
+    g.add_argument("--precision", choices=PRECISIONS,
+                   help="the MLP's GEMMs on a GPU backend: fp32 (FP32-accurate), tf32 or bf16 (operands rounded "
+                        "to TF32 or bfloat16 in each product, float32 sums and weights, where a faster kernel does "
+                        f"so); NumPy computes fp32 (default: {d['precision']})")
+    g.add_argument("--no-graph", action="store_true",
                    help="run the cupy backend's steps eagerly instead of replaying each epoch as one CUDA graph "
                         "(slower; gives the forward/backward/update time split)")
-    p.add_argument("--checkpoint", metavar="PATH",
+
+
+def _distributed_flags(g):
+    g.add_argument("--parallel", choices=PARALLEL, default="auto",
+                   help="split each batch's rows over the ranks (data: their gradients are all-reduced), the MLP's "
+                        "hidden units (model: the logits are; one hidden layer) or nothing (none: every rank trains "
+                        "the whole batch); auto: the split a cost model of this run predicts fastest (tuned kernel "
+                        "times, all-reduce costs), none where no split is predicted to beat one GPU; the NumPy "
+                        "backend: data (default: auto)")
+    g.add_argument("--allreduce", choices=reductions.KINDS, default="auto",
+                   help="the all-reduce (of the gradients, or of the logits with --parallel model): mpi (through "
+                        "host memory; on a GPU, staged on the step's stream) or nccl (GPU to GPU, one GPU per rank); "
+                        "on a GPU either is captured into the epoch's CUDA graph; auto: NCCL where every rank has a "
+                        "GPU of its own, else CUDA-aware MPI where the library is, else mpi (default: auto)")
+    g.add_argument("--no-overlap", action="store_true",
+                   help="with --parallel data on a GPU backend: all-reduce each layer's gradients after the "
+                        "backward pass instead of during it, beside the layers below (the same sums)")
+
+
+def _output_flags(g):
+    g.add_argument("--checkpoint", metavar="PATH",
                    help="write weights here after every epoch (atomically); an existing file needs --resume")
-    p.add_argument("--resume", action="store_true", help="continue from --checkpoint's last finished epoch")
-    p.add_argument("--log", metavar="PATH",
+    g.add_argument("--resume", action="store_true", help="continue from --checkpoint's last finished epoch")
+    g.add_argument("--log", metavar="PATH",
                    help="JSON run log, rewritten every epoch (default: runs/train-<UTC time>-<pid>.json)")
-    p.add_argument("--no-log", action="store_true", help="write no run log")
-    p.add_argument("--quiet", action="store_true", help="no progress bar, no per-epoch lines: only the result")
-    return p
+    g.add_argument("--no-log", action="store_true", help="write no run log")
+    g.add_argument("--quiet", action="store_true", help="no progress bar, no per-epoch lines: only the result")
 
 
 def resolve(args) -> Config:

@@ -36,6 +36,31 @@ def test_defaults_presets_and_explicit_flags():
     assert config("--grading-mode", "2", "--hidden", "30", "20").hidden == (30, 20)
 
 
+def test_help_is_in_groups_and_says_each_models_default():
+    """`--help` was 99 lines under one heading, its defaults the MLP's alone (a CNN runs lr 0.001, reg 0)."""
+    text = build_parser().format_help()
+    groups = re.findall(r"^(\S[^:\n]*):\n", text, re.M)
+    assert groups == ["options", "model", "data", "optimisation", "GPU", "distributed", "outputs"]
+    sections = dict(zip(groups, re.split(r"^\S[^:\n]*:\n", text, flags=re.M)[1:]))
+    for group, flags in {"model": ("--model", "--layers", "--hidden", "--activation", "--init", "--preset"),
+                         "data": ("--dataset", "--data-dir", "--scale", "--train-size"),
+                         "optimisation": ("--optimizer", "--batch", "--epochs", "--lr", "--reg", "--dtype"),
+                         "GPU": ("--backend", "--use-tuned", "--precision", "--no-graph"),
+                         "distributed": ("--parallel", "--allreduce", "--no-overlap"),
+                         "outputs": ("--checkpoint", "--resume", "--log", "--no-log", "--quiet")}.items():
+        assert all(f"  {flag} " in sections[group] for flag in flags), (group, sections[group])
+    flat = " ".join(text.split())
+    assert "Train an MLP (784-1000-10 by default: --hidden) or a CNN" in flat
+    mlp, cnn = config(), config("--model", "lenet")
+    entries = [" ".join(entry.split()) for entry in re.split(r"\n  (?=-)", text)]       # one flag and its help each
+    both = {entry.split()[0][2:]: m[1] for entry in entries
+            if (m := re.search(r"\(default: (\S+ for an MLP, \S+ for a CNN)\)", entry))}
+    assert set(both) == {"activation", "init", "optimizer", "batch", "epochs", "lr", "reg"}
+    for flag, said in both.items():              # what --help says is what each model runs with
+        assert said == f"{getattr(mlp, flag)} for an MLP, {getattr(cnn, flag)} for a CNN", flag
+    assert "(default: 1.0 for an MLP, 0.001 for a CNN)" in flat and "(default: 800 for an MLP, 1000 for a CNN)" in flat
+
+
 def test_use_tuned_falls_back_to_numpy_without_a_device(tmp_path, fake_dir):
     from nn.backends import cuda_available
 

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from autogemm import files
+from autogemm import arguments, files
 from autogemm.errors import AutogemmError
 from autogemm.store.keys import brief
+from autogemm.version import __version__
 from autogemm.tuning.targets import TUNE_FAMILIES, parse_shapes, parse_targets
 from kernels import REGISTRY, call_of
 from kernels.contract import MAX_SIZE
@@ -65,14 +66,6 @@ _size = _integer(1, MAX_SIZE, ", more than the kernels' 32-bit sizes hold")
 _rank_count = _integer(1, 1024)
 
 
-def _sizes(text: str) -> tuple[int, ...]:
-    return tuple(_size(part) for part in text.split(","))
-
-
-def _ranks(text: str) -> tuple[int, ...]:
-    return tuple(_rank_count(part) for part in text.split(","))
-
-
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -94,11 +87,16 @@ def _families(text: str) -> tuple[str, ...]:
     return names
 
 
-def _console():
-    """A rich Console; wide when the output is not a terminal, so tables stay unwrapped in logs."""
+def _console(fit: bool = False):
+    """A rich Console: as wide as the terminal; where the output is not one, 200 columns, so that
+    tables stay unwrapped in logs, or with `fit` $COLUMNS, else 80 (a summary made to fit)."""
+    import shutil
+
     from rich.console import Console
 
-    return Console() if sys.stdout.isatty() else Console(width=200)
+    if sys.stdout.isatty():
+        return Console()
+    return Console(width=shutil.get_terminal_size((80, 24)).columns if fit else 200)
 
 
 def cmd_bench(args) -> int:
@@ -379,22 +377,27 @@ def _fix(text: str) -> tuple[str, tuple]:
 
 
 def cmd_show(args) -> int:
-    from autogemm.cli.show import collect, dumps, tables, to_json
+    from autogemm.cli.show import collect, dumps, summary, tables, to_json
     from autogemm.store import locations
 
-    if args.path:
-        shown = collect([("given", Path(args.path))])
-    else:
-        shown = collect(locations.lookup_dirs(), required=False)
+    places = [("given", Path(args.path))] if args.path else locations.lookup_dirs()
+    shown = collect(places, required=bool(args.path))
     if args.json:
         print(dumps(to_json(shown)))
-    else:
+    elif args.all:
         console = _console()
-        for table in tables(shown, every=args.all):
+        for table in tables(shown):
             if isinstance(table, str):       # a file of many records, as plain lines (rich is slow)
                 sys.stdout.write(table + "\n")
             else:
                 console.print(table)
+    else:
+        console = _console(fit=True)
+        for part in summary(shown, places):
+            if isinstance(part, str):            # a path, whole whatever the width
+                console.print(part, soft_wrap=True, markup=False, highlight=False)
+            else:
+                console.print(part)
     for error in shown.errors:
         print(f"error: {_one_line(error)}", file=sys.stderr)
     return 2 if shown.errors else 0
@@ -456,27 +459,46 @@ def _problem(shape, arithmetic: str):
     return problem_of((shape.m, shape.n, shape.k), shape.op, arithmetic)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="autogemm", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+DESCRIPTION = ("Generate, check, time and tune autogemm's CUDA kernels, and show the tuned results. bench, tune and "
+               "sweep run kernels: they need a CUDA GPU and CuPy (pip install 'autogemm[cuda13]' or [cuda12]); show "
+               "reads the tuned files and needs no GPU.")
+_GPU = "Needs a CUDA GPU and CuPy."
 
-    bench = sub.add_parser("bench", help="time default and tuned kernels against cuBLAS and cuDNN")
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="autogemm", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"autogemm {__version__}",
+                        help="print autogemm's version and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{bench,tune,sweep,show}")
+    _bench_parser(sub)
+    _tune_parser(sub)
+    _sweep_parser(sub)
+    _show_parser(sub)
+    return parser
+
+
+def _bench_parser(sub):
+    bench = sub.add_parser(
+        "bench", help="on a GPU: time default and tuned kernels against cuBLAS and cuDNN",
+        description="Time the GEMMs of a network's training step (and a CNN's convolutions) or of given shapes: "
+                    "the default config, the tuned ones, optionally the naive kernel, given and random configs, "
+                    f"and cuBLAS (cuDNN), each checked against float64 first; one process, one timer. {_GPU}")
     bench.add_argument("--shapes", default="nn",
                        help="'nn' (the GEMMs of the MLP's training step), 'lenet' (the CNN's GEMMs and "
                             "convolutions, these against cuDNN) or MxNxK[:op],... with op nn|nt|tn|tt, +epilogue "
                             "for a fused one (nt+bias_sigmoid; cuBLAS then runs autogemm's elementwise pass) "
                             "(default: nn)")
-    bench.add_argument("--batch", type=_size, help="batch size of a network (its default: 800 for nn, 1000 for lenet)")
-    bench.add_argument("--hidden", type=_sizes, default=(1000,),
-                       help="hidden sizes for --shapes nn, comma-separated (1000)")
+    bench.add_argument("--batch", type=_size, help="batch size of a network (default: 800 for nn, 1000 for lenet)")
+    bench.add_argument("--hidden", **arguments.size_list(_size), default=(1000,),
+                       help="hidden sizes for --shapes nn: 100,10 or 100 10 (default: 1000)")
     bench.add_argument("--dtype", choices=("float32", "float64", "bfloat16"), default="float32",
                        help="of the arrays; bfloat16: A and B in bfloat16 (uint16 bits), float32 out, precision bf16 "
-                            "(gemm_wgmma on Hopper), cuBLAS's GemmEx on the same (float32)")
+                            "(gemm_wgmma on Hopper), cuBLAS's GemmEx on the same (default: float32)")
     bench.add_argument("--precision", choices=PRECISIONS, default="fp32",
                        help="the GEMMs' precision: fp32 (FP32-accurate), tf32 or bf16 (operands rounded to TF32 or "
                             "bfloat16, float32 sums; cuBLAS timed with its TF32 or BF16 tensor-core math on float32 "
-                            "arrays) (fp32)")
-    bench.add_argument("--reps", type=_positive_int, default=100, help="timed runs per variant (100)")
+                            "arrays) (default: fp32)")
+    bench.add_argument("--reps", type=_positive_int, default=100, help="timed runs per variant (default: 100)")
     bench.add_argument("--naive", action="store_true", help="also time the naive baseline kernel")
     bench.add_argument("--l2", choices=("flush", "warm"), default="flush",
                        help="flush the L2 before each run (a cold first use), or keep it warm as a "
@@ -484,13 +506,21 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--config", action="append", default=[], metavar="JSON",
                        help="also time this gemm config, e.g. '{\"bm\": 128, ...}' (repeatable)")
     bench.add_argument("--sample", type=_integer(0), default=0, metavar="N",
-                       help="also time N random valid configs per shape, show the best (0)")
-    bench.add_argument("--show", type=_integer(0), default=3, help="sampled configs shown per shape (3)")
-    bench.add_argument("--seed", type=_seed, default=0, help="seed of --sample (0)")
+                       help="also time N random valid configs per shape, show the best (default: 0)")
+    bench.add_argument("--show", type=_integer(0), default=3, help="sampled configs shown per shape (default: 3)")
+    bench.add_argument("--seed", type=_seed, default=0, help="seed of --sample (default: 0)")
     bench.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     bench.set_defaults(run=cmd_bench)
 
-    tune = sub.add_parser("tune", help="search each shape's best config with Optuna; store it in tuned/")
+
+def _tune_parser(sub):
+    tune = sub.add_parser(
+        "tune", help="on a GPU: search each kernel launch's fastest config with Optuna; store it",
+        description="Search the fastest config of each kernel launch with Optuna, on this GPU: every launch of a "
+                    "network's training step (nn, lenet) or given GEMM shapes, each candidate checked against "
+                    "float64 before it is timed. Each result is merged into <store>/<gpu>.json as it is found, "
+                    "where autogemm's calls look it up; Ctrl-C keeps the finished shapes, --resume goes on. "
+                    + _GPU)
     tune.add_argument("--shapes",
                       help="'nn' (every kernel of the MLP's training step), 'lenet' (the CNN's) or MxNxK[:op],... "
                            "GEMMs, op nn|nt|tn|tt with +epilogue where fused (nt+bias_sigmoid) (default: nn)")
@@ -498,28 +528,32 @@ def build_parser() -> argparse.ArgumentParser:
                       help="every kernel of this network's training step: the same as --shapes NETWORK (nn, lenet)")
     tune.add_argument("--layers", metavar="SPEC",
                       help="the CNN of these layers (python -m nn.train's --layers) in place of lenet's")
-    tune.add_argument("--hidden", type=_sizes, default=(1000,), help="hidden sizes for nn, comma-separated (1000)")
-    tune.add_argument("--batch", type=_size, help="batch size of a network (its default: 800 for nn, 1000 for lenet)")
+    tune.add_argument("--hidden", **arguments.size_list(_size), default=(1000,),
+                      help="hidden sizes for nn: 100,10 or 100 10 (default: 1000)")
+    tune.add_argument("--batch", type=_size, help="batch size of a network (default: 800 for nn, 1000 for lenet)")
     tune.add_argument("--train-size", type=_size, default=54_000,
-                      help="training images for nn: its remainder modulo --batch is the last batch (54000)")
-    tune.add_argument("--ranks", type=_ranks, default=(1,),
-                      help="MPI ranks for nn, comma-separated: each rank's share of the batches too (1)")
+                      help="training images for nn: its remainder modulo --batch is the last batch (default: 54000)")
+    tune.add_argument("--ranks", **arguments.size_list(_rank_count, "R", unique=True), default=(1,),
+                      help="MPI rank counts for nn, 1,4 or 1 4: each rank's share of the batches too (default: 1)")
     tune.add_argument("--parallel", choices=("data", "model"), default="data",
                       help="what the ranks split (nn.train --parallel): data, each rank's rows; model, each "
-                           "rank's hidden units on every row (data)")
+                           "rank's hidden units on every row (default: data)")
     tune.add_argument("--activation", choices=("sigmoid", "relu"), default="sigmoid",
-                      help="the hidden layers' activation for nn (its derivative is fused into the output layer) (sigmoid)")
+                      help="the hidden layers' activation for nn (its derivative is fused into the output layer) "
+                           "(default: sigmoid)")
     tune.add_argument("--families", type=_families, default=TUNE_FAMILIES,
-                      help=f"kernel families to tune, comma-separated (all: {','.join(TUNE_FAMILIES)})")
+                      help=f"kernel families to tune, comma-separated (default: all: {','.join(TUNE_FAMILIES)})")
     tune.add_argument("--dtype", choices=("float32", "float64", "bfloat16"), default="float32",
-                      help="of the arrays; bfloat16: the GEMMs with A and B in bfloat16, float32 out (float32)")
+                      help="of the arrays; bfloat16: the GEMMs with A and B in bfloat16, float32 out "
+                           "(default: float32)")
     tune.add_argument("--precision", choices=PRECISIONS, default="fp32",
                       help="the GEMMs' precision: fp32 (FP32-accurate), tf32 or bf16: the families with kernels "
-                           "at it (gemm_wgmma) tuned into records of it, which only calls at it or a lower precision use (fp32)")
+                           "at it (gemm_wgmma) tuned into records of it, which only calls at it or a lower precision "
+                           "use (default: fp32)")
     tune.add_argument("--trials", type=_positive_int, default=40,
-                      help="configs compiled and measured per shape (40)")
+                      help="configs compiled and measured per shape (default: 40)")
     tune.add_argument("--timeout", type=_positive_float, default=20.0,
-                      help="seconds of search per shape, the final re-timing not counted (20)")
+                      help="seconds of search per shape, the final re-timing not counted (default: 20)")
     tune.add_argument("--out", metavar="DIR",
                       help="store folder (default: $AUTOGEMM_TUNED if set; else the repository's tuned/ in a "
                            "checkout; else the user store, ~/.cache/autogemm/tuned)")
@@ -528,32 +562,48 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--stale", action="store_true",
                       help="instead of --shapes: every stale record of this GPU's file (its template's code changed)")
     tune.add_argument("--fix", type=_fix, action="append", default=[], metavar="NAME=V[,V...]",
-                      help="search only these choices of a gemm parameter (repeatable; the GEMMs are then tuned on the gemm family alone), e.g. --fix copy=async")
-    tune.add_argument("--seed", type=_seed, default=0, help="seed of the TPE sampler and the operands (0)")
+                      help="search only these choices of a gemm parameter (repeatable; the GEMMs are then tuned on "
+                           "the gemm family alone), e.g. --fix copy=async")
+    tune.add_argument("--seed", type=_seed, default=0, help="seed of the TPE sampler and the operands (default: 0)")
     tune.set_defaults(run=cmd_tune)
 
-    sweep = sub.add_parser("sweep", help="measure every config of a (restricted) gemm space, and the search on it")
-    sweep.add_argument("--shapes", required=True, help="MxNxK[:op],... (op with +epilogue where fused, or 'nn'): the GEMMs to sweep")
-    sweep.add_argument("--hidden", type=_sizes, default=(1000,), help="hidden sizes for nn (1000)")
-    sweep.add_argument("--batch", type=_size, default=800, help="batch size for nn (800)")
+
+def _sweep_parser(sub):
+    sweep = sub.add_parser(
+        "sweep", help="on a GPU: measure every config of a (restricted) gemm space, and the search on it",
+        description="Measure every valid config of a GEMM space restricted by --fix, then the search on the same "
+                    "space, both re-timed together: how close tuning gets to the best there is. " + _GPU)
+    sweep.add_argument("--shapes", required=True,
+                       help="MxNxK[:op],... (op with +epilogue where fused, or 'nn'): the GEMMs to sweep")
+    sweep.add_argument("--hidden", **arguments.size_list(_size), default=(1000,),
+                       help="hidden sizes for nn: 100,10 or 100 10 (default: 1000)")
+    sweep.add_argument("--batch", type=_size, default=800, help="batch size for nn (default: 800)")
     sweep.add_argument("--fix", type=_fix, action="append", default=[], metavar="NAME=V[,V...]",
                        help="limit a gemm parameter to these choices (repeatable), e.g. --fix copy=async --fix bk=16")
-    sweep.add_argument("--trials", type=_positive_int, default=40, help="the search's trials on the same space (40)")
-    sweep.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="(float32)")
-    sweep.add_argument("--seed", type=_seed, default=0, help="seed of the search and the operands (0)")
+    sweep.add_argument("--trials", type=_positive_int, default=40,
+                       help="the search's trials on the same space (default: 40)")
+    sweep.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                       help="of the arrays (default: float32)")
+    sweep.add_argument("--seed", type=_seed, default=0, help="seed of the search and the operands (default: 0)")
     sweep.add_argument("--json", metavar="PATH", help="also write every timing as JSON")
     sweep.set_defaults(run=cmd_sweep)
 
-    show = sub.add_parser("show", help="tuned results as a table per GPU (or --json)")
+
+def _show_parser(sub):
+    show = sub.add_parser(
+        "show", help="the tuned results: a summary per GPU (--all: every record; --json)",
+        description="Show the tuned files that lookup reads (the user store, then the results shipped with "
+                    "autogemm), or those given: by default a summary per GPU, its records per kernel family in "
+                    "the user store and shipped, stale and overridden, as wide as the terminal; --all every "
+                    "record; --json for scripts. Needs no GPU.")
     show.add_argument("path", nargs="?",
                       help="a tuned file, or a folder of them (default: what lookup reads: the user store, "
                            "$AUTOGEMM_TUNED or ~/.cache/autogemm/tuned, then the results shipped with autogemm)")
-    show.add_argument("--json", action="store_true", help="print JSON for scripts instead of tables")
     show.add_argument("--all", action="store_true",
-                      help="every record of a large file (over 500), in place of a summary per family and its "
-                           "20 records most worth a look")
+                      help="every record, a table per file (a file of over 500 records as plain lines), in place of "
+                           "the summary")
+    show.add_argument("--json", action="store_true", help="print every record as JSON for scripts instead of tables")
     show.set_defaults(run=cmd_show)
-    return parser
 
 
 # Options whose absence has a meaning (a default network, folder or no output): given as '' they

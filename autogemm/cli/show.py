@@ -1,12 +1,15 @@
-"""`autogemm show`: tuned files as tables, or as JSON for scripts, each saying where it comes from.
+"""`autogemm show`: tuned files as a summary per GPU, every record (--all), or JSON for scripts.
 
 By default it shows what lookup reads, in its order: the user's store, then the results shipped with
-autogemm; a record that lookup passes over for another file's (the user's current record of the same
-key, say) is marked "overridden".
+autogemm. The summary counts each GPU's records per kernel family, in the user store and shipped,
+stale and overridden; --all lists every record of each file, saying where it comes from. A record
+that lookup passes over for another file's (the user's current record of the same key, say) is
+"overridden".
 """
 import errno
 import json
 import os
+import statistics
 import stat as stat_module
 from collections import defaultdict
 from dataclasses import dataclass
@@ -19,7 +22,7 @@ from autogemm.runtime.device import slug
 from autogemm.store.keys import problem_of
 from autogemm.store.locations import tune_dir_named
 from autogemm.store.lookup import Index
-from autogemm.store.records import Record, Store, load
+from autogemm.store.records import Record, Store, load, printable
 
 ROLES = {"user": "user store", "shipped": "shipped with autogemm", "given": "file"}
 
@@ -129,10 +132,10 @@ def to_json(shown: Shown) -> list[dict]:
             for role, s in shown.stores]
 
 
-SUMMARY_OVER = 500      # a file of more records is shown as a summary, unless --all
-TOP = 20                # the records a summary shows
+PLAIN_OVER = 500        # with --all, a file of more records is printed as plain lines (rich takes ms a row)
 COLUMNS = ("family", "shape", "op", "dtype", "config", "µs", "GFLOP/s", "vs cuBLAS", "error", "age", "status")
 RIGHT = ("µs", "GFLOP/s", "vs cuBLAS", "error", "age")
+COUNTED = {"user": "user", "shipped": "shipped", "given": "records"}    # a summary's column of each role's records
 
 
 def dumps(docs: list[dict]) -> str:
@@ -146,12 +149,10 @@ def dumps(docs: list[dict]) -> str:
     return "[\n " + ",\n ".join(parts) + "\n]" if parts else "[]"
 
 
-def tables(shown: Shown, every: bool = False) -> list:
-    """What `autogemm show` prints of each file: a rich Table of its records; of a file of more
-    than SUMMARY_OVER, unless `every`, a summary per family and the TOP records most worth a look
-    (the stale ones, then the slowest), or with `every` plain text lines (rich takes milliseconds
-    a row). Text from the files goes in as plain Text: a GPU name or config that looks like rich
-    markup is shown as written, not interpreted."""
+def tables(shown: Shown) -> list:
+    """What `autogemm show --all` prints of each file: a rich Table of its records, or of a file of
+    more than PLAIN_OVER, plain text lines (rich takes milliseconds a row). Text from the files goes
+    in as plain Text: a GPU name or config that looks like rich markup is shown as written."""
     from rich.text import Text
 
     out = []
@@ -160,18 +161,85 @@ def tables(shown: Shown, every: bool = False) -> list:
         m = store.meta
         title = (f"{ROLES[role]}: {store.path}\n{m.gpu} ({m.sm_count} SMs, compute {m.compute_capability}; "
                  f"driver {m.driver}, CUDA {m.cuda_runtime}, CuPy {m.cupy})")
-        records = ordered(store)
-        if len(records) <= SUMMARY_OVER:
-            out.append(_table(Text(title), [_cells(r, shown, now) for r in records]))
-        elif every:
-            out.append(_plain(title, [_cells(r, shown, now) for r in records]))
-        else:
-            out += [Text(title), _family_summary(records, shown)]
-            top = sorted(records, key=lambda r: (not r.stale, -r.median_us))[:TOP]
-            out.append(_table(Text(f"the {len(top)} of {len(records)} records most worth a look: the stale, then the "
-                                   f"slowest (every record: autogemm show --all, or --json)"),
-                              [_cells(r, shown, now) for r in top]))
+        rows = [_cells(r, shown, now) for r in ordered(store)]
+        out.append(_table(Text(title), rows) if len(rows) <= PLAIN_OVER else _plain(title, rows))
     return out
+
+
+def summary(shown: Shown, places: list[tuple[str, Path]]) -> list:
+    """What `autogemm show` prints by default: per GPU, its files (role, records, last update, path;
+    the user store's where it has none) and a table of records per kernel family: in each role of
+    `places` (collect's, in lookup order), stale, overridden (lookup passes over them) and the
+    median speed-up over cuBLAS of those in use; then what is stale and how to see every record.
+    Rich renderables, to fit the console's width (an 80-column terminal shows all), and the paths of
+    the files as plain strings, to be printed whole (a path cut in two cannot be copied)."""
+    from rich.text import Text
+
+    roles = [role for role, _ in places]
+    by_gpu = defaultdict(list)
+    for role, store in shown.stores:
+        by_gpu[store.meta.gpu].append((role, store))
+    now = datetime.now(timezone.utc)
+    out, stale = [], 0
+    for gpu, stores in by_gpu.items():
+        m = stores[0][1].meta
+        out.append(Text(("\n" if out else "") + f"{gpu} ({m.sm_count} SMs, compute {m.compute_capability})",
+                        style="bold"))
+        for place_role, place in places:
+            files_of_role = [store for role, store in stores if role == place_role]
+            for store in files_of_role:
+                out += [Text(f"  {ROLES[place_role]}: {len(store.records)} records, updated "
+                             f"{age(store.meta.updated, now)} ago:"), f"    {printable(str(store.path), 4096)}"]
+            if place_role == "user" and not files_of_role:
+                out += [Text("  user store: none; `autogemm tune` on this GPU writes:"),
+                        f"    {printable(str(Path(place) / f'{slug(gpu)}.json'), 4096)}"]
+        table, gpu_stale = _family_table(stores, roles, shown)
+        out.append(table)
+        stale += gpu_stale
+    if stale:
+        out.append(Text(f"{stale} stale record{'s' * (stale > 1)}: tuned on kernel code that has changed since; each "
+                        "still serves its own shape until `autogemm tune --stale` re-tunes it on its GPU"))
+    out.append(Text("every record: autogemm show --all; for scripts: autogemm show --json", style="dim"))
+    return out
+
+
+def _family_table(stores: list, roles: list[str], shown: Shown):
+    """One GPU's records per family: (rich Table, stale records)."""
+    from rich import box
+    from rich.table import Table
+
+    counted = list(dict.fromkeys(COUNTED[role] for role in roles))
+    counts = defaultdict(lambda: defaultdict(int))        # family -> column -> records
+    speedups = defaultdict(list)                          # family -> speed-ups of the records in use
+    for role, store in stores:
+        for r in store.records.values():
+            c = counts[r.key.family]
+            status = shown.status(r)
+            c[COUNTED[role]] += 1
+            c["stale"] += status == "stale"
+            c["overridden"] += status == "overridden"
+            if status != "overridden" and r.speedup is not None:
+                speedups[r.key.family].append(r.speedup)
+    total = defaultdict(int)
+    for c in counts.values():
+        for col, n in c.items():
+            total[col] += n
+    table = Table(box=box.SIMPLE, show_edge=False, show_footer=len(counts) > 1, padding=(0, 1), collapse_padding=True,
+                  pad_edge=False)
+    table.add_column("family", footer="all", overflow="fold", min_width=min(15, max(map(len, counts), default=6)))
+    for col in (*counted, "stale", "overridden"):
+        table.add_column(col, footer=_stale(total[col]) if col == "stale" else str(total[col]), justify="right")
+    table.add_column("vs\ncuBLAS", justify="right")
+    for name, c in sorted(counts.items()):
+        median = f"{statistics.median(speedups[name]):.2f}x" if speedups[name] else ""
+        table.add_row(name, *(str(c[col]) for col in counted), _stale(c["stale"]), str(c["overridden"]), median)
+    return table, total["stale"]
+
+
+def _stale(n: int):
+    from rich.text import Text
+
+    return Text(str(n), style="red" if n else "")
 
 
 def _cells(r: Record, shown: Shown, now: datetime) -> list[str]:
@@ -204,21 +272,3 @@ def _plain(title: str, rows: list[list[str]]) -> str:
                          for c, w, col in zip(cells, widths, COLUMNS)).rstrip()
 
     return "\n".join([title, line(COLUMNS), *map(line, rows)])
-
-
-def _family_summary(records: list[Record], shown: Shown):
-    from rich.table import Table
-
-    counts = defaultdict(lambda: [0, 0, 0])           # family -> [records, stale, overridden]
-    for r in records:
-        c = counts[r.key.family]
-        status = shown.status(r)
-        c[0] += 1
-        c[1] += status == "stale"
-        c[2] += status == "overridden"
-    table = Table(title=f"{len(records)} records, per family")
-    for col in ("family", "records", "stale", "overridden"):
-        table.add_column(col, justify="left" if col == "family" else "right")
-    for name, (n, stale, overridden) in sorted(counts.items()):
-        table.add_row(name, str(n), str(stale), str(overridden))
-    return table
