@@ -198,7 +198,8 @@ def summary(shown: Shown, places: list[tuple[str, Path]]) -> list:
         stale += gpu_stale
     if stale:
         out.append(Text(f"{stale} stale record{'s' * (stale > 1)}: tuned on kernel code that has changed since; each "
-                        "still serves its own shape until `autogemm tune --stale` re-tunes it on its GPU"))
+                        "whose config is still in the space serves its own shape until `autogemm tune --stale` "
+                        "re-tunes it on its GPU"))
     out.append(Text("every record: autogemm show --all; for scripts: autogemm show --json", style="dim"))
     return out
 
