@@ -49,7 +49,7 @@ def main(checkout: Path) -> int:
                     source = fam.instance(cfg, problem).source
                     if f"{fam.instance_name(cfg, problem)}(" not in source:
                         return fail(f"{name}: the kernel rendered for {dict(cfg)} does not define its symbol")
-                    used.update(getattr(fam.module, "helper_templates", lambda c: ())(cfg))
+                    used.update(fam.helper_templates(cfg))
                     fam.code_hash(cfg, problem)
     unused = sorted(p.name for p in installed.iterdir() if p.suffix in (".j2", ".cuh") and p.name not in used)
     if unused:

@@ -99,8 +99,12 @@ class Family:
         """The hash of what the compiler sees of `cfg`'s kernel for `problem` (render.source_hash):
         a tuned record measured on another is stale. `cfg` must hold in the space."""
         args = tuple(sorted(self.module.template_args(cfg, problem).items()))
-        helpers = getattr(self.module, "helper_templates", lambda c: ())(cfg)
-        return source_hash(self.module.TEMPLATE, args, getattr(self.module, "COMPILE_OPTIONS", ()), helpers)
+        return source_hash(self.module.TEMPLATE, args, getattr(self.module, "COMPILE_OPTIONS", ()),
+                           self.helper_templates(cfg))
+
+    def helper_templates(self, cfg: Config) -> tuple[str, ...]:
+        """The templates of the kernels `cfg` launches besides its own (kernels.contract)."""
+        return getattr(self.module, "helper_templates", lambda c: ())(cfg)
 
     @property
     def template_hash(self) -> str:

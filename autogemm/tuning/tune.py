@@ -67,6 +67,7 @@ def tune_targets(targets: list[Target], dtype: str, device: DeviceInfo, out_dir:
     gemm = family("gemm").restricted(gemm_space or {})
     for target in targets:
         key = target.key(dtype)
+        problem = problem_of(key)
         fam = gemm if key.family == "gemm" else family(key.family)
         on_start(target, key)
         try:
@@ -76,7 +77,7 @@ def tune_targets(targets: list[Target], dtype: str, device: DeviceInfo, out_dir:
             continue
         known = _known(existing, key, device, fam)
         try:
-            result = tune(fam, problem_of(key), device, measure, settings, resume=resume, known=known,
+            result = tune(fam, problem, device, measure, settings, resume=resume, known=known,
                           study_path=study_path(device, key, studies, _space_tag(fam.restrictions)),
                           progress=lambda p, t=target: on_progress(t, p))
         except SearchError as exc:
@@ -84,9 +85,9 @@ def tune_targets(targets: list[Target], dtype: str, device: DeviceInfo, out_dir:
             continue
         cublas = _baseline(measure, settings)
         record = Record(key, result.config, round(result.median_us, 3), round(result.p10_us, 3),
-                        round(result.p90_us, 3), round(fam.flops(problem_of(key)) / (result.median_us * 1e3), 1),
+                        round(result.p90_us, 3), round(fam.flops(problem) / (result.median_us * 1e3), 1),
                         round(cublas, 3) if cublas else None, _significant(result.max_rel_error),
-                        result.trials, result.failed, now(), fam.code_hash(result.config, problem_of(key)), printable(command))
+                        result.trials, result.failed, now(), fam.code_hash(result.config, problem), printable(command))
         (_, stored), = save(path, [record], meta)
         existing[key] = record if stored != "kept" else existing[key]
         yield Outcome(target, key, result, record, stored, cublas)
