@@ -28,8 +28,7 @@ def main(checkout: Path) -> int:
     said = (autogemm.__version__, metadata.version("autogemm"), command.stdout.strip())
     if said != (expected, expected, f"autogemm {expected}"):
         return fail(f"the installed version says {said}; pyproject.toml says {expected}")
-    missing = sorted(p.name for p in (checkout / "kernels").iterdir()
-                     if p.suffix in (".j2", ".cuh", ".py") and not (installed / p.name).is_file())
+    missing = sorted(name for name in kernel_files(checkout / "kernels") if not (installed / name).is_file())
     if missing:
         return fail(f"the installed kernels/ ({installed}) lacks {', '.join(missing)}")
     shipped = sorted(p.name for p in locations.shipped_dir().glob("*.json"))
@@ -51,12 +50,18 @@ def main(checkout: Path) -> int:
                         return fail(f"{name}: the kernel rendered for {dict(cfg)} does not define its symbol")
                     used.update(fam.helper_templates(cfg))
                     fam.code_hash(cfg, problem)
-    unused = sorted(p.name for p in installed.iterdir() if p.suffix in (".j2", ".cuh") and p.name not in used)
+    unused = sorted(name for name in kernel_files(installed) if not name.endswith(".py") and name not in used)
     if unused:
         return fail(f"no config of any family rendered {', '.join(unused)}")
     print(f"installed autogemm at {Path(autogemm.__file__).parent}: {len(used)} templates render, "
           f"{len(hashes)} families hashed, {len(shipped)} shipped tuned files")
     return 0
+
+
+def kernel_files(folder: Path) -> list[str]:
+    """The templates, includes and modules under a kernels/ folder, by their path in it."""
+    return [p.relative_to(folder).as_posix() for p in folder.rglob("*")
+            if p.suffix in (".j2", ".cuh", ".py") and "__pycache__" not in p.parts]
 
 
 def record_templates_loaded() -> set:

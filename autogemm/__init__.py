@@ -36,13 +36,13 @@ _WHERE = {
     # a kernel launch to tune, as a network's `autogemm.targets` entry point lists its step's; the
     # op of a launch whose family has none, a GEMM launch's (layout and epilogue); the families that
     # compute one call (all tuned, the fastest runs)
-    "Target": "autogemm.store.keys", "NO_OP": "kernels.contract", "gemm_key_op": "kernels.gemm",
+    "Target": "autogemm.store.keys", "NO_OP": "kernels.contract", "gemm_key_op": "kernels.gemm.call",
     "IMPLEMENTATIONS": "kernels",
     # what the tuned records say of a launch's time (cost models), the arithmetics a family's keys name
     **dict.fromkeys(["measured", "Measured", "has_records"], "autogemm.store.lookup"),
     "key_dtypes": "autogemm.store.keys",
     # the GEMM's epilogues and precisions, and how many classes the output layer's kernels take
-    "GEMM_EPILOGUES": "kernels.gemm", "GEMM_PRECISIONS": "kernels.gemm",
+    "GEMM_EPILOGUES": "kernels.gemm.call", "GEMM_PRECISIONS": "kernels.gemm.call",
     "LINEAR_XENT_MAX_CLASSES": "kernels.linear_xent", "LINEAR_BACKWARD_MAX_CLASSES": "kernels.linear_backward",
     "LINEAR_BACKWARD_TRANSPOSED": "kernels.linear_backward",
 }

@@ -42,12 +42,14 @@ def default_handlers():
 @pytest.fixture
 def edit_template(tmp_path, monkeypatch):
     """edit_template(name, old, new): replace `old` (which must be there) with `new` in a copy of
-    kernels/<name>; autogemm hashes the copies of every template instead of kernels/ for the test."""
+    kernels/<name> (a path under kernels/); autogemm hashes the copies of every template instead of kernels/ for the test."""
     folder = tmp_path / "kernels"
     folder.mkdir()
-    for pattern in ("*.j2", "*.cuh"):
-        for path in autogemm.runtime.render.TEMPLATE_DIR.glob(pattern):
-            shutil.copy(path, folder)
+    templates = autogemm.runtime.render.TEMPLATE_DIR
+    for path in [*templates.rglob("*.j2"), *templates.rglob("*.cuh")]:
+        copy = folder / path.relative_to(templates)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, copy)
     monkeypatch.setattr(autogemm.runtime.render, "TEMPLATE_DIR", folder)
     autogemm.runtime.render.clear_caches()
 

@@ -31,7 +31,7 @@ def test_family_configs_match_float64(family, sizes, op, dtype):
     from autogemm.runtime.device import this_device
     from autogemm.runtime.family import family as family_of
     from autogemm.store.keys import make_key, problem_of
-    from autogemm.tuning.measure import measure_for
+    from autogemm.tuning.measures import measure_for
 
     key, device = make_key(family, sizes, op, dtype), this_device()
     measure, fam = measure_for(key, device), family_of(family)

@@ -280,7 +280,7 @@ def test_tf32_weight_gemms_read_the_datas_column_major_copy():
     import cupy
 
     from autogemm.tuning.verify import compare
-    from kernels.gemm import Problem, reference
+    from kernels.gemm.call import Problem, reference
 
     rng = np.random.default_rng(31)
     x_host = rng.standard_normal((1000, 784)).astype(np.float32)
@@ -314,7 +314,8 @@ def test_bf16_gemms_read_bfloat16_copies_of_their_operands():
 
     from autogemm.runtime.device import this_device
     from autogemm.tuning.verify import compare
-    from kernels.gemm import Problem, bf16_bits, reference
+    from kernels.bf16 import bf16_bits
+    from kernels.gemm.call import Problem, reference
 
     if this_device().compute_capability != "9.0":
         pytest.skip("bfloat16 operands are read by Hopper's kernels (gemm_wgmma)")
@@ -357,7 +358,8 @@ def test_bf16_input_gradient_is_written_in_bfloat16_by_the_output_layer(writer):
 
     from autogemm.runtime.device import this_device
     from autogemm.tuning.verify import compare
-    from kernels.gemm import Problem, bf16_bits, reference
+    from kernels.bf16 import bf16_bits
+    from kernels.gemm.call import Problem, reference
     from nn.errors import NNError
 
     if this_device().compute_capability != "9.0":
@@ -410,7 +412,7 @@ def test_a_bf16_alone_input_gradient_is_widened_for_a_gemm_that_cannot_read_bflo
     import cupy
 
     from autogemm.tuning.verify import compare
-    from kernels.gemm import Problem, reference
+    from kernels.gemm.call import Problem, reference
     from nn.errors import NNError
 
     bk = get_backend("cupy", "float32", tuned=True, precision="bf16")
@@ -525,7 +527,8 @@ def test_a1_in_bfloat16_alone_is_rounded_into_where_no_kernel_writes_bfloat16(mo
     import autogemm
     from autogemm.runtime.device import this_device
     from autogemm.tuning.verify import OPERAND_ROUNDING, compare
-    from kernels.gemm import Problem, bf16_bits, bf16_values, reference
+    from kernels.bf16 import bf16_bits, bf16_values
+    from kernels.gemm.call import Problem, reference
     from nn.backends import cupy_backend
 
     if this_device().compute_capability != "9.0":

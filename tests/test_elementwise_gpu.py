@@ -92,7 +92,7 @@ def test_linear_xent_every_sampled_config_matches_float64(shape, op, dtype):
     from autogemm.runtime.device import this_device
     from autogemm.runtime.family import family
     from autogemm.store.keys import make_key
-    from autogemm.tuning.measure import measure_for
+    from autogemm.tuning.measures import measure_for
 
     key = make_key("linear_xent", shape, op, dtype)
     device = this_device()
@@ -119,7 +119,7 @@ def test_linear_backward_every_sampled_config_matches_float64(shape, op, dtype):
     from autogemm.runtime.device import this_device
     from autogemm.runtime.family import family
     from autogemm.store.keys import make_key
-    from autogemm.tuning.measure import measure_for
+    from autogemm.tuning.measures import measure_for
 
     key = make_key("linear_backward", shape, op, dtype)
     device = this_device()
@@ -144,7 +144,7 @@ def test_output_layer_reads_its_input_in_bfloat16(shape, activation):
     import autogemm
     from autogemm.tuning.verify import OPERAND_ROUNDING, compare
     from kernels import linear_backward, linear_xent
-    from kernels.gemm import bf16_bits, bf16_values
+    from kernels.bf16 import bf16_bits, bf16_values
 
     rows, classes, inputs = shape
     rng = np.random.default_rng(rows + inputs)

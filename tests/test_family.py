@@ -15,7 +15,7 @@ from autogemm.ops.kernels import kernel
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import FAMILIES, family
 from autogemm.tuning.targets import parse_shapes
-from kernels import (adam, call_of, colsum, elementwise, gemm, gemm_seeds, linear_backward, linear_xent, pool2x2,
+from kernels import (adam, call_of, colsum, elementwise, gemm, linear_backward, linear_xent, pool2x2,
                      softmax_xent, to_bf16)
 from kernels.contract import ceil_div
 
@@ -196,11 +196,11 @@ def test_search_starts_from_tiles_that_fill_the_sms_in_whole_waves():
         return ceil_div(ceil_div(m, bm) * ceil_div(n, bn), H100.sm_count) * bm * bn
 
     z1 = gemm.Problem.contiguous(800, 1000, 784, trans_b=True, epilogue="bias_sigmoid")
-    assert gemm_seeds.wave_tiles(z1, H100, gemm.PARAMS, gemm.CONSTRAINTS) == [(64, 112, 16, 8), (96, 80, 16, 8)]
+    assert gemm.seeds.wave_tiles(z1, H100, gemm.PARAMS, gemm.CONSTRAINTS) == [(64, 112, 16, 8), (96, 80, 16, 8)]
     for m, n, k in ((800, 1000, 784), (1000, 784, 800), (8192, 4096, 784), (400, 100, 784)):
         problem = gemm.Problem.contiguous(m, n, k, trans_a=m == 1000)
         seeds = {(c.bm, c.bn, c.ty, c.tx) for c in family("gemm").candidates(problem, H100) if c.math == "3xtf32"}
-        for bm, bn, ty, tx in gemm_seeds.wave_tiles(problem, H100, gemm.PARAMS, gemm.CONSTRAINTS):
+        for bm, bn, ty, tx in gemm.seeds.wave_tiles(problem, H100, gemm.PARAMS, gemm.CONSTRAINTS):
             assert (bm, bn, ty, tx) in seeds
             assert busiest_sm(m, n, bm, bn) <= busiest_sm(m, n, 128, 64)
 
@@ -347,16 +347,16 @@ def test_normalised_source_is_its_tokens():
 
 
 @pytest.mark.parametrize("template, old, new, changed", [
-    ("gemm.cu.j2", "// accumulators per thread: RM x RN", "// RM x RN accumulators a thread", ""),
-    ("gemm.cu.j2", "constexpr int THREADS = TY * TX;", "constexpr int THREADS = TY * TX;   \n\n{# note #}", ""),
-    ("gemm.cu.j2", "constexpr int THREADS = TY * TX;", "constexpr  int THREADS\n   = TY * TX;", "gemm"),
-    ("gemm_3xtf32.cuh", "// lo*hi, hi*lo, then hi*hi", "// lo*hi and hi*lo, then hi*hi", ""),
-    ("gemm_3xtf32.cuh", "pass < 3", "pass != 3", "3xtf32"),
-    ("gemm_fma.cuh", "acc[i][j] = fma(a[k][i], b[k][j], acc[i][j])", "acc[i][j] += a[k][i] * b[k][j]", "fma"),
-    ("gemm_epilogue.cuh", "v + bias[n]", "v + 2 * bias[n]", "fma 3xtf32 naive"),
+    ("gemm/gemm.cu.j2", "// accumulators per thread: RM x RN", "// RM x RN accumulators a thread", ""),
+    ("gemm/gemm.cu.j2", "constexpr int THREADS = TY * TX;", "constexpr int THREADS = TY * TX;   \n\n{# note #}", ""),
+    ("gemm/gemm.cu.j2", "constexpr int THREADS = TY * TX;", "constexpr  int THREADS\n   = TY * TX;", "gemm"),
+    ("gemm/3xtf32.cuh", "// lo*hi, hi*lo, then hi*hi", "// lo*hi and hi*lo, then hi*hi", ""),
+    ("gemm/3xtf32.cuh", "pass < 3", "pass != 3", "3xtf32"),
+    ("gemm/fma.cuh", "acc[i][j] = fma(a[k][i], b[k][j], acc[i][j])", "acc[i][j] += a[k][i] * b[k][j]", "fma"),
+    ("gemm/epilogue.cuh", "v + bias[n]", "v + 2 * bias[n]", "fma 3xtf32 naive"),
     ("common.cuh", "x > T(0) ? x : T(0)", "x >= T(0) ? x : T(0)", "fma 3xtf32 naive elementwise"),
-    ("gemm.cu.j2", "VEC = {{ vec }};", "VEC = {{ vec // 1 }};", "gemm"),     # // in a tag is code; renders alike
-    ("elementwise.cu.j2", "typedef {{ ctype }} T;", "typedef {{ ctype }} T_;", "elementwise"),
+    ("gemm/gemm.cu.j2", "VEC = {{ vec }};", "VEC = {{ vec // 1 }};", "gemm"),     # // in a tag is code; renders alike
+    ("elementwise/elementwise.cu.j2", "typedef {{ ctype }} T;", "typedef {{ ctype }} T_;", "elementwise"),
 ])
 def test_code_hashes_follow_what_each_config_renders(edit_template, template, old, new, changed):
     """An edit changes the code hash of the configs whose rendered source it changes, only those,
@@ -376,10 +376,10 @@ def test_code_hashes_follow_what_each_config_renders(edit_template, template, ol
 def test_code_moved_into_an_include_leaves_every_code_hash(edit_template):
     """What the compiler sees is unchanged when code moves between files."""
     before = GEMM.code_hash(GEMM.config(BASE), BIAS), GEMM.code_hash(GEMM.config(TF32X3), BIAS)
-    text = (edit_template.folder / "gemm.cu.j2").read_text()
+    text = (edit_template.folder / "gemm/gemm.cu.j2").read_text()
     moved = text[text.index("constexpr int THREADS"):text.index("\n", text.index("constexpr int THREADS")) + 1]
     (edit_template.folder / "moved.cuh").write_text("// moved here\n" + moved)
-    edit_template("gemm.cu.j2", moved, '{% include "moved.cuh" %}\n')
+    edit_template("gemm/gemm.cu.j2", moved, '{% include "moved.cuh" %}\n')
     assert (GEMM.code_hash(GEMM.config(BASE), BIAS), GEMM.code_hash(GEMM.config(TF32X3), BIAS)) == before
 
 
@@ -419,7 +419,7 @@ def test_every_registered_family_keeps_the_contract():
 
     assert tuple(REGISTRY) == FAMILIES
     for name, module in REGISTRY.items():
-        assert isinstance(module, KernelFamily) and module.NAME == name and module.TEMPLATE == f"{name}.cu.j2"
+        assert isinstance(module, KernelFamily) and module.NAME == name and module.TEMPLATE == f"{name}/{name}.cu.j2"
         assert (TEMPLATE_DIR / module.TEMPLATE).is_file()
         if hasattr(module, "helper_templates"):        # gemm_wgmma's pretransposed configs
             cfg = next(c for c in family(name).all_configs() if module.helper_templates(c))

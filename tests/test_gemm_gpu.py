@@ -8,7 +8,7 @@ import pytest
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import family
 from autogemm.tuning.verify import compare
-from kernels.gemm import EPILOGUES, Problem, reference
+from kernels.gemm.call import EPILOGUES, Problem, reference
 from kernels.gemm_wgmma import MATH_PRECISION
 
 pytestmark = pytest.mark.gpu
@@ -42,7 +42,7 @@ def run_and_check(rng, m, n, k, ta, tb, dtype, epilogue=None, alpha=1.5, beta=0.
     import cupy
 
     import autogemm
-    from kernels.gemm import bf16_bits
+    from kernels.bf16 import bf16_bits
 
     host, dev = operands(rng, m, n, k, ta, tb, dtype, epilogue, beta)
     a, b = dev["a"], dev["b"]
@@ -565,11 +565,11 @@ def test_cublas_baseline_at_reduced_precision(precision, ta, tb):
 
 
 def test_to_bf16_rounds_as_numpy_does():
-    """autogemm.to_bf16 against kernels.gemm.bf16_bits: to nearest even, ties, infinities, NaN."""
+    """autogemm.to_bf16 against kernels.bf16.bf16_bits: to nearest even, ties, infinities, NaN."""
     import cupy
 
     import autogemm
-    from kernels.gemm import bf16_bits
+    from kernels.bf16 import bf16_bits
 
     rng = np.random.default_rng(15)
     x = rng.standard_normal(100_000).astype(np.float32)
@@ -587,7 +587,7 @@ def test_to_bf16_every_alignment_and_config():
     import cupy
 
     import autogemm
-    from kernels.gemm import bf16_bits
+    from kernels.bf16 import bf16_bits
 
     rng = np.random.default_rng(17)
     x = rng.standard_normal(10_007).astype(np.float32)
@@ -613,7 +613,7 @@ def test_wgmma_bfloat16_operands_every_op_and_epilogue(epilogue):
     import cupy
 
     import autogemm
-    from kernels.gemm import bf16_bits
+    from kernels.bf16 import bf16_bits
 
     rng = np.random.default_rng(16)
     for m, n, k, ta, tb in [(800, 1000, 784, False, True), (136, 72, 264, False, True), (1000, 784, 800, True, False),
@@ -641,7 +641,7 @@ def test_wgmma_writes_bfloat16_every_op_and_epilogue(epilogue):
 
     import autogemm
     from autogemm.tuning.verify import OPERAND_ROUNDING
-    from kernels.gemm import bf16_bits, bf16_values
+    from kernels.bf16 import bf16_bits, bf16_values
 
     rng = np.random.default_rng(18)
     fam = family("gemm_wgmma")
@@ -689,7 +689,7 @@ def test_cublas_baseline_of_bfloat16_operands(ta, tb):
     import cupy
 
     import autogemm
-    from kernels.gemm import bf16_bits
+    from kernels.bf16 import bf16_bits
 
     rng = np.random.default_rng(17)
     m, n, k = 300, 200, 520

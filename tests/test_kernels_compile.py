@@ -20,6 +20,7 @@ from autogemm.runtime.device import H100
 from autogemm.runtime.family import family
 from kernels import adam, elementwise, gemm, linear_backward, linear_xent, pool2x2, to_bf16
 from kernels.contract import RowsProblem
+from kernels.gemm.call import LAYOUTS
 
 NVCC = shutil.which("nvcc")
 if NVCC is None:
@@ -248,7 +249,7 @@ def test_gemm_wgmma_sample_compiles_without_spills(compiled):
     configs = [i.config for i in WGMMA]
     assert {c.stages for c in configs} == set(family("gemm_wgmma").params["stages"])
     assert {c.warpgroups for c in configs} == {1, 2} and len({c.bn for c in configs}) >= 5
-    assert {i.name.split("_")[3] for i in WGMMA} == set(gemm.LAYOUTS)
+    assert {i.name.split("_")[3] for i in WGMMA} == set(LAYOUTS)
     assert {c.math for c in configs} == set(family("gemm_wgmma").params["math"])
     assert {(c.producer, c.tma) for c in configs} == {(0, 0), (1, 0), (1, 1)}   # the pipelines and their copies
     assert {i.name.split("_")[2] for i in WGMMA} == {"f32", "bf16"}          # operand types

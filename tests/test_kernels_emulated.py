@@ -14,6 +14,8 @@ from autogemm.runtime.family import family
 from autogemm.tuning.verify import OPERAND_ROUNDING, compare
 from emulated import GXX, Launch, run
 from kernels import gemm, linear_backward, linear_xent
+from kernels.bf16 import bf16_bits, bf16_values
+from kernels.gemm.call import split_op
 
 if GXX is None:
     pytest.skip("g++ is not on PATH: the emulated kernels need it", allow_module_level=True)
@@ -56,7 +58,7 @@ def head_launches(rows, classes, inputs, activation, dtype, seed):
     out = []
     for i, cfg in enumerate(configs):
         a_bf16 = dtype == "float32" and i % 2 == 0
-        a_in = gemm.bf16_bits(a) if a_bf16 else a                                # A's bits (uint16) or A
+        a_in = bf16_bits(a) if a_bf16 else a                                # A's bits (uint16) or A
         arrays = dict(logits=np.full((rows, classes), np.nan, t), grad=np.full((rows, classes), np.nan, t),
                       grad_in=np.full((rows, inputs), np.nan, t) if activation else None, loss=np.zeros(1, t),
                       grad_in_bf16=np.full((rows, inputs), 0x7fc0, np.uint16) if bf16 else None)   # bfloat16 NaN
@@ -81,7 +83,7 @@ def test_linear_xent_matches_float64_on_the_cpu(tmp_path):
         for name, (value, magnitude, k) in expected.items():
             check(got[name], (value, magnitude), k, dtype)
         if got["grad_in_bf16"] is not None:       # grad_in's bits, rounded to nearest even
-            assert np.array_equal(got["grad_in_bf16"], gemm.bf16_bits(got["grad_in"]))
+            assert np.array_equal(got["grad_in_bf16"], bf16_bits(got["grad_in"]))
 
 
 # The float64 output layer of 784-4096-10 (nn.train --hidden 4096 --dtype float64): W, 320 KiB, does not
@@ -144,7 +146,7 @@ def backward_launches(rows, classes, inputs, activation, dtype, sgd, seed):
     alpha, beta, db_beta = (-0.3, 0.99, 1.0) if sgd else (1.0, 0.0, 0.0)
     fam = family("linear_backward").restricted(BACKWARD_SPACE)
     plain = linear_backward.Problem(rows, classes, inputs, dtype, activation)
-    a16 = gemm.bf16_bits(a) if dtype == "float32" else None                  # A's bfloat16 bits
+    a16 = bf16_bits(a) if dtype == "float32" else None                  # A's bfloat16 bits
     modes = ("bf16in", "bf16only", "transposed", "a16") if dtype == "float32" else ("plain", "transposed")
     out = []
     for i, cfg in enumerate(fam.candidates(plain, H100)[:1] + fam.sample(plain, H100, 7, seed=seed)):
@@ -181,7 +183,7 @@ def test_linear_backward_matches_float64_on_the_cpu(tmp_path):
             if got[name] is not None:
                 check(got[name], (value, magnitude), k, dtype)
         if got["grad_in_bf16"] is not None and got["grad_in"] is not None:      # grad_in's bits, rounded to nearest even
-            assert np.array_equal(got["grad_in_bf16"], gemm.bf16_bits(got["grad_in"]))
+            assert np.array_equal(got["grad_in_bf16"], bf16_bits(got["grad_in"]))
         elif got["grad_in_bf16"] is not None:                                     # alone: within bfloat16's rounding
             value, magnitude, k = expected["grad_in"]
             as_float = (got["grad_in_bf16"].astype(np.uint32) << 16).view(np.float32)
@@ -278,7 +280,7 @@ def gemm_launches(monkeypatch, cases, family_name="gemm", staging=None, bf16_out
         a = rng.standard_normal((k, m) if ta else (m, k)).astype(t)          # op(A): (M, K)
         b = rng.standard_normal((n, k) if tb else (k, n)).astype(t)          # op(B): (K, N)
         if bf16_operands:
-            a, b, precision = gemm.bf16_bits(a), gemm.bf16_bits(b), "fp32"  # uint16 bits of the same shapes
+            a, b, precision = bf16_bits(a), bf16_bits(b), "fp32"  # uint16 bits of the same shapes
         bias, aux = rng.standard_normal(n).astype(t), rng.uniform(-0.5, 1, (m, n)).astype(t)
         c = rng.standard_normal((m, n)).astype(t)                            # C: (M, N)
         alpha, beta = -0.5, (0.75 if use_c else 0.0)
@@ -304,7 +306,7 @@ def gemm_launches(monkeypatch, cases, family_name="gemm", staging=None, bf16_out
 
 
 def test_the_3xtf32_split_rounds_to_nearest_ties_away_as_cvt_rna_does():
-    """gemm_3xtf32.cuh forms hi = (bits + 0x1000) & 0xffffe000 in place of cvt.rna.tf32.f32:
+    """kernels/gemm/3xtf32.cuh forms hi = (bits + 0x1000) & 0xffffe000 in place of cvt.rna.tf32.f32:
     the float32 rounded to 10 fraction bits, to nearest, ties away from zero (ties, carries into
     the exponent, subnormals and overflow to infinity included)."""
     rng = np.random.default_rng(3)
@@ -323,10 +325,8 @@ def test_the_3xtf32_split_rounds_to_nearest_ties_away_as_cvt_rna_does():
 
 
 def test_bf16_bits_round_to_nearest_even():
-    """kernels.gemm.bf16_bits (the bfloat16 operands of the tests and the tuner) against float64
+    """kernels.bf16.bf16_bits (the bfloat16 operands of the tests and the tuner) against float64
     arithmetic: 7 fraction bits, ties to even, overflow to infinity, NaN kept; bf16_values inverts it."""
-    from kernels.gemm import bf16_bits, bf16_values
-
     rng = np.random.default_rng(4)
     bits = rng.integers(0x00800000, 0x7f800000, 200_000, dtype=np.uint32)       # normal magnitudes
     bits[:1000] = (bits[:1000] & 0xffff0000) | 0x8000                            # exact ties
@@ -484,7 +484,7 @@ def test_gemm_wgmma_writes_bfloat16_on_the_cpu(tmp_path, monkeypatch):
     launches = gemm_launches(monkeypatch, WGMMAS_BF16_OUT, "gemm_wgmma", bf16_out=True)
     run([launch for launch, *_ in launches], tmp_path)
     for launch, d, want, k, dtype, precision in launches:
-        verdict = compare(gemm.bf16_values(d), *want, k, dtype, precision, output_rounding=OPERAND_ROUNDING["bf16"])
+        verdict = compare(bf16_values(d), *want, k, dtype, precision, output_rounding=OPERAND_ROUNDING["bf16"])
         assert verdict.ok, f"{launch.instance.name}: {verdict.describe()}"
 
 
@@ -535,7 +535,7 @@ def tuned_gemm_cases() -> list:
             c, (m, n, k), op = r.config, r.key.sizes, r.key.op
             cut = lambda size, tile: min(size, -(-(tile + tile // 2 + 3) // 4) * 4)  # noqa: E731
             m, n, k = cut(m, c.bm), cut(n, c.bn), min(k, 2 * c.split_k * c.bk - 4)
-            trans_a, trans_b, epilogue = gemm.split_op(op)   # without one: the step's own for the layout
+            trans_a, trans_b, epilogue = split_op(op)   # without one: the step's own for the layout
             epilogue, use_c = (epilogue, False) if epilogue else {
                 "nt": ("bias_sigmoid", False), "nn": ("dsigmoid", False), "tn": (None, True)}[op]
             cases[op, r.key.dtype, c] = (m, n, k, r.key.dtype, trans_a, trans_b, epilogue, use_c,
@@ -627,7 +627,7 @@ def test_autogemm_linear_xent_binds_the_arguments_its_kernel_takes(tmp_path, mon
     w = rng.standard_normal((10, 200)).astype(np.float32) / 14               # W: (C, K)
     b = rng.standard_normal(10).astype(np.float32)                           # b: (C,)
     labels = rng.integers(0, 10, 29).astype(np.int32)
-    for a_in in (a, gemm.bf16_bits(a)):
+    for a_in in (a, bf16_bits(a)):
         launched = []
         monkeypatch.setattr(entry, "_run", lambda *call: launched.append(call))
         logits, grad = np.full((29, 10), np.nan, np.float32), np.full((29, 10), np.nan, np.float32)
@@ -641,7 +641,7 @@ def test_autogemm_linear_xent_binds_the_arguments_its_kernel_takes(tmp_path, mon
         expected = linear_xent.reference(problem, a_in, w, b, labels, 1 / 29)
         for name, got in (("logits", logits), ("grad", grad), ("grad_in", grad_in), ("loss", loss)):
             check(got, expected[name][:2], expected[name][2], "float32")
-        assert np.array_equal(grad_in_bf16, gemm.bf16_bits(grad_in))
+        assert np.array_equal(grad_in_bf16, bf16_bits(grad_in))
 
 
 # ---- conv2d: the implicit-GEMM forward convolution -------------------------------------------------
@@ -806,11 +806,9 @@ def test_transpose_every_config_on_the_cpu(tmp_path, monkeypatch):
 
 
 def test_to_bf16_rounds_bit_for_bit_on_the_cpu(tmp_path):
-    """The bfloat16 rounding kernel (cvt.rn.bf16x2) against kernels.gemm.bf16_bits, every vector
+    """The bfloat16 rounding kernel (cvt.rn.bf16x2) against kernels.bf16.bf16_bits, every vector
     width, a ragged tail, ties and the largest float included."""
     from kernels import to_bf16
-    from kernels.gemm import bf16_bits
-
     rng, cases = np.random.default_rng(16), []
     fam = family("to_bf16")
     for n in (1000, 4099, 1):

@@ -1,6 +1,7 @@
 """The architecture as docs/ARCHITECTURE.md states it: each layer imports only the ones below it,
-no module imports another that imports it back (lazy imports inside functions included), kernels/
-imports nothing of autogemm or nn, and nn uses only the names autogemm/__init__.py exports."""
+no module imports another that imports it back (lazy imports inside functions included), a kernel
+family is one folder whose module imports nothing of autogemm or nn (its measure.py is the tuning
+layer's), and nn uses only the names autogemm/__init__.py exports."""
 import ast
 from pathlib import Path
 
@@ -42,8 +43,16 @@ MODULES = {module_name(p): p for folder in ("autogemm", "kernels", "nn")
            for p in (ROOT / folder).rglob("*.py")}
 
 
+def is_measure(module: str) -> bool:
+    """A family's measure (kernels/<family>/measure.py): a module of the tuning layer."""
+    parts = module.split(".")
+    return parts[0] == "kernels" and len(parts) == 3 and parts[2] == "measure"
+
+
 def layer(module: str) -> str:
     parts = module.split(".")
+    if is_measure(module):
+        return "tuning"
     if len(parts) == 1:
         return "api"
     return parts[1] if parts[1] in BELOW else "base"
@@ -56,7 +65,7 @@ def ours(names) -> set[str]:
 def test_autogemm_layers_import_only_downward():
     wrong = []
     for module, path in MODULES.items():
-        if not module.startswith("autogemm"):
+        if not module.startswith("autogemm") and not is_measure(module):
             continue
         allowed = BELOW[layer(module)] | {layer(module)}
         for name in ours(imports(path)):
@@ -66,9 +75,42 @@ def test_autogemm_layers_import_only_downward():
 
 
 def test_kernels_import_nothing_of_autogemm_or_nn():
-    wrong = [f"{m} imports {n}" for m, p in MODULES.items() if m.startswith("kernels")
-             for n in ours(imports(p)) if not n.startswith("kernels")]
+    """Nothing under kernels/ but the measures imports autogemm or nn, nor any measure; the measures
+    import nn nowhere."""
+    wrong = [f"{m} imports {n}" for m, p in MODULES.items() if m.startswith("kernels") and not is_measure(m)
+             for n in ours(imports(p)) if not n.startswith("kernels") or is_measure(n)]
+    wrong += [f"{m} imports {n}" for m, p in MODULES.items() if is_measure(m)
+              for n in ours(imports(p)) if n.startswith("nn")]
     assert not wrong, "\n".join(wrong)
+
+
+def test_a_family_is_one_folder():
+    """Each registered family is the package kernels/<name>/, its templates inside it; kernels/
+    itself holds only what families share (the contract, bf16.py, includes), and every folder
+    there is a registered family."""
+    from kernels import REGISTRY
+
+    kernels = ROOT / "kernels"
+    for name, module in REGISTRY.items():
+        assert Path(module.__file__) == kernels / name / "__init__.py", name
+        assert module.TEMPLATE.startswith(f"{name}/") and (kernels / module.TEMPLATE).is_file(), name
+    folders = {p.name for p in kernels.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders == set(REGISTRY)
+    shared = {p.name for p in kernels.iterdir() if p.is_file()}
+    assert shared == {"__init__.py", "contract.py", "bf16.py", "bf16.cuh", "common.cuh", "split_k.cuh"}
+
+
+def test_a_family_is_its_folder_and_one_line():
+    """The registries come from kernels.FAMILIES: the families, the calls of several (each
+    module's CALL), the measures (each folder's measure.py, else its call's) and the tunable ones."""
+    import kernels
+    from autogemm.tuning.measure import KernelMeasure
+    from autogemm.tuning.measures import measure_class
+    from autogemm.tuning.targets import TUNE_FAMILIES
+
+    assert list(kernels.REGISTRY.values()) == list(kernels.FAMILIES)
+    assert set(TUNE_FAMILIES) == {m.NAME for m in kernels.FAMILIES if not getattr(m, "BASELINE", False)}
+    assert all(issubclass(measure_class(name), KernelMeasure) for name in kernels.REGISTRY)
 
 
 def test_nn_uses_only_autogemms_public_names():

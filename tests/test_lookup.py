@@ -13,7 +13,7 @@ from autogemm.store import locations, lookup
 from autogemm.store.keys import distance, key_of, make_key, problem_of, serving_keys
 from autogemm.store.records import file_for
 from fake_tuned import GEMM, edit, record, write_store
-from kernels.gemm import Problem
+from kernels.gemm.call import Problem
 
 
 @pytest.fixture

@@ -240,7 +240,7 @@ def test_stale_is_a_template_hash_that_is_not_the_current_one(tmp_path):
 
 def test_editing_one_gemm_math_path_stales_only_its_records(tmp_path, edit_template):
     path = write_store(tmp_path, [record(), record((400, 1000, 784), config=TF32X3)])
-    edit_template("gemm_3xtf32.cuh", "pass < 3", "pass != 3")
+    edit_template("gemm/3xtf32.cuh", "pass < 3", "pass != 3")
     stale = {r.config["math"]: r.stale for r in load(path).records.values()}
     assert stale == {"fma": False, "3xtf32": True}
     save(path, [record((400, 1000, 784), config=TF32X3, median_us=90.0)], meta())

@@ -304,7 +304,7 @@ def test_show_prints_what_a_file_says_as_text_not_markup(store):
 @pytest.fixture
 def fake_gpu(monkeypatch, tmp_path):
     import autogemm.runtime.device
-    import autogemm.tuning.measure
+    import autogemm.tuning.measures
 
     monkeypatch.setattr(autogemm.runtime.device, "this_device", lambda: H100)
     monkeypatch.setattr(autogemm.runtime.device, "software", lambda: SOFTWARE)
@@ -316,7 +316,7 @@ def fake_gpu(monkeypatch, tmp_path):
         measures.append(FakeMeasure())
         return measures[-1]
 
-    monkeypatch.setattr(autogemm.tuning.measure, "measure_for", measure_for)
+    monkeypatch.setattr(autogemm.tuning.measures, "measure_for", measure_for)
     return measures
 
 
@@ -366,14 +366,14 @@ def test_an_installed_autogemm_tunes_into_the_user_store_and_never_the_shipped_f
 
 
 def test_a_target_whose_operands_cannot_be_made_fails_alone(fake_gpu, tmp_path, capsys, monkeypatch):
-    import autogemm.tuning.measure
+    import autogemm.tuning.measures
 
     def measure_for(key, device, seed=0):
         if key.shape == "800x10x1002":
             raise MemoryError("Out of memory allocating 8,589,934,592 bytes")
         return FakeMeasure()
 
-    monkeypatch.setattr(autogemm.tuning.measure, "measure_for", measure_for)
+    monkeypatch.setattr(autogemm.tuning.measures, "measure_for", measure_for)
     status = cli.main(["tune", "--shapes", "800x10x1002,800x1000x10", "--trials", "4", "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert status == 1 and err.count("\n") == 1
@@ -415,7 +415,7 @@ def test_tune_fix_searches_only_those_choices(fake_gpu, tmp_path, capsys):
 
 
 def test_tune_ctrl_c_exits_130_with_what_was_saved(fake_gpu, tmp_path, capsys, monkeypatch):
-    import autogemm.tuning.measure
+    import autogemm.tuning.measures
 
     calls = []
 
@@ -425,7 +425,7 @@ def test_tune_ctrl_c_exits_130_with_what_was_saved(fake_gpu, tmp_path, capsys, m
             return FakeMeasure(script=lambda cfg, call: (_ for _ in ()).throw(KeyboardInterrupt))
         return FakeMeasure()
 
-    monkeypatch.setattr(autogemm.tuning.measure, "measure_for", measure_for)
+    monkeypatch.setattr(autogemm.tuning.measures, "measure_for", measure_for)
     status = cli.main(["tune", "--shapes", "800x10x1002,800x1000x10", "--trials", "4", "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert status == 130
@@ -438,7 +438,7 @@ def test_tune_ctrl_c_exits_130_with_what_was_saved(fake_gpu, tmp_path, capsys, m
 def test_tune_sigterm_and_sighup_keep_what_was_saved_as_ctrl_c_does(fake_gpu, tmp_path, capsys, monkeypatch, sig):
     """They ended tune with 143/129 and no line; the --out path is said on one line (a newline in
     it was printed raw)."""
-    import autogemm.tuning.measure
+    import autogemm.tuning.measures
 
     calls = []
 
@@ -448,7 +448,7 @@ def test_tune_sigterm_and_sighup_keep_what_was_saved_as_ctrl_c_does(fake_gpu, tm
             return FakeMeasure(script=lambda cfg, call: os.kill(os.getpid(), sig))
         return FakeMeasure()
 
-    monkeypatch.setattr(autogemm.tuning.measure, "measure_for", measure_for)
+    monkeypatch.setattr(autogemm.tuning.measures, "measure_for", measure_for)
     out = tmp_path / "a\nb"
     status = cli.main(["tune", "--shapes", "800x10x1002,800x1000x10", "--trials", "4", "--out", str(out)])
     err = capsys.readouterr().err

@@ -167,13 +167,6 @@ def test_a_shape_whose_every_config_fails_is_reported_and_the_rest_go_on(tmp_pat
     assert outcomes[1].stored == "added"
 
 
-def test_every_registered_family_has_a_gpu_measure():
-    from autogemm.tuning.measure import MEASURES
-    from kernels import REGISTRY
-
-    assert set(REGISTRY) <= set(MEASURES)
-
-
 def test_a_gemm_with_an_epilogue_starts_from_the_configs_that_serve_it_now():
     """The first search of a layer's fused GEMM tries the config that its layout's record of its
     arithmetic (stale too) gives it today, before other shapes' winners."""

@@ -1,10 +1,10 @@
-"""autogemm.tuning.verify on the CPU: the GEMM's float64 reference (kernels/gemm.py), its epilogues, and the
+"""autogemm.tuning.verify on the CPU: the GEMM's float64 reference (kernels/gemm/call.py), its epilogues, and the
 K- and dtype-scaled check."""
 import numpy as np
 import pytest
 
 from autogemm.tuning.verify import compare
-from kernels.gemm import EPILOGUES, Problem, reference
+from kernels.gemm.call import EPILOGUES, Problem, reference
 
 M, N, K = 37, 23, 301
 

@@ -26,7 +26,7 @@ from autogemm.version import __version__
 from autogemm.tuning.targets import TUNE_FAMILIES, parse_shapes, parse_targets
 from kernels import REGISTRY, call_of
 from kernels.contract import MAX_SIZE
-from kernels.gemm import PRECISIONS
+from kernels.gemm.call import PRECISIONS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -325,7 +325,7 @@ def cmd_sweep(args) -> int:
     from autogemm.runtime.device import this_device
     from autogemm.runtime.family import family
     from autogemm.store.keys import problem_of
-    from autogemm.tuning.measure import measure_for
+    from autogemm.tuning.measures import measure_for
     from autogemm.tuning.search import Settings
     from autogemm.tuning.sweep import sweep
 
@@ -454,7 +454,7 @@ def _arithmetic(args) -> str:
 
 
 def _problem(shape, arithmetic: str):
-    from kernels.gemm import problem_of
+    from kernels.gemm.call import problem_of
 
     return problem_of((shape.m, shape.n, shape.k), shape.op, arithmetic)
 

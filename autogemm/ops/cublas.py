@@ -3,7 +3,7 @@ timed and checked against (autogemm bench, tune) and what nn's cublas backend ru
 import numpy as np
 
 from autogemm.errors import BadArguments
-from kernels.gemm import PRECISIONS
+from kernels.gemm.call import PRECISIONS
 
 # cuBLAS's compute types that let it round float32 operands (cublasComputeType_t):
 # CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F_FAST_16BF.

@@ -90,7 +90,7 @@ def _run(name, problem, args, config):
 
 
 def elementwise(op: str, out, x, y=None, s0=0.0, s1=0.0, config=None):
-    """out = op(x, y) over a (rows, cols) array; see kernels/elementwise.py for the ops."""
+    """out = op(x, y) over a (rows, cols) array; see kernels/elementwise/ for the ops."""
     _contiguous(out, "out")
     _contiguous(x, "x")
     if x.shape != out.shape or x.dtype != out.dtype or out.ndim != 2:
@@ -273,7 +273,7 @@ def column_sums(g, out=None, alpha=1.0, beta=0.0, config=None):
 
 
 def adam_update(w, g, m, v, steps, lr, beta1, beta2, eps, config=None):
-    """One Adam step in place on the flat parameters w with their moments m, v (kernels/adam.py):
+    """One Adam step in place on the flat parameters w with their moments m, v (kernels/adam/):
     steps, a (1,) int32 cupy array, counts the steps done, and the launch advances it, so a captured
     CUDA graph replays the right bias correction."""
     cupy = require_cupy()

@@ -20,7 +20,7 @@ from autogemm.runtime.family import Instance
 from autogemm.runtime.tensor_map import TensorMap, kernel_args
 from kernels import to_bf16 as to_bf16_family
 from kernels.contract import MAX_SIZE, RowsProblem, ceil_div
-from kernels.gemm import EPILOGUES, PRECISIONS, Problem
+from kernels.gemm.call import EPILOGUES, PRECISIONS, Problem
 
 def leading_dim(x, what: str, call: str = "gemm") -> int:
     """Leading dimension (elements) of a row-major 2-D array; BadArguments for other layouts."""
@@ -98,7 +98,7 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=No
 
 def to_bf16(x, out=None, config=None):
     """C-contiguous float32 `x` rounded to bfloat16 (to nearest even; NaN stays NaN) as the uint16
-    array of its bits that `gemm` takes for bfloat16 operands (kernels/to_bf16.py); into `out`
+    array of its bits that `gemm` takes for bfloat16 operands (kernels/to_bf16/); into `out`
     (C-contiguous uint16 of x's shape) when given."""
     cupy = require_cupy()
     if not isinstance(x, cupy.ndarray) or x.dtype != np.float32:

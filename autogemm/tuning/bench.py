@@ -6,10 +6,11 @@ import numpy as np
 
 from autogemm.errors import AutogemmError
 from autogemm.store.keys import Target
-from autogemm.tuning.measure import ConvMeasure, GemmMeasure, cudnn_convolution
+from autogemm.tuning.measures import measure_for
 from autogemm.tuning.targets import Shape
 from autogemm.tuning.timing import Timing, time_interleaved
 from kernels import IMPLEMENTATIONS
+from kernels.conv2d.measure import cudnn_convolution
 
 
 @dataclass
@@ -44,7 +45,7 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
     from autogemm.runtime.family import family
     from autogemm.store import lookup
     from autogemm.store.keys import key_of
-    from kernels.gemm import Problem
+    from kernels.gemm.call import Problem
 
     problem = Problem.contiguous(shape.m, shape.n, shape.k, np.dtype(dtype).name, shape.trans_a, shape.trans_b,
                                  epilogue=shape.epilogue, precision=precision, bf16_operands=bf16_operands)
@@ -56,7 +57,7 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
         if choice.source != "default":
             known[_variant(choice)] = dict(choice.config)
     configs = {**known, **(configs or {})}
-    measure = GemmMeasure(key_of("gemm", problem), device)  # operands, reference, check
+    measure = measure_for(key_of("gemm", problem), device)  # operands, reference, check
     flops = 2 * shape.m * shape.n * shape.k
     variants = [(name, "gemm", cfg) for name, cfg in configs.items()]
     for other in IMPLEMENTATIONS["gemm"][1:]:      # the call's other families, where they can run it
@@ -109,7 +110,7 @@ def bench_convolution(target: Target, dtype=np.float32, reps: int = 50, flush_l2
     from autogemm.store import lookup
 
     device = this_device()
-    measure = ConvMeasure(target.key(np.dtype(dtype).name), device)
+    measure = measure_for(target.key(np.dtype(dtype).name), device)
     problem, flops = measure.problem, measure.family.flops(measure.problem)
     configs = {}
     for name in IMPLEMENTATIONS[target.family]:

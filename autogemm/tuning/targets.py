@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from autogemm.errors import AutogemmError, brief
 from autogemm.store.keys import Target
-from kernels import IMPLEMENTATIONS, call_of
+from kernels import IMPLEMENTATIONS, REGISTRY, call_of
 from kernels.contract import MAX_SIZE
-from kernels.gemm import EPILOGUES, KEY_OPS, PRECISIONS, split_op
+from kernels.gemm.call import EPILOGUES, KEY_OPS, PRECISIONS, split_op
 
 _SHAPE = re.compile(r"^([0-9]+)x([0-9]+)x([0-9]+)(?::([nt]{2}(?:\+[a-z_]+)?))?$")
 
@@ -89,11 +89,9 @@ def network_convolutions(text: str, batch: int | None = None) -> list[Target]:
 
 
 # ---- tuning targets: every kernel launch of a network's training step --------------------------
-# (to_bf16 and transpose are not among them: no target names their launches, which autogemm's own
-# calls make; to_bf16's default is the fastest measured, benchmarks/issue18-h100/bfloat16.)
-TUNE_FAMILIES = ("gemm", "gemm_wgmma", "elementwise", "softmax_xent", "colsum", "linear_xent", "linear_backward",
-                 "conv2d", "conv2d_dgrad", "conv2d_wgrad", "conv2d_direct", "conv2d_dgrad_direct", "conv2d_wgrad_direct",
-                 "pool2x2", "adam")
+# Every family but the baselines (gemm_naive); to_bf16's and transpose's launches are autogemm's own
+# calls', which no network's target names.
+TUNE_FAMILIES = tuple(name for name, module in REGISTRY.items() if not getattr(module, "BASELINE", False))
 # entry points: name -> f(hidden, train_size, ranks, activation[, batch, layers, parallel, precision])
 # -> [Target]; the network's own default batch where none is given, and layers only where given;
 # train_size None: the launches of one full batch; parallel only where not "data"; precision (the

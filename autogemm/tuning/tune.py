@@ -61,7 +61,7 @@ def tune_targets(targets: list[Target], dtype: str, device: DeviceInfo, out_dir:
     `gemm_space` limits GEMM parameters to some of their choices ({name: (values, ...)}); the records
     of the tuned files `also` (the shipped ones) are starting points, as the store's own are."""
     if measure_for is None:
-        from autogemm.tuning.measure import measure_for
+        from autogemm.tuning.measures import measure_for
     path = file_for(out_dir, device)
     existing = _index([path, *also]).serving()     # a bad file fails now, not at the end
     gemm = family("gemm").restricted(gemm_space or {})

@@ -29,7 +29,7 @@ class Verdict:
         return f"mismatch (max-norm relative error {self.max_rel_error:.2e}{extra}): {first}"
 
 
-# Relative rounding of each operand before its product, by precision (kernels.gemm.PRECISIONS):
+# Relative rounding of each operand before its product, by precision (kernels.gemm.call.PRECISIONS):
 # TF32 truncated or rounded (its top 19 bits), BF16 rounded to nearest.
 OPERAND_ROUNDING = {"fp32": 0.0, "tf32": 2.0 ** -10, "bf16": 2.0 ** -8}
 

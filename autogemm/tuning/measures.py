@@ -1,0 +1,26 @@
+"""Each family's measure: the `Measure` of `measure.py` in its folder (kernels/<family>/), else of
+its call's folder (kernels.call_of: gemm_wgmma is timed by the GEMM call's, kernels/gemm/)."""
+import functools
+import importlib
+import importlib.util
+
+from autogemm.errors import AutogemmError
+from autogemm.runtime.device import DeviceInfo
+from autogemm.store.keys import Key
+from autogemm.tuning.measure import KernelMeasure
+from kernels import call_of
+
+
+@functools.cache
+def measure_class(family: str) -> type[KernelMeasure]:
+    """The measure of `family`'s calls."""
+    for folder in dict.fromkeys((family, call_of(family))):
+        module = f"kernels.{folder}.measure"
+        if importlib.util.find_spec(module) is not None:
+            return importlib.import_module(module).Measure
+    raise AutogemmError(f"family {family} has no measure: add kernels/{family}/measure.py (its Measure class)")
+
+
+def measure_for(key: Key, device: DeviceInfo, seed: int = 0) -> KernelMeasure:
+    """The GPU measure of `key`'s family, its operands and reference built now."""
+    return measure_class(key.family)(key, device, seed)

@@ -1,0 +1,156 @@
+"""The forward convolution as an implicit GEMM (conv2d.cu.j2): its space, constraints and launch shape.
+
+z[n, f, oh, ow] = act(b[f] + sum_{c,i,j} x[n, c, oh+i, ow+j] w[f, c, i, j]), NCHW, valid, stride 1:
+a GEMM of M = N*OH*OW output pixels by F filters over C*K*K, whose A operand (the im2col matrix)
+is never formed: the tile loader gathers it from x.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from kernels.contract import DTYPES, ITEMSIZE, MAX_SIZE, NO_OP, SHORT, Geometry, ceil_div, check_problem
+
+NAME = "conv2d"
+TEMPLATE = "conv2d/conv2d.cu.j2"
+
+ACTIVATIONS = (None, "relu", "sigmoid")
+KEY_SIZES = ("n", "c", "h", "w", "f", "k")
+KEY_OPS = (NO_OP,)                  # one config serves every activation
+
+PARAMS = {
+    "bm": (16, 32, 64, 128),        # block tile: output pixels (M)
+    "bn": (4, 8, 16, 32, 64),       # block tile: filters (N)
+    "bk": (4, 8, 16, 32),           # C*K*K step per shared-memory tile
+    "ty": (1, 2, 4, 8, 16, 32),     # thread-block shape: TY x TX threads
+    "tx": (1, 2, 4, 8, 16, 32),
+    "tm": (1, 2, 4, 8),             # register micro-tile TM x TN, repeated over the block tile
+    "tn": (1, 2, 4, 8),
+    "pad": (False, True),           # pad shared-memory rows by 4 elements against bank conflicts
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One convolution: n images of c x h x w, f filters of c x k x k, and the activation after it."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    f: int
+    k: int
+    dtype: str = "float32"
+    activation: str | None = None
+
+    def __post_init__(self):
+        check_problem(self, KEY_SIZES, "conv2d")
+        if self.k > min(self.h, self.w):
+            raise ValueError(f"a {self.k}x{self.k} filter does not fit a {self.h}x{self.w} image")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation {self.activation!r} is not one of relu, sigmoid or None")
+        if self.n * self.c * self.h * self.w > MAX_SIZE or self.n * self.f * self.h * self.w > MAX_SIZE:
+            raise ValueError(f"conv2d of {self.n} images: more than {MAX_SIZE} elements in x or z")
+
+    @property
+    def out_h(self) -> int:
+        return self.h - self.k + 1
+
+    @property
+    def out_w(self) -> int:
+        return self.w - self.k + 1
+
+    @property
+    def m(self) -> int:
+        """The implicit GEMM's rows: output pixels of every image."""
+        return self.n * self.out_h * self.out_w
+
+    @property
+    def depth(self) -> int:
+        """The implicit GEMM's K: C*K*K."""
+        return self.c * self.k * self.k
+
+
+def threads(c) -> int:
+    return c.ty * c.tx
+
+
+def smem_bytes(c, p: Problem) -> int:
+    pad = 4 if c.pad else 0
+    return c.bk * (c.bm + pad + c.bn + pad) * ITEMSIZE[p.dtype]
+
+
+def registers_estimate(c, p: Problem) -> int:
+    """32-bit registers a thread needs: accumulators, one k of fragments, ~48 for addresses and loop state."""
+    rm, rn = c.bm // c.ty, c.bn // c.tx
+    return ITEMSIZE[p.dtype] // 4 * (rm * rn + rm + rn) + 48
+
+
+CONSTRAINTS = (
+    ("the thread tile TY*TM must divide BM", lambda c, p, d: c.bm % (c.ty * c.tm) == 0),
+    ("the thread tile TX*TN must divide BN", lambda c, p, d: c.bn % (c.tx * c.tn) == 0),
+    ("threads per block must be a multiple of 32 and at most 1024",
+     lambda c, p, d: threads(c) % 32 == 0 and threads(c) <= min(1024, d.max_threads_per_block)),
+    ("shared memory must fit the device's per-block limit", lambda c, p, d: smem_bytes(c, p) <= d.smem_per_block),
+    ("the register estimate must fit without spilling (224 per thread, and the block's file)",
+     lambda c, p, d: registers_estimate(c, p) <= min(224, d.regs_per_block // threads(c))),
+    ("a thread gathers at most 16 elements of the two tiles per K step (the loads unroll; more spill)",
+     lambda c, p, d: (c.bm + c.bn) * c.bk <= 16 * threads(c)),
+    ("grid rows ceil(M/BM) (M: the implicit GEMM's rows) must be at most 65535",
+     lambda c, p, d: ceil_div(p.m, c.bm) <= 65535),
+)
+
+
+def default_candidates(p: Problem, d):
+    """Sound untuned configs, best guess first: 64 output pixels by the fewest filters that cover F
+    (up to 64) per block, then other tiles; register tiles of 4 x 4 down to 2 x 1."""
+    widths = PARAMS["bn"]
+    covering = next((bn for bn in widths if bn >= p.f), widths[-1])
+    for bm, bn, bk in ((64, covering, 8), (32, covering, 8), (128, covering, 8), (64, 16, 8), (64, 32, 16)):
+        for tm, tn in ((4, 4), (4, 2), (2, 2), (2, 1), (1, 1)):
+            ty, tx = bm // tm, bn // tn
+            if ty in PARAMS["ty"] and tx in PARAMS["tx"] and ty * tx in (32, 64, 128, 256):
+                yield dict(bm=bm, bn=bn, bk=bk, ty=ty, tx=tx, tm=tm, tn=tn, pad=True)
+
+
+def template_args(c, p: Problem) -> dict:
+    widest = 16 // ITEMSIZE[p.dtype]
+    epilogue = "bias" if p.activation is None else f"bias_{p.activation}"
+    return dict(c, ctype=DTYPES[p.dtype], channels=p.c, height=p.h, width=p.w, filters=p.f, kernel=p.k,
+                epilogue=epilogue, smem_vec_a=min(c.tm, widest), smem_vec_b=min(c.tn, widest))
+
+
+def instance_name(c, p: Problem, family: str = NAME) -> str:
+    return (f"{family}_{SHORT[p.dtype]}_c{p.c}_h{p.h}_w{p.w}_f{p.f}_k{p.k}_{p.activation or 'linear'}"
+            f"_bm{c.bm}_bn{c.bn}_bk{c.bk}_ty{c.ty}_tx{c.tx}_tm{c.tm}_tn{c.tn}_p{int(c.pad)}")
+
+
+def geometry(c, p: Problem) -> Geometry:
+    return Geometry(grid=(ceil_div(p.f, c.bn), ceil_div(p.m, c.bm), 1), block=(threads(c), 1, 1),
+                    smem_bytes=smem_bytes(c, p))
+
+
+def flops(p: Problem) -> int:
+    return 2 * p.m * p.f * p.depth
+
+
+def key_of(p: Problem) -> tuple[tuple[int, ...], str]:
+    return (p.n, p.c, p.h, p.w, p.f, p.k), NO_OP
+
+
+def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
+    return Problem(*sizes, dtype)
+
+
+def reference(p: Problem, x, w, b) -> dict:
+    """{"z": act(x correlated with w, plus b)} in float64: x (n, c, h, w), w (f, c, k, k), b (f,)."""
+    x64, w64, b64 = (np.asarray(a, np.float64) for a in (x, w, b))
+    windows = sliding_window_view(x64, (p.k, p.k), axis=(2, 3))          # (N, C, OH, OW, K, K)
+    value = np.einsum("nchwij,fcij->nfhw", windows, w64, optimize=True) + b64[None, :, None, None]
+    magnitude = (np.einsum("nchwij,fcij->nfhw", np.abs(windows), np.abs(w64), optimize=True)
+                 + np.abs(b64)[None, :, None, None])                    # Z: (N, F, OH, OW)
+    if p.activation == "relu":
+        value = np.maximum(value, 0)
+    elif p.activation == "sigmoid":
+        value, magnitude = 1 / (1 + np.exp(-value)), 0.25 * magnitude
+    return {"z": (value, magnitude, p.depth)}

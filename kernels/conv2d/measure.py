@@ -1,0 +1,99 @@
+"""The convolution calls' measure for tuning, each direction's by either algorithm: random operands,
+their float64 reference, the launch (a KernelMeasure: autogemm/tuning/measure.py); and cuDNN's
+convolution (through PyTorch), their baseline."""
+import numpy as np
+
+from autogemm.errors import AutogemmError
+from autogemm.runtime.device import DeviceInfo
+from autogemm.runtime.family import Config
+from autogemm.store.keys import Key
+from autogemm.tuning.measure import KernelMeasure
+from kernels import call_of
+
+
+class Measure(KernelMeasure):
+    """One convolution direction (conv2d, conv2d_dgrad, conv2d_wgrad, each by either algorithm) of a
+    LeNet-like layer: pixels in [0, 1), filters and gradients random normal; its outputs against the
+    family's float64 reference."""
+
+    def __init__(self, key: Key, device: DeviceInfo, seed: int = 0):
+        import cupy
+
+        super().__init__(key, device, seed)
+        p = self.problem
+        self.call = call_of(key.family)                           # the call both algorithms compute
+        inputs = {"conv2d": ("x", "w", "b"), "conv2d_dgrad": ("g", "w"), "conv2d_wgrad": ("g", "x")}[self.call]
+        make = {"x": lambda: self.rng.uniform(0, 1, (p.n, p.c, p.h, p.w)).astype(self.dtype),   # X: (N, C, H, W)
+                "w": lambda: (self.normal(p.f, p.c, p.k, p.k) / p.k).astype(self.dtype),       # W: (F, C, K, K)
+                "b": lambda: self.normal(p.f),                                                 # b: (F,)
+                "g": lambda: self.normal(p.n, p.f, p.out_h, p.out_w)}                          # G: (N, F, OH, OW)
+        host = {name: make[name]() for name in inputs}            # only what the call reads
+        self.expected = self.reference(p, **host)
+        self.args = {name: cupy.asarray(host[name]) for name in inputs}
+        self.out = {name: cupy.empty(value.shape, self.dtype) for name, (value, _, _) in self.expected.items()}
+
+    def launcher(self, cfg: Config):
+        from autogemm.ops import conv
+
+        a, out = self.args, self.out
+        if self.call == "conv2d":
+            return lambda: conv.conv2d(a["x"], a["w"], a["b"], out["z"], config=cfg)
+        if self.call == "conv2d_dgrad":
+            return lambda: conv.conv2d_backward_data(a["g"], a["w"], out["dx"], config=cfg)
+        return lambda: conv.conv2d_backward_weights(a["g"], a["x"], out["dw"], out["db"], config=cfg)
+
+    def verify(self, run) -> float:
+        for out in self.out.values():
+            out.fill(np.nan)
+        run()
+        return max(self.check(out, *self.expected[name]) for name, out in self.out.items())
+
+
+def cudnn_convolution(measure: Measure):
+    """(run, run_into_outputs): `measure`'s convolution call through cuDNN (PyTorch, with
+    cudnn.benchmark's algorithm search and TF32 off), the baseline every convolution is compared
+    with; the second also copies the result into measure.out, for checking. Both on CuPy's current
+    stream. AutogemmError when PyTorch with CUDA is not importable."""
+    import cupy
+
+    try:
+        import torch
+    except Exception as exc:   # not installed, or a build that fails to load its CUDA libraries
+        raise AutogemmError(f"cuDNN is timed through PyTorch, which is not importable here ({exc})") from None
+    if not torch.cuda.is_available():
+        raise AutogemmError("cuDNN is timed through PyTorch, which sees no CUDA device here")
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = False
+    p, call = measure.problem, measure.call
+    a = {name: torch.from_dlpack(x) for name, x in measure.args.items()}
+    out = {name: torch.from_dlpack(x) for name, x in measure.out.items()}
+    if "x" not in a:     # backward data reads only the shape of the input
+        a["x"] = torch.empty((p.n, p.c, p.h, p.w), dtype=a["g"].dtype, device=a["g"].device)
+    if "w" not in a:     # backward weights reads only the shape of the filters
+        a["w"] = torch.empty((p.f, p.c, p.k, p.k), dtype=a["g"].dtype, device=a["g"].device)
+    backward = dict(stride=[1, 1], padding=[0, 0], dilation=[1, 1], transposed=False, output_padding=[0, 0],
+                    groups=1)
+
+    def compute():
+        if call == "conv2d":
+            return {"z": torch.nn.functional.conv2d(a["x"], a["w"], a["b"])}
+        if call == "conv2d_dgrad":
+            dx, _, _ = torch.ops.aten.convolution_backward(a["g"], a["x"], a["w"], None, **backward,
+                                                           output_mask=[True, False, False])
+            return {"dx": dx}
+        _, dw, db = torch.ops.aten.convolution_backward(a["g"], a["x"], a["w"], [p.f], **backward,
+                                                        output_mask=[False, True, True])
+        return {"dw": dw, "db": db}
+
+    def on_cupy_stream(fn):
+        def run():
+            ptr = cupy.cuda.get_current_stream().ptr
+            with torch.cuda.stream(torch.cuda.ExternalStream(ptr) if ptr else torch.cuda.default_stream()):
+                return fn()
+        return run
+
+    def into_outputs():
+        for name, value in compute().items():
+            out[name].copy_(value)
+
+    return on_cupy_stream(compute), on_cupy_stream(into_outputs)

@@ -1,0 +1,85 @@
+"""The convolution's backward pass to its input, as an implicit GEMM (conv2d_dgrad.cu.j2).
+
+dx[n, c, y, x] = act'(aux) * sum_{f,i,j} g[n, f, y-i, x-j] w[f, c, i, j] (terms with y-i, x-j outside
+the OH x OW output dropped), NCHW: a GEMM of M = N*H*W input pixels by C channels over F*K*K, whose
+A operand (the output gradient, gathered backwards through each filter tap) is never formed. With
+an activation, aux is the layer below's saved output, and act' its derivative there (ReLU', sigma').
+"""
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from kernels import conv2d
+from kernels.contract import Geometry, ceil_div
+
+NAME = "conv2d_dgrad"
+TEMPLATE = "conv2d_dgrad/conv2d_dgrad.cu.j2"
+
+KEY_SIZES = conv2d.KEY_SIZES              # (n, c, h, w, f, k) of the forward convolution
+KEY_OPS = conv2d.KEY_OPS
+PARAMS = conv2d.PARAMS                    # the same tiles: bm input pixels by bn channels, bk of F*K*K
+
+
+@dataclass(frozen=True)
+class Problem(conv2d.Problem):
+    """The backward pass to x of the forward convolution (n, c, h, w, f, k); `activation` names the
+    layer below's, whose derivative dx takes (None: dx alone)."""
+
+    @property
+    def m(self) -> int:
+        """The implicit GEMM's rows: input pixels of every image."""
+        return self.n * self.h * self.w
+
+    @property
+    def depth(self) -> int:
+        """The implicit GEMM's K: F*K*K."""
+        return self.f * self.k * self.k
+
+
+CONSTRAINTS = conv2d.CONSTRAINTS
+key_of = conv2d.key_of
+
+
+def default_candidates(p: Problem, d):
+    """As the forward convolution's, with the channels C in place of the filters."""
+    forward = conv2d.Problem(p.n, p.f, p.h, p.w, p.c, p.k, p.dtype)   # C and F swapped
+    return conv2d.default_candidates(forward, d)
+
+
+def template_args(c, p: Problem) -> dict:
+    grad = {None: "none", "relu": "drelu", "sigmoid": "dsigmoid"}[p.activation]
+    return dict(conv2d.template_args(c, p), epilogue=grad)
+
+
+def instance_name(c, p: Problem) -> str:
+    return conv2d.instance_name(c, p, NAME)
+
+
+def geometry(c, p: Problem) -> Geometry:
+    return Geometry(grid=(ceil_div(p.c, c.bn), ceil_div(p.m, c.bm), 1), block=(conv2d.threads(c), 1, 1),
+                    smem_bytes=conv2d.smem_bytes(c, p))
+
+
+def flops(p: Problem) -> int:
+    return 2 * p.n * p.out_h * p.out_w * p.f * p.c * p.k * p.k
+
+
+def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
+    return Problem(*sizes, dtype)
+
+
+def reference(p: Problem, g, w, aux=None) -> dict:
+    """{"dx": the gradient of x, times act'(aux) with an activation} in float64: g (n, f, oh, ow),
+    w (f, c, k, k), aux (n, c, h, w) the layer below's saved output."""
+    g64, w64 = np.asarray(g, np.float64), np.asarray(w, np.float64)
+    padded = np.pad(g64, ((0, 0), (0, 0), (p.k - 1, p.k - 1), (p.k - 1, p.k - 1)))
+    windows = sliding_window_view(padded, (p.k, p.k), axis=(2, 3))      # (N, F, H, W, K, K)
+    rotated = w64[:, :, ::-1, ::-1]
+    value = np.einsum("nfhwij,fcij->nchw", windows, rotated, optimize=True)
+    magnitude = np.einsum("nfhwij,fcij->nchw", np.abs(windows), np.abs(rotated), optimize=True)  # dX: (N, C, H, W)
+    if p.activation is not None:
+        y = np.asarray(aux, np.float64)
+        slope = y * (1 - y) if p.activation == "sigmoid" else (y > 0).astype(np.float64)
+        value, magnitude = value * slope, magnitude * np.abs(slope)
+    return {"dx": (value, magnitude, p.depth)}

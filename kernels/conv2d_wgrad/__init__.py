@@ -1,0 +1,122 @@
+"""The convolution's backward pass to its weights and bias, as an implicit GEMM (conv2d_wgrad.cu.j2).
+
+dw[f, c, i, j] = sum_{n,oh,ow} g[n, f, oh, ow] x[n, c, oh+i, ow+j] and db[f] = sum g[n, f, oh, ow]:
+a GEMM of F filters by C*K*K + 1 columns (every tap, then a column of ones for the bias) over every
+output pixel of the batch, N*OH*OW, which is long: split-K slices it across the grid and reduces the
+slices in a fixed order, so the sums are the same on every run.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from kernels import conv2d
+from kernels.contract import DTYPES, ITEMSIZE, Geometry, ceil_div
+
+NAME = "conv2d_wgrad"
+TEMPLATE = "conv2d_wgrad/conv2d_wgrad.cu.j2"
+
+KEY_SIZES = conv2d.KEY_SIZES              # (n, c, h, w, f, k) of the forward convolution
+KEY_OPS = conv2d.KEY_OPS
+
+PARAMS = {
+    "bm": (4, 8, 16, 32, 64),       # block tile: filters (M)
+    "bn": (8, 16, 32, 64, 128),     # block tile: taps and the bias column (N)
+    "bk": (8, 16, 32, 64),          # output pixels per shared-memory tile
+    "ty": (1, 2, 4, 8, 16, 32),     # thread-block shape: TY x TX threads
+    "tx": (1, 2, 4, 8, 16, 32),
+    "tm": (1, 2, 4),                # register micro-tile TM x TN, repeated over the block tile
+    "tn": (1, 2, 4, 8),
+    "pad": (False, True),           # pad shared-memory rows by 4 elements against bank conflicts
+    "split_k": (1, 4, 16, 32, 64, 128, 256, 512, 1024),   # slices of the reduction over output pixels
+}
+
+
+@dataclass(frozen=True)
+class Problem(conv2d.Problem):
+    """The weight and bias gradients of the forward convolution (n, c, h, w, f, k); `activation` is
+    unused (the output gradient g already holds the activation's derivative)."""
+
+    @property
+    def m(self) -> int:
+        """The implicit GEMM's rows: the filters."""
+        return self.f
+
+    @property
+    def cols(self) -> int:
+        """The implicit GEMM's columns: C*K*K taps and the bias."""
+        return self.c * self.k * self.k + 1
+
+    @property
+    def depth(self) -> int:
+        """The implicit GEMM's K: the output pixels of the batch."""
+        return self.n * self.out_h * self.out_w
+
+
+def slice_depth(c, p: Problem) -> int:
+    """Output pixels per split-K slice: a whole number of BK steps."""
+    return ceil_div(p.depth, c.split_k * c.bk) * c.bk
+
+
+CONSTRAINTS = conv2d.CONSTRAINTS + (
+    ("every split-K slice must hold at least one BK step of the output pixels",
+     lambda c, p, d: (c.split_k - 1) * slice_depth(c, p) < p.depth),
+)
+
+
+def default_candidates(p: Problem, d):
+    """Sound untuned configs, best guess first: the fewest filters and columns (up to 64) that cover
+    F and the taps, then smaller tiles; 32 pixels a step, and enough slices for two blocks an SM."""
+    def covering(size, choices):
+        return next((v for v in choices if v >= size), choices[-1])
+
+    first = covering(p.f, PARAMS["bm"]), covering(p.cols, PARAMS["bn"][:4])
+    for bm, bn in (first, (min(first[0], 16), min(first[1], 32)), (8, 16)):
+        tiles = ceil_div(p.f, bm) * ceil_div(p.cols, bn)
+        for bk in (32, 16, 8):
+            slices = sorted(PARAMS["split_k"], key=lambda s: abs(np.log(s * tiles / (2 * d.sm_count))))
+            split = next(s for s in slices + [1] if (s - 1) * ceil_div(p.depth, s * bk) * bk < p.depth)
+            for tm, tn in ((2, 4), (1, 4), (2, 2), (1, 2), (1, 1)):
+                ty, tx = bm // tm, bn // tn
+                if ty in PARAMS["ty"] and tx in PARAMS["tx"] and ty * tx in (32, 64, 128, 256):
+                    yield dict(bm=bm, bn=bn, bk=bk, ty=ty, tx=tx, tm=tm, tn=tn, pad=True, split_k=split)
+
+
+def template_args(c, p: Problem) -> dict:
+    widest = 16 // ITEMSIZE[p.dtype]
+    return dict(c, ctype=DTYPES[p.dtype], channels=p.c, height=p.h, width=p.w, filters=p.f, kernel=p.k,
+                smem_vec_a=min(c.tm, widest), smem_vec_b=min(c.tn, widest))
+
+
+def instance_name(c, p: Problem) -> str:
+    return f"{conv2d.instance_name(c, p, NAME)}_sk{c.split_k}"
+
+
+def geometry(c, p: Problem) -> Geometry:
+    grid = (ceil_div(p.cols, c.bn), ceil_div(p.f, c.bm), c.split_k)
+    split = c.split_k > 1
+    return Geometry(grid=grid, block=(conv2d.threads(c), 1, 1), smem_bytes=conv2d.smem_bytes(c, p),
+                    workspace_elems=c.split_k * p.f * p.cols if split else 0,
+                    counters=grid[0] * grid[1] if split else 0)
+
+
+def flops(p: Problem) -> int:
+    return 2 * p.f * p.cols * p.depth
+
+
+key_of = conv2d.key_of
+
+
+def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
+    return Problem(*sizes, dtype)
+
+
+def reference(p: Problem, g, x) -> dict:
+    """{"dw", "db"}: the weight and bias gradients in float64 from g (n, f, oh, ow), the output
+    gradient, and x (n, c, h, w), the input."""
+    g64, x64 = np.asarray(g, np.float64), np.asarray(x, np.float64)
+    windows = sliding_window_view(x64, (p.out_h, p.out_w), axis=(2, 3))   # (N, C, K, K, OH, OW)
+    dw = np.einsum("ncijhw,nfhw->fcij", windows, g64, optimize=True)
+    dw_magnitude = np.einsum("ncijhw,nfhw->fcij", np.abs(windows), np.abs(g64), optimize=True)  # dW: (F, C, K, K)
+    return {"dw": (dw, dw_magnitude, p.depth),
+            "db": (g64.sum(axis=(0, 2, 3)), np.abs(g64).sum(axis=(0, 2, 3)), p.depth)}             # db: (F,)

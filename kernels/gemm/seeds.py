@@ -1,0 +1,96 @@
+"""The GEMM family's untuned configs: the default, and the search's first trials (its module,
+__init__.py, declares the space and the constraints; the heuristics that pick points of it live
+here, apart).
+
+Each config is a plain dict of gemm parameters; the runtime keeps the first one the constraints
+accept as the default, and the search tries all that are valid first.
+"""
+import itertools
+
+from kernels.contract import block_waves, ceil_div, keeps
+
+# Block shapes for the default, largest first: (bm, bn, ty, tx, tm, tn, copy, bk, stages).
+_DEFAULT_TILES = (
+    (128, 128, 16, 16, 4, 4, "regs", 8, 2),
+    (128, 64, 16, 16, 4, 2, "regs", 16, 2),
+    (64, 64, 8, 16, 4, 2, "async", 16, 3),
+    (64, 32, 16, 8, 4, 4, "async", 32, 3),
+    (32, 32, 8, 8, 4, 4, "async", 32, 3),
+    (16, 16, 4, 8, 4, 2, "async", 32, 4),
+)
+
+
+# Block tiles of the 3xtf32 seeds: (bm, bn, ty, tx).
+_TC_TILES = ((128, 64, 16, 8), (64, 128, 8, 16), (64, 64, 16, 8))
+
+
+def candidates(p, d, params: dict, constraints: tuple):
+    """Sound configs without tuning, best guess first (autogemm takes the first valid one):
+    the largest tile that still gives every SM a block; when even the smallest tiles leave SMs
+    idle, split-K up to two blocks per SM while each slice keeps at least 64 of K; then smaller
+    and plainer fallbacks. Then more places for the search to start from. The tiles, BK and stages
+    are those that won sweeps and searches of the MLP's shapes and 4096^3 (benchmarks/)."""
+    vec = min(4, 16 // p.itemsize, p.vec_a, p.vec_b)
+    chosen = next((t for t in _DEFAULT_TILES
+                   if ceil_div(p.m, t[0]) * ceil_div(p.n, t[1]) >= d.sm_count), _DEFAULT_TILES[-1])
+    start = _DEFAULT_TILES.index(chosen)
+    for bm, bn, ty, tx, tm, tn, copy, bk, stages in _DEFAULT_TILES[start:]:
+        tiles = ceil_div(p.m, bm) * ceil_div(p.n, bn)
+        split = 1
+        while tiles < d.sm_count and tiles * split < 2 * d.sm_count and p.k // (2 * split) >= 64 and split < 16:
+            split *= 2
+        big = bm * bn >= 128 * 128
+        bk = 8 if p.itemsize == 8 else bk
+        for s in dict.fromkeys((split, 1)):
+            yield dict(bm=bm, bn=bn, bk=max(bk, vec), ty=ty, tx=tx, tm=tm, tn=_tn(tn, copy, p), vec=vec,
+                       copy=copy, stages=stages, split_k=s, pad=not big, math="fma")
+    # Where the search starts as well: 3-stage cp.async pipelines on the chosen tile and the next
+    # larger one, and on cuBLAS's mid-size tiles (128x64 and 64x128, 128 threads of 8x8, H100 ncu),
+    # whole or split in two.
+    tiles = [t[:6] for t in _DEFAULT_TILES[max(0, start - 1):start + 1]]
+    tiles += [(128, 64, 16, 8, 4, 4), (64, 128, 8, 16, 4, 4)]
+    for (bm, bn, ty, tx, tm, tn), bk, split in itertools.product(tiles, (16, 32), (1, 2)):
+        if split == 1 or bm * bn == 128 * 64:
+            yield dict(bm=bm, bn=bn, bk=bk, ty=ty, tx=tx, tm=tm, tn=_tn(tn, "async", p), vec=vec,
+                       copy="async", stages=3, split_k=split, pad=True, math="fma")
+    # 3xTF32 on tensor cores, where the dtype and GPU allow (the constraints drop them elsewhere):
+    # warp tiles of 64x32 and 32x32 on the mid-size block tiles, whole or split in two; then the
+    # tiles that fill the SMs in the fewest, fullest waves.
+    for tile, split in itertools.product(_TC_TILES, (1, 2)):
+        yield _tc_seed(*tile, vec, split)
+    for tile in wave_tiles(p, d, params, constraints):
+        yield _tc_seed(*tile, vec)
+
+
+def _tc_seed(bm: int, bn: int, ty: int, tx: int, vec: int, split: int = 1) -> dict:
+    """A 3xtf32 config on a block tile: BK 32, a 3-stage cp.async pipeline."""
+    return dict(bm=bm, bn=bn, bk=32, ty=ty, tx=tx, tm=1, tn=2, vec=vec, copy="async", stages=3,
+                split_k=split, pad=True, math="3xtf32")
+
+
+# Thread blocks (TY, TX) of 3xtf32's seeds: 4 and 8 warps of 8 x 4 threads.
+_TC_BLOCKS = ((16, 8), (8, 16), (16, 16), (32, 8), (8, 32))
+
+
+def wave_tiles(p, d, params: dict, constraints: tuple, count: int = 2) -> list[tuple[int, int, int, int]]:
+    """3xtf32 block tiles (bm, bn, ty, tx) that can run `p` and keep the busiest SM's work least,
+    one block an SM: fewest waves x tile area (128x64 tiles of 800x1000 are one wave of 8192
+    outputs an SM, 64x112 tiles one of 7168). Warp tiles of at least 32 x 32, as large as the other
+    seeds' (smaller ones read more shared memory per MMA). Ties go to fewer waves, then to squarer
+    warp tiles; `count` tiles, each with its best thread block."""
+    vec = min(4, 16 // p.itemsize, p.vec_a, p.vec_b)
+    best = {}
+    for bm, bn, (ty, tx) in itertools.product(params["bm"], params["bn"], _TC_BLOCKS):
+        wm, wn = bm * 8 // ty, bn * 4 // tx              # the warp tile
+        if min(wm, wn) < 32 or not keeps(constraints, _tc_seed(bm, bn, ty, tx, vec), p, d):
+            continue
+        waves = block_waves(bm, bn, p, d)
+        rank = (waves * bm * bn, waves, max(wm, wn) / min(wm, wn))
+        if (bm, bn) not in best or rank < best[bm, bn][0]:
+            best[bm, bn] = (rank, (bm, bn, ty, tx))
+    return [tile for _, tile in sorted(best.values())[:count]]
+
+
+def _tn(tn: int, copy: str, p) -> int:
+    """TN 1 where B is K-major in shared memory: its fragment reads then hit distinct banks."""
+    return 1 if copy == "async" and p.trans_b else tn

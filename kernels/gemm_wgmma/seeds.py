@@ -1,0 +1,85 @@
+"""Hopper GEMM's untuned configs: the default, and the search's first trials (the family's module
+declares the space and the constraints; the heuristics that pick points of it live here, apart).
+"""
+import itertools
+
+from kernels.contract import block_waves, ceil_div, keeps
+from kernels.gemm.call import serves
+
+
+def candidates(p, d, params: dict, constraints: tuple, math_precision: dict, mn_major: tuple[bool, bool]):
+    """Tiles by the work of the busiest SM (busiest_sm_cost: its whole waves of blocks, each
+    costing its products and its loads), larger tiles first among equals; for each math and
+    pretranspose in turn, every tile's first config that fits before any tile's second (the search
+    seeds itself with the first few: tiles, not stage counts, matter most).
+    A tile's configs: the most stages that fit first, two warpgroups before one, a producer copying
+    by TMA before the one loop before a producer copying by cp.async, wgmmas in flight before not,
+    K unsplit (the search tries split-K), M/N-major float32 operands pretransposed or not as the
+    math prefers; bfloat16 operands take bf16 products, float32 ones the maths their precision
+    allows, fastest first as measured (bf16's rounding pass costs more than its k16 products save:
+    benchmarks/issue18-h100/ops-bf16). Where 128 x 128 tiles outnumber the SMs, persistent blocks
+    of them follow the first few (alone, in 1 x 2 and 2 x 1 clusters), which won with a fused
+    epilogue (benchmarks/issue18-h100/persistent). Whole waves: on 4096 x 784 the default is
+    128 x 224 and the second 256 x 112, both one wave, faster than 128 x 128 tiles in 1.7 waves
+    (benchmarks/issue18-h100/widths). `params`, `constraints`, `math_precision` are the family's,
+    `mn_major` whether op(A), op(B) have M, N contiguous."""
+    first = []          # the first four that run
+    for c in _one_tile_a_block(p, d, params, constraints, math_precision, mn_major):
+        yield c
+        if len(first) < 4 and keeps(constraints, c, p, d):
+            first.append(c)
+            if len(first) == 4 and ceil_div(p.m, 128) * ceil_div(p.n, 128) > d.sm_count:
+                yield from _persistent_seeds(first[0], p, d, params, constraints)
+
+
+def _persistent_seeds(like: dict, p, d, params: dict, constraints: tuple):
+    """Persistent 128 x 128 blocks with `like`'s math and operands, each with the most stages that fit."""
+    for (cluster_m, cluster_n), inflight in itertools.product(((1, 2), (1, 1), (2, 1)), (1, 0)):
+        seed = _first_fitting((dict(like, bm=128, bn=128, warpgroups=2, stages=stages, inflight=inflight, producer=1,
+                                    tma=1, cluster_m=cluster_m, cluster_n=cluster_n, persistent=1)
+                               for stages in reversed(params["stages"])), p, d, constraints)
+        if seed is not None:
+            yield seed
+
+
+def _first_fitting(configs, p, d, constraints: tuple) -> dict | None:
+    """The first of `configs` that keeps every constraint, or None."""
+    return next((c for c in configs if keeps(constraints, c, p, d)), None)
+
+
+# Per k-step a block costs its BM x BN products and about this many more per row and column of the
+# operands it loads: fitted to 128 x 256 against 128 x 128 tiles' rates on 8192x4096x784
+# (benchmarks/issue18-h100/persistent). The tiled family's seeds weigh waves alike, without
+# the loads (kernels/gemm/seeds.py, wave_tiles).
+LOAD_COST = 35
+
+
+def busiest_sm_cost(bm: int, bn: int, p, d) -> int:
+    """The busiest SM's work per k-step, one BM x BN block an SM at a time: its whole waves of
+    blocks times a block's cost (products and LOAD_COST)."""
+    return block_waves(bm, bn, p, d) * (bm * bn + LOAD_COST * (bm + bn))
+
+
+def _one_tile_a_block(p, d, params: dict, constraints: tuple, math_precision: dict, mn_major: tuple[bool, bool]):
+    """candidates' configs of blocks that take one tile each, in its order."""
+    tiles = sorted(itertools.product(params["bm"], params["bn"]),
+                   key=lambda t: (busiest_sm_cost(*t, p, d), -t[0] * t[1]))
+    maths = ["bf16"] if p.bf16_operands else [m for m in ("tf32", "bf16", "3xtf32")
+                                              if serves(math_precision[m], p.precision)]
+    # (producer, tma): a producer copying by TMA first, faster than both other pipelines on 13 of the
+    # 15 records of the networks' GEMMs (benchmarks/issue18-h100/tma); then the one loop.
+    pipelines = ((1, 1), (0, 0), (1, 0))
+    # M/N-major operands pretransposed first under TF32 products, last under 3xTF32, whose
+    # producer has the split to prepare anyway (benchmarks/issue18-h100/pretranspose).
+    pretransposes = {"tf32": (1, 0), "3xtf32": (0, 1), "bf16": (0,)} if any(mn_major) else {}
+    for math in maths:
+        for pretranspose in pretransposes.get(math, (0,)):
+            configs = [[{"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math,
+                         "inflight": inflight, "split_k": 1, "producer": producer, "tma": tma,
+                         "pretranspose": pretranspose, "cluster_m": 1, "cluster_n": 1, "persistent": 0}
+                        for warpgroups, (producer, tma), stages, inflight in itertools.product(
+                            (2, 1), pipelines, reversed(params["stages"]), (1, 0))]
+                       for bm, bn in tiles]
+            firsts = [_first_fitting(tile, p, d, constraints) for tile in configs]
+            yield from (c for c in firsts if c is not None)
+            yield from (c for tile, first in zip(configs, firsts) for c in tile if c is not first)

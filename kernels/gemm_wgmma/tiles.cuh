@@ -1,0 +1,118 @@
+// gemm_wgmma.cu.j2's operand tiles: copied from global into shared memory (cp.async or bulk tensor
+// copies), then prepared for the wgmmas (transposed K-major, split into hi and lo, or rounded to bfloat16).
+
+// ---- global memory -> shared memory ---------------------------------------------------------
+// A ROWS x BK tile of operand X (rows row0.., k k0..) into `tile`, 16 bytes a copy by each of the
+// LOADERS threads (`loader`: this one's index among them) in turn, as it lies in
+// global memory: K-major (X[row][k]) into swizzled rows, M/N-major (X[k][row], MN) into
+// BK plain rows of ROWS elements, [k][row], or for bfloat16 as landed_mn places them. Rows past
+// `rows` and k past K are zero-filled (cp.async's source size).
+template <int ROWS, bool MN>
+__device__ __forceinline__ void load_tile(unsigned char* tile, const TIn* __restrict__ X, int ld, int row0, int rows,
+                                          int k0, int K, int loader) {
+    constexpr int CHUNKS = ROWS * BK / PER_COPY, E = sizeof(TIn);
+#pragma unroll
+    for (int it = 0; it < ceil_div(CHUNKS, LOADERS); ++it) {
+        const int idx = loader + it * LOADERS;
+        if (CHUNKS % LOADERS == 0 || idx < CHUNKS) {
+            if constexpr (MN) {
+                const int k = idx / (ROWS / PER_COPY), r = PER_COPY * (idx % (ROWS / PER_COPY));
+                const bool inside = k0 + k < K && row0 + r < rows;
+                const int bytes = inside ? E * (rows - row0 - r < PER_COPY ? rows - row0 - r : PER_COPY) : 0;
+                cp_async16(tile + (BF16_OPERANDS ? landed_mn(k, r) : (k * ROWS + r) * E),
+                           inside ? X + (size_t)(k0 + k) * ld + row0 + r : X, bytes);
+            } else {
+                const int r = idx / (BK / PER_COPY), c = idx % (BK / PER_COPY), k = k0 + PER_COPY * c;
+                const bool inside = row0 + r < rows && k < K;
+                const int bytes = inside ? E * (K - k < PER_COPY ? K - k : PER_COPY) : 0;
+                cp_async16(tile + swizzled(r, c), inside ? X + (size_t)(row0 + r) * ld + k : X, bytes);
+            }
+        }
+    }
+}
+
+// Part `part` of PARTS of the same tile by bulk tensor copies (TMA) through X's map
+// (kernels/gemm_wgmma/, tile_maps), onto `bar`, multicast to the cluster's `blocks` when shared
+// (PARTS > 1): K-major, one box of BK k by ROWS/PARTS rows; float32 M/N-major, one of ROWS by
+// BK/PARTS k-rows; bfloat16 M/N-major, a box of 64 rows by BK/PARTS k-rows a block.
+template <int ROWS, bool MN, int PARTS>
+__device__ __forceinline__ void copy_tile(unsigned char* tile, const TensorMap& map, int row0, int k0,
+                                          unsigned long long* bar, int part, unsigned short blocks) {
+    auto copy = [&](unsigned char* dst, int c0, int c1) {
+        if constexpr (PARTS == 1) tma_load(dst, map, c0, c1, bar);
+        else tma_multicast(dst, map, c0, c1, bar, blocks);
+    };
+    constexpr int PART_ROWS = ROWS / PARTS, PART_K = BK / PARTS;
+    if constexpr (!MN) {
+        copy(tile + part * PART_ROWS * ROW_BYTES, k0, row0 + part * PART_ROWS);
+    } else if constexpr (!BF16_OPERANDS) {
+        copy(tile + part * PART_K * ROWS * sizeof(TIn), row0, k0 + part * PART_K);
+    } else {
+#pragma unroll
+        for (int b = 0; b < ROWS / 64; ++b) copy(tile + b * MN_BLOCK + part * PART_K * 128, row0 + 64 * b, k0 + part * PART_K);
+    }
+}
+
+// ---- a landed tile -> what the wgmmas read ----------------------------------------------------
+// The exact rest of x below its TF32 value: x = hi + lo, where hi is what the MMA reads of x itself
+// (its top 19 bits: the tensor cores ignore the low 13). The MMA ignores lo's low 13 bits too:
+// |lo| < 2^-10 |x|, so x is kept to about 2^-20 |x|.
+__device__ __forceinline__ T tf32_rest(T x) { return x - __uint_as_float(__float_as_uint(x) & 0xffffe000u); }
+
+// One operand's ROWS x 32 tile as landed in `tile` into the K-major swizzled layout the wgmmas read:
+// an M/N-major tile is transposed into `hi` (16 bytes of k a thread; consecutive threads take
+// consecutive rows, so the reads are along rows and each 8 writes cover every bank) and, under
+// 3xTF32, its lo into `lo`; a K-major tile is its own hi, and under 3xTF32 its lo is written at the
+// same offsets (the layout does not matter to an elementwise split).
+template <int ROWS, bool MN>
+__device__ __forceinline__ void prepare_tile(const unsigned char* tile, unsigned char* hi, unsigned char* lo, int loader) {
+    const T* x = reinterpret_cast<const T*>(tile);
+#pragma unroll 4
+    for (int i = loader; i < ROWS * 8; i += LOADERS) {
+        Vec<4> v;
+        int at;                      // the byte offset of these 4 floats in the prepared tiles
+        if constexpr (MN) {
+            const int r = i % ROWS, c = i / ROWS;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) v.v[e] = x[(4 * c + e) * ROWS + r];
+            at = swizzled(r, c);
+            store_vec<4>(reinterpret_cast<T*>(hi + at), v);
+        } else {
+            v = load_vec<4>(x + 4 * i);
+            at = 16 * i;
+        }
+        if constexpr (PASSES == 3) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) v.v[e] = tf32_rest(v.v[e]);
+            store_vec<4>(reinterpret_cast<T*>(lo + at), v);
+        }
+    }
+}
+
+// One operand's ROWS x 32 float32 tile as landed in `tile` rounded into bfloat16 in `out`, K-major,
+// 64-byte rows in the 64-byte swizzle; 8 k of a row a thread (one 16-byte chunk out), consecutive
+// threads on consecutive rows, so that reads along rows and each 8 writes are free of bank conflicts.
+template <int ROWS, bool MN>
+__device__ __forceinline__ void prepare_bf16(const unsigned char* tile, unsigned char* out, int loader) {
+    const T* x = reinterpret_cast<const T*>(tile);
+#pragma unroll 4
+    for (int i = loader; i < ROWS * 4; i += LOADERS) {
+        const int r = i % ROWS, c = i / ROWS;    // row, chunk of 8 k
+        float v[8];
+        if constexpr (MN) {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) v[e] = x[(8 * c + e) * ROWS + r];
+        } else {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const Vec<4> four = load_vec<4>(reinterpret_cast<const T*>(tile + swizzled(r, 2 * c + half)));
+#pragma unroll
+                for (int e = 0; e < 4; ++e) v[4 * half + e] = four.v[e];
+            }
+        }
+        Vec<4> packed;                           // 8 bfloat16, two a word
+#pragma unroll
+        for (int e = 0; e < 4; ++e) packed.v[e] = __uint_as_float(bf16x2(v[2 * e], v[2 * e + 1]));
+        store_vec<4>(reinterpret_cast<T*>(out + swizzled64(r, c)), packed);
+    }
+}
