@@ -265,8 +265,10 @@ def cmd_tune(args) -> int:
     console.print(f"autogemm tune: {len(targets)} shapes on {device.name}, {arithmetic}, up to {args.trials} "
                   f"trials and {args.timeout:g} s each{', resuming' if args.resume else ''}; results into {path}")
     outcomes, tasks = [], {}
+    # Live bars on a terminal; elsewhere (a log, a pipe) one line a finished target, as it finishes.
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console)
+                        TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console,
+                        disable=not console.is_terminal)
 
     def on_start(target, key):
         tasks[target] = progress.add_task(f"{target} {arithmetic}", total=args.trials, info="")
@@ -283,6 +285,8 @@ def cmd_tune(args) -> int:
                                   command=args.command_line, resume=args.resume, gemm_space=gemm_space, also=also,
                                   on_start=on_start, on_progress=on_progress):
                 outcomes.append(o)
+                if not console.is_terminal:
+                    print(f"autogemm tune: [{len(outcomes)}/{len(targets)}] {_finished_line(o, arithmetic)}", flush=True)
                 task = tasks[o.target]
                 if o.result is None:
                     progress.update(task, info=f"[red]failed[/red]: {o.error[:80]}")
@@ -302,6 +306,17 @@ def cmd_tune(args) -> int:
     for o in failed:
         print(f"error: {o.target}: {o.error}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _finished_line(o, arithmetic: str) -> str:
+    """One tuned target as a line of a log: shape, family, best time against cuBLAS's, trials, seconds."""
+    head = f"{o.target} {arithmetic}"
+    r = o.result
+    if r is None:
+        return f"{head}: failed: {_one_line(o.error)}"
+    vs = f", cuBLAS {o.cublas_us:.1f} µs ({o.cublas_us / r.median_us:.2f}x)" if o.cublas_us else ""
+    how = "from the finished study" if r.reused else f"{r.seconds:.1f} s"
+    return f"{head}: best {r.median_us:.1f} µs{vs}, {r.trials} trials, {how}, {o.stored}"
 
 
 def _summary(outcomes, Table):
