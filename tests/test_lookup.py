@@ -92,6 +92,18 @@ def test_exact_record(tuned):
     assert choice.source == "exact" and dict(choice.config) == cfg
 
 
+def test_untuned_reads_no_tuned_file_until_it_ends(tuned):
+    """`autogemm bench --untuned`: inside lookup.untuned() every call gets its family's default, as a
+    shape no one tuned does; after it, the records serve again."""
+    cfg = dict(GEMM, split_k=3)
+    write_store(tuned, [record(config=cfg)])
+    problem = gemm_problem(800, 1000, 784)
+    with lookup.untuned():
+        assert lookup.choose("gemm", problem, H100).source == "default"
+        assert lookup.choose("gemm", gemm_problem(810, 1000, 784), H100).source == "default"   # no nearest either
+    assert dict(lookup.choose("gemm", problem, H100).config) == cfg
+
+
 def test_exact_record_serves_every_epilogue_of_its_shape(tuned):
     cfg = dict(GEMM, split_k=3)
     write_store(tuned, [record(config=cfg)])

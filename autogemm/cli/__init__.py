@@ -11,6 +11,7 @@ if sys.argv[0] == "-m" or os.path.basename(sys.argv[0]) == "autogemm":
     signals.starting()
 
 import argparse
+import contextlib
 import json
 import re
 import shlex
@@ -100,11 +101,8 @@ def _console(fit: bool = False):
 
 
 def cmd_bench(args) -> int:
-    from rich.console import Console
-
     from autogemm.runtime.device import this_device
-    from autogemm.runtime.family import family
-    from autogemm.tuning.bench import bench_convolution, bench_shape
+    from autogemm.store import lookup
     from autogemm.tuning.targets import network_convolutions
 
     arithmetic = _arithmetic(args)           # tf32 or bf16 with float64 fails here, in one line
@@ -122,6 +120,23 @@ def cmd_bench(args) -> int:
     at = f" at precision {precision}" if precision != "fp32" else ""
     timer = f"median of {args.reps} event-timed runs, L2 {'flushed' if args.l2 == 'flush' else 'warm'}"
     how = f"{args.dtype}{at}, {timer}"
+    if args.untuned:
+        how += ", untuned"
+    with lookup.untuned() if args.untuned else contextlib.nullcontext():
+        records = _bench_all(args, shapes, convolutions, configs, dtype, precision, bf16_operands, dev, how, timer)
+    _write_json(args.json, dict(gpu=dev.name, sm_count=dev.sm_count, dtype=args.dtype, precision=args.precision,
+                                reps=args.reps, untuned=args.untuned, command=args.command_line, results=records))
+    return 0
+
+
+def _bench_all(args, shapes, convolutions, configs, dtype, precision, bf16_operands, dev, how, timer) -> list[dict]:
+    """Bench every GEMM shape, then every convolution; print their tables; return the JSON records."""
+    from rich.console import Console
+
+    from autogemm.runtime.family import family
+    from autogemm.tuning.bench import bench_convolution, bench_shape
+
+    arithmetic = _arithmetic(args)
     records = []
     gemms = _bench_table(f"autogemm bench on {dev.name} ({dev.sm_count} SMs): GEMMs, {how}", "cuBLAS")
     for shape in shapes:
@@ -145,41 +160,44 @@ def cmd_bench(args) -> int:
             records += _add_bench_rows(convs, bench_convolution(target, dtype, reps=args.reps,
                                                                 flush_l2=args.l2 == "flush"), "cudnn")
         Console().print(convs)
-    _write_json(args.json, dict(gpu=dev.name, sm_count=dev.sm_count, dtype=args.dtype, precision=args.precision,
-                                reps=args.reps,
-                                command=args.command_line, results=records))
-    return 0
+    print("*: what the call runs now (autogemm.gemm, or the convolution's call, given no config)")
+    return records
 
 
 def _bench_table(title: str, baseline: str):
     from rich.table import Table
 
     table = Table(title=title)
-    for col in ("shape", "role", "variant", "kernel", "µs", "GFLOP/s", f"vs {baseline}"):
-        table.add_column(col, justify="right" if col in ("µs", "GFLOP/s") or col.startswith("vs") else "left")
+    for col in ("shape", "role", "variant", "kernel", "µs", "GFLOP/s", f"vs {baseline}", "error", f"vs {baseline}'s"):
+        table.add_column(col, justify="left" if col in ("shape", "role", "variant", "kernel") else "right")
     return table
 
 
 def _add_bench_rows(table, rows, baseline: str) -> list[dict]:
-    """Each row into `table` with its time against the `baseline` variant's; their JSON records."""
+    """Each row into `table` with its time and its max-norm relative error against the `baseline`
+    variant's (`*` marks what the call runs now); their JSON records."""
     from rich.text import Text
 
-    base = next(r for r in rows if r.variant == baseline).timing
+    base = next(r for r in rows if r.variant == baseline)
     records = []
     for r in rows:
-        ratio = r.timing.median_us / base.median_us if r.timing and base else None
-        table.add_row(str(r.shape), r.shape.role, r.variant, r.kernel,
+        ratio = r.timing.median_us / base.timing.median_us if r.timing and base.timing else None
+        error = r.max_rel_error / base.max_rel_error if r.max_rel_error is not None and base.max_rel_error else None
+        table.add_row(str(r.shape), r.shape.role, r.variant + (" *" if r.runs_the_call else ""), r.kernel,
                       f"{r.timing.median_us:.1f}" if r.timing else Text(r.error[:40]),
-                      f"{r.gflops:.0f}" if r.timing else "", f"{ratio:.2f}x" if ratio is not None else "")
-        records.append(_bench_record(r, ratio))
+                      f"{r.gflops:.0f}" if r.timing else "", f"{ratio:.2f}x" if ratio is not None else "",
+                      f"{r.max_rel_error:.1e}" if r.max_rel_error is not None else "",
+                      f"{error:.2f}x" if error is not None else "")
+        records.append(_bench_record(r, ratio, error))
     return records
 
 
-def _bench_record(r, ratio) -> dict:
+def _bench_record(r, ratio, error_ratio=None) -> dict:
     t = r.timing
     return dict(shape=str(r.shape), role=r.shape.role, variant=r.variant, kernel=r.kernel,
                 median_us=t.median_us if t else None, p10_us=t.p10_us if t else None,
-                p90_us=t.p90_us if t else None, gflops=r.gflops, time_vs_baseline=ratio, error=r.error)
+                p90_us=t.p90_us if t else None, gflops=r.gflops, time_vs_baseline=ratio, error=r.error,
+                max_rel_error=r.max_rel_error, error_vs_baseline=error_ratio, runs_the_call=r.runs_the_call)
 
 
 def cmd_tune(args) -> int:
@@ -515,6 +533,8 @@ def _bench_parser(sub):
                             "arrays) (default: fp32)")
     bench.add_argument("--reps", type=_positive_int, default=100, help="timed runs per variant (default: 100)")
     bench.add_argument("--naive", action="store_true", help="also time the naive baseline kernel")
+    bench.add_argument("--untuned", action="store_true",
+                       help="read no tuned file: time what a shape no one tuned gets (each family's default)")
     bench.add_argument("--l2", choices=("flush", "warm"), default="flush",
                        help="flush the L2 before each run (a cold first use), or keep it warm as a "
                             "training step that reuses its inputs does (default: flush)")

@@ -16,6 +16,7 @@ and between two of the same kind the user's wins. Each file is read once and rea
 here. A file that does not load raises its StoreError: a corrupted store never yields a silently
 different kernel.
 """
+import contextlib
 import dataclasses
 import logging
 from collections import defaultdict
@@ -113,13 +114,14 @@ generation = 0          # counts reloads: what callers cached from an older gene
 _loaded: dict[Path, tuple[tuple, Store]] = {}
 _indexes: dict[tuple, Index] = {}
 _logged: set = set()
+_untuned = False       # inside untuned(): no tuned file is read
 
 
 def index_for(device: DeviceInfo, directories: list[Path] | None = None) -> Index | None:
-    """The stores of `device` in `directories` (default: the user's, then the shipped folder),
-    first-wins, or None where no folder has a file for it."""
+    """The stores of `device` in `directories` (default: the user's, then the shipped folder, none
+    inside `untuned()`), first-wins, or None where no folder has a file for it."""
     if directories is None:
-        directories = [folder for _, folder in locations.lookup_dirs()]
+        directories = [] if _untuned else [folder for _, folder in locations.lookup_dirs()]
     stores = [store for folder in directories if (store := _store(file_for(folder, device), device))]
     if not stores:
         return None
@@ -233,6 +235,20 @@ def has_records(gpu: str | None = None) -> bool:
 
 def _index_of(gpu: str | None) -> Index | None:
     return index_for(this_device() if gpu is None else dataclasses.replace(H100, name=gpu))
+
+
+@contextlib.contextmanager
+def untuned():
+    """Inside, lookup reads no tuned file: every call runs what a shape no one tuned gets (`autogemm
+    bench --untuned`)."""
+    global _untuned
+    before, _untuned = _untuned, True
+    reload()
+    try:
+        yield
+    finally:
+        _untuned = before
+        reload()
 
 
 def reload():

@@ -21,6 +21,8 @@ class Row:
     timing: Timing | None
     gflops: float
     error: str = ""       # why the variant has no time (failed check, ...)
+    max_rel_error: float | None = None   # its max-norm relative error against float64
+    runs_the_call: bool = False          # what `autogemm.gemm` (or the convolution's call) runs now
 
 
 def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, reps: int = 50,
@@ -75,20 +77,34 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
             continue
         rows[variant] = Row(shape, variant, run.instance.name, None, 0.0)
         try:
-            measure.verify(run)
+            rows[variant].max_rel_error = measure.verify(run)
             runs[variant] = run
         except (AutogemmError, cupy.cuda.driver.CUDADriverError) as exc:  # Mismatch included
             rows[variant].error = str(exc)
+    _mark_the_call(rows, "gemm", problem, device,
+                   lambda name, choice: _variant(choice) if name == "gemm" else f"{name} {_variant(choice)}")
     runs["cublas"] = measure.cublas_launcher()
     rows["cublas"] = Row(shape, "cublas", "cublas" + (f" + elementwise {shape.epilogue}" if shape.epilogue else ""),
                          None, 0.0)
     try:
-        measure.verify(runs["cublas"])
+        rows["cublas"].max_rel_error = measure.verify(runs["cublas"])
     except AutogemmError as exc:
         rows["cublas"].error = str(exc)
     for variant, t in time_interleaved(runs, reps=reps, flush_l2=flush_l2).items():
         rows[variant].timing, rows[variant].gflops = t, t.gflops(flops)
     return list(rows.values())
+
+
+def _mark_the_call(rows: dict, call: str, problem, device, variant_of) -> None:
+    """Mark the row of what a call of `problem` runs now (kernels.IMPLEMENTATIONS' choice, with no
+    config given): `variant_of(family, its lookup choice)` names it."""
+    from autogemm.ops.kernels import implementation
+    from autogemm.store import lookup
+
+    name = implementation(call, problem, None, device)
+    row = rows.get(variant_of(name, lookup.choose(name, problem, device)))
+    if row is not None:
+        row.runs_the_call = True
 
 
 def _variant(choice) -> str:
@@ -124,14 +140,15 @@ def bench_convolution(target: Target, dtype=np.float32, reps: int = 50, flush_l2
         try:
             rows[variant] = Row(target, variant, kernel(name, problem, cfg, device).name, None, 0.0)
             run = measure.launcher(cfg)
-            measure.verify(run)
+            rows[variant].max_rel_error = measure.verify(run)
             runs[variant] = run
         except (AutogemmError, cupy.cuda.driver.CUDADriverError) as exc:  # Mismatch included
             rows.setdefault(variant, Row(target, variant, str(dict(cfg)), None, 0.0)).error = str(exc)
+    _mark_the_call(rows, target.family, problem, device, lambda name, choice: f"{name} {_variant(choice)}")
     rows["cudnn"] = Row(target, "cudnn", "cuDNN (PyTorch, cudnn.benchmark)", None, 0.0)
     try:
         run, into_outputs = cudnn_convolution(measure)
-        measure.verify(into_outputs)
+        rows["cudnn"].max_rel_error = measure.verify(into_outputs)
         runs["cudnn"] = run
     except AutogemmError as exc:
         rows["cudnn"].error = str(exc)
