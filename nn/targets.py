@@ -14,7 +14,7 @@ import numpy as np
 import autogemm
 from autogemm import NO_OP
 from nn.backends.base import Backend
-from nn.backends.cupy_backend import column_major_data, column_major_input_gradient, launched_operands
+from nn.backends.storage import Storage
 from nn.cnn import CNN, CNNStep, init_cnn_params
 from nn.errors import NNError
 from nn.layers import LENET, parse_layers
@@ -25,8 +25,10 @@ from nn.model_parallel import ShardedMLP, ShardedStep, check_split
 class LaunchRecorder(Backend):
     """A backend of shapes: each operation appends the autogemm launch that the GPU backend makes
     for it on float32 operands at `precision` (nothing for an empty one), named by the step's arrays
-    (`names`, by start address). At precision bf16 the backend reads bfloat16 copies where it can:
-    the same GEMM shapes, tuned by `autogemm tune --dtype bfloat16`."""
+    (`names`, by start address). Its arrays are laid out by the cupy backend's storage policy
+    (`storage`: the same column-major copies and input gradient, allocated, never filled), so a GEMM
+    is recorded with the op that backend launches. At precision bf16 the backend reads bfloat16
+    copies where it can: the same GEMM shapes, tuned by `autogemm tune --dtype bfloat16`."""
 
     name = "record"
     xp = np
@@ -38,7 +40,7 @@ class LaunchRecorder(Backend):
         self.on_side: list[bool] = []       # per launch: enqueued on the step's side branch
         self._side = False
         self.names: dict[int, str] = {}
-        self.column_major: list = []        # (read-only array, a column-major one of its shape), as the cupy backend's
+        self.storage = Storage(self.dtype, precision, np, filled=False)
 
     def name_of(self, a) -> str:
         return self.names.get(a.__array_interface__["data"][0], "?")
@@ -73,14 +75,13 @@ class LaunchRecorder(Backend):
         return np.zeros(shape, self.dtype)
 
     def read_only(self, x):
-        if column_major_data(x, self.precision):
-            self.column_major.append((x, autogemm.empty_column_major(x.shape, x.dtype, np)))
-        return x
+        return self.storage.read_only(x)
 
     def empty_input_gradient(self, shape, classes):
-        if not column_major_input_gradient(self.dtype, self.precision, classes):
-            return self.empty(shape)
-        return autogemm.empty_column_major(shape, self.dtype, np)            # as the cupy backend's
+        return self.storage.empty_input_gradient(shape, classes)
+
+    def empty_output_layer_input(self, shape):
+        return self.storage.empty_output_layer_input(shape)
 
     @staticmethod
     def _row_major(x, what: str):
@@ -98,7 +99,7 @@ class LaunchRecorder(Backend):
         if epilogue:       # bias_sigmoid(A0 W1^T, b1)
             product = f"{epilogue}({product}, {self.name_of(bias if bias is not None else aux)})"
         role = f"{self.name_of(out)} = {product}"
-        _, trans_a, _, trans_b = launched_operands(a, trans_a, b, trans_b, self.column_major)
+        _, trans_a, _, trans_b = self.storage.launched_operands(a, trans_a, b, trans_b)
         self._record("gemm", (*out.shape, k), autogemm.gemm_key_op(trans_a, trans_b, epilogue), role)
         return out
 

@@ -176,7 +176,7 @@ def test_only_whole_consecutive_rows_of_a_read_only_array_read_its_column_major_
     not for a K-major read, a column slice, every other row, another dtype's view of the bytes, or
     an array elsewhere."""
     import autogemm
-    from nn.backends.cupy_backend import k_major_operand
+    from nn.backends.storage import k_major_operand
 
     x = np.arange(24, dtype=np.float32).reshape(6, 4)                           # X: (6, 4)
     copy = autogemm.empty_column_major(x.shape, x.dtype, np)
