@@ -27,7 +27,8 @@ import numpy as np
 import autogemm
 
 from nn.backends.storage import launched_operands
-from nn.bench import BACKEND_NAMES, available_backends, make_backend, networks
+from nn.bench import BACKEND_NAMES, available_backends, make_backend
+from nn.networks import networks
 from nn.cnn import CNN, CNNStep, init_cnn_params
 from nn.errors import ArgumentParser, NNError, exit_status
 from nn.layers import LENET, parse_layers

@@ -54,7 +54,7 @@ from autogemm import arguments, files, signals
 from nn import checkpoint
 from nn import train
 from nn.allreduce import KINDS as ALLREDUCES
-from nn.bench import ConvNetwork, Network, cnn_networks, networks
+from nn.networks import ConvNetwork, Network, cnn_networks, networks
 from nn.backends import cuda_available
 from nn.errors import ArgumentParser, NNError, shown
 from nn.layers import LENET, parse_layers

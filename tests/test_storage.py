@@ -6,7 +6,7 @@ import pytest
 
 from nn.backends.storage import Storage
 from nn.errors import NNError
-from nn.targets import LaunchRecorder
+from nn.recorder import LaunchRecorder
 
 
 def test_copies_at_each_precision():
