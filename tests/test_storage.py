@@ -55,3 +55,15 @@ def test_the_launch_recorder_lays_out_by_the_policy():
     x = recorder.read_only(np.empty((10, 784), np.float32))
     assert recorder.storage.column_major[0][0] is x
     assert recorder.empty_input_gradient((10, 100), 10).strides[0] == 4
+
+
+def test_the_cublas_backend_is_no_cupy_backend():
+    """The baseline shares GpuBackend's device, streams and kernels and adds cuBLAS's GEMM; it has no
+    storage policy of its own (cuBLAS reads every array as it is)."""
+    from nn.backends.cublas_backend import CublasBackend
+    from nn.backends.cupy_backend import CupyBackend
+    from nn.backends.gpu import GpuBackend
+
+    assert issubclass(CublasBackend, GpuBackend) and not issubclass(CublasBackend, CupyBackend)
+    assert {"read_only", "empty_input_gradient", "empty_output_layer_input", "linear_xent"} & set(vars(CublasBackend)) \
+        == set()
