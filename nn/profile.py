@@ -28,12 +28,12 @@ import autogemm
 
 from nn.backends.storage import launched_operands
 from nn.bench import BACKEND_NAMES, available_backends, make_backend
-from nn.networks import networks
 from nn.cnn import CNN, CNNStep, init_cnn_params
 from nn.errors import ArgumentParser, NNError, exit_status
 from nn.layers import LENET, parse_layers
 from nn.mlp import MLP, Step, init_params
 from nn.model_parallel import ShardedMLP, ShardedStep, check_split
+from nn.networks import networks
 from nn.outputs import claim_json, write_json
 from nn.train import positive_int
 

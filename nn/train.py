@@ -253,8 +253,8 @@ def _check_cnn_flags(args):
 def run_config(args, argv=()) -> RunConfig:
     """The one typed configuration of the run `args` asks for (resolve's Config, the run's options);
     the run log's default path, runs/train-<UTC time>-<pid>.json, is made here."""
-    log = None if args.no_log else args.log or \
-        f"runs/train-{datetime.datetime.now(datetime.timezone.utc).strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.json"
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    log = None if args.no_log else args.log or f"runs/train-{stamp}-{os.getpid()}.json"
     return RunConfig(resolve(args), use_tuned=args.use_tuned, graph=not args.no_graph, parallel=args.parallel,
                      allreduce=args.allreduce, overlap=not args.no_overlap, checkpoint=args.checkpoint,
                      resume=args.resume, log=log, quiet=args.quiet, argv=tuple(argv))
