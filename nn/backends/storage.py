@@ -41,15 +41,16 @@ class Storage:
         """Whether the read-only array `x` gets a column-major copy for the GEMMs that read it M/N-major
         (the first layer's weight GEMM G^T X reads X N-major), so that they read the copy K-major: a
         C-contiguous 2-D float32 one, at precision tf32 alone, whose products read operands K-major
-        (else gemm_wgmma copies X K-major before every call)."""
+        (else gemm_wgmma copies X K-major before every call: benchmarks/issue18-h100/g1-transposed)."""
         return (x.dtype == np.float32 and self.precision == "tf32" and x.ndim == 2 and x.flags.c_contiguous
                 and x.size > 0)
 
     def column_major_input_gradient(self, classes: int) -> bool:
         """Whether linear_backward's input gradient G is laid out column-major for the weight GEMM that
         alone reads it (G^T X): G^T is then K-major, as Hopper's TF32 products read it with no staging
-        copy. At precision tf32 alone (at fp32 the 3xTF32 GEMM gains about what linear_backward loses; at
-        bf16 G is written in bfloat16 alone, row-major, which the BF16 products read M-major)."""
+        copy. At precision tf32 alone: there it saves more than storing G transposed costs; at fp32 the
+        3xTF32 GEMM gains about what linear_backward loses; at bf16 G is written in bfloat16 alone,
+        row-major, which the BF16 products read M-major as it is (benchmarks/issue18-h100/g1-transposed/)."""
         return self.dtype == np.float32 and self.precision == "tf32" and classes <= autogemm.LINEAR_BACKWARD_MAX_CLASSES
 
     def reads_bf16(self, a, b) -> bool:
