@@ -18,7 +18,7 @@ ARITHMETICS = {"tf32": "tf32", "bfloat16": "bf16"}      # key dtype: the step's 
 def keys() -> list:
     """The distinct gemm_wgmma keys of the networks' GEMMs in each arithmetic."""
     from autogemm.store.keys import make_key
-    from nn.bench import networks
+    from nn.networks import networks
     from nn.targets import step_targets
 
     nets = [networks()[name] for name in NETWORKS]

@@ -4,8 +4,8 @@ call. Usage: python benchmarks/issue18_without_copy.py nn.bench --networks cme21
 import runpy
 import sys
 
-from nn.backends import cupy_backend
+from nn.backends.storage import Storage
 
-cupy_backend.column_major_data = lambda x, precision: False
+Storage.column_major_data = lambda self, x: False
 module, sys.argv = sys.argv[1], sys.argv[1:]
 runpy.run_module(module, run_name="__main__", alter_sys=True)

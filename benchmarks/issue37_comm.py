@@ -32,7 +32,7 @@ class _Backend:
     name = "cupy"
 
     def __init__(self, cupy, dtype):
-        from nn.backends.cupy_backend import gpu_for_rank, local_rank
+        from nn.backends.gpu import gpu_for_rank, local_rank
 
         cupy.cuda.Device(gpu_for_rank(local_rank(), cupy.cuda.runtime.getDeviceCount())).use()
         self.stream = cupy.cuda.Stream(non_blocking=True)

@@ -28,45 +28,13 @@ from nn.cnn import CNN, CNNStep, init_cnn_params
 from nn.data import load_dataset
 from nn.dist import rank_rows
 from nn.errors import ArgumentParser, NNError, exit_status, shown
-from nn.layers import LENET, parse_layers
+from nn.layers import parse_layers
 from nn.mlp import MLP, Epoch, Step, init_params
+from nn.networks import ConvNetwork, Network, cnn_networks, networks
 from nn.outputs import claim, claim_json, write_json
 
 
-@dataclass(frozen=True)
-class Network:
-    """An MLP 784-hidden-10 trained with SGD (L2 1e-4)."""
-    name: str
-    hidden: int
-    batch: int
-    images: int
-    activation: str = "sigmoid"
-    lr: float = 0.1
-
-
-@dataclass(frozen=True)
-class ConvNetwork:
-    """A CNN of nn.layers' spec `layers` with relu, trained with Adam at its defaults, as
-    `python -m nn.train --layers` trains it."""
-    name: str
-    layers: str
-    batch: int
-    images: int = 54000
-
-
 NUMPY_CNN_IMAGES = 2000   # the NumPy trainer's CNN slice (an epoch of 54,000 takes 18 s on 16 cores)
-
-
-def networks() -> dict[str, Network]:
-    """The MLPs (nn.scaling runs these too)."""
-    nets = [Network("cme213", 1000, 800, 54000), Network("grading", 100, 800, 54000)]
-    nets += [Network(f"relu-h{h}-b{b}", h, b, 37800, "relu", 0.05) for h in (32, 64, 128, 256) for b in (32, 64, 128)]
-    nets.append(Network("large", 4096, 8192, 54000))
-    return {n.name: n for n in nets}
-
-
-def cnn_networks() -> dict[str, ConvNetwork]:
-    return {n.name: n for n in (ConvNetwork("lenet", LENET, 1000), ConvNetwork("lenet-b128", LENET, 128))}
 
 
 @dataclass

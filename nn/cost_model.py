@@ -34,6 +34,7 @@ import numpy as np
 import autogemm
 from nn.allreduce import merge_buckets
 from nn.model_parallel import ring_bytes
+from nn.recorder import LaunchRecorder, record_cnn_step, record_step
 
 # Fitted to nn.profile's launches in the graph against their tuned records (benchmarks/issue37-h100/).
 RECORD_OVERHEAD_US = 3.3   # a tuned record's time less the same launch's in the epoch's graph
@@ -147,8 +148,6 @@ def recorded_step(sizes, activation: str, rows: int, batch: int, ranks: int, par
                   precision: str, layers: str | None = None) -> list:
     """(autogemm.Target, whether on the side branch) for each launch of rank 0's step: the MLP of
     `sizes`, or the CNN of nn.layers spec `layers`."""
-    from nn.targets import LaunchRecorder, record_cnn_step, record_step
-
     recorder = LaunchRecorder(dtype=dtype, precision=precision)
     if layers is None:
         record_step(rows, batch, sizes, activation, ranks, 0 if parallel == "model" else None, precision, recorder)
@@ -240,7 +239,7 @@ def main(argv=None) -> int:
     """`python -m nn.cost_model`: the predicted step of a network on R ranks, every split, no GPU needed."""
     import sys
 
-    from nn.bench import cnn_networks, networks
+    from nn.networks import cnn_networks, networks
     from nn.errors import ArgumentParser, NNError, exit_status
 
     links = {**LINKS, "infiniband": INFINIBAND}

@@ -26,13 +26,14 @@ import numpy as np
 
 import autogemm
 
-from nn.backends.cupy_backend import launched_operands
-from nn.bench import BACKEND_NAMES, available_backends, make_backend, networks
+from nn.backends.storage import launched_operands
+from nn.bench import BACKEND_NAMES, available_backends, make_backend
 from nn.cnn import CNN, CNNStep, init_cnn_params
 from nn.errors import ArgumentParser, NNError, exit_status
 from nn.layers import LENET, parse_layers
 from nn.mlp import MLP, Step, init_params
 from nn.model_parallel import ShardedMLP, ShardedStep, check_split
+from nn.networks import networks
 from nn.outputs import claim_json, write_json
 from nn.train import positive_int
 
@@ -51,7 +52,7 @@ class Timed:
 
 def describe(name: str, args, kwargs, column_major=()) -> str:
     """A recorded call in words: the operation, its sizes and what is fused into it; `column_major`:
-    the backend's (read-only array, column-major copy) pairs, which its GEMMs may read instead."""
+    the backend's (read-only array, column-major copy) pairs (its Storage's), which its GEMMs may read instead."""
     shape = lambda x: "x".join(map(str, x.shape))  # noqa: E731
     if name == "gemm":
         a, ta, b, tb = launched_operands(args[0], kwargs.get("trans_a", False), args[1], kwargs.get("trans_b", False),
@@ -81,6 +82,7 @@ def record_step(step, x, labels, allreduce=None) -> list[tuple[str, callable]]:
     """(description, replay) of each operation that one `step.train_batch(x, labels, allreduce)`
     enqueues; operations a backend composes of others count once."""
     backend = step.model.backend
+    column_major = backend.storage.column_major if hasattr(backend, "storage") else ()   # the cupy backend's copies
     recorded, depth = [], [0]
 
     def recording(name):
@@ -88,7 +90,7 @@ def record_step(step, x, labels, allreduce=None) -> list[tuple[str, callable]]:
 
         def call(*args, **kwargs):
             if depth[0] == 0:
-                recorded.append((describe(name, args, kwargs, getattr(backend, "column_major", ())),
+                recorded.append((describe(name, args, kwargs, column_major),
                                  lambda: method(*args, **kwargs)))
             depth[0] += 1
             try:

@@ -54,13 +54,14 @@ from autogemm import arguments, files, signals
 from nn import checkpoint
 from nn import train
 from nn.allreduce import KINDS as ALLREDUCES
-from nn.bench import ConvNetwork, Network, cnn_networks, networks
 from nn.backends import cuda_available
+from nn.config import CNN_DEFAULTS, DEFAULTS, PARALLEL
 from nn.errors import ArgumentParser, NNError, shown
 from nn.layers import LENET, parse_layers
 from nn.model_parallel import check_split
+from nn.networks import ConvNetwork, Network, cnn_networks, networks
 from nn.outputs import claim
-from nn.train import CNN_DEFAULTS, DEFAULTS, PARALLEL, positive_int
+from nn.train import positive_int
 
 ROOT = Path(__file__).resolve().parents[1]
 F64_TOLERANCE = 1e-7

@@ -7,7 +7,7 @@ from conftest import cuda_available
 
 import nn.dist
 from nn.backends import get_backend
-from nn.backends.cupy_backend import _LOCAL_RANK_ENV, gpu_for_rank, local_rank, this_ranks_gpu
+from nn.backends.gpu import _LOCAL_RANK_ENV, gpu_for_rank, local_rank, this_ranks_gpu
 from nn.errors import NNError
 from run_train import ROOT
 

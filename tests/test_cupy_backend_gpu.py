@@ -120,17 +120,17 @@ def test_a_column_major_first_gradient_trains_as_a_row_major_one(precision, monk
     2048 rows match the same steps with G1 row-major (the GEMM reading G1 M-major) and NumPy in
     float64, at each precision that may choose it."""
     from nn import mlp
-    from nn.backends import cupy_backend
+    from nn.backends.storage import Storage
 
     monkeypatch.setattr(mlp, "OUTPUT_BACKWARD_APART_BYTES", -1)
-    assert cupy_backend.column_major_input_gradient("float32", precision, 10) == (precision == "tf32")
+    assert Storage("float32", precision).column_major_input_gradient(10) == (precision == "tf32")
     rng = np.random.default_rng(8)
     sizes, rows = (96, 128, 10), 2048
     params = [(w * 30, rng.standard_normal(b.shape) * 0.1) for w, b in mlp.init_params(sizes, "cme213", 8)]
     x, y = rng.standard_normal((rows, 96)), rng.integers(0, 10, rows)            # X: (rows, 96), labels (rows,)
     results = {}
     for layout in ("column-major", "row-major", "numpy"):
-        monkeypatch.setattr(cupy_backend, "column_major_input_gradient", lambda *args: layout == "column-major")
+        monkeypatch.setattr(Storage, "column_major_input_gradient", lambda *args: layout == "column-major")
         bk = get_backend("numpy", "float64") if layout == "numpy" else get_backend("cupy", "float32", precision=precision)
         step = mlp.Step(mlp.MLP(bk, sizes, "sigmoid", params), rows, rows, lr=0.3, reg=0.01)
         assert (step.deltas[0].strides[0] == step.deltas[0].itemsize) == (layout == "column-major")
@@ -289,7 +289,7 @@ def test_tf32_weight_gemms_read_the_datas_column_major_copy():
     x = bk.read_only(bk.asarray(x_host))                                # X: (1000, 784) float32
     g = bk.asarray(g_host)                                              # G: (1000, 256) float32
     dw = bk.empty((256, 784))
-    (source, copy), = bk.column_major
+    (source, copy), = bk.storage.column_major
     assert source is x and copy.strides[0] == 4 and np.array_equal(cupy.asnumpy(copy), x_host)
     for first, rows in ((0, 800), (800, 200), (3, 401)):
         bk.gemm(g[first:first + rows], x[first:first + rows], dw, trans_a=True)
@@ -302,7 +302,7 @@ def test_tf32_weight_gemms_read_the_datas_column_major_copy():
         assert staged <= {g[first:].data.ptr}, (first, rows, plan.instance.name)
     fp32 = get_backend("cupy", "float32", precision="fp32")
     fp32.read_only(fp32.asarray(x_host))
-    assert fp32.column_major == []
+    assert fp32.storage.column_major == []
 
 
 def test_bf16_gemms_read_bfloat16_copies_of_their_operands():
@@ -387,7 +387,7 @@ def test_bf16_input_gradient_is_written_in_bfloat16_by_the_output_layer(writer):
             bk.linear_backward(grad[:rows], w2, a1[:rows], grad_in[:rows], "sigmoid", w2, b1, alpha=-0.1, beta=1.0,
                                accumulate_db=True)
         bk.gemm(grad_in[:rows], x[:rows], dw, trans_a=True)
-        copy = cupy.asnumpy(bk._bf16_copy(grad_in[:rows])[0])                   # G_in's bfloat16 bits
+        copy = cupy.asnumpy(bk.storage.bf16_copy(grad_in[:rows])[0])                   # G_in's bfloat16 bits
         g = (copy.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
         want, magnitude, _ = reference(Problem(256, 784, rows, trans_a=True), g, rounded(x_host[:rows]))["d"]
         verdict = compare(cupy.asnumpy(dw), want, magnitude, rows, np.float32)
@@ -426,7 +426,7 @@ def test_a_bf16_alone_input_gradient_is_widened_for_a_gemm_that_cannot_read_bflo
     grad_in.fill(np.nan)
     bk.linear_backward(g2, w2, a1, grad_in, "sigmoid", w2, b1, alpha=-0.1, beta=1.0, accumulate_db=True)
     bk.gemm(grad_in, x, dw, trans_a=True)
-    copy = cupy.asnumpy(bk._bf16_copy(grad_in)[0])
+    copy = cupy.asnumpy(bk.storage.bf16_copy(grad_in)[0])
     g = (copy.astype(np.uint32) << 16).view(np.float32)
     assert np.array_equal(cupy.asnumpy(grad_in), g)                             # widened back, bit for bit
     want, magnitude, _ = reference(Problem(250, 784, 300, trans_a=True), g.astype(np.float64), x_host)["d"]
@@ -466,7 +466,7 @@ def test_bf16_output_layer_input_is_stored_in_bfloat16_alone_where_its_backward_
             step.train_batch(data, bk.asarray(y))
         results[precision] = step.model.params_numpy()
         if precision == "bf16":
-            assert any(a is step.acts[0] for a in bk._bf16_only) == apart
+            assert any(a is step.acts[0] for a in bk.storage.bf16_only) == apart
             assert np.isnan(cupy.asnumpy(step.acts[0])).all() == apart         # never written in float32
             outputs = [_gemm_call(p).out.dtype for p in bk._plans.values()]
             assert (np.uint16 in outputs) == apart
@@ -489,7 +489,7 @@ def test_a_bf16_alone_output_layer_input_is_widened_for_a_derivative_epilogue():
     rng = np.random.default_rng(41)
     a1, plan = _forward_into_a1(bk, rng)
     assert _gemm_call(plan).instance.name.endswith("_d16") and np.isnan(cupy.asnumpy(a1)).all()
-    bits = cupy.asnumpy(bk._bf16_copy(a1)[0])
+    bits = cupy.asnumpy(bk.storage.bf16_copy(a1)[0])
     g = bk.asarray(rng.standard_normal((800, 256)))
     out = bk.empty((800, 256))
     bk.gemm(g, bk.asarray(np.eye(256)), out, epilogue="dsigmoid", aux=a1)     # G a1 (1 - a1)
@@ -544,7 +544,7 @@ def test_a1_in_bfloat16_alone_is_rounded_into_where_no_kernel_writes_bfloat16(mo
     bk = get_backend("cupy", "float32", tuned=True, precision="bf16")
     a1, plan = _forward_into_a1(bk, np.random.default_rng(43))
     assert _gemm_call(plan).out is a1 and len(plan.after) == 1
-    assert np.array_equal(cupy.asnumpy(bk._bf16_copy(a1)[0]), bf16_bits(cupy.asnumpy(a1)))
+    assert np.array_equal(cupy.asnumpy(bk.storage.bf16_copy(a1)[0]), bf16_bits(cupy.asnumpy(a1)))
     monkeypatch.undo()
 
     rng_host = np.random.default_rng(44)

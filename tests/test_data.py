@@ -442,12 +442,12 @@ def test_a_download_that_never_ends_is_cut_off(tmp_path, monkeypatch):
 def test_the_ranks_data_hash_sees_one_pixel_anywhere(tmp_path):
     """Issue 38 #18: the same-data check across ranks hashed every 31st image; image 401 (not a
     multiple of 31) changed by one pixel must change the hash."""
-    from nn.train import _sample_hash
+    from nn.trainer import sample_hash
 
     ds = load_dataset("mnist", write_dataset(tmp_path / "d", n_train=6_500, n_test=10))
-    before = _sample_hash(ds)
+    before = sample_hash(ds)
     ds.train.x[401, 300] += 1
-    assert _sample_hash(ds) != before
+    assert sample_hash(ds) != before
 
 
 def test_a_header_that_claims_more_than_the_gzip_stream_can_hold_is_refused_unread(tmp_path):

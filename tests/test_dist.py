@@ -44,7 +44,7 @@ import os
 import nn.dist as d
 world = d.maybe_init_dist()
 os.environ["MPI_LOCALRANKID"] = "9"     # a launcher's variable that disagrees: MPI's count wins
-from nn.backends.cupy_backend import local_rank
+from nn.backends.gpu import local_rank
 halves = world.comm.Split(world.rank % 2, world.rank)     # two pretend hosts' worth of ranks: 0, 2 and 1, 3
 seen = world.gather((world.rank, world.local_rank, world.local_size, d.local_rank(), local_rank(),
                      *d.node_local(halves)))

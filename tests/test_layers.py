@@ -1,7 +1,8 @@
 """The architecture as docs/ARCHITECTURE.md states it: each layer imports only the ones below it,
 no module imports another that imports it back (lazy imports inside functions included), a kernel
 family is one folder whose module imports nothing of autogemm or nn (its measure.py is the tuning
-layer's), and nn uses only the names autogemm/__init__.py exports."""
+layer's), nn uses only the names autogemm/__init__.py exports, and nn's library imports none of nn's
+tools."""
 import ast
 from pathlib import Path
 
@@ -157,3 +158,18 @@ def test_evidence_lives_apart_from_the_code():
     assert not [str(p) for p in shipped if any(m.split(".")[0] == "benchmarks" for m in imports(p))]
     assert sorted(p.name for p in (ROOT / "tuned").iterdir()) == sorted(p.name for p in (ROOT / "tuned").glob("*.json"))
     assert not [p for top in ("autogemm", "kernels", "nn") for p in (ROOT / top).rglob("*.sh")]
+
+
+# nn's tools: the commands on top of nn's library (and nn.targets, autogemm's entry points into it).
+NN_TOOLS = {"nn.train", "nn.bench", "nn.profile", "nn.scaling", "nn.targets"}
+# Library modules with a small command line of their own, on the library alone (python -m nn.data,
+# python -m nn.cost_model); nn.errors holds the parser every command line uses.
+NN_COMMAND_LINES = {"nn.data", "nn.cost_model", "nn.errors"}
+
+
+def test_nns_library_imports_none_of_its_tools_nor_argparse():
+    library = {m: p for m, p in MODULES.items() if m.split(".")[0] == "nn" and m not in NN_TOOLS}
+    assert NN_TOOLS <= set(MODULES) and "nn.trainer" in library
+    wrong = [f"{m} imports {n}" for m, p in library.items() for n in imports(p)
+             if n in NN_TOOLS or (n == "argparse" and m not in NN_COMMAND_LINES)]
+    assert not wrong, "\n".join(wrong)

@@ -446,7 +446,8 @@ def test_every_launch_of_the_float64_large_step_gets_a_config_that_fits(tmp_path
     and the shares of 2 and 4 ranks, of the full and the last partial batch) has a family that can
     run it, and lookup (the shipped results) gives that family a config its constraints accept."""
     from kernels import IMPLEMENTATIONS
-    from nn.targets import LaunchRecorder, record_step, step_rows
+    from nn.recorder import LaunchRecorder, record_step
+    from nn.targets import step_rows
 
     monkeypatch.setenv(locations.TUNED_ENV, str(tmp_path / "user"))
     lookup.reload()

@@ -6,7 +6,8 @@ import pytest
 
 from autogemm import Target
 from nn.errors import NNError
-from nn.targets import record_step, step_rows, step_targets
+from nn.recorder import record_step
+from nn.targets import step_rows, step_targets
 
 
 def launches(targets) -> set:
@@ -77,7 +78,7 @@ def test_at_tf32_the_first_weight_gemm_reads_the_datas_column_major_copy(precisi
 def test_a_column_major_output_or_column_sums_input_is_an_internal_error():
     """The recorder refuses what the GPU backend's kernels would: a GEMM writing a column-major
     array, or column sums of one."""
-    from nn.targets import LaunchRecorder
+    from nn.recorder import LaunchRecorder
 
     rec = LaunchRecorder()
     column_major = np.empty((6, 4), np.float32).T                              # (4, 6), unit stride down columns
@@ -176,7 +177,7 @@ def test_only_whole_consecutive_rows_of_a_read_only_array_read_its_column_major_
     not for a K-major read, a column slice, every other row, another dtype's view of the bytes, or
     an array elsewhere."""
     import autogemm
-    from nn.backends.cupy_backend import k_major_operand
+    from nn.backends.storage import k_major_operand
 
     x = np.arange(24, dtype=np.float32).reshape(6, 4)                           # X: (6, 4)
     copy = autogemm.empty_column_major(x.shape, x.dtype, np)

@@ -219,13 +219,13 @@ def test_a_network_too_large_for_memory_is_one_line(tmp_path, fake_dir):
 def test_a_cnn_too_large_for_memory_is_refused_before_its_weights_exist(monkeypatch, capsys, fake_dir, spec, words):
     """The check ran after init_cnn_params: 3.5 GB and 14 s of weights for conv65536x3's dense layer, a
     32 GiB allocation for dense65536,dense65536 (then a message naming --hidden)."""
-    from nn import cnn, train
+    from nn import cnn, train, trainer
 
     def allocate(*args):
         raise AssertionError("weights allocated before the memory check")
 
     monkeypatch.setattr(cnn, "init_cnn_params", allocate)
-    monkeypatch.setattr(train, "host_free_bytes", lambda: 16 << 30)
+    monkeypatch.setattr(trainer, "host_free_bytes", lambda: 16 << 30)
     assert train.main(["--data-dir", fake_dir, "--dataset", "mnist", "--layers", spec, "--no-log"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {words}") and err.count("\n") == 1, err
@@ -384,11 +384,11 @@ def test_more_ranks_than_test_images(tmp_path, model, parallel):
     assert re.fullmatch(r"test accuracy [0-9.]+% \([01]/1\)\n", r.stdout), r.stdout
 
 
-# _split on 2 ranks of a GPU backend (faked: its name alone is read) whose tuned file rank 0 alone reads
+# choose_split on 2 ranks of a GPU backend (faked: its name alone is read) whose tuned file rank 0 alone reads
 SPLIT_ON_RANK_0_FAILS = """
 from types import SimpleNamespace
 import autogemm
-from nn import train
+from nn import train, trainer
 from nn.dist import maybe_init_dist
 
 dist = maybe_init_dist()
@@ -398,7 +398,7 @@ autogemm.has_records = unreadable if dist.rank == 0 else None     # the other ra
 args = train.build_parser().parse_args(["--use-tuned"])
 backend = SimpleNamespace(name="cupy", device_name="NVIDIA H100 80GB HBM3")
 try:
-    train._agreed(dist, lambda: train._split(train.resolve(args), args, dist, backend, (784, 1000, 10), "nccl"))
+    trainer.agreed(dist, lambda: trainer.choose_split(train.run_config(args), dist, backend, (784, 1000, 10), "nccl"))
 except train.RanksFailed as e:
     open(f"rank{dist.rank}.txt", "w").write(str(e))      # a file each: the ranks' prints may interleave
 """

@@ -15,7 +15,7 @@ __all__ = ["ACTIVATIONS", "BACKENDS", "DTYPES", "EPILOGUES", "PRECISIONS", "Back
 BACKENDS = {
     "numpy": "nn.backends.numpy_backend:NumpyBackend",
     "cupy": "nn.backends.cupy_backend:CupyBackend",
-    "cublas": "nn.backends.cupy_backend:CublasBackend",
+    "cublas": "nn.backends.cublas_backend:CublasBackend",
 }
 
 
