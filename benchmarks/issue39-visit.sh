@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Issue 39 (the house's second pass) and issue 40's baseline on one GPU. From the repository root:
-#   source .device/env.sh && bash benchmarks/issue39-visit.sh check|first-calls
+#   source .device/env.sh && bash benchmarks/issue39-visit.sh check|rest TEST...|first-calls [ARITHMETIC...]
 # check: the gpu-marked tests of what the pass moved (the measures, the trainer's backends, storage
 # policy and cuBLAS baseline), then the trainer's ms an epoch on this tree against the tree before
 # the pass (.device/base: `git archive 572928c kernels nn autogemm tuned`), the same visit.
+# rest: the gpu-marked tests of the files given (what check's time left).
 # first-calls: issue 40's public set of GEMM shapes untuned (an empty store) at each precision and
 # on bfloat16 arrays against cuBLAS, times and errors (`autogemm bench --untuned`).
 # Everything lands in $OUT/issue39.tar.gz; a table last.
@@ -45,18 +46,20 @@ for key in sorted(set(before) | set(after)):
 PY
 }
 
-first_calls() {
-    for p in fp32 tf32 bf16; do
-        timeout 170 python -m autogemm.cli bench --untuned --shapes $SHAPES --precision $p --reps 30 \
-            --json "$work/untuned-$p.json" > "$work/untuned-$p.txt" 2>&1 || echo "bench $p: exit $?"
+first_calls() {   # [arithmetic...]: fp32, tf32, bf16 (precisions of float32 arrays), bfloat16 (arrays)
+    for a in "${@:-fp32 tf32 bf16 bfloat16}"; do
+        local how=(--precision "$a")
+        [ "$a" = bfloat16 ] && how=(--dtype bfloat16)
+        timeout 170 python -m autogemm.cli bench --untuned --shapes $SHAPES "${how[@]}" --reps 30 \
+            --json "$work/untuned-$a.json" > "$work/untuned-$a.txt" 2>&1 || echo "bench $a: exit $?"
     done
-    timeout 110 python -m autogemm.cli bench --untuned --shapes $SHAPES --dtype bfloat16 --reps 30 \
-        --json "$work/untuned-bfloat16.json" > "$work/untuned-bfloat16.txt" 2>&1 || echo "bench bfloat16: exit $?"
     python3 - "$work" <<'PY'
 import json, sys
 work = sys.argv[1]
 print(f"{'arith':9} {'shape':22} {'call runs':28} {'vs cuBLAS':>9} {'err/cuBLAS':>10} {'best family':>24} {'vs cuBLAS':>9}")
 for name in ("fp32", "tf32", "bf16", "bfloat16"):
+    if not __import__("os").path.exists(f"{work}/untuned-{name}.json"):
+        continue
     try:
         results = json.load(open(f"{work}/untuned-{name}.json"))["results"]
     except Exception as exc:
@@ -76,7 +79,9 @@ PY
 
 case "${1:-check}" in
     check) check ;;
-    first-calls) first_calls ;;
-    *) echo "usage: $0 check|first-calls" >&2; exit 2 ;;
+    rest) timeout 250 python -m pytest -q -m gpu "${@:2}" > "$work/pytest-gpu-rest.txt" 2>&1
+          tail -3 "$work/pytest-gpu-rest.txt" ;;
+    first-calls) first_calls "${@:2}" ;;
+    *) echo "usage: $0 check|rest TEST...|first-calls [ARITHMETIC...]" >&2; exit 2 ;;
 esac
 tar -czf "$out/issue39.tar.gz" -C "$out" issue39
