@@ -47,7 +47,9 @@ PY
 }
 
 first_calls() {   # [arithmetic...]: fp32, tf32, bf16 (precisions of float32 arrays), bfloat16 (arrays)
-    for a in "${@:-fp32 tf32 bf16 bfloat16}"; do
+    local list=("$@")
+    [ ${#list[@]} -eq 0 ] && list=(fp32 tf32 bf16 bfloat16)
+    for a in "${list[@]}"; do
         local how=(--precision "$a")
         [ "$a" = bfloat16 ] && how=(--dtype bfloat16)
         timeout 170 python -m autogemm.cli bench --untuned --shapes $SHAPES "${how[@]}" --reps 30 \
