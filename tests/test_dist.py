@@ -126,7 +126,8 @@ def test_mpi_staged_on_the_gpu_stream_equals_one_process(tmp_path, fake_dir):
               "--hidden", "16", "8", "--activation", "sigmoid"]
     one = run_train(tmp_path, *common, "--quiet", "--checkpoint", tmp_path / "one.npz")
     assert one.returncode == 0, one.stderr
-    runs = {"overlap": [], "after": ["--no-overlap"], "model": ["--parallel", "model", "--hidden", "16"],
+    runs = {"overlap": ["--parallel", "data"], "after": ["--parallel", "data", "--no-overlap"],
+            "model": ["--parallel", "model", "--hidden", "16"],
             "model-eager": ["--parallel", "model", "--hidden", "16", "--no-graph"]}
     for name, flags in runs.items():
         out = run_train(tmp_path, *common, "--backend", "cupy", *flags, "--checkpoint", tmp_path / f"{name}.npz",

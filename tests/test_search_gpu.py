@@ -55,7 +55,7 @@ def test_two_gemm_shapes_are_tuned_stored_and_used(folders, capsys):
         value, magnitude, _ = gemm.reference(gemm.Problem(m, n, k, trans_b=True), a, b)["d"]
         assert compare(cupy.asnumpy(out), value, magnitude, k, np.float32).ok
 
-    assert cli.main(["show", str(folders / "tuned")]) == 0
+    assert cli.main(["show", "--all", str(folders / "tuned")]) == 0
     assert "800x10x1000" in capsys.readouterr().out
 
 
