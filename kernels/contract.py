@@ -111,7 +111,9 @@ class KernelFamily(Protocol):
     epilogue by its layout's records tuned without one, after its own); and one whose own kernels
     compute at precisions beyond fp32 declares KERNEL_PRECISIONS (what tune --precision tunes); one
     whose configs launch other templates' kernels too declares helper_templates(cfg), their files
-    (their code is part of a tuned record's hash)."""
+    (their code is part of a tuned record's hash); another implementation of a call declares CALL,
+    that call's name, and may declare untuned_first(problem): whether it runs a call that no record
+    serves before the implementations listed before it."""
 
     NAME: str                   # the family's name: registry key, tuned records' family, instance names
     TEMPLATE: str               # the template file, in this folder

@@ -287,6 +287,32 @@ def test_a_stale_record_competes_on_time_with_an_exact_one(monkeypatch):
     assert implementation("conv2d", problem, None, H100) == "conv2d"
 
 
+def test_an_untuned_gemm_at_tf32_or_bf16_runs_on_hopper_tensor_cores(tuned):
+    """With no record for either family, a tf32 or bf16 call runs gemm_wgmma at its precision where
+    it can (FP32 FMAs took 1.0x-8.5x cuBLAS TF32's time, benchmarks/issue39-h100/first-calls); an
+    fp32 call, and one whose rows wgmma cannot copy (not 16-byte aligned), the tiled family."""
+    from autogemm.ops.kernels import implementation
+
+    lookup.reload()
+    for precision in ("tf32", "bf16"):
+        problem = gemm_problem(1024, 1024, 1024, "nn", precision=precision)
+        assert implementation("gemm", problem, None, H100) == "gemm_wgmma"
+        assert family("gemm_wgmma").default(problem, H100).math == "tf32"
+        assert implementation("gemm", problem, "default", H100) == "gemm"
+        assert implementation("gemm", gemm_problem(777, 555, 333, "nt", precision=precision), None, H100) == "gemm"
+    assert implementation("gemm", gemm_problem(1024, 1024, 1024, "nn"), None, H100) == "gemm"
+
+
+def test_a_record_beats_an_untuned_preference(tuned):
+    """A tf32 call served by the tiled family's record (a float32 one of its shape) keeps it: a record's
+    rank comes before any untuned preference."""
+    from autogemm.ops.kernels import implementation
+
+    write_store(tuned, [record((1024, 1024, 1024), op="nn")])
+    lookup.reload()
+    assert implementation("gemm", gemm_problem(1024, 1024, 1024, "nn", precision="tf32"), None, H100) == "gemm"
+
+
 # ---- precision tf32 -----------------------------------------------------------------------------
 WGMMA = dict(bm=128, bn=128, warpgroups=2, stages=3, inflight=1, split_k=1, producer=0, tma=0, pretranspose=0, cluster_m=1,
              cluster_n=1, persistent=0)

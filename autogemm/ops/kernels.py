@@ -51,7 +51,8 @@ def implementation(call: str, problem, config: Mapping | str | None, device: Dev
     config None, the one whose lookup is best known (a record of this shape, exact or stale, then
     nearest, then default), the faster record between two of this shape (for a GEMM with an
     epilogue, timed with it where each family has such a record: `autogemm tune` tunes every
-    family with it), the first listed on a tie, among those that can run `problem` on `device`
+    family with it), the first listed on a tie (untuned: the first whose module puts it first,
+    `untuned_first`), among those that can run `problem` on `device`
     (the first listed where none can: its error says why); "default": the first listed that can;
     a mapping: the family whose parameters it names."""
     names = IMPLEMENTATIONS.get(call, (call,))
@@ -67,7 +68,9 @@ def implementation(call: str, problem, config: Mapping | str | None, device: Dev
             _implementations[key] = runnable[0]
         else:
             choices = [(name, lookup.choose(name, problem, device)) for name in runnable]
-            _implementations[key] = min(choices, key=lambda nc: nc[1].rank)[0]
+            untuned_first = {name: family(name).untuned_first(problem) for name in runnable}
+            _implementations[key] = min(choices, key=lambda nc: (nc[1].rank, nc[1].source != "default"
+                                                                 or not untuned_first[nc[0]]))[0]
     return _implementations[key]
 
 

@@ -102,6 +102,10 @@ class Family:
         return source_hash(self.module.TEMPLATE, args, getattr(self.module, "COMPILE_OPTIONS", ()),
                            self.helper_templates(cfg))
 
+    def untuned_first(self, problem) -> bool:
+        """Whether, untuned, this family runs `problem`'s call before those listed before it (kernels.contract)."""
+        return getattr(self.module, "untuned_first", lambda p: False)(problem)
+
     def helper_templates(self, cfg: Config) -> tuple[str, ...]:
         """The templates of the kernels `cfg` launches besides its own (kernels.contract)."""
         return getattr(self.module, "helper_templates", lambda c: ())(cfg)

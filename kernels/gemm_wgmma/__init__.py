@@ -52,6 +52,12 @@ STAGE_ROW_BYTES = 128  # a stage's K-major tile row: BK k (k_step) of the operan
 SWIZZLE_ALIGN = 1024  # the dynamic shared memory is aligned up to this in the kernel
 
 
+def untuned_first(p: Problem) -> bool:
+    """A call at tf32 or bf16 that no record serves runs here before the tiled family: products at
+    its precision on tensor cores, against FP32 FMAs (benchmarks/issue39-h100/first-calls)."""
+    return p.precision != "fp32"
+
+
 def helper_templates(c) -> tuple[str, ...]:
     """A pretransposed config's time includes the transpose kernel's."""
     return ("transpose/transpose.cu.j2",) if c.pretranspose else ()

@@ -3,18 +3,18 @@ declares the space and the constraints; the heuristics that pick points of it li
 """
 import itertools
 
-from kernels.contract import block_waves, ceil_div, keeps
+from kernels.contract import ceil_div, keeps
 from kernels.gemm.call import serves
 
 
 def candidates(p, d, params: dict, constraints: tuple, math_precision: dict, mn_major: tuple[bool, bool]):
     """Tiles by the work of the busiest SM (busiest_sm_cost: its whole waves of blocks, each
-    costing its products and its loads), larger tiles first among equals; for each math and
+    costing its products and its loads, over its slice of K), larger tiles first among equals; for each math and
     pretranspose in turn, every tile's first config that fits before any tile's second (the search
     seeds itself with the first few: tiles, not stage counts, matter most).
     A tile's configs: the most stages that fit first, two warpgroups before one, a producer copying
     by TMA before the one loop before a producer copying by cp.async, wgmmas in flight before not,
-    K unsplit (the search tries split-K), M/N-major float32 operands pretransposed or not as the
+    K unsplit unless its tiles leave most SMs idle (split_for), M/N-major float32 operands pretransposed or not as the
     math prefers; bfloat16 operands take bf16 products, float32 ones the maths their precision
     allows, fastest first as measured (bf16's rounding pass costs more than its k16 products save:
     benchmarks/issue18-h100/ops-bf16). Where 128 x 128 tiles outnumber the SMs, persistent blocks
@@ -54,16 +54,33 @@ def _first_fitting(configs, p, d, constraints: tuple) -> dict | None:
 LOAD_COST = 35
 
 
-def busiest_sm_cost(bm: int, bn: int, p, d) -> int:
-    """The busiest SM's work per k-step, one BM x BN block an SM at a time: its whole waves of
-    blocks times a block's cost (products and LOAD_COST)."""
-    return block_waves(bm, bn, p, d) * (bm * bn + LOAD_COST * (bm + bn))
+# Split-K only leaves each slice this much of K: shorter slices spend more on the reduction and the
+# pipeline's fill than the idle SMs they would take.
+MIN_SLICE_K = 512
+
+
+def split_for(bm: int, bn: int, p, d, splits: tuple[int, ...]) -> int:
+    """Slices of K for BM x BN tiles: the most of `splits` whose blocks (tiles times slices) still
+    fit one wave where the tiles alone leave at least half the SMs idle, each slice keeping
+    MIN_SLICE_K of K; else 1 (256x256x8192: 64 x 32 tiles, 32 blocks of 132 SMs, in 4 slices)."""
+    tiles = ceil_div(p.m, bm) * ceil_div(p.n, bn)
+    if 2 * tiles > d.sm_count:
+        return 1
+    return max((s for s in splits if tiles * s <= d.sm_count and p.k // s >= MIN_SLICE_K), default=1)
+
+
+def busiest_sm_cost(bm: int, bn: int, p, d, split: int = 1) -> float:
+    """The busiest SM's work, one BM x BN block an SM at a time: its whole waves of blocks (of each
+    slice of K) times a block's cost per k-step (products and LOAD_COST) times the steps of a slice."""
+    waves = ceil_div(ceil_div(p.m, bm) * ceil_div(p.n, bn) * split, d.sm_count)
+    return waves * (bm * bn + LOAD_COST * (bm + bn)) * p.k / split
 
 
 def _one_tile_a_block(p, d, params: dict, constraints: tuple, math_precision: dict, mn_major: tuple[bool, bool]):
     """candidates' configs of blocks that take one tile each, in its order."""
-    tiles = sorted(itertools.product(params["bm"], params["bn"]),
-                   key=lambda t: (busiest_sm_cost(*t, p, d), -t[0] * t[1]))
+    splits = {(bm, bn): split_for(bm, bn, p, d, params["split_k"])
+              for bm, bn in itertools.product(params["bm"], params["bn"])}
+    tiles = sorted(splits, key=lambda t: (busiest_sm_cost(*t, p, d, splits[t]), -t[0] * t[1]))
     maths = ["bf16"] if p.bf16_operands else [m for m in ("tf32", "bf16", "3xtf32")
                                               if serves(math_precision[m], p.precision)]
     # (producer, tma): a producer copying by TMA first, faster than both other pipelines on 13 of the
@@ -75,7 +92,7 @@ def _one_tile_a_block(p, d, params: dict, constraints: tuple, math_precision: di
     for math in maths:
         for pretranspose in pretransposes.get(math, (0,)):
             configs = [[{"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math,
-                         "inflight": inflight, "split_k": 1, "producer": producer, "tma": tma,
+                         "inflight": inflight, "split_k": splits[bm, bn], "producer": producer, "tma": tma,
                          "pretranspose": pretranspose, "cluster_m": 1, "cluster_n": 1, "persistent": 0}
                         for warpgroups, (producer, tma), stages, inflight in itertools.product(
                             (2, 1), pipelines, reversed(params["stages"]), (1, 0))]
