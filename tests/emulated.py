@@ -11,9 +11,12 @@ Arguments are what the GPU launch passes: NumPy arrays in place of device arrays
 the kernel parameter's type, np.uint64(0) for a null pointer, and tensor maps
 (autogemm.runtime.tensor_map.TensorMap) of arrays among the arguments, which the emulator encodes.
 """
+import atexit
 import re
 import shutil
 import subprocess
+import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -155,6 +158,26 @@ int main() {{
 '''
 
 
+FLAGS = ("-std=c++20", "-O1", "-pthread", "-Wno-unknown-pragmas")
+_PCH_LOCK = threading.Lock()
+_PCH_DIRS: dict[tuple[str, ...], Path | None] = {}
+
+
+def _pch_dir(defines: tuple[str, ...]) -> Path | None:
+    """A folder holding cuda_emu.h.gch, cuda_emu.h precompiled with FLAGS and `defines`, built once a
+    session (g++ spends about as long on the header's includes as on a program's kernels); searched
+    before HEADER_DIR, it stands in for the header. None where g++ cannot precompile it: the header then."""
+    with _PCH_LOCK:
+        if defines not in _PCH_DIRS:
+            folder = Path(tempfile.mkdtemp(prefix="cuda_emu_pch_"))
+            atexit.register(shutil.rmtree, folder, True)
+            build = subprocess.run([GXX, *FLAGS, *(f"-D{d}" for d in defines), "-x", "c++-header",
+                                    str(HEADER_DIR / "cuda_emu.h"), "-o", str(folder / "cuda_emu.h.gch")],
+                                   capture_output=True, text=True)
+            _PCH_DIRS[defines] = None if build.returncode else folder
+        return _PCH_DIRS[defines]
+
+
 def _build_and_run(launches: list[Launch], workdir: Path, defines: tuple[str, ...]):
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "main.cpp").write_text(_program(launches))
@@ -163,7 +186,8 @@ def _build_and_run(launches: list[Launch], workdir: Path, defines: tuple[str, ..
         for i, a in enumerate(launch.args):
             if isinstance(a, np.ndarray):
                 (workdir / f"l{j}_arg{i}.bin").write_bytes(np.ascontiguousarray(a).tobytes())
-    build = subprocess.run([GXX, "-std=c++20", "-O1", "-pthread", "-Wno-unknown-pragmas", f"-I{HEADER_DIR}",
+    pch = _pch_dir(defines)
+    build = subprocess.run([GXX, *FLAGS, *([f"-I{pch}"] if pch else []), f"-I{HEADER_DIR}",
                             *(f"-D{d}" for d in defines), "main.cpp", "-o", "kernel"], cwd=workdir, capture_output=True, text=True)
     if build.returncode:
         raise RuntimeError(f"{names}: g++ failed:\n{build.stderr[:3000]}")

@@ -207,14 +207,17 @@ NAIVE_MATRIX = gemm_matrix("gemm_naive")
 GEMM_SAMPLE = gemm_sample() + gemm_sample(TF32X3_SPACE, ("float32",))
 SMALL = small_families()
 WGMMA = wgmma_sample()
-ALL = list({i.name: i for i in GEMM_MATRIX + NAIVE_MATRIX + GEMM_SAMPLE + SMALL + WGMMA}.values())
 
 
-@pytest.fixture(scope="module")
-def compiled(tmp_path_factory):
-    usage, errors = compile_all(ALL, tmp_path_factory.mktemp("nvcc"))
-    assert not errors, "nvcc failed:\n" + "\n".join(errors)
-    return usage
+@pytest.fixture
+def compiled(tmp_path):
+    """compiled(instances): their ptxas usage, each test compiling its own (pytest-xdist's workers
+    share the sample's compiling out between them)."""
+    def compile_(instances):
+        usage, errors = compile_all(list({i.name: i for i in instances}.values()), tmp_path)
+        assert not errors, "nvcc failed:\n" + "\n".join(errors)
+        return usage
+    return compile_
 
 
 def assert_compiled_without_spills(instances, usage):
@@ -242,7 +245,7 @@ def test_sample_covers_the_space():
 
 def test_gemm_every_dtype_op_epilogue_compiles(compiled):
     assert len(GEMM_MATRIX) == 2 * 4 * len(gemm.EPILOGUES) * 2
-    assert_compiled_without_spills(GEMM_MATRIX, compiled)
+    assert_compiled_without_spills(GEMM_MATRIX, compiled(GEMM_MATRIX))
 
 
 def test_gemm_wgmma_sample_compiles_without_spills(compiled):
@@ -253,19 +256,19 @@ def test_gemm_wgmma_sample_compiles_without_spills(compiled):
     assert {c.math for c in configs} == set(family("gemm_wgmma").params["math"])
     assert {(c.producer, c.tma) for c in configs} == {(0, 0), (1, 0), (1, 1)}   # the pipelines and their copies
     assert {i.name.split("_")[2] for i in WGMMA} == {"f32", "bf16"}          # operand types
-    assert_compiled_without_spills(WGMMA, compiled)
+    assert_compiled_without_spills(WGMMA, compiled(WGMMA))
 
 
 def test_gemm_naive_every_dtype_op_epilogue_compiles(compiled):
-    assert_compiled_without_spills(NAIVE_MATRIX, compiled)
+    assert_compiled_without_spills(NAIVE_MATRIX, compiled(NAIVE_MATRIX))
 
 
 def test_gemm_sampled_configs_compile_without_spills(compiled):
     """The register estimate is conservative: no config it lets through spills or runs out."""
-    assert_compiled_without_spills(GEMM_SAMPLE, compiled)
-    assert all(compiled[i.name].registers <= min(255, H100.regs_per_block // gemm.threads(i.config))
+    assert_compiled_without_spills(GEMM_SAMPLE, usage := compiled(GEMM_SAMPLE))
+    assert all(usage[i.name].registers <= min(255, H100.regs_per_block // gemm.threads(i.config))
                for i in GEMM_SAMPLE)
 
 
 def test_small_families_compile(compiled):
-    assert_compiled_without_spills(SMALL, compiled)
+    assert_compiled_without_spills(SMALL, compiled(SMALL))

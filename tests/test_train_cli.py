@@ -258,7 +258,7 @@ def test_any_non_negative_seed_is_a_seed():
 def test_ctrl_c_is_one_line_exit_130_and_the_resume_it_names_works(tmp_path, fake_dir):
     """SIGINT as a terminal sends it, mid-run: the finished epochs are in the checkpoint, and the
     command the message gives continues to the weights of an uninterrupted run."""
-    args = fake_run(fake_dir, "--epochs", 400, "--batch", 10, "--checkpoint", "ck.npz", "--no-log")
+    args = fake_run(fake_dir, "--epochs", 4000, "--batch", 10, "--checkpoint", "ck.npz", "--no-log")
     args.remove("--quiet")
     proc = subprocess.Popen([sys.executable, "-m", "nn.train", *args], cwd=tmp_path, env=env(tmp_path),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -271,7 +271,7 @@ def test_ctrl_c_is_one_line_exit_130_and_the_resume_it_names_works(tmp_path, fak
     assert re.fullmatch(rf"interrupted (in epoch {done + 1}|after epoch {done}); epochs 1\.\.{done} are in ck\.npz; "
                         r"resume with: python -m nn\.train .* --resume\n", err), err
     command = shlex.split(err.split("resume with: ")[1])
-    command[command.index("400")] = str(done + 1)          # one more epoch, not 400
+    command[command.index("4000")] = str(done + 1)         # one more epoch, not 4000
     resumed = subprocess.run([sys.executable, *command[1:]], cwd=tmp_path, env=env(tmp_path), capture_output=True,
                              text=True, timeout=60)
     assert resumed.returncode == 0 and checkpoint.load(tmp_path / "ck.npz").epoch == done + 1, resumed.stderr
