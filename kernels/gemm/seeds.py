@@ -26,13 +26,18 @@ _TC_TILES = ((128, 64, 16, 8), (64, 128, 8, 16), (64, 64, 16, 8))
 
 def candidates(p, d, params: dict, constraints: tuple):
     """Sound configs without tuning, best guess first (autogemm takes the first valid one):
-    the largest tile that still gives every SM a block; when even the smallest tiles leave SMs
-    idle, split-K up to two blocks per SM while each slice keeps at least 64 of K; then smaller
+    the largest tile that still gives every SM a block (with K long against the output, counting
+    up to 16 slices of K); where its tiles leave SMs idle, split-K up to two blocks per SM while
+    each slice keeps at least 64 of K; then smaller
     and plainer fallbacks. Then more places for the search to start from. The tiles, BK and stages
     are those that won sweeps and searches of the MLP's shapes and 4096^3 (benchmarks/)."""
     vec = min(4, 16 // p.itemsize, p.vec_a, p.vec_b)
+    # Where K is long against the output (8 times its longer side), the tile that fills the SMs in
+    # at most 16 slices of K, not in tiles alone: tiny tiles in one slice ran 256x256x8192 at 2.7x
+    # cuBLAS's time and 9x its error (benchmarks/issue39-h100/first-calls).
+    slices = 16 if p.k >= 8 * max(p.m, p.n) else 1
     chosen = next((t for t in _DEFAULT_TILES
-                   if ceil_div(p.m, t[0]) * ceil_div(p.n, t[1]) >= d.sm_count), _DEFAULT_TILES[-1])
+                   if ceil_div(p.m, t[0]) * ceil_div(p.n, t[1]) * slices >= d.sm_count), _DEFAULT_TILES[-1])
     start = _DEFAULT_TILES.index(chosen)
     for bm, bn, ty, tx, tm, tn, copy, bk, stages in _DEFAULT_TILES[start:]:
         tiles = ceil_div(p.m, bm) * ceil_div(p.n, bn)
