@@ -583,3 +583,13 @@ def test_wgmma_defaults_split_k_where_few_tiles_leave_most_sms_idle():
         assert fam.default(gemm.Problem.contiguous(m, n, k, trans_b=True, precision="tf32"), H100).split_k == 1
     assert split_for(64, 32, long_k, H100, (1, 2, 3, 4, 6)) == 4
     assert split_for(64, 32, gemm.Problem.contiguous(256, 256, 1024, precision="tf32"), H100, (1, 2, 3, 4, 6)) == 2
+
+
+def test_the_tiled_default_on_long_k_fills_the_sms_with_slices_of_k():
+    """K at least 8 times the output's longer side: the tile that fills the SMs in up to 16 slices of
+    K (64 x 64, 16 slices, on 256x256x8192), not the 16 x 16 tile that fills them in one; shorter K
+    keeps the tile that fills them alone."""
+    long_k = GEMM.default(gemm.Problem.contiguous(256, 256, 8192, trans_a=True), H100)
+    assert (long_k.bm, long_k.bn, long_k.split_k) == (64, 64, 16)
+    short = GEMM.default(gemm.Problem.contiguous(256, 256, 2047, trans_a=True), H100)
+    assert (short.bm, short.bn, short.split_k) == (16, 16, 1)
