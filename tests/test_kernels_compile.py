@@ -263,12 +263,17 @@ def test_gemm_naive_every_dtype_op_epilogue_compiles(compiled):
     assert_compiled_without_spills(NAIVE_MATRIX, compiled(NAIVE_MATRIX))
 
 
-def test_gemm_sampled_configs_compile_without_spills(compiled):
-    """The register estimate is conservative: no config it lets through spills or runs out."""
-    assert_compiled_without_spills(GEMM_SAMPLE, usage := compiled(GEMM_SAMPLE))
-    assert all(usage[i.name].registers <= min(255, H100.regs_per_block // gemm.threads(i.config))
-               for i in GEMM_SAMPLE)
+@pytest.mark.parametrize("part", range(4))
+def test_gemm_sampled_configs_compile_without_spills(compiled, part):
+    """The register estimate is conservative: no config it lets through spills or runs out (the
+    sample in four parts, which pytest-xdist's workers share)."""
+    sample = GEMM_SAMPLE[part::4]
+    assert_compiled_without_spills(sample, usage := compiled(sample))
+    assert all(usage[i.name].registers <= min(255, H100.regs_per_block // gemm.threads(i.config)) for i in sample)
 
 
-def test_small_families_compile(compiled):
-    assert_compiled_without_spills(SMALL, compiled(SMALL))
+@pytest.mark.parametrize("name", sorted({i.family for i in SMALL}))
+def test_small_families_compile(compiled, name):
+    """Each family apart, so that pytest-xdist's workers share them."""
+    instances = [i for i in SMALL if i.family == name]
+    assert_compiled_without_spills(instances, compiled(instances))
