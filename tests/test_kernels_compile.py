@@ -7,6 +7,7 @@ share names) after a #line marker naming it, in two nvcc processes at a time: 2.
 one file per instance (0.17 s an instance on 2 cores, about 30 s for the whole sample). ptxas's
 --resource-usage report gives each kernel's registers and spills.
 """
+import functools
 import itertools
 import re
 import shutil
@@ -18,7 +19,7 @@ import pytest
 
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import family
-from kernels import adam, elementwise, gemm, linear_backward, linear_xent, pool2x2, to_bf16
+from kernels import REGISTRY, adam, elementwise, gemm, linear_backward, linear_xent, pool2x2, to_bf16
 from kernels.contract import RowsProblem
 from kernels.gemm.call import LAYOUTS
 
@@ -202,11 +203,17 @@ def compile_all(instances: list, workdir) -> tuple[dict[str, Usage], list[str]]:
 
 
 # ---- tests ----------------------------------------------------------------------------------
-GEMM_MATRIX = gemm_matrix("gemm")
-NAIVE_MATRIX = gemm_matrix("gemm_naive")
-GEMM_SAMPLE = gemm_sample() + gemm_sample(TF32X3_SPACE, ("float32",))
-SMALL = small_families()
-WGMMA = wgmma_sample()
+@functools.cache
+def rendered(kind: str) -> list:
+    """The instances of one kind, rendered on first use: each pytest-xdist worker renders only what
+    its own tests compile."""
+    return {"gemm": lambda: gemm_matrix("gemm"), "naive": lambda: gemm_matrix("gemm_naive"),
+            "sample": lambda: gemm_sample() + gemm_sample(TF32X3_SPACE, ("float32",)),
+            "small": small_families, "wgmma": wgmma_sample}[kind]()
+
+
+# The families small_families() renders: all but the two tiled GEMMs, which have tests of their own.
+SMALL_FAMILIES = sorted(set(REGISTRY) - {"gemm", "gemm_wgmma"})
 
 
 @pytest.fixture
@@ -228,52 +235,49 @@ def assert_compiled_without_spills(instances, usage):
 
 
 def test_sample_covers_the_space():
-    configs = [i.config for i in GEMM_SAMPLE]
+    configs = [i.config for i in rendered("sample")]
     for key, wanted in (("vec", {1, 2, 4}), ("copy", {"regs", "async"}), ("stages", {1, 2, 3, 4}),
                         ("pad", {False, True}), ("math", {"fma", "3xtf32"})):
         assert {c[key] for c in configs} == wanted, key
     assert any(c.split_k > 1 for c in configs)
-    assert {"_even_" in i.name for i in GEMM_SAMPLE} == {True, False}
-    assert {"_even_" in i.name for i in GEMM_MATRIX} == {True, False}
-    assert {i.family for i in SMALL} == {"gemm_naive", "elementwise", "softmax_xent", "colsum", "linear_xent",
-                                         "linear_backward", "conv2d",
-                                         "conv2d_dgrad", "conv2d_wgrad", "conv2d_direct", "conv2d_dgrad_direct",
-                                         "conv2d_wgrad_direct", "pool2x2", "adam", "to_bf16", "transpose"}
-    heads = [i.config for i in SMALL if i.family == "linear_xent"]
+    assert {"_even_" in i.name for i in rendered("sample")} == {True, False}
+    assert {"_even_" in i.name for i in rendered("gemm")} == {True, False}
+    assert {i.family for i in rendered("small")} == set(SMALL_FAMILIES)    # every family but the tiled GEMMs
+    heads = [i.config for i in rendered("small") if i.family == "linear_xent"]
     assert {c.w_smem for c in heads} == {False, True} and {c.vec for c in heads} == {1, 2, 4}
 
 
 def test_gemm_every_dtype_op_epilogue_compiles(compiled):
-    assert len(GEMM_MATRIX) == 2 * 4 * len(gemm.EPILOGUES) * 2
-    assert_compiled_without_spills(GEMM_MATRIX, compiled(GEMM_MATRIX))
+    assert len(rendered("gemm")) == 2 * 4 * len(gemm.EPILOGUES) * 2
+    assert_compiled_without_spills(rendered("gemm"), compiled(rendered("gemm")))
 
 
 def test_gemm_wgmma_sample_compiles_without_spills(compiled):
-    configs = [i.config for i in WGMMA]
+    configs = [i.config for i in rendered("wgmma")]
     assert {c.stages for c in configs} == set(family("gemm_wgmma").params["stages"])
     assert {c.warpgroups for c in configs} == {1, 2} and len({c.bn for c in configs}) >= 5
-    assert {i.name.split("_")[3] for i in WGMMA} == set(LAYOUTS)
+    assert {i.name.split("_")[3] for i in rendered("wgmma")} == set(LAYOUTS)
     assert {c.math for c in configs} == set(family("gemm_wgmma").params["math"])
     assert {(c.producer, c.tma) for c in configs} == {(0, 0), (1, 0), (1, 1)}   # the pipelines and their copies
-    assert {i.name.split("_")[2] for i in WGMMA} == {"f32", "bf16"}          # operand types
-    assert_compiled_without_spills(WGMMA, compiled(WGMMA))
+    assert {i.name.split("_")[2] for i in rendered("wgmma")} == {"f32", "bf16"}          # operand types
+    assert_compiled_without_spills(rendered("wgmma"), compiled(rendered("wgmma")))
 
 
 def test_gemm_naive_every_dtype_op_epilogue_compiles(compiled):
-    assert_compiled_without_spills(NAIVE_MATRIX, compiled(NAIVE_MATRIX))
+    assert_compiled_without_spills(rendered("naive"), compiled(rendered("naive")))
 
 
 @pytest.mark.parametrize("part", range(4))
 def test_gemm_sampled_configs_compile_without_spills(compiled, part):
     """The register estimate is conservative: no config it lets through spills or runs out (the
     sample in four parts, which pytest-xdist's workers share)."""
-    sample = GEMM_SAMPLE[part::4]
+    sample = rendered("sample")[part::4]
     assert_compiled_without_spills(sample, usage := compiled(sample))
     assert all(usage[i.name].registers <= min(255, H100.regs_per_block // gemm.threads(i.config)) for i in sample)
 
 
-@pytest.mark.parametrize("name", sorted({i.family for i in SMALL}))
+@pytest.mark.parametrize("name", SMALL_FAMILIES)
 def test_small_families_compile(compiled, name):
     """Each family apart, so that pytest-xdist's workers share them."""
-    instances = [i for i in SMALL if i.family == name]
+    instances = [i for i in rendered("small") if i.family == name]
     assert_compiled_without_spills(instances, compiled(instances))
