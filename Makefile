@@ -23,7 +23,7 @@ train: data  ## train the default MLP (784-1000-10) on Fashion-MNIST
 	$(PY) -m nn.train $(ARGS)
 
 test: data  ## the CPU test suite on two pytest-xdist workers (GPU tests skip without a device)
-	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2
+	$(PY) -m pytest -q -n 2
 
 test-gpu:  ## on a GPU machine: the gpu-marked tests
 	$(PYTHON) -m pytest -q -m gpu
