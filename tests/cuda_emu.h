@@ -2,9 +2,12 @@
 // (tests/emulated.py, which also turns each inline PTX statement into a call of emu::ptx).
 //
 // Blocks run one cluster after another, a cluster's blocks (1 without __cluster_dims__) together;
-// a block's threads are OS threads. __syncthreads is a barrier of the block, a warp shuffle a store
-// to the warp's slots between two barriers of the warp, atomicAdd a locked add. A thread that
-// returns drops out of its barriers, as an exited CUDA thread stops counting for __syncthreads.
+// their threads are fibers of one OS thread, each running until it waits on something not yet
+// there and then handing over to the next (round robin): a wait costs a switch, not a system call,
+// and a round in which every thread waits and none arrives anywhere is reported as a deadlock.
+// __syncthreads is a barrier of the block, a warp shuffle a store to the warp's slots between two
+// barriers of the warp. A thread that returns drops out of its barriers, as an exited CUDA thread
+// stops counting for __syncthreads.
 // __shared__ variables are static: the blocks of one cluster share them (no clustered kernel has any).
 //
 // The PTX the GEMM uses: cp.async copies are queued per thread and done at the wait_group that
@@ -16,7 +19,7 @@
 // rows) as it is issued, each thread summing its own accumulators of the 64 x N tile:
 // it checks the kernel's shared layout against the descriptor's meaning, not the hardware's timing
 // (the kernels wait for each group before touching its memory). mbarriers count arrivals per
-// phase, and a thread waiting on one sleeps until the phase completes; cp.async.mbarrier.arrive
+// phase, and a thread waiting on one yields until the phase completes; cp.async.mbarrier.arrive
 // lands the thread's copies, then arrives; bar.sync's named barriers are barriers of their count.
 // A bulk tensor copy (TMA) reads a tensor map that the emulator encodes (TensorMapArgument: what
 // cuTensorMapEncodeTiled is given) and is queued on its mbarrier, whose phase also waits for the
@@ -28,24 +31,22 @@
 // block's mbarrier and lands in that block's shared memory; barrier.cluster is a barrier of every
 // thread of the cluster.
 #pragma once
+#include <ucontext.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <barrier>
 #include <bit>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <condition_variable>
 #include <cstring>
+#include <exception>
+#include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
-#include <optional>
 #include <stdexcept>
 #include <string>
-#include <thread>
-#include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -74,6 +75,48 @@ struct int2 {
 inline int2 make_int2(int x, int y) { return {x, y}; }
 
 namespace emu {
+// ---- a block's threads as fibers -----------------------------------------------------------------
+inline unsigned long long progress = 0;   // arrivals, landed copies and returns so far
+inline ucontext_t scheduler;              // the launch's own context, which picks the next thread
+struct Fiber;
+inline Fiber* current = nullptr;          // the thread running now
+
+// Hand over to the next thread; this one runs again on the scheduler's next round.
+inline void yield();
+
+// Until `ready()` holds, let the other threads run.
+template <class Ready>
+void wait_until(Ready ready) {
+    while (!ready()) yield();
+}
+
+// A barrier of `count` threads, as std::barrier: arrive (its token: the phase), wait for a token's
+// phase to pass, or drop out (an arrival now, one fewer expected from the next phase on).
+struct Barrier {
+    explicit Barrier(unsigned count) : expected(count) {}
+    unsigned arrive() {
+        ++progress;
+        const unsigned token = phase;
+        if (++arrived >= expected) complete();
+        return token;
+    }
+    void wait(unsigned token) const {
+        wait_until([&] { return phase != token; });
+    }
+    void arrive_and_wait() { wait(arrive()); }
+    void arrive_and_drop() {
+        ++progress;
+        if (--expected <= arrived && arrived) complete();
+    }
+
+private:
+    void complete() {
+        arrived = 0;
+        ++phase;
+    }
+    unsigned expected, arrived = 0, phase = 0;
+};
+
 struct alignas(64) Chunk {   // the unit of every buffer: 16-byte vector types need their alignment
     unsigned char bytes[64];
 };
@@ -82,10 +125,10 @@ struct Block {
     Block(unsigned threads, size_t smem_bytes) : all(threads), slots(threads), fragments(threads), dynamic(smem_bytes / sizeof(Chunk) + 1) {
         smem = dynamic.data()->bytes;
         for (unsigned w = 0; w < (threads + 31) / 32; ++w)
-            warps.push_back(std::make_unique<std::barrier<>>(std::min(32u, threads - 32 * w)));
+            warps.push_back(std::make_unique<Barrier>(std::min(32u, threads - 32 * w)));
     }
-    std::barrier<> all;
-    std::vector<std::unique_ptr<std::barrier<>>> warps;
+    Barrier all;
+    std::vector<std::unique_ptr<Barrier>> warps;
     std::vector<Chunk> dynamic;                          // its dynamic shared memory
     unsigned char* smem;
     std::vector<uint64_t> slots;                         // one value per thread, for shuffles
@@ -101,20 +144,15 @@ struct Block {
         long long tx = 0;                                // bytes expected of copies and not yet landed
         std::vector<BulkCopy> queued;
     };
-    std::mutex sync;                                     // guards the two maps below
-    std::condition_variable arrived;
     std::map<unsigned, Mbarrier> mbarriers;              // by shared address
-    std::map<unsigned, std::unique_ptr<std::barrier<>>> named;   // bar.sync's barriers 1-15, by id
+    std::map<unsigned, std::unique_ptr<Barrier>> named;  // bar.sync's barriers 1-15, by id
 };
-inline thread_local Block* block = nullptr;   // this thread's
 
 struct Cluster {
     Cluster(unsigned blocks, unsigned threads) : all(blocks * threads) {}
     std::vector<Block*> blocks;                          // by rank
-    std::barrier<> all;                                  // barrier.cluster
+    Barrier all;                                         // barrier.cluster
 };
-inline thread_local Cluster* cluster = nullptr;
-inline thread_local std::optional<std::barrier<>::arrival_token> cluster_arrival;
 
 // A 2-D tiled tensor map as the emulator encodes it in a kernel's 128 opaque bytes: the array, its
 // element size, its (row length, rows) and row pitch, the box (inner, outer) and the swizzle bytes.
@@ -138,11 +176,45 @@ struct TensorMapArgument {
         return map;
     }
 };
-inline thread_local unsigned char* dynamic_smem = nullptr;   // this thread's block's
-inline std::mutex atomics;
+namespace ptx {
+struct AsyncCopy {
+    unsigned char* dst;
+    const unsigned char* src;
+    int size, bytes;   // `bytes` of `size` come from src, the rest are zeros
+    void land() const {
+        std::memcpy(dst, src, bytes);
+        std::memset(dst + bytes, 0, size - bytes);
+    }
+};
+}  // namespace ptx
+
+// What each thread has of its own: the scheduler moves it into the globals below as the thread
+// starts to run, and back out as it hands over.
+struct ThreadState {
+    dim3 thread_idx, block_idx;
+    Block* block = nullptr;
+    Cluster* cluster = nullptr;
+    std::vector<std::vector<ptx::AsyncCopy>> groups{1};   // its cp.async groups: committed ones, then the open one
+    unsigned cluster_arrival = 0;                         // its token of barrier.cluster
+};
+struct Fiber {
+    ucontext_t context;
+    std::unique_ptr<char[]> stack;
+    ThreadState state;
+    bool done = false;
+    std::exception_ptr error;
+};
+inline Block* block = nullptr;            // the running thread's
+inline Cluster* cluster = nullptr;
+inline unsigned char* dynamic_smem = nullptr;
+inline unsigned cluster_arrival = 0;
+namespace ptx {
+inline std::vector<std::vector<AsyncCopy>> groups(1);
+}
+inline void yield() { swapcontext(&current->context, &scheduler); }
 }  // namespace emu
 
-inline thread_local dim3 threadIdx, blockIdx;
+inline dim3 threadIdx, blockIdx;          // the running thread's
 inline dim3 blockDim, gridDim;
 
 inline unsigned emu_thread() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
@@ -155,7 +227,7 @@ T __shfl_xor_sync(unsigned, T v, int lane_mask, int width = 32) {
     static_assert(sizeof(T) <= sizeof(uint64_t));
     const unsigned t = emu_thread(), lane = t % 32, base = t - lane;
     const unsigned src = (lane & ~unsigned(width - 1)) | ((lane ^ lane_mask) & unsigned(width - 1));
-    std::barrier<>& warp = *emu::block->warps[t / 32];
+    emu::Barrier& warp = *emu::block->warps[t / 32];
     std::memcpy(&emu::block->slots[t], &v, sizeof(T));
     warp.arrive_and_wait();
     T out;
@@ -166,7 +238,6 @@ T __shfl_xor_sync(unsigned, T v, int lane_mask, int width = 32) {
 
 template <class T>
 T atomicAdd(T* p, T v) {
-    std::lock_guard<std::mutex> lock(emu::atomics);
     const T old = *p;
     *p = old + v;
     return old;
@@ -188,17 +259,6 @@ inline size_t __cvta_generic_to_shared(const void* p) {
 
 // ---- the inline PTX of the kernels --------------------------------------------------------------
 namespace emu::ptx {
-struct AsyncCopy {
-    unsigned char* dst;
-    const unsigned char* src;
-    int size, bytes;   // `bytes` of `size` come from src, the rest are zeros
-    void land() const {
-        std::memcpy(dst, src, bytes);
-        std::memset(dst + bytes, 0, size - bytes);
-    }
-};
-inline thread_local std::vector<std::vector<AsyncCopy>> groups(1);   // committed ones, then the open one
-
 inline void cp_async(unsigned dst, const void* src, int size, int bytes) {
     groups.back().push_back({dynamic_smem + dst, static_cast<const unsigned char*>(src), size, bytes});
 }
@@ -235,7 +295,7 @@ inline void mma_sync_aligned_m16n8k8_row_col_f32_tf32_tf32_f32(float& d0, float&
                                                                 unsigned a0, unsigned a1, unsigned a2, unsigned a3,
                                                                 unsigned b0, unsigned b1) {
     const unsigned t = emu_thread(), lane = t % 32, base = t - lane;
-    std::barrier<>& warp = *block->warps[t / 32];
+    Barrier& warp = *block->warps[t / 32];
     block->fragments[t] = {a0, a1, a2, a3, b0, b1};
     warp.arrive_and_wait();
     auto tf32 = [](uint32_t u) { return double(std::bit_cast<float>(u & 0xffffe000u)); };
@@ -252,24 +312,20 @@ inline void mma_sync_aligned_m16n8k8_row_col_f32_tf32_tf32_f32(float& d0, float&
 }
 
 // mbarriers, by their shared address: a phase completes when its `count` arrivals are in; a wait
-// for the phase of parity `parity` returns once it has (and gives up, as a deadlock, after 20 s).
-inline void mbarrier_init_shared(unsigned bar, unsigned count) {
-    std::lock_guard<std::mutex> lock(block->sync);
-    block->mbarriers[bar] = {count, count, 0};
-}
-// With owner.sync held: the phase completes once every arrival is in and every expected byte landed.
-inline void complete_if_due(Block& owner, Block::Mbarrier& b) {
+// for the phase of parity `parity` returns once it has.
+inline void mbarrier_init_shared(unsigned bar, unsigned count) { block->mbarriers[bar] = {count, count, 0}; }
+// The phase completes once every arrival is in and every expected byte landed.
+inline void complete_if_due(Block::Mbarrier& b) {
     if (b.pending == 0 && b.tx == 0) {
         b.pending = b.count;
         ++b.phase;
-        owner.arrived.notify_all();
     }
 }
 inline void arrive(Block& owner, unsigned bar) {
-    std::lock_guard<std::mutex> lock(owner.sync);
+    ++progress;
     Block::Mbarrier& b = owner.mbarriers.at(bar);
     --b.pending;
-    complete_if_due(owner, b);
+    complete_if_due(b);
 }
 // mapa: `address` in the shared memory of cluster block `rank`, as (rank + 1) << 24 | address.
 inline void mapa_shared(unsigned& remote, unsigned address, int rank) { remote = unsigned(rank + 1) << 24 | address; }
@@ -278,17 +334,17 @@ inline void mbarrier_arrive_shared(unsigned bar) {
     if (bar >> 24) arrive(*cluster->blocks.at((bar >> 24) - 1), bar & 0xffffff);
     else arrive(*block, bar);
 }
-inline void barrier_cluster_arrive_release() { cluster_arrival.emplace(cluster->all.arrive()); }
-inline void barrier_cluster_wait_acquire() { cluster->all.wait(std::move(*cluster_arrival)); }
+inline void barrier_cluster_arrive_release() { cluster_arrival = cluster->all.arrive(); }
+inline void barrier_cluster_wait_acquire() { cluster->all.wait(cluster_arrival); }
 // mbarrier.arrive.expect_tx: `bytes` more to land in this phase, then the arrival.
 inline void mbarrier_arrive_expect_tx_shared(unsigned bar, unsigned bytes) {
-    std::lock_guard<std::mutex> lock(block->sync);
+    ++progress;
     Block::Mbarrier& b = block->mbarriers.at(bar);
     b.tx += bytes;
     --b.pending;
-    complete_if_due(*block, b);
+    complete_if_due(b);
 }
-// With its block's sync held: a bulk copy lands, row-major within the box, each byte at its address
+// A bulk copy lands, row-major within the box, each byte at its address
 // in the map's swizzle (the 16-byte chunk bits 4.. XORed with bits 7..: address bits the GPU uses),
 // zeros where the box passes the array's edges; its bytes count off what `b` expects.
 inline void land(Block::Mbarrier& b, const Block::BulkCopy& copy) {
@@ -305,20 +361,20 @@ inline void land(Block::Mbarrier& b, const Block::BulkCopy& copy) {
             }
         }
     b.tx -= int64_t(m.box_inner) * m.box_outer * m.elem;
+    ++progress;
 }
 // cp.async.bulk.tensor.2d ... mbarrier::complete_tx::bytes: the box of the map at `map` whose first
 // element is (c0 along a row, c1 across rows), queued on `bar` of block `owner`, for its shared memory.
 inline void bulk_copy(Block& owner, unsigned dst, uint64_t map, int c0, int c1, unsigned bar) {
-    std::lock_guard<std::mutex> lock(owner.sync);
+    ++progress;
     Block::BulkCopy copy{owner.smem, dst, {}, c0, c1};
     std::memcpy(copy.map.data(), reinterpret_cast<const void*>(map), 128);
     Block::Mbarrier& b = owner.mbarriers.at(bar);
 #ifdef EMU_BULK_COPIES_LAND_AT_ISSUE
     land(b, copy);
-    complete_if_due(owner, b);
+    complete_if_due(b);
 #else
     b.queued.push_back(copy);
-    owner.arrived.notify_all();
 #endif
 }
 inline void cp_async_bulk_tensor_2d_shared(unsigned dst, uint64_t map, int c0, int c1, unsigned bar) {
@@ -331,17 +387,14 @@ inline void cp_async_bulk_tensor_2d_shared(unsigned dst, uint64_t map, int c0, i
         if (blocks >> rank & 1) bulk_copy(*cluster->blocks[rank], dst, map, c0, c1, bar);
 }
 inline void mbarrier_try_wait_parity_shared(unsigned& done, unsigned bar, unsigned parity) {
-    std::unique_lock<std::mutex> lock(block->sync);
     Block::Mbarrier& b = block->mbarriers.at(bar);
-    done = block->arrived.wait_for(lock, std::chrono::seconds(20), [&] {
+    wait_until([&] {
         for (const Block::BulkCopy& copy : b.queued) land(b, copy);
         b.queued.clear();
-        complete_if_due(*block, b);
+        complete_if_due(b);
         return (b.phase & 1) != parity;
     });
-    if (!done)
-        throw std::runtime_error("emulated mbarrier: phase " + std::to_string(b.phase) + " incomplete for 20 s (a deadlock): " +
-                                 std::to_string(b.pending) + " arrivals and " + std::to_string(b.tx) + " bytes still due");
+    done = 1;
 }
 // The arrival once this thread's copies so far have landed: they land now, the latest a GPU may.
 inline void cp_async_mbarrier_arrive_noinc_shared(unsigned bar) {
@@ -351,19 +404,14 @@ inline void cp_async_mbarrier_arrive_noinc_shared(unsigned bar) {
 }
 // bar.sync id, count: barrier `id` of `count` threads (not __syncthreads' barrier 0).
 inline void bar_sync(unsigned id, unsigned count) {
-    std::barrier<>* b;
-    {
-        std::lock_guard<std::mutex> lock(block->sync);
-        auto& slot = block->named[id];
-        if (!slot) slot = std::make_unique<std::barrier<>>(count);
-        b = slot.get();
-    }
-    b->arrive_and_wait();
+    auto& slot = block->named[id];
+    if (!slot) slot = std::make_unique<Barrier>(count);
+    slot->arrive_and_wait();
 }
 
 // Ordering of shared memory between the generic and async proxies, of mbarrier initialization, and
 // wgmma's group fences: the emulated wgmma reads shared memory when it is issued and the emulated
-// mbarriers live behind a lock, so these have nothing to order.
+// threads take turns on one OS thread, so these have nothing to order.
 inline void fence_proxy_async_shared() {}
 inline void fence_mbarrier_init_release_cluster() {}
 inline void wgmma_fence_sync_aligned() {}
@@ -407,20 +455,31 @@ inline double wgmma_bf16_operand(uint64_t desc, unsigned row, unsigned k, bool t
     return std::bit_cast<float>(uint32_t(x) << 16);
 }
 
+// One operand of an emulated wgmma statement: an accumulator (by reference) or a value (a
+// descriptor, a transpose flag). An array of these stands for the statement's operand list, which
+// for m64n256 is 130 operands long (a std::tuple of them took g++ seconds to instantiate).
+struct WgmmaOperand {
+    WgmmaOperand(float& x) : acc(&x) {}
+    template <class I>
+        requires std::is_integral_v<I>
+    WgmmaOperand(I x) : value(uint64_t(x)) {}
+    float* acc = nullptr;
+    uint64_t value = 0;
+};
+
 // wgmma.mma_async m64nNk8 .f32.tf32.tf32, A and B from shared memory (K-major), D += A B^T: this
-// thread's N/2 accumulators (d[4j + i] at row 16 warp + lane/4 + 8 (i/2), column 8j + 2 (lane%4) + i%2).
-// The k16 .bf16 form sums 16 products of bfloat16 operands alike, each operand K-major or, with its
-// transpose flag (the statement's last two operands), M/N-major.
-template <unsigned N, unsigned K, class Operand, class Operands, size_t... I>
-void wgmma(Operand operand, Operands&& ops, std::index_sequence<I...>, bool trans_a = false, bool trans_b = false) {
-    float* d[] = {&std::get<I>(ops)...};
-    const uint64_t a = std::get<N / 2>(ops), b = std::get<N / 2 + 1>(ops);
+// thread's N/2 accumulators (d[4j + i] at row 16 warp + lane/4 + 8 (i/2), column 8j + 2 (lane%4) + i%2),
+// then the descriptors of A and B. The k16 .bf16 form sums 16 products of bfloat16 operands alike,
+// each operand K-major or, with its transpose flag (the statement's last two operands), M/N-major.
+template <unsigned N, unsigned K, class Operand>
+void wgmma(Operand operand, const WgmmaOperand* ops, bool trans_a = false, bool trans_b = false) {
+    const uint64_t a = ops[N / 2].value, b = ops[N / 2 + 1].value;
     const unsigned t = emu_thread() % 128, warp = t / 32, lane = t % 32;
     for (unsigned r = 0; r < N / 2; ++r) {
         const unsigned row = 16 * warp + lane / 4 + 8 * (r % 4 / 2), col = 8 * (r / 4) + 2 * (lane % 4) + r % 2;
-        double sum = *d[r];
+        double sum = *ops[r].acc;
         for (unsigned k = 0; k < K; ++k) sum += operand(a, row, k, trans_a) * operand(b, col, k, trans_b);
-        *d[r] = float(sum);
+        *ops[r].acc = float(sum);
     }
 }
 inline double tf32_operand(uint64_t desc, unsigned row, unsigned k, bool) {
@@ -430,14 +489,14 @@ inline double tf32_operand(uint64_t desc, unsigned row, unsigned k, bool) {
     template <class... Args>                                                                               \
     void wgmma_mma_async_sync_aligned_m64n##N##k8_f32_tf32_tf32(Args&&... args) {                          \
         static_assert(sizeof...(Args) == N / 2 + 2, "wgmma m64n" #N "k8: N/2 accumulators, 2 descriptors"); \
-        wgmma<N, 8>(tf32_operand, std::forward_as_tuple(args...), std::make_index_sequence<N / 2>());      \
+        const WgmmaOperand ops[] = {WgmmaOperand(args)...};                                                \
+        wgmma<N, 8>(tf32_operand, ops);                                                                    \
     }                                                                                                      \
     template <class... Args>                                                                               \
     void wgmma_mma_async_sync_aligned_m64n##N##k16_f32_bf16_bf16(Args&&... args) {                         \
         static_assert(sizeof...(Args) == N / 2 + 4, "wgmma m64n" #N "k16: N/2 accumulators, 2 descriptors, 2 transpose flags"); \
-        auto ops = std::forward_as_tuple(args...);                                                         \
-        wgmma<N, 16>(wgmma_bf16_operand, ops, std::make_index_sequence<N / 2>(), std::get<N / 2 + 2>(ops) != 0, \
-                     std::get<N / 2 + 3>(ops) != 0);                                                       \
+        const WgmmaOperand ops[] = {WgmmaOperand(args)...};                                                \
+        wgmma<N, 16>(wgmma_bf16_operand, ops, ops[N / 2 + 2].value != 0, ops[N / 2 + 3].value != 0);       \
     }
 EMU_WGMMA(8) EMU_WGMMA(16) EMU_WGMMA(24) EMU_WGMMA(32) EMU_WGMMA(48)
 EMU_WGMMA(64) EMU_WGMMA(80) EMU_WGMMA(96) EMU_WGMMA(112) EMU_WGMMA(128)
@@ -447,6 +506,57 @@ EMU_WGMMA(224) EMU_WGMMA(240) EMU_WGMMA(256)
 }  // namespace emu::ptx
 
 namespace emu {
+constexpr size_t STACK_BYTES = 256 << 10;   // a thread's stack (pages are committed as it touches them)
+inline std::function<void()> kernel_body;   // the kernel's call with its arguments
+
+// A thread's life: the kernel, then out of its barriers (an exception is kept for the scheduler).
+inline void fiber_main() {
+    try {
+        kernel_body();
+    } catch (...) {
+        current->error = std::current_exception();
+    }
+    const unsigned t = emu_thread();
+    block->warps[t / 32]->arrive_and_drop();
+    block->all.arrive_and_drop();
+    cluster->all.arrive_and_drop();
+    current->done = true;
+}
+
+// The running thread's own state into the globals, and back.
+inline void switch_in(Fiber& f) {
+    current = &f;
+    threadIdx = f.state.thread_idx;
+    blockIdx = f.state.block_idx;
+    block = f.state.block;
+    cluster = f.state.cluster;
+    dynamic_smem = f.state.block->smem;
+    cluster_arrival = f.state.cluster_arrival;
+    ptx::groups.swap(f.state.groups);
+}
+inline void switch_out(Fiber& f) {
+    f.state.cluster_arrival = cluster_arrival;
+    ptx::groups.swap(f.state.groups);
+}
+
+// Run the threads to their ends, each in turn to its next wait; a deadlock, or a thread's exception, throws.
+inline void run_fibers(std::vector<Fiber>& fibers) {
+    for (size_t live = fibers.size(); live;) {
+        const unsigned long long before = progress;
+        for (Fiber& f : fibers) {
+            if (f.done) continue;
+            switch_in(f);
+            swapcontext(&scheduler, &f.context);
+            switch_out(f);
+            if (f.error) std::rethrow_exception(f.error);
+            live -= f.done;
+            progress += f.done;
+        }
+        if (live && progress == before)
+            throw std::runtime_error("emulated block: every live thread waits, and nothing they wait for can come (a deadlock)");
+    }
+}
+
 // Run kernel(args...) on a grid of blocks, each of `threads` threads with `smem` bytes of dynamic
 // shared memory, in clusters of `cluster` blocks (the grid a whole number of them).
 template <class Kernel, class... Args>
@@ -457,6 +567,9 @@ void launch(Kernel kernel, dim3 grid, dim3 threads, size_t smem, dim3 cluster_di
     const unsigned blocks = cluster_dims.x * cluster_dims.y * cluster_dims.z;
     if (grid.x % cluster_dims.x || grid.y % cluster_dims.y || grid.z % cluster_dims.z)
         throw std::runtime_error("emulated launch: the grid is not a whole number of clusters");
+    kernel_body = [&] { kernel(args...); };
+    std::vector<Fiber> fibers(blocks * n);
+    for (Fiber& f : fibers) f.stack.reset(new char[STACK_BYTES]);
     for (unsigned cz = 0; cz < grid.z; cz += cluster_dims.z)
         for (unsigned cy = 0; cy < grid.y; cy += cluster_dims.y)
             for (unsigned cx = 0; cx < grid.x; cx += cluster_dims.x) {
@@ -466,23 +579,20 @@ void launch(Kernel kernel, dim3 grid, dim3 threads, size_t smem, dim3 cluster_di
                     members.push_back(std::make_unique<Block>(n, smem));
                     c.blocks.push_back(members.back().get());
                 }
-                std::vector<std::thread> pool;
                 for (unsigned r = 0; r < blocks; ++r)
-                    for (unsigned t = 0; t < n; ++t)
-                        pool.emplace_back([&, r, t] {
-                            Block& b = *c.blocks[r];
-                            block = &b;
-                            dynamic_smem = b.smem;
-                            cluster = &c;
-                            threadIdx = {t % threads.x, t / threads.x % threads.y, t / (threads.x * threads.y)};
-                            blockIdx = {cx + r % cluster_dims.x, cy + r / cluster_dims.x % cluster_dims.y,
-                                        cz + r / (cluster_dims.x * cluster_dims.y)};
-                            kernel(args...);
-                            b.warps[t / 32]->arrive_and_drop();
-                            b.all.arrive_and_drop();
-                            c.all.arrive_and_drop();
-                        });
-                for (auto& th : pool) th.join();
+                    for (unsigned t = 0; t < n; ++t) {
+                        Fiber& f = fibers[r * n + t];
+                        f.state = {{t % threads.x, t / threads.x % threads.y, t / (threads.x * threads.y)},
+                                   {cx + r % cluster_dims.x, cy + r / cluster_dims.x % cluster_dims.y,
+                                    cz + r / (cluster_dims.x * cluster_dims.y)},
+                                   c.blocks[r], &c};
+                        f.done = false;
+                        getcontext(&f.context);
+                        f.context.uc_stack = {f.stack.get(), 0, STACK_BYTES};
+                        f.context.uc_link = &scheduler;
+                        makecontext(&f.context, fiber_main, 0);
+                    }
+                run_fibers(fibers);
             }
 }
 }  // namespace emu

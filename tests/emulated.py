@@ -1,8 +1,8 @@
 """Run rendered kernels on the CPU: the source under tests/cuda_emu.h, built with g++, each block's
-threads as OS threads, so CI checks what every family's kernels compute without a GPU. Each inline
-PTX statement becomes a call of its emulation: asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x))
--> emu::ptx::cvt_rna_tf32_f32(r, x), operands in order (outputs by reference); a "{ ... }" block is
-one call, named by its first instruction.
+threads as fibers taking turns at their waits, so CI checks what every family's kernels compute
+without a GPU. Each inline PTX statement becomes a call of its emulation:
+asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)) -> emu::ptx::cvt_rna_tf32_f32(r, x), operands
+in order (outputs by reference); a "{ ... }" block is one call, named by its first instruction.
 
     launches = [Launch(instance, [out, x, np.int32(n), np.float32(0.5)]), ...]
     run(launches, tmp_path)       # array arguments are copied in, and back out after the run
@@ -158,7 +158,7 @@ int main() {{
 '''
 
 
-FLAGS = ("-std=c++20", "-O1", "-pthread", "-Wno-unknown-pragmas")
+FLAGS = ("-std=c++20", "-O1", "-Wno-unknown-pragmas")
 _PCH_LOCK = threading.Lock()
 _PCH_DIRS: dict[tuple[str, ...], Path | None] = {}
 

@@ -128,7 +128,7 @@ def test_linear_xent_float64_defaults_where_w_does_not_fit_shared_memory(tmp_pat
 BACKWARDS = [(37, 10, 200, "sigmoid", "float32", True), (50, 3, 96, "relu", "float64", False),
              (29, 32, 130, "sigmoid", "float32", False), (70, 10, 100, "relu", "float32", True),
              (5, 7, 36, "sigmoid", "float64", True)]
-BACKWARD_SPACE = {"threads": (64, 128, 256)}     # at most 256 threads (OS threads)
+BACKWARD_SPACE = {"threads": (64, 128, 256)}     # at most 256 threads a block
 
 
 def backward_launches(rows, classes, inputs, activation, dtype, sgd, seed):
@@ -230,7 +230,7 @@ def test_linear_backward_refuses_outputs_that_share_memory(monkeypatch):
 
 # ---- the tiled GEMM, both math paths --------------------------------------------------------------
 TF32X3 = {"math": ("3xtf32",), "tm": (1,), "tn": (2,), "copy": ("async",), "pad": (True,), "bk": (16, 32)}
-FMA = {"math": ("fma",), "ty": (1, 2, 4, 8, 16), "tx": (1, 2, 4, 8, 16)}   # at most 256 threads (OS threads)
+FMA = {"math": ("fma",), "ty": (1, 2, 4, 8, 16), "tx": (1, 2, 4, 8, 16)}   # at most 256 threads a block
 WAVE_TILES = {"bm": (48, 80, 96, 112), "bn": (48, 80, 96, 112)}          # tiles that are not powers of two
 
 
