@@ -152,6 +152,11 @@ class Family:
         """Messages of the constraints `cfg` breaks on this problem and device (empty: it can run)."""
         return [message for message, ok in self.constraints if not ok(cfg, problem, device)]
 
+    def fits(self, cfg: Config, problem, device: DeviceInfo) -> bool:
+        """Whether `cfg` can run this problem on this device: no violations, checked only up to the
+        first (a search rejects most of a large space)."""
+        return all(ok(cfg, problem, device) for _, ok in self.constraints)
+
     def validate(self, values: Mapping, problem, device: DeviceInfo, where: str = "config") -> Config:
         cfg = self.config(values, where)
         broken = self.violations(cfg, problem, device)
@@ -171,7 +176,7 @@ class Family:
         starts from them); in a restricted family, those inside its space."""
         found = (self.config(values, "default") for values in self.module.default_candidates(problem, device)
                  if self.within(values))
-        return list(dict.fromkeys(cfg for cfg in found if not self.violations(cfg, problem, device)))
+        return list(dict.fromkeys(cfg for cfg in found if self.fits(cfg, problem, device)))
 
     def can_run(self, problem, device: DeviceInfo) -> bool:
         """Whether some config can run `problem` on `device`: the untuned candidates cover every
@@ -198,7 +203,7 @@ class Family:
         found: dict[Config, None] = {}
         for _ in range(count * 1000):
             cfg = Config({k: rng.choice(v) for k, v in self.params.items()})
-            if cfg not in found and not self.violations(cfg, problem, device):
+            if cfg not in found and self.fits(cfg, problem, device):
                 found[cfg] = None
                 if len(found) == count:
                     break

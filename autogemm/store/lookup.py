@@ -164,7 +164,7 @@ def choose(family_name: str, problem, device: DeviceInfo) -> Choice:
     index = index_for(device)
     choice = None
     if index is not None:
-        fits = lambda cfg: cfg is not None and not fam.violations(cfg, problem, device)  # noqa: E731
+        fits = lambda cfg: cfg is not None and fam.fits(cfg, problem, device)  # noqa: E731
         # A GEMM with an epilogue takes its own op's record of an arithmetic, else its layout's; a
         # tf32 or bf16 call then the best of its precision's and the more accurate ones'.
         best: dict[str, Choice] = {}

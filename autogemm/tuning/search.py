@@ -275,12 +275,12 @@ def _enqueue(study, fam: Family, problem, device, settings: Settings, known, see
     share of the trials); for a small space, every valid config (returned)."""
     exhaustive = None
     if math.prod(len(v) for v in fam.params.values()) <= EXHAUSTIVE_LIMIT:
-        valid = [c for c in fam.all_configs() if not fam.violations(c, problem, device)]
+        valid = [c for c in fam.all_configs() if fam.fits(c, problem, device)]
         if len(valid) <= settings.trials:
             exhaustive = valid
     candidates = fam.candidates(problem, device)
     first = candidates[:1] + [fam.config(c, "known config") for c in known] + candidates[1:]
-    first = list(dict.fromkeys(c for c in first if not fam.violations(c, problem, device)))
+    first = list(dict.fromkeys(c for c in first if fam.fits(c, problem, device)))
     first = first[:max(1 + len(known), int(settings.trials * settings.seeded))]
     queue = first + seen.interrupted + (exhaustive if exhaustive is not None
                                         else fam.sample(problem, device, settings.samples, seed=settings.seed))
@@ -307,10 +307,10 @@ def valid_neighbours(fam: Family, cfg: Config, problem, device) -> list[Config]:
     producer) leave no valid config out of reach."""
     out = []
     for step in neighbours(fam, cfg):
-        if not fam.violations(step, problem, device):
+        if fam.fits(step, problem, device):
             out.append(step)
         else:
-            out += [c for c in neighbours(fam, step) if c != cfg and not fam.violations(c, problem, device)]
+            out += [c for c in neighbours(fam, step) if c != cfg and fam.fits(c, problem, device)]
     return list(dict.fromkeys(out))
 
 

@@ -44,7 +44,7 @@ class SweepReport:
 def sweep(fam: Family, problem, device: DeviceInfo, measure, settings: Settings = Settings(),
           progress: Callable[[int, int], None] = lambda done, total: None) -> SweepReport:
     """Measure every valid config of `fam`'s space, run the search on it, re-time both winners."""
-    valid = [cfg for cfg in fam.all_configs() if not fam.violations(cfg, problem, device)]
+    valid = [cfg for cfg in fam.all_configs() if fam.fits(cfg, problem, device)]
     if not valid:
         raise SearchError(f"{fam.name} {problem}: the space holds no valid config")
     started = time.monotonic()

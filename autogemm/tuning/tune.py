@@ -122,12 +122,12 @@ def _known(existing: dict, key: Key, device: DeviceInfo, fam, nearby: int = 3) -
     problem = problem_of(key)
     serving = [existing[k] for k in serving_keys(key) if k in existing and k.dtype == key.dtype]
     exact = [cfg for r in serving if (cfg := fam.holds(r.config)) is not None
-             and not fam.violations(cfg, problem, device)]
+             and fam.fits(cfg, problem, device)]
     records = [r for r in existing.values() if r.key.family == key.family and r.key.dtype == key.dtype
                and not r.stale and fam.within(r.config)]
     others = sorted((r for r in records if r.key != key),
                     key=lambda r: (r.key.op != key.op, distance(r.key, key), r.key.sizes))
-    fitting = [r.config for r in others if not fam.violations(r.config, problem, device)]
+    fitting = [r.config for r in others if fam.fits(r.config, problem, device)]
     return tuple(dict.fromkeys(exact + fitting[:nearby]))
 
 
