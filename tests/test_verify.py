@@ -3,7 +3,7 @@ K- and dtype-scaled check."""
 import numpy as np
 import pytest
 
-from autogemm.tuning.verify import compare
+from autogemm.tuning.verify import FP32_ERROR_BOUND, compare, within_fp32_bound
 from kernels.gemm.call import EPILOGUES, Problem, reference
 
 M, N, K = 37, 23, 301
@@ -96,3 +96,11 @@ def test_precision_tf32_allows_operands_rounded_to_tf32_and_fp32_does_not():
     out = (tf32(a) @ tf32(b)).astype(np.float32)
     assert compare(out, value, magnitude, 512, np.float32, "tf32").ok
     assert not compare(out, value, magnitude, 512, np.float32).ok
+
+
+def test_fp32_accurate_is_within_twice_cublas_fp32s_error():
+    assert FP32_ERROR_BOUND == 2.0
+    assert within_fp32_bound(2.0e-6, 1.0e-6) and not within_fp32_bound(2.1e-6, 1.0e-6)
+    eps = float(np.finfo(np.float32).eps)          # cuBLAS exact on a short K: float32's epsilon stands in
+    assert within_fp32_bound(2 * eps, 0.0) and not within_fp32_bound(3 * eps, 0.0)
+    assert not within_fp32_bound(float("nan"), 1e-6)

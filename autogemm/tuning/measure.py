@@ -35,6 +35,10 @@ class Mismatch(AutogemmError):
     """A candidate's output does not match the float64 reference."""
 
 
+class Inaccurate(Mismatch):
+    """An FP32-accurate candidate's error is beyond verify.FP32_ERROR_BOUND times cuBLAS FP32's."""
+
+
 @dataclass(frozen=True)
 class Measured(Timing):
     max_rel_error: float | None = None

@@ -29,6 +29,18 @@ class Verdict:
         return f"mismatch (max-norm relative error {self.max_rel_error:.2e}{extra}): {first}"
 
 
+# FP32-accurate (precision fp32, float32 arrays) means as accurate as FP32: a candidate's max-norm
+# relative error at most this many times cuBLAS FP32's on the same operands, or the tuner refuses it.
+FP32_ERROR_BOUND = 2.0
+
+
+def within_fp32_bound(error: float, reference: float) -> bool:
+    """Whether an FP32-accurate result's max-norm relative error `error` is within FP32_ERROR_BOUND
+    times `reference`, cuBLAS FP32's on the same data (taken as at least float32's epsilon: a short
+    K can leave cuBLAS exact)."""
+    return error <= FP32_ERROR_BOUND * max(reference, float(np.finfo(np.float32).eps))
+
+
 # Relative rounding of each operand before its product, by precision (kernels.gemm.call.PRECISIONS):
 # TF32 truncated or rounded (its top 19 bits), BF16 rounded to nearest.
 OPERAND_ROUNDING = {"fp32": 0.0, "tf32": 2.0 ** -10, "bf16": 2.0 ** -8}

@@ -1,8 +1,8 @@
 // The GEMM family's 3xTF32 math path (math="3xtf32"): the interface that gemm.cu.j2 declares.
 //
 // 3xTF32 on tensor cores. Each float x is split into hi = tf32(x) and the exact rest lo, and
-// lo*hi + hi*lo + hi*hi is accumulated in float32 by mma.sync m16n8k8: a warp is an 8 x 4 patch
-// of the TY x TX threads and owns a WM x WN tile of 16 x 8 MMA tiles.
+// lo*hi + hi*lo + hi*hi is summed by mma.sync m16n8k8, 16 k at a time, into float32 accumulators:
+// a warp is an 8 x 4 patch of the TY x TX threads and owns a WM x WN tile of 16 x 8 MMA tiles.
 
 constexpr int WARPS_M = TY / 8, WARPS_N = TX / 4;   // a warp is 8 x 4 threads of the block
 constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N; // its tile: (WM/16) x (WN/8) MMA tiles
@@ -81,36 +81,52 @@ __device__ __forceinline__ void read_fragments(const T* __restrict__ as, const T
 // acc += this BK slice of op(A) tile x op(B) tile. Lane (g, t) = (lane / 4, lane % 4) holds, of
 // MMA tile (i, j): A rows g, g+8 at k slots t, t+4; B column g at k slots t, t+4; D rows g, g+8 at
 // columns 2t, 2t+1, which are acc[2i][2j], acc[2i][2j+1], acc[2i+1][2j], acc[2i+1][2j+1].
+//
+// The tensor cores' adder truncates: summed there over all of K, each step's error leans the same
+// way and grows with K times the sum. So the MMAs sum 16 k at a time from zero, and each such part
+// joins acc by a rounding FADD, as an FP32 GEMM's FFMAs round: the error of FP32's dot product or
+// less. The 16-k steps are not unrolled: unrolled, ptxas kept two steps' fragments and parts live.
 __device__ __forceinline__ void multiply_tiles(const T* __restrict__ as, const T* __restrict__ bs,
                                                T (&acc)[RM][RN], int tid) {
     constexpr int MT = WM / 16, NT = WN / 8;
     const int lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
     const int wm = (warp / WARPS_N) * WM, wn = (warp % WARPS_N) * WN;
-#pragma unroll
+#pragma unroll 1
     for (int kc = 0; kc < BK; kc += 16) {
         float a[2][MT][4], b[2][NT][2];
         read_fragments<MT, NT>(as, bs, kc, wm, wn, g, t, a, b);
+        unsigned a_hi[2][MT][4], a_lo[2][MT][4], b_hi[2][NT][2], b_lo[2][NT][2];
 #pragma unroll
         for (int st = 0; st < 2; ++st) {
-            unsigned a_hi[MT][4], a_lo[MT][4], b_hi[NT][2], b_lo[NT][2];
 #pragma unroll
             for (int i = 0; i < MT; ++i)
 #pragma unroll
-                for (int r = 0; r < 4; ++r) split_tf32(a[st][i][r], a_hi[i][r], a_lo[i][r]);
+                for (int r = 0; r < 4; ++r) split_tf32(a[st][i][r], a_hi[st][i][r], a_lo[st][i][r]);
 #pragma unroll
             for (int j = 0; j < NT; ++j)
 #pragma unroll
-                for (int r = 0; r < 2; ++r) split_tf32(b[st][j][r], b_hi[j][r], b_lo[j][r]);
-            // lo*hi, hi*lo, then hi*hi (the small terms first), each pass over every MMA tile: an
-            // MMA never waits on the one just before it.
+                for (int r = 0; r < 2; ++r) split_tf32(b[st][j][r], b_hi[st][j][r], b_lo[st][j][r]);
+        }
 #pragma unroll
-            for (int pass = 0; pass < 3; ++pass)
+        for (int i = 0; i < MT; ++i) {
+            float part[NT][4] = {};
+            // lo*hi, hi*lo, then hi*hi (the small terms first), each pass over the row's MMA
+            // tiles: an MMA never waits on the one just before it.
 #pragma unroll
-                for (int i = 0; i < MT; ++i)
+            for (int st = 0; st < 2; ++st)
+#pragma unroll
+                for (int pass = 0; pass < 3; ++pass)
 #pragma unroll
                     for (int j = 0; j < NT; ++j)
-                        mma_tf32(acc[2 * i][2 * j], acc[2 * i][2 * j + 1], acc[2 * i + 1][2 * j], acc[2 * i + 1][2 * j + 1],
-                                 pass == 0 ? a_lo[i] : a_hi[i], pass == 1 ? b_lo[j] : b_hi[j]);
+                        mma_tf32(part[j][0], part[j][1], part[j][2], part[j][3],
+                                 pass == 0 ? a_lo[st][i] : a_hi[st][i], pass == 1 ? b_lo[st][j] : b_hi[st][j]);
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                acc[2 * i][2 * j] += part[j][0];
+                acc[2 * i][2 * j + 1] += part[j][1];
+                acc[2 * i + 1][2 * j] += part[j][2];
+                acc[2 * i + 1][2 * j + 1] += part[j][3];
+            }
         }
     }
 }

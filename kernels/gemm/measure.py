@@ -1,18 +1,25 @@
 """The GEMM call's measure for tuning, every GEMM family's: random operands, their float64
 reference, the launch, and cuBLAS as the baseline (a KernelMeasure: autogemm/tuning/measure.py)."""
+import functools
+
+import numpy as np
+
 from autogemm.ops.cublas import cublas_gemm
 from autogemm.runtime.device import DeviceInfo
 from autogemm.runtime.family import Config
 from autogemm.store.keys import Key
-from autogemm.tuning.measure import KernelMeasure
+from autogemm.tuning.measure import Inaccurate, KernelMeasure
 from autogemm.tuning.timing import Timing, time_gpu
+from autogemm.tuning.verify import FP32_ERROR_BOUND, within_fp32_bound
 from kernels.bf16 import bf16_bits
 from kernels.elementwise import ROW_OPS
 
 
 class Measure(KernelMeasure):
     """D = epi(op(A) op(B)) on random A, B (and the epilogue's bias or saved activation); cuBLAS, with
-    autogemm's elementwise pass for the epilogue, as the baseline on the same arrays."""
+    autogemm's elementwise pass for the epilogue, as the baseline on the same arrays. An
+    FP32-accurate candidate (precision fp32, float32 arrays) must also be about as accurate as
+    cuBLAS FP32 on them (verify.FP32_ERROR_BOUND)."""
 
     def __init__(self, key: Key, device: DeviceInfo, seed: int = 0):
         import cupy
@@ -38,6 +45,18 @@ class Measure(KernelMeasure):
         return plan_gemm(self.a, self.b, self.out, trans_a=p.trans_a, trans_b=p.trans_b, epilogue=p.epilogue,
                          config=cfg, kernel_family=family or self.key.family, precision=self.precision,
                          **self.epilogue_operands(self.second))
+
+    def verify(self, run) -> float:
+        error = super().verify(run)
+        if self.dtype is np.float32 and self.precision == "fp32" and not within_fp32_bound(error, self.cublas_error):
+            raise Inaccurate(f"max-norm relative error {error:.2e} is {error / self.cublas_error:.1f}x cuBLAS FP32's "
+                             f"{self.cublas_error:.2e} on the same operands (FP32-accurate allows {FP32_ERROR_BOUND:g}x)")
+        return error
+
+    @functools.cached_property
+    def cublas_error(self) -> float:
+        """cuBLAS's max-norm relative error on these operands, at the call's precision."""
+        return KernelMeasure.verify(self, self.cublas_launcher())
 
     def epilogue_operands(self, second) -> dict:
         """The epilogue's operand as the GEMM's keyword: bias= or aux= (none without an epilogue)."""

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Issue 40, item 2 (FP32-accurate is FP32's error) on one GPU. From the repository root:
+#   source .device/env.sh && bash benchmarks/issue40-visit.sh variants [VARIANT...]|retune|bench
+# variants: each variant of kernels/gemm/3xtf32.cuh (base: the tree's; chunk16, chunk8, chunk16u1:
+# those in benchmarks/issue40-fp32-error/) runs benchmarks/issue40_fp32_error.py (SHAPES: its
+# --shapes) in its own process, the tree's file put back after; a table last.
+# retune: the gpu tests of the error bound, then `autogemm tune --stale` of the shipped file of this
+# GPU (the records the template change staled), the file copied out.
+# bench: nn.bench of the trainer on this tree against .device/base (`git archive <commit before>
+# kernels nn autogemm tuned`), before, after, before again, the same visit.
+# Everything lands in $OUT/issue40.tar.gz.
+set -uo pipefail
+out=${OUT:-/tmp/issue40}
+work=$out/issue40
+mkdir -p "$work"
+nvidia-smi -L > "$work/machine.txt" 2>&1
+head -1 "$work/machine.txt"
+phase=${1:-variants}
+shift || true
+
+if [ "$phase" = retune ]; then
+    timeout 150 python -m pytest -q -m gpu tests/test_gemm_gpu.py -k "3xtf32 or refuses" > "$work/pytest-gpu.txt" 2>&1
+    tail -3 "$work/pytest-gpu.txt"
+    file=$(python -c "from autogemm.runtime.device import this_device; print(this_device().slug)").json
+    cp "tuned/$file" "$work/before-$file"
+    timeout 400 python -m autogemm.cli tune --stale --out tuned > "$work/tune-stale.txt" 2>&1
+    echo "tune --stale: exit $?"
+    tail -25 "$work/tune-stale.txt"
+    cp "tuned/$file" "$work/$file"
+    tar czf "$out/issue40.tar.gz" -C "$out" issue40
+    exit 0
+fi
+
+if [ "$phase" = bench ]; then
+    nets=cme213,large backends=cublas,cupy-tuned
+    bench() {   # DIR NAME
+        (cd "$1" && timeout 140 python -m nn.bench --networks $nets --backends $backends --epochs 5 \
+            --json "$work/$2.json" > "$work/$2.txt" 2>&1)
+    }
+    bench .device/base train-before
+    bench . train-after
+    bench .device/base train-before-2
+    tar czf "$out/issue40.tar.gz" -C "$out" issue40
+    python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+def rows(name):
+    try:
+        return {(r["network"], r["backend"]): r["ms_per_epoch"] for r in json.load(open(f"{work}/{name}.json"))["results"]}
+    except Exception as exc:
+        print(f"{name}: {exc}")
+        return {}
+before, after, again = rows("train-before"), rows("train-after"), rows("train-before-2")
+print(f"{'network':10} {'backend':12} {'before ms':>10} {'after ms':>10} {'before again':>12}")
+for key in sorted(set(before) | set(after)):
+    print(f"{key[0]:10} {key[1]:12} {before.get(key, ''):>10} {after.get(key, ''):>10} {again.get(key, ''):>12}")
+PY
+    exit 0
+fi
+
+variants=("$@")
+[ ${#variants[@]} -eq 0 ] && variants=(base chunk16 chunk8)
+tree=$(mktemp)
+cp kernels/gemm/3xtf32.cuh "$tree"
+for v in "${variants[@]}"; do
+    [ "$v" != base ] && cp "benchmarks/issue40-fp32-error/3xtf32-$v.cuh" kernels/gemm/3xtf32.cuh
+    timeout 180 python benchmarks/issue40_fp32_error.py ${SHAPES:+--shapes "$SHAPES"} --reps 60 --label "$v" \
+        --json "$work/$v.json" > "$work/$v.txt" 2>&1
+    echo "$v: exit $?"
+    cp "$tree" kernels/gemm/3xtf32.cuh
+done
+tar czf "$out/issue40.tar.gz" -C "$out" issue40
+python3 - "$work" "${variants[@]}" <<'PY'
+import json, sys
+work, labels = sys.argv[1], sys.argv[2:]
+rows = []
+for label in labels:
+    try:
+        rows += json.load(open(f"{work}/{label}.json"))
+    except Exception as exc:
+        print(label, exc)
+print(f"{'shape':20} {'kernel':8} " + " ".join(f"{l + ' err/time':>18}" for l in labels))
+shapes = list(dict.fromkeys(r["shape"] for r in rows))
+for shape in shapes:
+    kinds = list(dict.fromkeys((r["family"], r["math"], r["kernel"]) for r in rows if r["shape"] == shape))
+    for i, (fam, math, kernel) in enumerate(kinds):
+        cells = []
+        for label in labels:
+            r = next((r for r in rows if r["label"] == label and r["shape"] == shape and r["kernel"] == kernel), None)
+            cells.append(f"{r['error_vs_cublas']:6.2f}x {r['time_vs_cublas']:5.2f}x" if r and "error_vs_cublas" in r else "-")
+        tag = {"gemm": "t", "gemm_wgmma": "w", "cublas": "c"}[fam] + ("3x" if math == "3xtf32" else "f")
+        print(f"{shape if i == 0 else '':20} {tag + str(i):8} " + " ".join(f"{c:>18}" for c in cells))
+PY
