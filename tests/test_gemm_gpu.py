@@ -150,9 +150,10 @@ def test_3xtf32_sampled_configs():
             run_and_check(rng, m, n, k, ta, tb, np.float32, beta=1.0, config=dict(cfg))
 
 
-@pytest.mark.parametrize("m, n, k, ta, tb, split", [(800, 1000, 784, False, True, 1), (4096, 784, 8192, True, False, 1),
-                                                  (256, 256, 16384, False, True, 4)])
-def test_3xtf32_is_as_accurate_as_cublas_fp32(m, n, k, ta, tb, split):
+@pytest.mark.parametrize("m, n, k, ta, tb, config", [(800, 1000, 784, False, True, TF32X3[0]),
+                                                   (4096, 784, 8192, True, False, TF32X3[0]),
+                                                   (256, 256, 16384, False, True, dict(TF32X3[1], split_k=4))])
+def test_3xtf32_is_as_accurate_as_cublas_fp32(m, n, k, ta, tb, config):
     """FP32-accurate is FP32's error: 3xTF32's max-norm error against float64 within
     FP32_ERROR_BOUND times cuBLAS FP32's on the same operands, K up to 16384 (summed in parts of 16
     k, each added with a rounding FADD: the tensor cores' own adder truncates)."""
@@ -161,7 +162,7 @@ def test_3xtf32_is_as_accurate_as_cublas_fp32(m, n, k, ta, tb, split):
     from autogemm.ops.cublas import cublas_gemm
 
     rng = np.random.default_rng(10)
-    tc = run_and_check(rng, m, n, k, ta, tb, np.float32, alpha=1.0, config=dict(TF32X3[0], split_k=split))
+    tc = run_and_check(rng, m, n, k, ta, tb, np.float32, alpha=1.0, config=config)
     host, dev = operands(np.random.default_rng(10), m, n, k, ta, tb, np.float32, None, 0.0)
     out = cupy.empty((m, n), np.float32)
     cublas_gemm(dev["a"], dev["b"], out, ta, tb, "fp32")
@@ -180,10 +181,11 @@ def test_the_tuner_refuses_an_fp32_candidate_less_accurate_than_fp32():
     from autogemm.tuning.measure import Inaccurate
     from autogemm.tuning.measures import measure_for
 
-    problem = Problem.contiguous(256, 256, 16384, "float32", False, True)
+    problem, device = Problem.contiguous(256, 256, 16384, "float32", False, True), this_device()
     wgmma = family("gemm_wgmma")
-    cfg = wgmma.restricted({"math": ("3xtf32",), "split_k": (1,)}).candidates(problem, this_device())[0]
-    measure = measure_for(key_of("gemm_wgmma", problem), this_device())
+    first = wgmma.restricted({"math": ("3xtf32",)}).candidates(problem, device)[0]
+    cfg = wgmma.validate({**first, "split_k": 1}, problem, device)         # all of K in one sum
+    measure = measure_for(key_of("gemm_wgmma", problem), device)
     with pytest.raises(Inaccurate, match="cuBLAS FP32"):
         measure(cfg, 5)
 
