@@ -182,3 +182,15 @@ def test_a_gemm_with_an_epilogue_starts_from_the_configs_that_serve_it_now():
     key = make_key("gemm", (800, 1000, 784), "nt+bias_sigmoid", "float32")
     assert [c["split_k"] for c in _known(existing, key, H100, fam)][:1] == [2]
     assert [dict(c) for c in _known(existing, key, H100, fam)][1:] == [dict(other_shape.config)]
+
+
+def test_fp32_calls_are_not_tuned_on_a_family_that_is_not_fp32_accurate():
+    """gemm_wgmma's 3xTF32 passes the FP32 bound everywhere measured: at fp32 its targets are left
+    to the tiled family, at tf32 both are tuned."""
+    from autogemm.runtime.device import H100
+    from autogemm.store.keys import Target
+    from autogemm.tuning.tune import runnable_targets
+
+    targets = [Target(name, (800, 1000, 784), "nt") for name in ("gemm", "gemm_wgmma")]
+    assert [t.family for t in runnable_targets(targets, "float32", H100)[0]] == ["gemm"]
+    assert [t.family for t in runnable_targets(targets, "tf32", H100)[0]] == ["gemm", "gemm_wgmma"]

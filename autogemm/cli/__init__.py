@@ -210,7 +210,7 @@ def cmd_tune(args) -> int:
     from autogemm.store.keys import problem_of
     from autogemm.store.records import Meta, file_for, load
     from autogemm.tuning.search import Settings
-    from autogemm.tuning.tune import runnable_targets, stale_targets, tune_targets
+    from autogemm.tuning.tune import fp32_accurate, runnable_targets, stale_targets, tune_targets
 
     if args.model is not None and args.shapes is not None:
         raise AutogemmError("--model and --shapes both name what to tune; give one")
@@ -276,8 +276,9 @@ def cmd_tune(args) -> int:
                         for name, t in first.items())
         raise AutogemmError(f"no config can run these shapes at {arithmetic} on {device.name} ({why})")
     for name, count in Counter(t.family for t in elsewhere).items():
-        print(f"autogemm tune: {count} shape(s) left to the other implementations of their call: {name} cannot "
-              f"run them on {device.name}")
+        why = (f"cannot run them on {device.name}" if fp32_accurate(name, arithmetic)
+               else "is not FP32-accurate (its error passes 2x cuBLAS FP32's)")
+        print(f"autogemm tune: {count} shape(s) left to the other implementations of their call: {name} {why}")
     settings = Settings(trials=args.trials, timeout=args.timeout, seed=args.seed)
     console = _console()
     console.print(f"autogemm tune: {len(targets)} shapes on {device.name}, {arithmetic}, up to {args.trials} "

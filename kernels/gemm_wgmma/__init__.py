@@ -29,6 +29,10 @@ CALL = "gemm"   # another implementation of gemm's call (Hopper, float32 or bflo
 COMPILE_OPTIONS = ("-arch=sm_90a",)   # wgmma exists on sm_90a only
 # The precision each math computes (gemm.PRECISIONS): what its own kernels offer tune --precision.
 MATH_PRECISION = {"3xtf32": "fp32", "tf32": "tf32", "bf16": "bf16"}
+# Its 3xTF32 sums all of K on the tensor cores, whose adder truncates: beyond the tuner's bound on
+# FP32-accurate error (autogemm.tuning.verify) on every shape measured, so `autogemm tune` leaves
+# fp32 calls to the tiled family; a caller that names this family still gets its 3xTF32.
+FP32_ACCURATE = False
 KERNEL_PRECISIONS = tuple(MATH_PRECISION.values())
 
 
