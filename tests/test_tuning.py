@@ -194,3 +194,12 @@ def test_fp32_calls_are_not_tuned_on_a_family_that_is_not_fp32_accurate():
     targets = [Target(name, (800, 1000, 784), "nt") for name in ("gemm", "gemm_wgmma")]
     assert [t.family for t in runnable_targets(targets, "float32", H100)[0]] == ["gemm"]
     assert [t.family for t in runnable_targets(targets, "tf32", H100)[0]] == ["gemm", "gemm_wgmma"]
+
+
+def test_an_fp32_accurate_call_is_served_by_fp32_accurate_families_alone():
+    from autogemm.runtime.family import family
+    from kernels.gemm.call import Problem
+
+    fp32, tf32 = (Problem.contiguous(800, 1000, 784, "float32", False, True, precision=p) for p in ("fp32", "tf32"))
+    assert family("gemm").serves(fp32) and family("gemm").serves(tf32)
+    assert not family("gemm_wgmma").serves(fp32) and family("gemm_wgmma").serves(tf32)

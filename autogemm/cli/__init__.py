@@ -210,7 +210,7 @@ def cmd_tune(args) -> int:
     from autogemm.store.keys import problem_of
     from autogemm.store.records import Meta, file_for, load
     from autogemm.tuning.search import Settings
-    from autogemm.tuning.tune import fp32_accurate, runnable_targets, stale_targets, tune_targets
+    from autogemm.tuning.tune import runnable_targets, stale_targets, tune_targets
 
     if args.model is not None and args.shapes is not None:
         raise AutogemmError("--model and --shapes both name what to tune; give one")
@@ -266,19 +266,20 @@ def cmd_tune(args) -> int:
                   "nothing to tune")
             return 0
     targets, elsewhere = runnable_targets(targets, arithmetic, device)
+    first = {}                    # each family left out: its first shape's problem
+    for t in elsewhere:
+        first.setdefault(t.family, problem_of(t.key(arithmetic)))
+    why = {name: ("it is not FP32-accurate (its error passes 2x cuBLAS FP32's)" if not family(name).serves(p)
+                  else ", ".join(family(name).why_not(p, device)))
+           for name, p in first.items()}
     if not targets:
         if not elsewhere:
             raise AutogemmError(f"--families {','.join(args.families)}: none of them launches in these shapes")
-        first = {}                # each family's first shape
-        for t in elsewhere:
-            first.setdefault(t.family, t)
-        why = "; ".join(f"{name}: {', '.join(family(name).why_not(problem_of(t.key(arithmetic)), device))}"
-                        for name, t in first.items())
-        raise AutogemmError(f"no config can run these shapes at {arithmetic} on {device.name} ({why})")
+        reasons = "; ".join(f"{name}: {reason}" for name, reason in why.items())
+        raise AutogemmError(f"no config can run these shapes at {arithmetic} on {device.name} ({reasons})")
     for name, count in Counter(t.family for t in elsewhere).items():
-        why = (f"cannot run them on {device.name}" if fp32_accurate(name, arithmetic)
-               else "is not FP32-accurate (its error passes 2x cuBLAS FP32's)")
-        print(f"autogemm tune: {count} shape(s) left to the other implementations of their call: {name} {why}")
+        print(f"autogemm tune: {count} shape(s) left to the other implementations of their call: {name} "
+              f"cannot run them on {device.name}: {why[name]}")
     settings = Settings(trials=args.trials, timeout=args.timeout, seed=args.seed)
     console = _console()
     console.print(f"autogemm tune: {len(targets)} shapes on {device.name}, {arithmetic}, up to {args.trials} "

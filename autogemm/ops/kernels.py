@@ -52,8 +52,9 @@ def implementation(call: str, problem, config: Mapping | str | None, device: Dev
     nearest, then default), the faster record between two of this shape (for a GEMM with an
     epilogue, timed with it where each family has such a record: `autogemm tune` tunes every
     family with it), the first listed on a tie (untuned: the first whose module puts it first,
-    `untuned_first`), among those that can run `problem` on `device`
-    (the first listed where none can: its error says why); "default": the first listed that can;
+    `untuned_first`), among those that can run `problem` on `device` and serve it untold
+    (Family.serves: no family that is not FP32-accurate for an FP32-accurate call; the first listed
+    where none can: its error says why); "default": the first listed that can;
     a mapping: the family whose parameters it names."""
     names = IMPLEMENTATIONS.get(call, (call,))
     if len(names) == 1:
@@ -63,7 +64,8 @@ def implementation(call: str, problem, config: Mapping | str | None, device: Dev
     _follow_lookup()
     key = (call, problem, device, config)
     if key not in _implementations:
-        runnable = [name for name in names if family(name).can_run(problem, device)] or names[:1]
+        runnable = [name for name in names if family(name).serves(problem) and family(name).can_run(problem, device)]
+        runnable = runnable or names[:1]
         if config == "default":
             _implementations[key] = runnable[0]
         else:

@@ -102,6 +102,11 @@ class Family:
         return source_hash(self.module.TEMPLATE, args, getattr(self.module, "COMPILE_OPTIONS", ()),
                            self.helper_templates(cfg))
 
+    def serves(self, problem) -> bool:
+        """Whether an untold call of `problem` may run on this family: not a float32 call at fp32
+        (its arithmetic "float32": FP32-accurate) where the module says FP32_ACCURATE = False."""
+        return getattr(problem, "arithmetic", None) != "float32" or getattr(self.module, "FP32_ACCURATE", True)
+
     def untuned_first(self, problem) -> bool:
         """Whether, untuned, this family runs `problem`'s call before those listed before it (kernels.contract)."""
         return getattr(self.module, "untuned_first", lambda p: False)(problem)

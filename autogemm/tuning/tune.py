@@ -96,16 +96,10 @@ def tune_targets(targets: list[Target], dtype: str, device: DeviceInfo, out_dir:
 def runnable_targets(targets: list[Target], dtype: str, device: DeviceInfo) -> tuple[list[Target], list[Target]]:
     """(those some config of their family can run on `device`, the others): a call's other
     implementations (kernels.IMPLEMENTATIONS) may be for some ops, dtypes or GPUs only, and a family
-    that is not FP32-accurate (its module's FP32_ACCURATE) tunes no float32 call at fp32."""
-    can = [fp32_accurate(t.family, dtype) and family(t.family).can_run(problem_of(t.key(dtype)), device)
-           for t in targets]
+    that is not FP32-accurate tunes no FP32-accurate call (Family.serves)."""
+    can = [family(t.family).serves(p) and family(t.family).can_run(p, device)
+           for t, p in ((t, problem_of(t.key(dtype))) for t in targets)]
     return [t for t, ok in zip(targets, can) if ok], [t for t, ok in zip(targets, can) if not ok]
-
-
-def fp32_accurate(name: str, dtype: str) -> bool:
-    """Whether family `name` may serve calls of arithmetic `dtype` ("float32": FP32-accurate) by the
-    tuner's bound: every family but those whose module says FP32_ACCURATE = False."""
-    return dtype != "float32" or getattr(family(name).module, "FP32_ACCURATE", True)
 
 
 def _index(paths) -> Index:
