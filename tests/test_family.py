@@ -129,10 +129,10 @@ def test_3xtf32_pads_each_tile_for_its_fragment_reads():
 ])
 def test_the_search_starts_from_valid_3xtf32_configs_where_they_can_run(shape, ta, tb, at_least):
     """TPE rarely draws a valid 3xtf32 config at random (TM, TN, the warp shape and PAD all fixed):
-    the seeds must hold some, on float32 and tensor cores only; the default stays FMA."""
+    the seeds must hold some, on float32 and tensor cores only, FMAs too."""
     def seeds(dtype, device=H100):
         return GEMM.candidates(gemm.Problem.contiguous(*shape, dtype, ta, tb), device)
-    assert seeds("float32")[0].math == "fma"
+    assert any(c.math == "fma" for c in seeds("float32"))
     assert sum(c.math == "3xtf32" for c in seeds("float32")) >= at_least
     assert not any(c.math == "3xtf32" for c in seeds("float64"))
     assert not any(c.math == "3xtf32" for c in seeds("float32", dataclasses.replace(H100, compute_capability="7.5")))
@@ -593,3 +593,23 @@ def test_the_tiled_default_on_long_k_fills_the_sms_with_slices_of_k():
     assert (long_k.bm, long_k.bn, long_k.split_k) == (64, 64, 16)
     short = GEMM.default(gemm.Problem.contiguous(256, 256, 2047, trans_a=True), H100)
     assert (short.bm, short.bn, short.split_k) == (16, 16, 1)
+
+
+# Issue 40's public shapes, untuned on an H100 (132 SMs): (shape, op) -> the tiled family's default
+# (math, bm, bn, split_k) for float32 at fp32.
+FIRST_CALLS = {"1024x1024x1024:nn": ("3xtf32", 128, 64, 1), "4096x4096x4096:nn": ("3xtf32", 128, 64, 1),
+               "512x4096x1024:tn": ("3xtf32", 128, 64, 1), "8192x8192x256:nn": ("3xtf32", 128, 64, 1),
+               "1000x1000x1000:tt": ("3xtf32", 128, 64, 1), "800x1000x784:nt": ("3xtf32", 128, 64, 1),
+               "400x1000x784:nt": ("fma", 64, 32, 1),             # 64 tiles of 128x64: under half the SMs
+               "777x555x333:nt": ("fma", 64, 32, 1), "96x3072x768:nt": ("fma", 64, 32, 1),
+               "256x256x8192:tn": ("fma", 64, 64, 16)}              # K long against the output: FMAs in slices
+
+
+@pytest.mark.parametrize("shape", FIRST_CALLS)
+def test_the_untuned_float32_default_takes_3xtf32_where_its_tiles_fill_half_the_sms(shape):
+    sizes, op = shape.split(":")
+    m, n, k = map(int, sizes.split("x"))
+    single, double = (gemm.Problem.contiguous(m, n, k, dtype, op[0] == "t", op[1] == "t") for dtype in ("float32", "float64"))
+    cfg = GEMM.default(single, H100)
+    assert (cfg.math, cfg.bm, cfg.bn, cfg.split_k) == FIRST_CALLS[shape]
+    assert GEMM.default(double, H100).math == "fma"

@@ -46,14 +46,14 @@ def test_constraints_are_checked_before_anything_is_compiled(tmp_path):
 
 
 def test_failures_are_recorded_with_reasons_and_the_search_goes_on(tmp_path):
-    fails = lambda cfg: cfg["bk"] == 8            # noqa: E731  (the default has bk 16)
+    fails = lambda cfg: cfg["math"] == "3xtf32"   # noqa: E731  (the default, and other seeds)
     measure = FakeMeasure(fails=fails)
     result = search(measure, settings=Settings(**{**FAST.__dict__, "trials": 40}), study_path=tmp_path / "s.log")
-    assert result.failed > 0 and result.trials == 40 and result.config["bk"] != 8
+    assert result.failed > 0 and result.trials == 40 and result.config["math"] == "fma"
     study = stored_study(tmp_path / "s.log")
     failed = [t for t in study.trials if t.state == TrialState.FAIL]
     pruned = [t for t in study.trials if t.state == TrialState.PRUNED]
-    assert failed and all(t.user_attrs["reason"] == "RuntimeError: compile failed for bk=8" for t in failed)
+    assert failed and all(t.user_attrs["reason"].startswith("RuntimeError: compile failed for bk=") for t in failed)
     assert pruned and all(t.user_attrs["reason"] in dict(GEMM_FAM.constraints) for t in pruned)
     assert study.user_attrs["result"]["config"] == dict(result.config)
 

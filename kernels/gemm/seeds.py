@@ -26,12 +26,19 @@ _TC_TILES = ((128, 64, 16, 8), (64, 128, 8, 16), (64, 64, 16, 8))
 
 def candidates(p, d, params: dict, constraints: tuple):
     """Sound configs without tuning, best guess first (autogemm takes the first valid one):
+    3xTF32 on a 128x64 tile where float32 tiles fill at least half the SMs; else FMAs on
     the largest tile that still gives every SM a block (with K long against the output, counting
     up to 16 slices of K); where its tiles leave SMs idle, split-K up to two blocks per SM while
     each slice keeps at least 64 of K; then smaller
     and plainer fallbacks. Then more places for the search to start from. The tiles, BK and stages
     are those that won sweeps and searches of the MLP's shapes and 4096^3 (benchmarks/)."""
     vec = min(4, 16 // p.itemsize, p.vec_a, p.vec_b)
+    # float32 where 128x64 tiles give at least half the SMs a block and K is not long against the
+    # output: 3xTF32 first, as accurate as FMAs and faster on such shapes
+    # (benchmarks/issue40-fp32-error); the constraints drop it where it cannot run (float64, GPUs
+    # before tensor cores took TF32).
+    if p.itemsize == 4 and 2 * ceil_div(p.m, 128) * ceil_div(p.n, 64) >= d.sm_count and p.k < 8 * max(p.m, p.n):
+        yield _tc_seed(*_TC_TILES[0], vec)
     # Where K is long against the output (8 times its longer side), the tile that fills the SMs in
     # at most 16 slices of K, not in tiles alone: tiny tiles in one slice ran 256x256x8192 at 2.7x
     # cuBLAS's time and 9x its error (benchmarks/issue39-h100/first-calls).
