@@ -46,8 +46,7 @@ class Measure(KernelMeasure):
                          config=cfg, kernel_family=family or self.key.family, precision=self.precision,
                          **self.epilogue_operands(self.second))
 
-    def verify(self, run) -> float:
-        error = super().verify(run)
+    def admit(self, error: float) -> float:
         if self.dtype is np.float32 and self.precision == "fp32" and not within_fp32_bound(error, self.cublas_error):
             raise Inaccurate(f"max-norm relative error {error:.2e} is {error / self.cublas_error:.1f}x cuBLAS FP32's "
                              f"{self.cublas_error:.2e} on the same operands (FP32-accurate allows {FP32_ERROR_BOUND:g}x)")
@@ -56,7 +55,7 @@ class Measure(KernelMeasure):
     @functools.cached_property
     def cublas_error(self) -> float:
         """cuBLAS's max-norm relative error on these operands, at the call's precision."""
-        return KernelMeasure.verify(self, self.cublas_launcher())
+        return self.verify(self.cublas_launcher())
 
     def epilogue_operands(self, second) -> dict:
         """The epilogue's operand as the GEMM's keyword: bias= or aux= (none without an epilogue)."""
