@@ -29,6 +29,16 @@ def test_round_trip(tmp_path):
     assert loaded.records[records[0].key].speedup == pytest.approx(60 / 50)
 
 
+def test_a_record_keeps_cublass_error_where_measured_and_loads_without_it(tmp_path):
+    measured, older = record(cublas_error=4e-7), record((800, 10, 1000))
+    path = write_store(tmp_path, [measured, older])
+    text = path.read_text()
+    assert text.count('"cublas_error"') == 1                  # written only where measured
+    loaded = load(path).records
+    assert loaded[measured.key].cublas_error == 4e-7 and loaded[measured.key].error_ratio == pytest.approx(0.25)
+    assert loaded[older.key].cublas_error is None and loaded[older.key].error_ratio is None
+
+
 def test_file_is_one_record_a_line(tmp_path):
     path = write_store(tmp_path, [record(), record((400, 1000, 784))])
     lines = path.read_text().splitlines()
@@ -140,6 +150,8 @@ def _message(path) -> str:
     (lambda d: d["records"][0].update(family="conv2d", shape="500112x1x28x28x6x3", op="-"),
      "conv2d of 500112 images: more than 2147483647 elements"),     # was a traceback from `autogemm show --json`
     (lambda d: d["records"][0].update(median_us=-1), "median_us=-1 must be a finite number > 0"),
+    (lambda d: d["records"][0].update(cublas_error=-1e-7), "cublas_error=-1e-07 must be a finite number >= 0 or null"),
+    (lambda d: d["records"][0].update(cublas_error="small"), "cublas_error='small'"),
     (lambda d: d["records"][0].update(median_us="5"), "median_us='5'"),
     (lambda d: d["records"][0].update(median_us=10**400), "median_us=1" + "0" * 36 + "... must be a finite number > 0"),
     (lambda d: d["records"][0].update(gflops=-10**400), "gflops=-1" + "0" * 35 + "... must be a finite number >= 0"),

@@ -137,7 +137,7 @@ def test_tune_names_autogemm_tuned_when_the_folder_came_from_it(tmp_path):
 @pytest.fixture
 def store(tmp_path):
     return write_store(tmp_path, [
-        record(median_us=50.0, cublas_us=60.0),
+        record(median_us=50.0, cublas_us=60.0, cublas_error=4e-7),
         record((400, 1000, 784), median_us=30.0, template_hash="0" * 16),
         record((800, 10), "-", fam="softmax_xent", config=dict(block=128, tpr=16), cublas_us=None)])
 
@@ -164,8 +164,9 @@ def test_show_all_a_folder_as_a_table(store):
     assert "NVIDIA H100 80GB HBM3 (132 SMs, compute 9.0; driver 13.0, CUDA 13.2, CuPy 14.2.0)" in out
     row = next(line for line in out.splitlines() if "800x1000x784" in line)
     for cell in ("gemm", "nt", "float32", "bm=64 bn=64 bk=16", "split_k=1 pad=True", "50.0", "1000", "1.20x",
-                 "1.0e-07"):                                  # the record's error against float64
+                 "1.0e-07 (0.25x)"):              # the record's error against float64, and over cuBLAS's
         assert cell in row, (cell, row)
+    assert "1.0e-07 (" not in next(line for line in out.splitlines() if "400x1000x784" in line)   # not measured
     assert "stale" not in row
     assert "stale" in next(line for line in out.splitlines() if "400x1000x784" in line)
     assert "block=128 tpr=16" in out

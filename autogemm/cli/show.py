@@ -248,7 +248,15 @@ def _cells(r: Record, shown: Shown, now: datetime) -> list[str]:
     return [r.key.family, r.key.shape, r.key.op, r.key.dtype, compact(r.config), f"{r.median_us:.1f}",
             f"{r.gflops:.0f}" if r.gflops >= 10 else f"{r.gflops:.2g}",
             f"{speedup:.2f}x" if speedup is not None else "",
-            f"{r.max_rel_error:.1e}" if r.max_rel_error is not None else "", age(r.date, now), shown.status(r)]
+            _error(r), age(r.date, now), shown.status(r)]
+
+
+def _error(r: Record) -> str:
+    """Its max-norm relative error, and that over cuBLAS's on the same operands where measured."""
+    if r.max_rel_error is None:
+        return ""
+    ratio = r.error_ratio
+    return f"{r.max_rel_error:.1e}" + (f" ({ratio:.2f}x)" if ratio is not None else "")
 
 
 def _table(title, rows: list[list[str]]):

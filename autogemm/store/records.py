@@ -6,9 +6,12 @@
               "updated": "2026-11-22T06:00:00+00:00"},
      "records": [{"family": "gemm", "shape": "800x1000x784", "op": "nt", "dtype": "float32",
                   "config": {"bm": 64, ...}, "median_us": 21.3, "p10_us": 21.0, "p90_us": 21.9,
-                  "gflops": 58900.0, "cublas_us": 25.1, "max_rel_error": 3.1e-07, "trials": 40,
-                  "failed": 2, "date": "2026-11-22T06:00:00+00:00", "template_hash": "<code hash>",
-                  "command": "autogemm tune --shapes nn"}, ...]}
+                  "gflops": 58900.0, "cublas_us": 25.1, "max_rel_error": 3.1e-07,
+                  "cublas_error": 1.1e-06, "trials": 40, "failed": 2, "date": "2026-11-22T06:00:00+00:00",
+                  "template_hash": "<code hash>", "command": "autogemm tune --shapes nn"}, ...]}
+
+cublas_error (cuBLAS's error on the record's operands, at its precision) is optional: records
+written before it was measured have none.
 
 A file is data, never code: `load` checks every key, type and value (configs through
 Family.config, so no string reaches a template) and names the file and the record in a one-line
@@ -49,7 +52,8 @@ _WORD = re.compile(r"[A-Za-z0-9_.-]{1,40}")
 META_FIELDS = ("schema", "gpu", "compute_capability", "sm_count", "driver", "cuda_runtime", "cupy",
                "templates", "params", "updated")
 RECORD_FIELDS = ("family", "shape", "op", "dtype", "config", "median_us", "p10_us", "p90_us", "gflops",
-                 "cublas_us", "max_rel_error", "trials", "failed", "date", "template_hash", "command")
+                 "cublas_us", "max_rel_error", "cublas_error", "trials", "failed", "date", "template_hash", "command")
+OPTIONAL_FIELDS = ("cublas_error",)     # absent from records written before it was measured
 
 
 def now() -> str:
@@ -102,6 +106,7 @@ class Record:
     date: str
     template_hash: str
     command: str
+    cublas_error: float | None = None   # GEMMs: cuBLAS's max-norm relative error on the same operands
 
     @functools.cached_property
     def stale(self) -> bool:
@@ -119,11 +124,19 @@ class Record:
         ratio = self.cublas_us / self.median_us if self.cublas_us else None
         return ratio if ratio is not None and math.isfinite(ratio) else None
 
+    @property
+    def error_ratio(self) -> float | None:
+        """Its error over cuBLAS's on the same operands (None where either is unknown or zero)."""
+        if self.max_rel_error is None or not self.cublas_error:
+            return None
+        return self.max_rel_error / self.cublas_error
+
     def to_json(self) -> dict:
+        measured = {} if self.cublas_error is None else {"cublas_error": self.cublas_error}
         return dict(family=self.key.family, shape=self.key.shape, op=self.key.op, dtype=self.key.dtype,
                     config=dict(self.config), median_us=self.median_us, p10_us=self.p10_us,
                     p90_us=self.p90_us, gflops=self.gflops, cublas_us=self.cublas_us,
-                    max_rel_error=self.max_rel_error, trials=self.trials, failed=self.failed,
+                    max_rel_error=self.max_rel_error, **measured, trials=self.trials, failed=self.failed,
                     date=self.date, template_hash=self.template_hash, command=self.command)
 
 
@@ -201,11 +214,11 @@ def _no_constants(name):
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def _exact_keys(obj: dict, fields: tuple, where: str):
+def _exact_keys(obj: dict, fields: tuple, where: str, optional: tuple = ()):
     unknown = [k for k in obj if k not in fields]
     if unknown:
         raise StoreError(f"{where}: unknown key {brief(unknown[0])}; expected {', '.join(fields)}")
-    missing = [k for k in fields if k not in obj]
+    missing = [k for k in fields if k not in obj and k not in optional]
     if missing:
         raise StoreError(f"{where}: missing key {missing[0]!r}")
 
@@ -286,7 +299,7 @@ def _record(obj, where: str, memo: dict | None = None) -> Record:
     if all(isinstance(obj.get(f), str) for f in fields):    # name the record as early as we can
         words = [v if _WORD.fullmatch(v) else brief(v, 24) for v in (obj[f] for f in fields)]
         where = f"{where} ({words[0]} {words[1]}:{words[2]} {words[3]})"
-    _exact_keys(obj, RECORD_FIELDS, where)
+    _exact_keys(obj, RECORD_FIELDS, where, OPTIONAL_FIELDS)
     try:
         key = parse_key(*(obj[f] for f in fields))
         problem_of(key)           # sizes that no call can have (a convolution over 2**31 elements)
@@ -312,6 +325,7 @@ def _record(obj, where: str, memo: dict | None = None) -> Record:
         trials=_count(obj, "trials", where), failed=_count(obj, "failed", where),
         date=_date(obj, "date", where), template_hash=template_hash,
         command=_string(obj, "command", where, limit=2000),
+        cublas_error=_number(obj, "cublas_error", where, positive=False, optional=True) if "cublas_error" in obj else None,
     )
 
 

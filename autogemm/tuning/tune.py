@@ -87,7 +87,8 @@ def tune_targets(targets: list[Target], dtype: str, device: DeviceInfo, out_dir:
         record = Record(key, result.config, round(result.median_us, 3), round(result.p10_us, 3),
                         round(result.p90_us, 3), round(fam.flops(problem) / (result.median_us * 1e3), 1),
                         round(cublas, 3) if cublas else None, _significant(result.max_rel_error),
-                        result.trials, result.failed, now(), fam.code_hash(result.config, problem), printable(command))
+                        result.trials, result.failed, now(), fam.code_hash(result.config, problem), printable(command),
+                        _significant(getattr(measure, "cublas_error", None)))
         (_, stored), = save(path, [record], meta)
         existing[key] = record if stored != "kept" else existing[key]
         yield Outcome(target, key, result, record, stored, cublas)
