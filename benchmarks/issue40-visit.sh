@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Issue 40, item 2 (FP32-accurate is FP32's error) on one GPU. From the repository root:
 #   source .device/env.sh && bash benchmarks/issue40-visit.sh variants [VARIANT...]|retune|bench
-# variants: each variant of kernels/gemm/3xtf32.cuh (base: the tree's; chunk16, chunk8, chunk16u1:
-# those in benchmarks/issue40-fp32-error/) runs benchmarks/issue40_fp32_error.py (SHAPES: its
-# --shapes) in its own process, the tree's file put back after; a table last.
+# variants: each variant of kernels/gemm/3xtf32.cuh (chunk16u1: the tree's, 16 k summed apart, the
+# steps not unrolled; base, chunk16, chunk8: the tree's with benchmarks/issue40-fp32-error/3xtf32-
+# <variant>.patch applied: all of K summed on the tensor cores, 16 k apart unrolled, 8 k apart) runs
+# benchmarks/issue40_fp32_error.py (SHAPES: its --shapes) in its own process, the tree's file put
+# back after; a table last.
 # retune: the gpu tests of the error bound, then `autogemm tune --stale` of the shipped file of this
 # GPU (the records the template change staled), the file copied out.
 # bench: nn.bench of the trainer on this tree against .device/base (`git archive <commit before>
@@ -59,11 +61,11 @@ PY
 fi
 
 variants=("$@")
-[ ${#variants[@]} -eq 0 ] && variants=(base chunk16 chunk8)
+[ ${#variants[@]} -eq 0 ] && variants=(base chunk16 chunk16u1)
 tree=$(mktemp)
 cp kernels/gemm/3xtf32.cuh "$tree"
 for v in "${variants[@]}"; do
-    [ "$v" != base ] && cp "benchmarks/issue40-fp32-error/3xtf32-$v.cuh" kernels/gemm/3xtf32.cuh
+    [ "$v" != chunk16u1 ] && git apply -p1 "benchmarks/issue40-fp32-error/3xtf32-$v.patch"
     timeout 180 python benchmarks/issue40_fp32_error.py ${SHAPES:+--shapes "$SHAPES"} --reps 60 --label "$v" \
         --json "$work/$v.json" > "$work/$v.txt" 2>&1
     echo "$v: exit $?"
