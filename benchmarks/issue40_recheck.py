@@ -17,7 +17,7 @@ from autogemm.store.keys import parse_key
 from autogemm.store.records import _write_atomic
 from autogemm.tuning.measure import Inaccurate
 from autogemm.tuning.measures import measure_for
-from autogemm.tuning.verify import FP32_ERROR_BOUND
+from autogemm.tuning.verify import FP32_ERROR_BOUND, fp32_error_ratio
 
 
 def main():
@@ -48,7 +48,7 @@ def main():
         row["cublas_error"] = measure.cublas_error
         if row["error"] is None:          # the error the bound refused
             row["error"] = measure.verify(measure.launcher(cfg))
-        row["ratio"] = row["error"] / row["cublas_error"]
+        row["ratio"] = fp32_error_ratio(row["error"], row["cublas_error"])
         rows.append(row)
         print(f"{key.family:10} {key.shape:14} {key.op:16} {cfg.math:6} error {row['error']:.2e} "
               f"cuBLAS {row['cublas_error']:.2e} ({row['ratio']:5.2f}x) {'ok' if row['ok'] else 'BEYOND ' + str(FP32_ERROR_BOUND) + 'x'}",

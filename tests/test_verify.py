@@ -3,7 +3,7 @@ K- and dtype-scaled check."""
 import numpy as np
 import pytest
 
-from autogemm.tuning.verify import FP32_ERROR_BOUND, compare, within_fp32_bound
+from autogemm.tuning.verify import FP32_ERROR_BOUND, compare, fp32_error_ratio, within_fp32_bound
 from kernels.gemm.call import EPILOGUES, Problem, reference
 
 M, N, K = 37, 23, 301
@@ -104,3 +104,9 @@ def test_fp32_accurate_is_within_twice_cublas_fp32s_error():
     eps = float(np.finfo(np.float32).eps)          # cuBLAS exact on a short K: float32's epsilon stands in
     assert within_fp32_bound(2 * eps, 0.0) and not within_fp32_bound(3 * eps, 0.0)
     assert not within_fp32_bound(float("nan"), 1e-6)
+
+
+def test_the_error_ratio_of_an_exact_cublas_is_over_float32s_epsilon():
+    eps = float(np.finfo(np.float32).eps)
+    assert fp32_error_ratio(3e-6, 1e-6) == pytest.approx(3.0)
+    assert fp32_error_ratio(2 * eps, 0.0) == pytest.approx(2.0)       # no division by zero

@@ -34,11 +34,15 @@ class Verdict:
 FP32_ERROR_BOUND = 2.0
 
 
+def fp32_error_ratio(error: float, reference: float) -> float:
+    """An FP32-accurate result's max-norm relative error over `reference`, cuBLAS FP32's on the same
+    data, taken as at least float32's epsilon (a short K can leave cuBLAS exact)."""
+    return error / max(reference, float(np.finfo(np.float32).eps))
+
+
 def within_fp32_bound(error: float, reference: float) -> bool:
-    """Whether an FP32-accurate result's max-norm relative error `error` is within FP32_ERROR_BOUND
-    times `reference`, cuBLAS FP32's on the same data (taken as at least float32's epsilon: a short
-    K can leave cuBLAS exact)."""
-    return error <= FP32_ERROR_BOUND * max(reference, float(np.finfo(np.float32).eps))
+    """Whether that ratio is at most FP32_ERROR_BOUND."""
+    return fp32_error_ratio(error, reference) <= FP32_ERROR_BOUND
 
 
 # Relative rounding of each operand before its product, by precision (kernels.gemm.call.PRECISIONS):

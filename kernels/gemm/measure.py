@@ -10,7 +10,7 @@ from autogemm.runtime.family import Config
 from autogemm.store.keys import Key
 from autogemm.tuning.measure import Inaccurate, KernelMeasure
 from autogemm.tuning.timing import Timing, time_gpu
-from autogemm.tuning.verify import FP32_ERROR_BOUND, within_fp32_bound
+from autogemm.tuning.verify import FP32_ERROR_BOUND, fp32_error_ratio, within_fp32_bound
 from kernels.bf16 import bf16_bits
 from kernels.elementwise import ROW_OPS
 
@@ -47,9 +47,10 @@ class Measure(KernelMeasure):
                          **self.epilogue_operands(self.second))
 
     def admit(self, error: float) -> float:
-        if self.dtype is np.float32 and self.precision == "fp32" and not within_fp32_bound(error, self.cublas_error):
-            raise Inaccurate(f"max-norm relative error {error:.2e} is {error / self.cublas_error:.1f}x cuBLAS FP32's "
-                             f"{self.cublas_error:.2e} on the same operands (FP32-accurate allows {FP32_ERROR_BOUND:g}x)")
+        reference = self.cublas_error if self.dtype is np.float32 and self.precision == "fp32" else None
+        if reference is not None and not within_fp32_bound(error, reference):
+            raise Inaccurate(f"max-norm relative error {error:.2e} is {fp32_error_ratio(error, reference):.1f}x cuBLAS "
+                             f"FP32's {reference:.2e} on the same operands (FP32-accurate allows {FP32_ERROR_BOUND:g}x)")
         return error
 
     @functools.cached_property
