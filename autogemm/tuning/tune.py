@@ -98,8 +98,11 @@ def runnable_targets(targets: list[Target], dtype: str, device: DeviceInfo) -> t
     """(those some config of their family can run on `device`, the others): a call's other
     implementations (kernels.IMPLEMENTATIONS) may be for some ops, dtypes or GPUs only, and a family
     that is not FP32-accurate tunes no FP32-accurate call (Family.serves)."""
-    can = [family(t.family).serves(p) and family(t.family).can_run(p, device)
-           for t, p in ((t, problem_of(t.key(dtype))) for t in targets)]
+    def runnable(t: Target) -> bool:
+        fam, problem = family(t.family), problem_of(t.key(dtype))
+        return fam.serves(problem) and fam.can_run(problem, device)
+
+    can = [runnable(t) for t in targets]
     return [t for t, ok in zip(targets, can) if ok], [t for t, ok in zip(targets, can) if not ok]
 
 

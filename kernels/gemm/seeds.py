@@ -37,8 +37,10 @@ def candidates(p, d, params: dict, constraints: tuple):
     # output: 3xTF32 first, as accurate as FMAs and faster on such shapes
     # (benchmarks/issue40-fp32-error); the constraints drop it where it cannot run (float64, GPUs
     # before tensor cores took TF32).
-    if p.itemsize == 4 and 2 * ceil_div(p.m, 128) * ceil_div(p.n, 64) >= d.sm_count and p.k < 8 * max(p.m, p.n):
-        yield _tc_seed(*_TC_TILES[0], vec)
+    first = _TC_TILES[0]                                # 128x64
+    fill_half = 2 * ceil_div(p.m, first[0]) * ceil_div(p.n, first[1]) >= d.sm_count
+    if p.itemsize == 4 and fill_half and p.k < 8 * max(p.m, p.n):
+        yield _tc_seed(*first, vec)
     # Where K is long against the output (8 times its longer side), the tile that fills the SMs in
     # at most 16 slices of K, not in tiles alone: tiny tiles in one slice ran 256x256x8192 at 2.7x
     # cuBLAS's time and 9x its error (benchmarks/issue39-h100/first-calls).
