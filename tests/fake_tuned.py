@@ -1,12 +1,16 @@
-"""Helpers for the store, lookup, search and CLI tests: records, metadata and a fake measure."""
+"""Helpers for the store, lookup, search and CLI tests: records, metadata and fake measures."""
 import json
 import math
+import threading
+import time
 from pathlib import Path
 
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import Config, family
 from autogemm.store.keys import make_key, problem_of
 from autogemm.store.records import Meta, Record, file_for, save
+from autogemm.errors import CompileError
+from autogemm.tuning.measure import KernelMeasure
 from autogemm.tuning.timing import Timing
 
 SOFTWARE = {"driver": "13.0", "cuda_runtime": "13.2", "cupy": "14.2.0"}
@@ -83,3 +87,38 @@ def gemm_model(cfg) -> float:
         return 5 + sum(abs(math.log2(v)) % 3 for v in cfg.values())
     return (10 + abs(math.log2(cfg.bm / 64)) + abs(math.log2(cfg.bn / 64)) + abs(math.log2(cfg.tm * cfg.tn / 16))
             + abs(math.log2(cfg.split_k / 2)) + (0 if cfg.stages == 2 else 1) + 0.4 * cfg.pad)
+
+
+class CompilingMeasure(KernelMeasure):
+    """KernelMeasure's own compile path (prepare, first_ready, cancel, built) on its real thread pool,
+    with compiles that take `compile_s(cfg)` seconds and fail (CompileError) where `broken(cfg)`;
+    measuring times the model, with no GPU. `events` lists ("built"/"measured", config) in order;
+    `most_at_once` is the most compiles that ran together."""
+
+    def __init__(self, key, compile_s, broken=lambda cfg: False, model=gemm_model, parallelism=4):
+        super().__init__(key, H100)
+        self.compile_s, self.broken, self.model, self.parallelism = compile_s, broken, model, parallelism
+        self.events, self.running, self.most_at_once = [], 0, 0
+        self._lock = threading.Lock()
+
+    def build(self, instance, device_id):
+        cfg = instance.config
+        with self._lock:
+            self.running += 1
+            self.most_at_once = max(self.most_at_once, self.running)
+        time.sleep(self.compile_s(cfg))
+        with self._lock:
+            self.running -= 1
+            self.events.append(("built", cfg))
+        if self.broken(cfg):
+            raise CompileError(f"{instance.name}: NVRTC failed: line 1: error: planted")
+
+    @staticmethod
+    def _device_id():
+        return 0
+
+    def __call__(self, cfg, reps):
+        self.built(cfg)
+        self.events.append(("measured", cfg))
+        t = self.model(cfg)
+        return Timing(t, t * 0.98, t * 1.03, reps)

@@ -10,12 +10,14 @@ from optuna.trial import TrialState
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import Config, family
 from autogemm.store.keys import make_key, problem_of
+from autogemm.tuning.measure import COMPILERS
 from autogemm.tuning.search import (JournalFileBackend, SearchError, Settings, neighbours, open_study, tune,
                                     valid_neighbours)
-from fake_tuned import GEMM, FakeMeasure, gemm_model
+from fake_tuned import GEMM, CompilingMeasure, FakeMeasure, gemm_model
 
 GEMM_FAM = family("gemm")
-PROBLEM = problem_of(make_key("gemm", (800, 1000, 784), "nt", "float32"))
+GEMM_KEY = make_key("gemm", (800, 1000, 784), "nt", "float32")
+PROBLEM = problem_of(GEMM_KEY)
 FAST = Settings(trials=24, timeout=None, top=4, rounds=3, final_reps=7, quick_reps=3)
 
 
@@ -35,7 +37,7 @@ def test_constraints_are_checked_before_anything_is_compiled(tmp_path):
     assert len(compiled) == result.trials == FAST.trials
     assert set(measure.measured()) == set(compiled)
     assert all(not GEMM_FAM.violations(cfg, PROBLEM, H100) for cfg in compiled)
-    assert all(len(batch) <= FAST.batch for batch in measure.prepared)
+    assert all(len(batch) <= 8 for batch in measure.prepared)            # FakeMeasure: 8 in flight
     pruned = [t for t in stored_study(tmp_path / "s.log").trials if t.state == TrialState.PRUNED]
     assert result.rejected == len(pruned) > 0
     messages = dict(GEMM_FAM.constraints)
@@ -148,6 +150,66 @@ def test_small_spaces_are_measured_exhaustively():
     searched = measure.measured()[:result.trials]
     assert result.trials == len(valid) == len(set(searched)) and set(searched) == set(valid)
     assert dict(result.config) == dict(block=128, tpr=4)
+
+
+def test_a_search_whose_proposals_stop_gaining_ends_early_after_searching_around_the_best():
+    """Every config but the default (the first seeded) takes 20 µs or more: `patience` proposals past
+    the seeded ones without a gain start the local search, as many more end the search."""
+    default = GEMM_FAM.default(PROBLEM, H100)
+    measure = FakeMeasure(script=lambda cfg, call: 10.0 if cfg == default else None, model=lambda cfg: 20 + gemm_model(cfg))
+    settings = Settings(**{**FAST.__dict__, "trials": 200, "patience": 5})
+    result = search(measure, settings)
+    seeded = len(GEMM_FAM.candidates(PROBLEM, H100)) + settings.samples     # fewer than the seeded share
+    assert result.config == default and seeded + 2 * 5 <= result.trials < seeded + 2 * 5 + 8
+    around = set(valid_neighbours(GEMM_FAM, default, PROBLEM, H100))
+    assert around & set(measure.measured()[seeded:])            # the local search ran before the end
+    unbounded = search(FakeMeasure(), Settings(**{**FAST.__dict__, "trials": 60, "patience": None}))
+    assert unbounded.trials == 60
+
+
+def test_configs_are_measured_as_they_are_built_and_the_compilers_never_wait_for_a_batch():
+    """The default's compile takes 0.6 s, every other 20 ms: the GPU measures those built meanwhile
+    and the freed slots are filled at once, so more configs than one window are measured before it;
+    no more compiles run at once than the measure's parallelism."""
+    default = GEMM_FAM.default(PROBLEM, H100)
+    measure = CompilingMeasure(GEMM_KEY, compile_s=lambda cfg: 0.6 if cfg == default else 0.02, parallelism=2)
+    started = time.monotonic()
+    result = search(measure, Settings(**{**FAST.__dict__, "trials": 24}))
+    measured = [cfg for event, cfg in measure.events if event == "measured"][:result.trials]   # then re-timed
+    assert len(set(measured)) == result.trials == 24 and measured[0] != default
+    assert measured.index(default) > measure.parallelism       # slots refilled while it compiled
+    assert measure.most_at_once <= measure.parallelism
+    assert result.waiting_s < 0.6 + 23 * 0.02 + 0.5 and time.monotonic() - started < 10
+
+
+def test_a_failed_compile_is_a_failed_trial_with_its_reason():
+    measure = CompilingMeasure(GEMM_KEY, compile_s=lambda cfg: 0.01, broken=lambda cfg: cfg["bk"] == 32)
+    result = search(measure, Settings(**{**FAST.__dict__, "trials": 24}))
+    assert result.failed > 0 and result.config["bk"] != 32
+    measured = {cfg for event, cfg in measure.events if event == "measured"}
+    assert result.trials == 24 and not any(cfg["bk"] == 32 for cfg in measured)
+
+
+def test_ctrl_c_while_configs_compile_drops_the_compiles_not_started(tmp_path):
+    """The window holds 8 configs, refilled after each measurement: a Ctrl-C in the third leaves the
+    8 in flight failed as "interrupted" (a resumed run measures them) and cancels the compiles that
+    the pool has not started."""
+    class Interrupted(CompilingMeasure):
+        def __call__(self, cfg, reps):
+            if sum(e == "measured" for e, _ in self.events) == 2:
+                raise KeyboardInterrupt
+            return super().__call__(cfg, reps)
+
+    measure = Interrupted(GEMM_KEY, compile_s=lambda cfg: 0.2, parallelism=8)
+    with pytest.raises(KeyboardInterrupt):
+        search(measure, Settings(**{**FAST.__dict__, "trials": 24, "in_flight": 8}), study_path=tmp_path / "s.log")
+    built = sum(e == "built" for e, _ in measure.events)
+    time.sleep(0.5)                                             # what was compiling ends, nothing more
+    assert measure.running == 0 and built >= 3
+    assert sum(e == "built" for e, _ in measure.events) <= min(built + COMPILERS, 8 + 3)
+    study = stored_study(tmp_path / "s.log")
+    assert TrialState.RUNNING not in [t.state for t in study.trials]
+    assert sum(t.user_attrs.get("reason") == "interrupted" for t in study.trials) == 8
 
 
 def test_timeout_stops_the_search():

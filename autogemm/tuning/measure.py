@@ -3,7 +3,8 @@ measure shares (KernelMeasure); each family's own, which binds its operands and 
 `measure.py` in its folder (kernels/<family>/), found by autogemm/tuning/measures.py.
 
     measure = measure_for(key, device)      # operands and their float64 reference, built once
-    measure.prepare(configs)                # compile a batch in parallel (NVRTC releases the GIL)
+    measure.prepare(configs)                # start compiling them on a thread pool (NVRTC releases the GIL)
+    cfg = measure.first_ready(configs)      # the first of them compiled (or failed)
     t = measure(config, reps)               # verify and admit once (poisoned output), then time: Measured
     measure.baseline(reps)                  # cuBLAS on the same operands (GEMMs), else None
 
@@ -12,7 +13,7 @@ the family's float64 reference (its module's `reference`). A config that fails t
 match raises (CompileError, a CUDA error, Mismatch): the search records the reason and goes on.
 """
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,12 +46,13 @@ class Measured(Timing):
 
 
 _pool: ThreadPoolExecutor | None = None
+COMPILERS = min(16, os.cpu_count() or 1)      # NVRTC compiles at once
 
 
 def _compile_pool() -> ThreadPoolExecutor:
     global _pool
     if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1), thread_name_prefix="nvrtc")
+        _pool = ThreadPoolExecutor(max_workers=COMPILERS, thread_name_prefix="nvrtc")
     return _pool
 
 
@@ -59,6 +61,7 @@ class KernelMeasure:
     default, the families with one output `out` and its reference `expected`)."""
 
     POISON = np.nan     # what `out` holds before a checked run: a value no correct kernel leaves
+    parallelism = COMPILERS
 
     def __init__(self, key: Key, device: DeviceInfo, seed: int = 0):
         self.key, self.device = key, device
@@ -69,33 +72,60 @@ class KernelMeasure:
         self.precision = getattr(self.problem, "precision", "fp32")
         self.reference = REGISTRY[key.family].reference
         self._verified: dict[Config, float] = {}     # config -> max-norm relative error
-        self._broken: dict[Config, Exception] = {}   # compile errors found by prepare
+        self._builds: dict[Config, Future] = {}      # compiles started by prepare, not yet measured
+        self._broken: dict[Config, Exception] = {}   # configs that could not be rendered
 
     # ---- the search's interface -------------------------------------------------------------------
     def prepare(self, configs):
-        """Render each config and compile them all at once on a thread pool."""
-        import cupy
-
-        device_id = cupy.cuda.Device().id
-
-        def build(instance):
-            with cupy.cuda.Device(device_id):
-                compiler.load(instance)
-
-        jobs = {}
+        """Render each config and start compiling it on the thread pool; returns at once."""
         for cfg in configs:
+            if cfg in self._builds or cfg in self._broken:
+                continue
             try:
                 instance = kernel(self.key.family, self.problem, cfg, self.device)
-                jobs[cfg] = _compile_pool().submit(build, instance)
             except AutogemmError as exc:
                 self._broken[cfg] = exc
-        for cfg, job in jobs.items():
-            if job.exception() is not None:
-                self._broken[cfg] = job.exception()
+                continue
+            self._builds[cfg] = _compile_pool().submit(self.build, instance, self._device_id())
 
-    def __call__(self, cfg: Config, reps: int) -> Measured:
+    @staticmethod
+    def build(instance, device_id: int):
+        """Compile `instance` for the device (on a compile thread)."""
+        import cupy
+
+        with cupy.cuda.Device(device_id):
+            compiler.load(instance)
+
+    @staticmethod
+    def _device_id() -> int:
+        import cupy
+
+        return cupy.cuda.Device().id
+
+    def first_ready(self, configs) -> Config:
+        """The first of `configs` (prepared ones) whose compile has ended, waiting for one if none has."""
+        pending = {self._builds[c]: c for c in configs if c in self._builds and not self._builds[c].done()}
+        ready = [c for c in configs if self._builds.get(c) not in pending]
+        if ready:
+            return ready[0]
+        done, _ = wait(pending, return_when=FIRST_COMPLETED)
+        return next(c for c in configs if self._builds[c] in done)
+
+    def cancel(self):
+        """Drop the compiles that have not started (a search that stopped)."""
+        for cfg in [c for c, job in self._builds.items() if job.cancel()]:
+            del self._builds[cfg]
+
+    def built(self, cfg: Config):
+        """Wait for `cfg`'s compile, if prepare started one; raise what rendering or compiling it raised."""
         if cfg in self._broken:
             raise self._broken.pop(cfg)
+        build = self._builds.pop(cfg, None)
+        if build is not None and build.exception() is not None:
+            raise build.exception()
+
+    def __call__(self, cfg: Config, reps: int) -> Measured:
+        self.built(cfg)
         run = self.launcher(cfg)
         if cfg not in self._verified:
             self._verified[cfg] = self.admit(self.verify(run))

@@ -8,12 +8,16 @@
   `known` ones), the family's other untuned candidates up to the `seeded` share of the trials (a
   family that lists thousands leaves TPE and the local search theirs), a few valid random
   samples; a space small enough to list whole is measured exhaustively instead.
-- Proposals are asked in batches, so `measure.prepare` (if it has one) can compile a batch in
-  parallel; each is then measured quickly. A failure (compile, launch, mismatch: anything
-  `measure` raises) is told FAIL with its reason, and the search goes on.
+- Proposals are asked ahead: up to `in_flight` configs are being built (`measure.prepare`, if it
+  has one, compiles them in parallel) while the GPU measures the first one built
+  (`measure.first_ready`); each measured one's slot is filled by a new proposal at once, so the
+  compiler's workers never wait for a batch's slowest. A failure (compile, launch, mismatch:
+  anything `measure` raises) is told FAIL with its reason, and the search goes on.
 - The last `local` fraction of the trials goes to the untried neighbours of the best configs
   (one parameter one step away, or two where the first step alone breaks a constraint) before
-  TPE's proposals: tile spaces are smooth near their best.
+  TPE's proposals: tile spaces are smooth near their best. The local search starts early where
+  `patience` proposals in a row after the seeded ones brought no gain of `min_gain`; as many more
+  without one end the search.
 - The top candidates are re-timed with more repetitions, interleaved round robin over several
   rounds; each one's median across rounds picks the winner, so one lucky quick run cannot.
 - With a journal file the study persists: `resume` continues it (trials already measured are not
@@ -65,13 +69,17 @@ class TimingLike(Protocol):
 class Measure(Protocol):
     def __call__(self, config: Config, reps: int) -> TimingLike: ...
 
+    # optional: prepare(configs) starts building them; first_ready(configs) -> the first one built
+    # (waiting for one); cancel() drops the builds not started; parallelism: how many build at once
+
 
 @dataclass(frozen=True)
 class Settings:
     trials: int = 40            # configs compiled and measured per shape (rejections, repeats not counted)
     timeout: float | None = 20  # seconds of search per shape (the final re-timing not counted)
     seed: int = 0
-    batch: int = 8              # proposals asked at once (compiled in parallel by measure.prepare)
+    in_flight: int | None = None  # configs asked ahead and built while others are measured (None:
+                                  # the measure's parallelism, else 8)
     quick_reps: int = 20        # timed runs per config during the search
     top: int = 5                # candidates re-timed at the end
     rounds: int = 5             # round-robin rounds of the re-timing
@@ -81,6 +89,9 @@ class Settings:
     max_failures_in_a_row: int = 40   # stop the search after this many failures in a row
     max_idle_asks: int = 400    # stop when this many proposals in a row bring nothing new
     local: float = 0.3          # last fraction of the trials: neighbours of the best configs first
+    patience: int | None = 8    # proposals after the seeded ones without a gain: the local search starts;
+                                # as many more: the search ends (None: every trial is measured)
+    min_gain: float = 0.01      # a new best must be this much faster to count as a gain
 
 
 @dataclass(frozen=True)
@@ -106,6 +117,8 @@ class Result:
     finalists: tuple = ()       # ((config, quick median, final median), ...), best first
     reused: bool = False        # taken from a finished study (resume): nothing was measured
     seconds: float = 0.0
+    waiting_s: float = 0.0      # of those, waiting for candidates to be built (the GPU idle)
+    retiming_s: float = 0.0     # re-timing the finalists
 
     def to_json(self) -> dict:
         return dict(config=dict(self.config), median_us=self.median_us, p10_us=self.p10_us,
@@ -164,43 +177,27 @@ def tune(fam: Family, problem, device: DeviceInfo, measure: Measure, settings: S
     exhaustive = _enqueue(study, fam, problem, device, settings, known, seen)
 
     # ---- search ------------------------------------------------------------------------------
-    failures_in_a_row = idle = 0
+    state = _Flight(settings.in_flight or getattr(measure, "parallelism", 8), seeded=_queued(study))
     report(Progress(seen.measured, settings.trials, len(seen.failures), seen.rejected, seen.best(), "search"))
-    while seen.measured < settings.trials and idle < settings.max_idle_asks:
-        if settings.timeout is not None and time.monotonic() - started > settings.timeout:
-            log.info("autogemm: %s: search stopped at its timeout (%ss)", fam.name, settings.timeout)
-            break
-        if exhaustive is not None and all(c in seen.timings or c in seen.failures for c in exhaustive):
-            break
-        if exhaustive is None and seen.measured >= settings.trials * (1 - settings.local):
-            _enqueue_neighbours(study, fam, problem, device, seen, settings.batch)
-        batch, repeats, idle = _ask_batch(study, fam, problem, device, dists, settings, seen, idle)
-        if not batch:
-            continue
-        prepare = getattr(measure, "prepare", None)
-        if prepare is not None:
-            prepare([cfg for _, cfg in batch])
-        told = set()
-        try:
-            for trial, cfg in batch:
-                ok = _measure_trial(study, trial, cfg, measure, settings.quick_reps, seen)
-                told.add(trial.number)
-                failures_in_a_row = 0 if ok else failures_in_a_row + 1
-                report(Progress(seen.measured, settings.trials, len(seen.failures), seen.rejected,
-                                seen.best(), "search"))
-        except BaseException:
-            for trial, _ in batch:
-                if trial.number not in told:
-                    trial.set_user_attr("reason", "interrupted")
-                    study.tell(trial, state=TrialState.FAIL)
-            for trial, _ in repeats:
-                study.tell(trial, state=TrialState.FAIL)
-            raise
-        for trial, cfg in repeats:        # the same config twice in one batch: its one result
-            _tell_known(study, trial, cfg, seen)
-        if failures_in_a_row >= settings.max_failures_in_a_row:
-            log.warning("autogemm: %s: %d failures in a row, search stopped", fam.name, failures_in_a_row)
-            break
+    try:
+        while _goes_on(state, seen, settings, exhaustive, started, fam):
+            if exhaustive is None and (state.local or seen.measured >= settings.trials * (1 - settings.local)):
+                _enqueue_neighbours(study, fam, problem, device, seen, state.slots)
+            _top_up(study, fam, problem, device, dists, settings, seen, state, measure, exhaustive)
+            if not state.asked:
+                break                     # nothing new to propose (max_idle_asks)
+            waited = time.monotonic()
+            trial, cfg = state.next(measure)
+            state.waiting_s += time.monotonic() - waited
+            ok = _measure_trial(study, trial, cfg, measure, settings.quick_reps, seen)
+            state.measured(trial, cfg, ok, seen, settings)
+            for repeat in state.repeats.pop(cfg, ()):     # the same config asked again meanwhile
+                _tell_known(study, repeat, cfg, seen)
+            report(Progress(seen.measured, settings.trials, len(seen.failures), seen.rejected, seen.best(), "search"))
+    except BaseException:
+        _abandon(study, state, measure)
+        raise
+    _abandon(study, state, measure)       # a search that stopped early leaves its proposals unmeasured
     if not seen.timings:
         last = next(reversed(seen.failures.values()), "no config could be proposed")
         raise SearchError(f"{fam.name} {problem}: none of {seen.measured} config(s) ran; last: {last}")
@@ -208,7 +205,9 @@ def tune(fam: Family, problem, device: DeviceInfo, measure: Measure, settings: S
     # ---- re-time the top candidates, interleaved ---------------------------------------------------
     ranked = sorted(seen.timings.items(), key=lambda kv: kv[1][0])[:settings.top]
     report(Progress(seen.measured, settings.trials, len(seen.failures), seen.rejected, ranked[0][1][0], "final"))
+    retiming = time.monotonic()
     final = retime([cfg for cfg, _ in ranked], measure, settings.rounds, settings.final_reps)
+    retiming = time.monotonic() - retiming
     if not final:
         raise SearchError(f"{fam.name} {problem}: every finalist failed when re-timed")
     order = sorted(final, key=lambda cfg: final[cfg][0])
@@ -218,7 +217,7 @@ def tune(fam: Family, problem, device: DeviceInfo, measure: Measure, settings: S
     result = Result(winner, median, p10, p90, error if error is not None else quick[winner][3],
                     seen.measured, len(seen.failures), seen.rejected,
                     tuple((cfg, quick[cfg][0], final[cfg][0]) for cfg in order),
-                    seconds=time.monotonic() - started)
+                    seconds=time.monotonic() - started, waiting_s=state.waiting_s, retiming_s=retiming)
     study.set_user_attr("result", dict(result.to_json(), goal=settings.trials))
     return result
 
@@ -334,12 +333,76 @@ def _enqueue_neighbours(study, fam: Family, problem, device, seen: _Seen, count:
                 return
 
 
-def _ask_batch(study, fam: Family, problem, device, dists, settings: Settings, seen: _Seen, idle: int):
-    """Up to `batch` new configs to measure as [(trial, config)], the repeats within the batch,
-    and the updated count of proposals in a row that brought nothing new."""
-    batch, repeats, chosen = [], [], set()
-    want = min(settings.batch, settings.trials - seen.measured)
-    while len(batch) < want and idle < settings.max_idle_asks:
+@dataclass
+class _Flight:
+    """The proposals asked and not yet measured, and what decides when the search stops early."""
+
+    slots: int                                      # how many may be in flight
+    seeded: set                                     # the configs queued before the search (not counted by patience)
+    asked: list = field(default_factory=list)       # [(trial, config)] being built, in asking order
+    repeats: dict = field(default_factory=dict)     # config -> [trial]: asked again while in flight
+    idle: int = 0                                   # proposals in a row that brought nothing new
+    failures_in_a_row: int = 0
+    without_gain: int = 0                           # unseeded proposals measured since the last gain
+    local: bool = False                             # the local search started early
+    local_from: int = 0                             # ... with the trial of this number
+    stale: bool = False                             # ... and brought no gain either: stop
+    waiting_s: float = 0.0
+
+    def next(self, measure) -> tuple:
+        """The (trial, config) to measure now: the first one built (measure.first_ready), else the
+        oldest; it stays in flight until `measured`."""
+        first_ready = getattr(measure, "first_ready", None)
+        cfg = first_ready([c for _, c in self.asked]) if first_ready else self.asked[0][1]
+        return next((t, c) for t, c in self.asked if c == cfg)
+
+    def measured(self, trial, cfg, ok: bool, seen: _Seen, settings: Settings):
+        self.asked.remove((trial, cfg))
+        self.failures_in_a_row = 0 if ok else self.failures_in_a_row + 1
+        if cfg in self.seeded or settings.patience is None or trial.number < self.local_from:
+            return                                  # (proposals from before the local search started)
+        best_before = min((t[0] for c, t in seen.timings.items() if c != cfg), default=math.inf)
+        gained = ok and seen.timings[cfg][0] < best_before * (1 - settings.min_gain)
+        self.without_gain = 0 if gained else self.without_gain + 1
+        if self.without_gain >= settings.patience:
+            self.stale, self.local, self.without_gain = self.local, True, 0
+            self.local_from = max(t.number for t, _ in self.asked) + 1 if self.asked else trial.number + 1
+
+
+def _queued(study) -> set:
+    """The configs waiting in the study's queue (the seeded ones)."""
+    return {Config(t.system_attrs.get("fixed_params", {}))
+            for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))}
+
+
+def _goes_on(state: _Flight, seen: _Seen, settings: Settings, exhaustive, started: float, fam: Family) -> bool:
+    """Whether the search measures another config (the reason it stops, logged)."""
+    if seen.measured >= settings.trials or (state.idle >= settings.max_idle_asks and not state.asked):
+        return False
+    if exhaustive is not None and all(c in seen.timings or c in seen.failures for c in exhaustive):
+        return False
+    why = None
+    if settings.timeout is not None and time.monotonic() - started > settings.timeout:
+        why = f"at its timeout ({settings.timeout}s)"
+    elif state.failures_in_a_row >= settings.max_failures_in_a_row:
+        why = f"after {state.failures_in_a_row} failures in a row"
+    elif state.stale:
+        why = f"early: {2 * settings.patience} proposals brought no gain of {settings.min_gain:.0%}"
+    if why:
+        log.info("autogemm: %s: search stopped %s", fam.name, why)
+    return why is None
+
+
+def _top_up(study, fam: Family, problem, device, dists, settings: Settings, seen: _Seen, state: _Flight, measure,
+            exhaustive: list | None):
+    """Ask new proposals until `state.slots` are in flight (or the trials, or a listed space's
+    configs, are all spoken for), and hand the new ones to measure.prepare to build."""
+    new = []
+    in_flight = {cfg for _, cfg in state.asked}
+    wanted = min(state.slots, settings.trials - seen.measured)
+    if exhaustive is not None:
+        wanted = min(wanted, sum(c not in seen.timings and c not in seen.failures for c in exhaustive))
+    while len(state.asked) < wanted and state.idle < settings.max_idle_asks:
         trial = study.ask(dists)
         cfg = Config({k: trial.params[k] for k in fam.params})
         broken = fam.violations(cfg, problem, device)
@@ -347,18 +410,37 @@ def _ask_batch(study, fam: Family, problem, device, dists, settings: Settings, s
             trial.set_user_attr("reason", broken[0])
             study.tell(trial, state=TrialState.PRUNED)
             seen.rejected += 1
-            idle += 1
+            state.idle += 1
         elif cfg in seen.timings or cfg in seen.failures:
             _tell_known(study, trial, cfg, seen)
-            idle += 1
-        elif cfg in chosen:
-            repeats.append((trial, cfg))
-            idle += 1
+            state.idle += 1
+        elif cfg in in_flight:
+            state.repeats.setdefault(cfg, []).append(trial)
+            state.idle += 1
         else:
-            batch.append((trial, cfg))
-            chosen.add(cfg)
-            idle = 0
-    return batch, repeats, idle
+            state.asked.append((trial, cfg))
+            in_flight.add(cfg)
+            new.append(cfg)
+            state.idle = 0
+    prepare = getattr(measure, "prepare", None)
+    if new and prepare is not None:
+        prepare(new)
+
+
+def _abandon(study, state: _Flight, measure):
+    """Tell the proposals still in flight failed as "interrupted" (a resumed run measures them) and
+    drop their builds not started."""
+    for trial, _ in state.asked:
+        trial.set_user_attr("reason", "interrupted")
+        study.tell(trial, state=TrialState.FAIL)
+    for trials in state.repeats.values():
+        for trial in trials:
+            study.tell(trial, state=TrialState.FAIL)
+    state.asked.clear()
+    state.repeats.clear()
+    cancel = getattr(measure, "cancel", None)
+    if cancel is not None:
+        cancel()
 
 
 def _tell_known(study, trial, cfg: Config, seen: _Seen):
