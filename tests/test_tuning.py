@@ -9,7 +9,7 @@ from autogemm.tuning.search import Settings
 from autogemm.store.keys import Target
 from autogemm.tuning.targets import networks, parse_targets
 from autogemm.tuning.tune import study_path, tune_targets
-from fake_tuned import GEMM, FakeMeasure, meta, record, write_store
+from fake_tuned import GEMM, CompilingMeasure, FakeMeasure, meta, record, write_store
 
 FAST = Settings(trials=10, timeout=None, top=3, rounds=2, final_reps=5, quick_reps=3)
 
@@ -165,6 +165,32 @@ def test_a_shape_whose_every_config_fails_is_reported_and_the_rest_go_on(tmp_pat
                                  meta=meta(), command="c", measure_for=measure_for, studies=tmp_path / "c"))
     assert outcomes[0].result is None and "none of" in outcomes[0].error
     assert outcomes[1].stored == "added"
+
+
+def test_the_gemm_families_of_one_problem_share_its_operands_reference_and_cublas_time(tmp_path):
+    """gemm and gemm_wgmma of one shape: one measure (operands, float64 reference) rebound to the
+    second family, cuBLAS timed once; the next shape gets its own."""
+    from autogemm.tuning.timing import Timing
+
+    made, cublas_runs = [], []
+
+    class Measure(CompilingMeasure):
+        def baseline(self, reps):
+            cublas_runs.append(self.key)
+            return Timing(40.0, 39.0, 41.0, reps)
+
+    def measure_for(key, device, seed):
+        made.append(key)
+        return Measure(key, compile_s=lambda cfg: 0.0)
+
+    targets = [Target("gemm", (800, 1000, 784), "nt"), Target("gemm_wgmma", (800, 1000, 784), "nt"),
+               Target("gemm_wgmma", (400, 1000, 784), "nt")]
+    outcomes = list(tune_targets(targets, "float32", H100, tmp_path, FAST, meta=meta(), command="c",
+                                 measure_for=measure_for, studies=tmp_path / "c"))
+    assert [o.stored for o in outcomes] == ["added"] * 3
+    assert [k.family for k in made] == ["gemm", "gemm_wgmma"] and made[1].shape == "400x1000x784"
+    assert cublas_runs == [made[0]] * FAST.rounds + [made[1]] * FAST.rounds
+    assert outcomes[0].cublas_us == outcomes[1].cublas_us == 40.0
 
 
 def test_a_gemm_with_an_epilogue_starts_from_the_configs_that_serve_it_now():

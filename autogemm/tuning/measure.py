@@ -12,6 +12,7 @@ Operands are random normal (never zeros, which would hide wrong indexing); the e
 the family's float64 reference (its module's `reference`). A config that fails to compile, launch or
 match raises (CompileError, a CUDA error, Mismatch): the search records the reason and goes on.
 """
+import copy
 import os
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from autogemm.runtime.family import Config, family
 from autogemm.store.keys import Key, problem_of
 from autogemm.tuning.timing import Timing, time_gpu
 from autogemm.tuning.verify import compare
-from kernels import REGISTRY
+from kernels import REGISTRY, call_of
 from kernels.elementwise import ROW_OPS
 
 QUICK_WARMUP = 2
@@ -74,6 +75,7 @@ class KernelMeasure:
         self._verified: dict[Config, float] = {}     # config -> max-norm relative error
         self._builds: dict[Config, Future] = {}      # compiles started by prepare, not yet measured
         self._broken: dict[Config, Exception] = {}   # configs that could not be rendered
+        self._on_device: dict[int, tuple] = {}       # id(reference value) -> (it, it and its magnitude on the GPU)
 
     # ---- the search's interface -------------------------------------------------------------------
     def prepare(self, configs):
@@ -135,6 +137,17 @@ class KernelMeasure:
     def baseline(self, reps: int) -> Timing | None:
         return None
 
+    def rebound(self, key: Key) -> "KernelMeasure | None":
+        """This measure for `key` where it is another family's key of the same call and problem (the
+        same operands, reference, on the device too, and cuBLAS figures; its own compiles and
+        checks), else None."""
+        if call_of(key.family) != call_of(self.key.family) or problem_of(key) != self.problem:
+            return None
+        other = copy.copy(self)
+        other.key, other.family = key, family(key.family)
+        other._verified, other._builds, other._broken = {}, {}, {}
+        return other
+
     # ---- per family ---------------------------------------------------------------------------------
     def launcher(self, cfg: Config):
         raise NotImplementedError
@@ -170,11 +183,14 @@ class KernelMeasure:
         return self.rng.uniform(0.01, 0.99, shape).astype(self.dtype)
 
     def check(self, out, value, magnitude, k: int) -> float:
-        """max-norm relative error of `out` (device) against the reference; Mismatch if off."""
+        """max-norm relative error of `out` (device) against the reference (host: copied to the
+        device once, and the check runs there); Mismatch if off."""
         import cupy
 
-        got = cupy.asnumpy(out).reshape(value.shape)
-        verdict = compare(got, value, magnitude, k, self.dtype, self.precision)
+        if id(value) not in self._on_device:
+            self._on_device[id(value)] = (value, cupy.asarray(value), cupy.asarray(magnitude))
+        _, value, magnitude = self._on_device[id(value)]
+        verdict = compare(out.reshape(value.shape), value, magnitude, k, self.dtype, self.precision)
         if not verdict.ok:
             raise Mismatch(verdict.describe())
         return verdict.max_rel_error

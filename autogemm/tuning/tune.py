@@ -65,16 +65,18 @@ def tune_targets(targets: list[Target], dtype: str, device: DeviceInfo, out_dir:
     path = file_for(out_dir, device)
     existing = _index([path, *also]).serving()     # a bad file fails now, not at the end
     gemm = family("gemm").restricted(gemm_space or {})
+    last = None             # the last target's (measure, cuBLAS µs): the next family of its problem shares them
     for target in targets:
         key = target.key(dtype)
         problem = problem_of(key)
         fam = gemm if key.family == "gemm" else family(key.family)
         on_start(target, key)
         try:
-            measure = measure_for(key, device, settings.seed)
+            measure, cublas = _measure_of(key, last, measure_for, device, settings.seed)
         except (AutogemmError, MemoryError) as exc:      # CuPy's OutOfMemoryError is a MemoryError
             yield Outcome(target, key, error=f"cannot set up its operands: {str(exc) or type(exc).__name__}")
             continue
+        last = (measure, cublas)
         known = _known(existing, key, device, fam)
         try:
             result = tune(fam, problem, device, measure, settings, resume=resume, known=known,
@@ -83,7 +85,9 @@ def tune_targets(targets: list[Target], dtype: str, device: DeviceInfo, out_dir:
         except SearchError as exc:
             yield Outcome(target, key, error=str(exc))
             continue
-        cublas = _baseline(measure, settings)
+        if cublas is None:
+            cublas = _baseline(measure, settings)
+            last = (measure, cublas)
         record = Record(key, result.config, round(result.median_us, 3), round(result.p10_us, 3),
                         round(result.p90_us, 3), round(fam.flops(problem) / (result.median_us * 1e3), 1),
                         round(cublas, 3) if cublas else None, _significant(result.max_rel_error),
@@ -92,6 +96,15 @@ def tune_targets(targets: list[Target], dtype: str, device: DeviceInfo, out_dir:
         (_, stored), = save(path, [record], meta)
         existing[key] = record if stored != "kept" else existing[key]
         yield Outcome(target, key, result, record, stored, cublas)
+
+
+def _measure_of(key: Key, last: tuple | None, measure_for: Callable, device: DeviceInfo, seed: int) -> tuple:
+    """(the measure of `key`, cuBLAS's time on its operands if known): the last target's rebound to
+    `key`'s family where the two are families of one problem (gemm, gemm_wgmma: one set of operands,
+    one float64 reference, cuBLAS timed once), else a new one."""
+    rebound = getattr(last[0], "rebound", None) if last is not None else None
+    shared = rebound(key) if rebound is not None else None
+    return (shared, last[1]) if shared is not None else (measure_for(key, device, seed), None)
 
 
 def runnable_targets(targets: list[Target], dtype: str, device: DeviceInfo) -> tuple[list[Target], list[Target]]:

@@ -1,5 +1,6 @@
 """Checking a kernel's output against its family's float64 reference, computed on the host with
-NumPy (`reference` in kernels/<family>.py).
+NumPy (`reference` in kernels/<family>.py). The check runs where its arrays are: NumPy's on the
+host, CuPy's on the GPU (the tuner's, so that checking a candidate does not copy its output back).
 
 The tolerance of each element follows the rounding-error bound of a length-K dot product:
 (K + 4) * eps * (|alpha| (|op(A)| |op(B)|)_ij + |beta C_ij| + |bias_j|), times the epilogue's
@@ -8,6 +9,7 @@ derivative bound; at precision tf32, each product's operands are rounded to TF32
 (to nearest: half a bfloat16 unit each). A wrong index or a missed tile
 misses it by orders of magnitude; honest rounding stays far below it.
 """
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,20 +56,40 @@ def compare(out, value, magnitude, k: int, dtype, precision: str = "fp32", show:
             output_rounding: float = 0.0) -> Verdict:
     """Elementwise check of `out` against the reference within the K-, dtype- and precision-scaled
     bound; `output_rounding`: the relative rounding of an output stored narrower than `dtype` (a
-    bfloat16 D: OPERAND_ROUNDING["bf16"])."""
-    out = np.asarray(out, np.float64)
+    bfloat16 D: OPERAND_ROUNDING["bf16"]). NumPy arrays, or CuPy arrays all three."""
+    xp = array_module(out)
+    out = xp.asarray(out, xp.float64)
     eps = np.finfo(dtype).eps
     product = (1 + OPERAND_ROUNDING[precision]) ** 2 - 1          # both operands of a product rounded
-    tol = (((k + 4) * eps + product) * magnitude + (4 * eps + output_rounding) * np.abs(value)
+    tol = (((k + 4) * eps + product) * magnitude + (4 * eps + output_rounding) * xp.abs(value)
            + np.finfo(dtype).tiny)
-    err = np.abs(out - value)
+    err = xp.abs(out - value)
     bad = ~(err <= tol)                  # NaN counts as bad
-    ref_norm = np.max(np.abs(value)) if value.size else 0.0
-    max_rel = float(np.nanmax(err) / ref_norm) if ref_norm > 0 and not np.isnan(err).all() else float(err.max(initial=0))
-    if np.isnan(out).any():
+    unwritten = int(xp.isnan(out).sum())
+    ref_norm = float(xp.max(xp.abs(value))) if value.size else 0.0
+    if unwritten:
         max_rel = float("nan")
+    elif ref_norm > 0:
+        max_rel = float(xp.max(err)) / ref_norm
+    else:
+        max_rel = float(err.max()) if err.size else 0.0
+    if not bool(bad.any()):
+        worst = float(xp.max(err / tol)) if err.size else 0.0
+        return Verdict(True, max_rel, worst)
+    out, value, err, tol, bad = (host(a) for a in (out, value, err, tol, bad))
     idx = np.argwhere(bad)[:show]
     mismatches = [(*map(int, at), float(out[tuple(at)]), float(value[tuple(at)])) for at in idx]
     with np.errstate(invalid="ignore", divide="ignore"):
-        worst = float(np.nanmax(np.where(bad & np.isnan(err), np.inf, err / tol))) if err.size else 0.0
-    return Verdict(not bad.any(), max_rel, worst, mismatches, int(np.isnan(out).sum()))
+        worst = float(np.nanmax(np.where(bad & np.isnan(err), np.inf, err / tol)))
+    return Verdict(False, max_rel, worst, mismatches, unwritten)
+
+
+def array_module(array):
+    """CuPy for a CuPy array (without importing CuPy where nothing has), else NumPy."""
+    cupy = sys.modules.get("cupy")
+    return cupy if cupy is not None and isinstance(array, cupy.ndarray) else np
+
+
+def host(array) -> np.ndarray:
+    """`array` as a NumPy array (a CuPy one copied back)."""
+    return array.get() if array_module(array) is not np else np.asarray(array)
