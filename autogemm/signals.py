@@ -9,7 +9,8 @@ and the conventional status 128 + the signal's number (130, 143, 129).
   left the others waiting in MPI's start-up for ever.
 - `stoppable()`, around the command's work: each signal raises `Stop`, a KeyboardInterrupt, so
   that every `except KeyboardInterrupt` says what was kept, and every `finally` and `except
-  BaseException` cleans up as it unwinds (`files.write_atomic` removes its temporary file).
+  BaseException` cleans up as it unwinds (`files.write_atomic` removes its temporary file);
+  `deferred()` holds it back over a write that must be whole.
 """
 import contextlib
 import os
@@ -22,6 +23,8 @@ _RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK")
 _SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
 _before_starting = {}   # signal -> its handler before starting(), which stoppable() gives back
 _pending = []           # a signal a rank of several got while starting, for stoppable() to hand on
+_deferring = 0          # deferred() blocks the main thread is in
+_deferred = []          # the signals that came meanwhile
 
 
 class Stop(KeyboardInterrupt):
@@ -48,8 +51,28 @@ def interrupted(signum: int = signal.SIGINT) -> str:
 
 
 def raise_stop(signum, frame):
-    """A handler: raise Stop where the main thread is."""
+    """A handler: raise Stop where the main thread is (at the end of a `deferred()` block in it)."""
+    if _deferring:
+        _deferred.append(signum)
+        return
     raise Stop(signum)
+
+
+@contextlib.contextmanager
+def deferred():
+    """Within (the main thread): a stop signal waits for the block to end, where it raises Stop. For
+    writes that must be whole: an Optuna journal entry and its file lock (a Stop inside the lock's
+    release left the lock behind and raised FileNotFoundError), a message between processes."""
+    global _deferring
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+        if not _deferring and _deferred:
+            signum = _deferred[0]
+            _deferred.clear()
+            raise Stop(signum)
 
 
 def _one_of_ranks() -> bool:

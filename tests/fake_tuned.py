@@ -122,3 +122,28 @@ class CompilingMeasure(KernelMeasure):
         self.events.append(("measured", cfg))
         t = self.model(cfg)
         return Timing(t, t * 0.98, t * 1.03, reps)
+
+
+# ---- fakes a spawned tuning worker imports (autogemm tune --gpus): module-level, pickled by name ----
+WORKER_GPU = None       # the GPU this worker process was given
+
+
+def fake_gpu_context(gpu: int):
+    """gpus.gpu_context without a GPU: every device an H100."""
+    global WORKER_GPU
+    WORKER_GPU = gpu
+    return H100, SOFTWARE
+
+
+def slow_measure_for(key, device, seed=0):
+    """A FakeMeasure whose every measurement takes 20 ms."""
+    return FakeMeasure(model=lambda cfg: time.sleep(0.02) or gemm_model(cfg))
+
+
+def measure_for_dying_on_gpu_1(key, device, seed=0):
+    """slow_measure_for, but the worker of GPU 1 dies (status 3) as it sets up its first target."""
+    if WORKER_GPU == 1:
+        import os
+
+        os._exit(3)
+    return slow_measure_for(key, device, seed)

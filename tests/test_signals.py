@@ -104,6 +104,25 @@ def test_a_stop_signal_raises_stop_with_its_status_and_the_handlers_come_back():
 
 
 @pytest.mark.usefixtures("default_handlers")
+def test_a_deferred_block_ends_before_the_stop_is_raised():
+    """A SIGTERM in a deferred() block (an Optuna journal write) waits for its end; one after it is
+    raised at once."""
+    done = []
+    with pytest.raises(KeyboardInterrupt) as stop, signals.stoppable():
+        with signals.deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.1)
+            done.append("whole")
+        done.append("after")
+    assert done == ["whole"] and signals.status(stop.value) == 143
+    with pytest.raises(KeyboardInterrupt), signals.stoppable():
+        with signals.deferred():
+            pass
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)
+
+
+@pytest.mark.usefixtures("default_handlers")
 def test_stoppable_gives_back_the_handlers_from_before_starting():
     before = {sig: signal.getsignal(sig) for sig in signals.SIGNALS}
     signals.starting()

@@ -208,7 +208,9 @@ def cmd_tune(args) -> int:
     from autogemm.runtime.family import family
     from autogemm.store import locations
     from autogemm.store.keys import problem_of
-    from autogemm.store.records import Meta, file_for, load
+    from autogemm.store.records import Meta, file_for
+    from autogemm.tuning import gpus as gpus_module
+    from autogemm.tuning import measures
     from autogemm.tuning.search import Settings
     from autogemm.tuning.tune import runnable_targets, stale_targets, tune_targets
 
@@ -244,19 +246,12 @@ def cmd_tune(args) -> int:
     if out.exists() and not out.is_dir():
         given = "--out" if args.out else locations.tune_dir_named()
         raise AutogemmError(f"{given} {out}: not a folder (tuned files are named after the GPU inside it)")
-    device = this_device()
+    gpus = gpus_module.parse_gpus(args.gpus) if args.gpus is not None else None
+    devices = [gpus_module.gpu_context(g)[0] for g in gpus] if gpus else [this_device()]
+    device = devices[0]
     path = file_for(out, device)
-
-    def ours(p: Path) -> bool:
-        held = load(p).meta.gpu          # a file that does not load fails here, before any tuning
-        if held != device.name:
-            raise AutogemmError(f"{p}: holds results for {held}, not this GPU ({device.name}); choose another --out")
-        return True
-
-    try:
-        files.claim_output(path, ours)
-    except files.FileError as exc:
-        raise AutogemmError(f"{path}: cannot be written: {exc}") from None
+    for model in {d.name: d for d in devices}.values():
+        _claim_tuned_file(file_for(out, model), model)
     shipped = file_for(locations.shipped_dir(), device)
     also = () if files.same_file(shipped, path) else (shipped,)      # read-only: starting points, stale records
     if args.stale:
@@ -282,8 +277,11 @@ def cmd_tune(args) -> int:
               f"cannot run them on {device.name}: {why[name]}")
     settings = Settings(trials=args.trials, timeout=args.timeout, seed=args.seed)
     console = _console()
-    console.print(f"autogemm tune: {len(targets)} shapes on {device.name}, {arithmetic}, up to {args.trials} "
-                  f"trials and {args.timeout:g} s each{', resuming' if args.resume else ''}; results into {path}")
+    where = (f"{len(gpus)} GPUs ({','.join(map(str, gpus))}: {', '.join(sorted({d.name for d in devices}))})"
+             if gpus else device.name)
+    into = ", ".join(sorted({str(file_for(out, d)) for d in devices}))
+    console.print(f"autogemm tune: {len(targets)} shapes on {where}, {arithmetic}, up to {args.trials} "
+                  f"trials and {args.timeout:g} s each{', resuming' if args.resume else ''}; results into {into}")
     outcomes, tasks = [], {}
     # Live bars on a terminal; elsewhere (a log, a pipe) one line a finished target, as it finishes.
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -299,11 +297,17 @@ def cmd_tune(args) -> int:
         progress.update(tasks[target], completed=p.measured,
                         info=f"{best}, {p.failed} failed, {p.rejected} rejected{phase}")
 
+    if gpus:
+        job = gpus_module.Job(arithmetic, out, settings, args.command_line, locations.shipped_dir(), args.resume,
+                              gemm_space, context=gpus_module.gpu_context, measure_for=measures.measure_for)
+        finished = _on_gpus(targets, gpus, job, on_start, on_progress)
+    else:
+        finished = tune_targets(targets, arithmetic, device, out, settings, meta=Meta.here(device, software()),
+                                command=args.command_line, resume=args.resume, gemm_space=gemm_space, also=also,
+                                on_start=on_start, on_progress=on_progress)
     try:
         with progress:
-            for o in tune_targets(targets, arithmetic, device, out, settings, meta=Meta.here(device, software()),
-                                  command=args.command_line, resume=args.resume, gemm_space=gemm_space, also=also,
-                                  on_start=on_start, on_progress=on_progress):
+            for o in finished:
                 outcomes.append(o)
                 if not console.is_terminal:
                     print(f"autogemm tune: [{len(outcomes)}/{len(targets)}] {_finished_line(o, arithmetic)}", flush=True)
@@ -319,13 +323,42 @@ def cmd_tune(args) -> int:
         console.print(_summary(outcomes, Table))
         done = sum(o.result is not None for o in outcomes)
         print(f"{signals.interrupted(signals.signum_of(stop))}: {done} of {len(targets)} shapes finished and "
-              f"saved in {_one_line(str(path))}; run the same command with --resume to go on", file=sys.stderr)
+              f"saved in {_one_line(into)}; run the same command with --resume to go on", file=sys.stderr)
         return signals.status(stop)
     console.print(_summary(outcomes, Table))
     failed = [o for o in outcomes if o.result is None]
     for o in failed:
         print(f"error: {o.target}: {o.error}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _claim_tuned_file(path: Path, device) -> None:
+    """Before any tuning: `path` can take `device`'s results (new, or a tuned file of that GPU)."""
+    from autogemm.store.records import load
+
+    def ours(p: Path) -> bool:
+        held = load(p).meta.gpu          # a file that does not load fails here, before any tuning
+        if held != device.name:
+            raise AutogemmError(f"{p}: holds results for {held}, not this GPU ({device.name}); choose another --out")
+        return True
+
+    try:
+        files.claim_output(path, ours)
+    except files.FileError as exc:
+        raise AutogemmError(f"{path}: cannot be written: {exc}") from None
+
+
+def _on_gpus(targets, gpus, job, on_start, on_progress):
+    """The outcomes of tune_on_gpus, its other events passed to the progress callbacks."""
+    from autogemm.tuning import gpus as gpus_module
+
+    for event in gpus_module.tune_on_gpus(targets, gpus, job):
+        if isinstance(event, gpus_module.Started):
+            on_start(event.target, event.key)
+        elif isinstance(event, gpus_module.Advanced):
+            on_progress(event.target, event.progress)
+        else:
+            yield event.outcome
 
 
 def _finished_line(o, arithmetic: str) -> str:
@@ -602,6 +635,9 @@ def _tune_parser(sub):
                       help="search only these choices of a gemm parameter (repeatable; the GEMMs are then tuned on "
                            "the gemm family alone), e.g. --fix copy=async")
     tune.add_argument("--seed", type=_seed, default=0, help="seed of the TPE sampler and the operands (default: 0)")
+    tune.add_argument("--gpus", metavar="all|N,N...",
+                      help="tune on these GPUs of this machine at once, a worker process each, every result into "
+                           "its GPU model's file (default: the current GPU only)")
     tune.set_defaults(run=cmd_tune)
 
 

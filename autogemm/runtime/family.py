@@ -50,6 +50,9 @@ class Config(Mapping):
     def __repr__(self):
         return "Config(" + ", ".join(f"{k}={v!r}" for k, v in self._values.items()) + ")"
 
+    def __reduce__(self):          # pickled by its values (to a tuning worker process and back)
+        return Config, (self._values,)
+
 
 @dataclass(frozen=True)
 class Instance:

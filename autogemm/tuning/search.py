@@ -42,6 +42,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
+from autogemm import signals
 from autogemm.errors import AutogemmError
 from autogemm.runtime.device import DeviceInfo
 from autogemm.runtime.family import Config, Family
@@ -157,9 +158,18 @@ def open_study(path: Path | None, name: str, seed: int, resume: bool) -> optuna.
         if not resume:
             for stale in (path, path.with_name(path.name + ".lock")):
                 stale.unlink(missing_ok=True)
-        storage = optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+        storage = optuna.storages.JournalStorage(_WholeJournal(str(path)))
     return optuna.create_study(study_name=name, storage=storage, sampler=sampler,
                                direction="minimize", load_if_exists=True)
+
+
+class _WholeJournal(JournalFileBackend):
+    """Optuna's journal file, each write whole, its file lock taken and given back: a stop signal
+    waits for it (signals.deferred)."""
+
+    def append_logs(self, logs):
+        with signals.deferred():
+            super().append_logs(logs)
 
 
 def tune(fam: Family, problem, device: DeviceInfo, measure: Measure, settings: Settings = Settings(),

@@ -1,0 +1,266 @@
+"""`autogemm tune --gpus`: the targets spread over several GPUs of the machine, one worker process a
+GPU (spawned: CUDA is never forked). The parent hands each worker one problem's targets at a time
+(a problem's families together: they share one measure), the next as the worker asks for more;
+the worker tunes them with tune_targets on its GPU and saves each result into the file of its GPU's
+model (records.save merges under a lock, so workers on GPUs of one model write one file). The
+parent reports what the workers tell it:
+
+    for event in tune_on_gpus(targets, gpus, job):
+        ...     # Started(gpu, target, key), Advanced(gpu, target, Progress), Finished(gpu, Outcome)
+
+A worker that dies fails the targets of its problem that it had not finished; the others go on.
+A stop signal in the parent (a Stop raised where it waits) is passed on to every worker as SIGTERM
+(the workers ignore Ctrl-C and SIGHUP themselves: one signal, from the parent): each keeps its
+finished targets, fails the trials in flight as interrupted (--resume measures them) and ends; the
+parent reports what they finished meanwhile, then raises the Stop again.
+"""
+import contextlib
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autogemm import files, signals
+from autogemm.errors import AutogemmError, brief
+from autogemm.runtime.device import DeviceInfo, require_cupy, software, this_device
+from autogemm.store.keys import Key, Target, problem_of
+from autogemm.store.records import Meta, file_for
+from autogemm.tuning.search import Progress, Settings
+from autogemm.tuning.tune import Outcome, tune_targets
+from kernels import call_of
+
+POLL_S = 0.5            # how long the parent waits for a message before it looks at the clock
+STOP_GRACE_S = 60       # how long stopped workers may take to end before they are killed
+
+
+def gpu_count() -> int:
+    """The CUDA devices CuPy sees."""
+    cupy = require_cupy()
+    try:
+        return cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # noqa: BLE001 - CUDARuntimeError without a driver or a device
+        raise AutogemmError(f"no CUDA device usable by CuPy: {exc}") from None
+
+
+def gpu_context(gpu: int) -> tuple[DeviceInfo, dict]:
+    """Make GPU `gpu` this process's current device: its DeviceInfo and software versions."""
+    require_cupy().cuda.Device(gpu).use()
+    return this_device(), software()
+
+
+def parse_gpus(text: str, count: Callable[[], int] | None = None) -> tuple[int, ...]:
+    """`all`, or device numbers `0,2` (each once, each one the machine has: `count()`, by default
+    gpu_count())."""
+    count = count or gpu_count
+    if text.strip() == "all":
+        return tuple(range(count()))
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isascii() and p.isdigit() and len(p) < 6 for p in parts):
+        raise AutogemmError(f"--gpus {brief(text)}: give 'all' or device numbers, e.g. 0,1")
+    gpus = tuple(int(p) for p in parts)
+    if len(set(gpus)) != len(gpus):
+        raise AutogemmError(f"--gpus {brief(text)}: a device is named twice")
+    have = count()
+    if max(gpus) >= have:
+        raise AutogemmError(f"--gpus {brief(text)}: this machine has {have} GPU(s), numbered 0..{have - 1}")
+    return gpus
+
+
+@dataclass(frozen=True)
+class Job:
+    """What every worker tunes with (tune_targets' arguments but the device's)."""
+
+    dtype: str
+    out: Path
+    settings: Settings
+    command: str
+    shipped: Path                       # the shipped tuned files: read-only starting points
+    resume: bool = False
+    gemm_space: dict | None = None
+    studies: Path | None = None
+    context: Callable = gpu_context     # gpu -> (DeviceInfo, software), in the worker
+    measure_for: Callable | None = None
+
+
+@dataclass(frozen=True)
+class Started:
+    gpu: int
+    target: Target
+    key: Key
+
+
+@dataclass(frozen=True)
+class Advanced:
+    gpu: int
+    target: Target
+    progress: Progress
+
+
+@dataclass(frozen=True)
+class Finished:
+    gpu: int
+    outcome: Outcome
+
+
+@dataclass(frozen=True)
+class _Idle:
+    gpu: int                            # the worker has finished its problem (or just started)
+
+
+@dataclass(frozen=True)
+class _Ended:
+    gpu: int
+    error: str = ""                     # why the worker could not tune at all
+
+
+def problems(targets: list[Target], dtype: str) -> list[list[Target]]:
+    """`targets` in runs of one problem (a GEMM's families), in order: a worker's unit of work."""
+    groups: list[list[Target]] = []
+    for t in targets:
+        key = t.key(dtype)
+        if groups and _same_problem(groups[-1][-1].key(dtype), key):
+            groups[-1].append(t)
+        else:
+            groups.append([t])
+    return groups
+
+
+def _same_problem(a: Key, b: Key) -> bool:
+    return call_of(a.family) == call_of(b.family) and problem_of(a) == problem_of(b)
+
+
+@dataclass
+class _Workers:
+    """The worker processes and what the parent knows of each."""
+
+    waiting: list                                     # the problems no worker has taken yet
+    processes: dict = field(default_factory=dict)     # gpu -> Process
+    links: dict = field(default_factory=dict)         # gpu -> the parent's end of its pipe
+    given: dict = field(default_factory=dict)         # gpu -> [Target]: its problem's targets not finished
+    ended: set = field(default_factory=set)
+    stopped: set = field(default_factory=set)         # sent SIGTERM
+
+
+def tune_on_gpus(targets: list[Target], gpus: tuple[int, ...], job: Job) -> Iterator:
+    """Tune `targets` on `gpus`, one worker each; yield Started, Advanced and Finished events as they
+    come. A stop signal stops every worker, yields what finished meanwhile, and is raised again."""
+    spawn = multiprocessing.get_context("spawn")
+    state = _Workers(problems(targets, job.dtype))
+    with _ignoring(signal.SIGINT, signal.SIGHUP):     # inherited: a worker starting takes no Ctrl-C
+        for gpu in gpus:
+            # A pipe a worker (not one queue for all, whose lock a killed worker can keep for ever);
+            # each message is sent and read whole (signals.deferred): a Stop in one would leave it out of step
+            state.links[gpu], theirs = spawn.Pipe()
+            state.processes[gpu] = spawn.Process(target=_work, args=(gpu, job, theirs), daemon=True,
+                                                 name=f"autogemm-tune-gpu{gpu}")
+            state.processes[gpu].start()
+            theirs.close()
+    try:
+        yield from _events(state, job.dtype)
+    except KeyboardInterrupt:
+        state.waiting.clear()
+        _stop(state)
+        yield from _events(state, job.dtype, deadline_s=STOP_GRACE_S)
+        raise
+    finally:                                        # also where the reader left (GeneratorExit)
+        _stop(state)
+        for process in state.processes.values():
+            process.join(STOP_GRACE_S)
+            if process.is_alive():
+                process.kill()
+                process.join()
+
+
+@contextlib.contextmanager
+def _ignoring(*sigs):
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in sigs}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _stop(state: _Workers):
+    """SIGTERM, once, to every worker still at work."""
+    for gpu, process in state.processes.items():
+        if gpu not in state.ended | state.stopped and process.is_alive():
+            os.kill(process.pid, signal.SIGTERM)
+            state.stopped.add(gpu)
+
+
+def _events(state: _Workers, dtype: str, deadline_s: float | None = None) -> Iterator:
+    """The workers' events until every worker has ended (or `deadline_s` has passed), handing each
+    idle worker the next problem."""
+    waited = 0.0
+    while len(state.ended) < len(state.processes):
+        if deadline_s is not None and waited >= deadline_s:
+            return
+        open_links = {state.links[gpu]: gpu for gpu in state.processes if gpu not in state.ended}
+        ready = multiprocessing.connection.wait(list(open_links), timeout=POLL_S)
+        waited += 0 if ready else POLL_S
+        for link in ready:
+            gpu = open_links[link]
+            try:
+                with signals.deferred():
+                    event = link.recv()
+            except (EOFError, OSError):            # it ended without a word: killed, crashed
+                yield from _dead(state, gpu, dtype)
+                continue
+            if isinstance(event, _Idle):
+                group = state.waiting.pop(0) if state.waiting else None
+                state.given[gpu] = list(group or ())
+                link.send(group)
+            elif isinstance(event, _Ended):
+                state.ended.add(gpu)
+                if event.error:
+                    raise AutogemmError(f"GPU {gpu}: {event.error}")
+            else:
+                if isinstance(event, Finished):
+                    state.given[gpu].remove(event.outcome.target)
+                yield event
+
+
+def _dead(state: _Workers, gpu: int, dtype: str) -> Iterator[Finished]:
+    """A worker that ended without a word: the targets of its problem, failed."""
+    process = state.processes[gpu]
+    process.join(5)
+    state.ended.add(gpu)
+    for target in state.given.pop(gpu, []):
+        yield Finished(gpu, Outcome(target, target.key(dtype),
+                                    error=f"the worker of GPU {gpu} ended (exit status {process.exitcode})"))
+
+
+def _work(gpu: int, job: Job, link):
+    """A worker: tune the problems the parent sends over `link` on GPU `gpu`, telling it as it goes."""
+    def tell(event):
+        with signals.deferred():
+            link.send(event)
+
+    for sig in (signal.SIGINT, signal.SIGHUP):   # the parent passes a stop on, as SIGTERM
+        signal.signal(sig, signal.SIG_IGN)
+    try:
+        with signals.stoppable():
+            device, versions = job.context(gpu)
+            path = file_for(job.out, device)
+            shipped = file_for(job.shipped, device)
+            also = () if files.same_file(shipped, path) else (shipped,)
+            meta = Meta.here(device, versions)
+            tell(_Idle(gpu))
+            while (group := link.recv()) is not None:
+                for outcome in tune_targets(group, job.dtype, device, job.out, job.settings, meta=meta,
+                                            command=job.command, resume=job.resume, measure_for=job.measure_for,
+                                            studies=job.studies, gemm_space=job.gemm_space, also=also,
+                                            on_start=lambda t, k: tell(Started(gpu, t, k)),
+                                            on_progress=lambda t, p: tell(Advanced(gpu, t, p))):
+                    tell(Finished(gpu, outcome))
+                tell(_Idle(gpu))
+    except KeyboardInterrupt:
+        pass                                     # finished targets are saved; the parent says so
+    except AutogemmError as exc:
+        tell(_Ended(gpu, str(exc)))
+        return
+    tell(_Ended(gpu))
