@@ -605,6 +605,24 @@ FIRST_CALLS = {"1024x1024x1024:nn": ("3xtf32", 128, 64, 1), "4096x4096x4096:nn":
                "256x256x8192:tn": ("fma", 64, 64, 16)}              # K long against the output: FMAs in slices
 
 
+# At precision tf32 (and bf16) on float32 data, TF32 MMAs on every shape: on the tile that fills the
+# SMs, K split where its tiles leave SMs idle; unaligned rows (4-byte copies) take the 64x64 tile.
+FIRST_CALLS_TF32 = {"4096x4096x4096:nn": (128, 64, 1), "1023x1025x1027:nn": (64, 64, 1),
+                    "777x555x333:nt": (64, 64, 2), "96x3072x768:nt": (64, 64, 2), "256x256x8192:tn": (64, 64, 16)}
+
+
+@pytest.mark.parametrize("shape", FIRST_CALLS_TF32)
+@pytest.mark.parametrize("precision", ["tf32", "bf16"])
+def test_the_untuned_default_at_tf32_takes_tf32_mmas(shape, precision):
+    sizes, op = shape.split(":")
+    problem = gemm.Problem.contiguous(*map(int, sizes.split("x")), "float32", op[0] == "t", op[1] == "t",
+                                      precision=precision)
+    cfg = GEMM.default(problem, H100)
+    assert (cfg.math, cfg.bm, cfg.bn, cfg.split_k) == ("tf32", *FIRST_CALLS_TF32[shape])
+    fp32 = gemm.Problem.contiguous(*map(int, sizes.split("x")), "float32", op[0] == "t", op[1] == "t")
+    assert GEMM.violations(cfg, fp32, H100) == ["tf32's products are TF32's: it computes calls at precision tf32 or bf16 only"]
+
+
 @pytest.mark.parametrize("shape", FIRST_CALLS)
 def test_the_untuned_float32_default_takes_3xtf32_where_its_tiles_fill_half_the_sms(shape):
     sizes, op = shape.split(":")

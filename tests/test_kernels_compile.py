@@ -61,20 +61,21 @@ def gemm_matrix(name: str) -> list:
     return [fam.instance(fam.default(problem, H100), problem) for problem in matrix_problems()]
 
 
-def gemm_sample(fam=family("gemm"), dtypes=DTYPES) -> list:
+def gemm_sample(fam=family("gemm"), dtypes=DTYPES, precision="fp32") -> list:
     """Random valid configs of `fam` (Family.sample) over dtypes, ops, even and uneven shapes, epilogues."""
     epilogues = itertools.cycle(gemm.EPILOGUES)
     out = []
     for seed, (dtype, (ta, tb), shape) in enumerate(
             itertools.product(dtypes, OPS, EVEN_SHAPES + UNEVEN_SHAPES[:3])):
         problem = gemm.Problem.contiguous(*shape, dtype, ta, tb, epilogue=next(epilogues),
-                                          use_c=seed % 2 == 1)
+                                          use_c=seed % 2 == 1, precision=precision)
         out += [fam.instance(cfg, problem) for cfg in fam.sample(problem, H100, 2, seed=seed)]
     return out
 
 
 # Valid 3xtf32 configs are a sixtieth as likely as FMA ones in the whole space: sampled on their own.
 TF32X3_SPACE = family("gemm").restricted({"math": ("3xtf32",), "copy": ("async",), "tm": (1,), "tn": (2,), "pad": (True,)})
+TF32_SPACE = family("gemm").restricted({"math": ("tf32",), "copy": ("async",), "tm": (1,), "tn": (2,), "pad": (True,)})
 
 
 def small_families() -> list:
@@ -212,7 +213,8 @@ def rendered(kind: str) -> list:
     """The instances of one kind, rendered on first use: each pytest-xdist worker renders only what
     its own tests compile."""
     return {"gemm": lambda: gemm_matrix("gemm"), "naive": lambda: gemm_matrix("gemm_naive"),
-            "sample": lambda: gemm_sample() + gemm_sample(TF32X3_SPACE, ("float32",)),
+            "sample": lambda: (gemm_sample() + gemm_sample(TF32X3_SPACE, ("float32",))
+                               + gemm_sample(TF32_SPACE, ("float32",), "tf32")),
             "small": small_families, "wgmma": wgmma_sample}[kind]()
 
 
@@ -241,7 +243,7 @@ def assert_compiled_without_spills(instances, usage):
 def test_sample_covers_the_space():
     configs = [i.config for i in rendered("sample")]
     for key, wanted in (("vec", {1, 2, 4}), ("copy", {"regs", "async"}), ("stages", {1, 2, 3, 4}),
-                        ("pad", {False, True}), ("math", {"fma", "3xtf32"})):
+                        ("pad", {False, True}), ("math", {"fma", "3xtf32", "tf32"})):
         assert {c[key] for c in configs} == wanted, key
     assert any(c.split_k > 1 for c in configs)
     assert {"_even_" in i.name for i in rendered("sample")} == {True, False}

@@ -228,8 +228,9 @@ def test_linear_backward_refuses_outputs_that_share_memory(monkeypatch):
     assert len(launched) == 1
 
 
-# ---- the tiled GEMM, both math paths --------------------------------------------------------------
+# ---- the tiled GEMM, every math path ----------------------------------------------------------------
 TF32X3 = {"math": ("3xtf32",), "tm": (1,), "tn": (2,), "copy": ("async",), "pad": (True,), "bk": (16, 32)}
+TF32 = {**TF32X3, "math": ("tf32",)}
 FMA = {"math": ("fma",), "ty": (1, 2, 4, 8, 16), "tx": (1, 2, 4, 8, 16)}   # at most 256 threads a block
 WAVE_TILES = {"bm": (48, 80, 96, 112), "bn": (48, 80, 96, 112)}          # tiles that are not powers of two
 
@@ -259,6 +260,9 @@ GEMMS = [
     (130, 120, 40, "float32", False, True, "bias_sigmoid", False, sampled({**TF32X3, **WAVE_TILES}, 2)),
     (90, 170, 33, "float32", True, False, "dsigmoid", True, sampled({**TF32X3, **WAVE_TILES}, 2)),
     (90, 70, 35, "float32", True, False, None, True, sampled({**FMA, **WAVE_TILES}, 2)),
+    (70, 45, 50, "float32", False, True, "bias_sigmoid", False, sampled(TF32, 1), "tf32"),
+    (45, 70, 40, "float32", True, False, None, True, sampled(TF32, 1), "tf32"),
+    (70, 45, 150, "float32", True, True, "drelu", False, sampled({**TF32, "split_k": (2, 3)}, 1), "bf16"),
 ]
 
 
@@ -350,10 +354,10 @@ def run_and_check(launches, tmp_path, defines=()):
         assert verdict.ok, f"{launch.instance.name}: {verdict.describe()}"
 
 
-def test_gemm_both_math_paths_every_layout_on_the_cpu(tmp_path, monkeypatch):
+def test_gemm_every_math_path_every_layout_on_the_cpu(tmp_path, monkeypatch):
     cases = gemm_launches(monkeypatch, GEMMS)
     configs = [launch.instance.config for launch, *_ in cases]
-    assert {c.math for c in configs} == {"fma", "3xtf32"} and {c.copy for c in configs} == {"regs", "async"}
+    assert {c.math for c in configs} == {"fma", "3xtf32", "tf32"} and {c.copy for c in configs} == {"regs", "async"}
     assert max(c.split_k for c in configs if c.math == "3xtf32") > 1 and max(c.split_k for c in configs) > 1
     run_and_check(cases, tmp_path)
 

@@ -495,13 +495,17 @@ def test_tune_a_signal_while_a_result_is_saved_leaves_the_file_before_it(fake_gp
     assert len(load(file_for(tmp_path, H100)).records) == 1 and not list(tmp_path.glob(".*.tmp"))
 
 
-@pytest.mark.parametrize("precision, shape", [("tf32", "800x1000x784:nt"), ("bf16", "1000x784x800:tn")])
-def test_tune_precision_tunes_the_kernels_at_it_into_its_records(fake_gpu, tmp_path, capsys, precision, shape):
+@pytest.mark.parametrize("precision, shape, families", [
+    ("tf32", "800x1000x784:nt", {"gemm", "gemm_wgmma"}), ("bf16", "1000x784x800:tn", {"gemm_wgmma"}),
+    ("tf32", "1000x784x802:nt", {"gemm"}),              # K % 4: rows that gemm_wgmma's 16-byte copies cannot read
+])
+def test_tune_precision_tunes_the_kernels_at_it_into_its_records(fake_gpu, tmp_path, capsys, precision, shape,
+                                                                 families):
     out = tmp_path / "tuned"
     status = cli.main(["tune", "--shapes", shape, "--precision", precision, "--trials", "6", "--out", str(out)])
     assert status == 0, capsys.readouterr().err
-    (record,) = load(file_for(out, H100)).records.values()
-    assert (record.key.family, record.key.dtype) == ("gemm_wgmma", precision)
+    records = load(file_for(out, H100)).records.values()
+    assert {r.key.family for r in records} == families and {r.key.dtype for r in records} == {precision}
 
 
 def test_tune_dtype_bfloat16_tunes_the_wgmma_gemm_of_bfloat16_operands(fake_gpu, tmp_path, capsys):
@@ -518,10 +522,10 @@ def test_tune_dtype_bfloat16_tunes_the_wgmma_gemm_of_bfloat16_operands(fake_gpu,
      "--dtype bfloat16 multiplies at precision bf16; --precision is tf32"),
     (["--shapes", "800x1000x784:nt", "--precision", "tf32", "--dtype", "float64"],
      "--precision tf32 rounds float32 operands; --dtype is float64"),
-    (["--shapes", "800x1000x784:nt", "--precision", "tf32", "--families", "gemm"],
-     "--precision tf32: no family of these shapes has tf32 kernels"),
-    (["--shapes", "1000x784x802:nt", "--precision", "tf32"],      # K % 4
-     "no config can run these shapes at tf32 on NVIDIA H100 80GB HBM3 (gemm_wgmma: 16-byte copies need A and B"),
+    (["--shapes", "nn", "--precision", "tf32", "--families", "colsum"],
+     "--precision tf32: no family of these shapes has tf32 kernels (those that do: gemm, gemm_wgmma"),
+    (["--shapes", "1000x784x802:nt", "--precision", "bf16"],      # K % 4
+     "no config can run these shapes at bf16 on NVIDIA H100 80GB HBM3 (gemm_wgmma: 16-byte copies need A and B"),
     (["--shapes", "1002x784x801:tn", "--dtype", "bfloat16"],
      "(gemm: bfloat16 operands are read by gemm_wgmma alone; gemm_wgmma: 16-byte copies"),
     (["--shapes", "800x1000x784:nt", "--precision", "bf16", "--fix", "bm=64"],

@@ -232,12 +232,14 @@ def cmd_tune(args) -> int:
     elif targets and args.precision != "fp32":   # the families whose own kernels compute at it
         targets = [t for t in targets if args.precision in getattr(REGISTRY[t.family], "KERNEL_PRECISIONS", ("fp32",))]
         if not targets:
+            having = [name for name, module in REGISTRY.items()
+                      if args.precision in getattr(module, "KERNEL_PRECISIONS", ("fp32",))]
             raise AutogemmError(f"--precision {args.precision}: no family of these shapes has {args.precision} kernels "
-                                f"(gemm_wgmma: float32 GEMMs on Hopper); the more accurate records serve "
+                                f"(those that do: {', '.join(having)}); the more accurate records serve "
                                 f"{args.precision} calls")
     gemm_space = _fixed(args.fix)
     family("gemm").restricted(gemm_space)      # an unknown name or value fails here, in one line
-    if gemm_space and arithmetic not in ("float32", "float64"):
+    if gemm_space and arithmetic not in ("float32", "float64", *REGISTRY["gemm"].KERNEL_PRECISIONS):
         raise AutogemmError(f"--fix confines the tiled gemm family, which has no {arithmetic} kernels; "
                             f"drop --fix, or tune the FP32-accurate records without --precision/--dtype")
     if gemm_space and targets:                 # --fix confines the tiled family: the GEMMs are its alone

@@ -1,8 +1,11 @@
-// The GEMM family's 3xTF32 math path (math="3xtf32"): the interface that gemm.cu.j2 declares.
+// The GEMM family's tensor-core math paths: the interface that gemm.cu.j2 declares, for
+// math="3xtf32" and, through tf32.cuh, math="tf32".
 //
 // 3xTF32 on tensor cores. Each float x is split into hi = tf32(x) and the exact rest lo, and
 // lo*hi + hi*lo + hi*hi is summed by mma.sync m16n8k8, 16 k at a time, into float32 accumulators:
 // a warp is an 8 x 4 patch of the TY x TX threads and owns a WM x WN tile of 16 x 8 MMA tiles.
+// TF32 (math="tf32"): the same fragments and tiles, each operand rounded to TF32 once and one MMA a
+// k step, summed straight into the accumulators (a call at precision tf32 or bf16 allows that error).
 
 constexpr int WARPS_M = TY / 8, WARPS_N = TX / 4;   // a warp is 8 x 4 threads of the block
 constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N; // its tile: (WM/16) x (WN/8) MMA tiles
@@ -91,6 +94,33 @@ __device__ __forceinline__ void multiply_tiles(const T* __restrict__ as, const T
     constexpr int MT = WM / 16, NT = WN / 8;
     const int lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
     const int wm = (warp / WARPS_N) * WM, wn = (warp % WARPS_N) * WN;
+{% if math == "tf32" %}
+#pragma unroll
+    for (int kc = 0; kc < BK; kc += 16) {
+        float a[2][MT][4], b[2][NT][2];
+        read_fragments<MT, NT>(as, bs, kc, wm, wn, g, t, a, b);
+        unsigned a_tf32[2][MT][4], b_tf32[2][NT][2], unused;
+#pragma unroll
+        for (int st = 0; st < 2; ++st) {
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) split_tf32(a[st][i][r], a_tf32[st][i][r], unused);
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) split_tf32(b[st][j][r], b_tf32[st][j][r], unused);
+        }
+#pragma unroll
+        for (int st = 0; st < 2; ++st)
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+#pragma unroll
+                for (int j = 0; j < NT; ++j)
+                    mma_tf32(acc[2 * i][2 * j], acc[2 * i][2 * j + 1], acc[2 * i + 1][2 * j], acc[2 * i + 1][2 * j + 1],
+                             a_tf32[st][i], b_tf32[st][j]);
+    }
+{% else %}
 #pragma unroll 1
     for (int kc = 0; kc < BK; kc += 16) {
         float a[2][MT][4], b[2][NT][2];
@@ -129,6 +159,7 @@ __device__ __forceinline__ void multiply_tiles(const T* __restrict__ as, const T
             }
         }
     }
+{% endif %}
 }
 
 // Row and column, in the block tile, of accumulator acc[i][j] of thread tid.

@@ -25,12 +25,18 @@ PARAMS = {
     "stages": (1, 2, 3, 4),            # shared-memory buffers (regs: 1 or 2; async: 2 to 4)
     "split_k": (1, 2, 3, 4, 6, 8, 16), # slices of K reduced by the last block of each tile
     "pad": (False, True),              # pad shared-memory rows against bank conflicts (by pads())
-    "math": ("fma", "3xtf32"),         # FP32/FP64 FMAs, or float32 on tensor cores as three TF32 MMAs
+    # FP32/FP64 FMAs; float32 on tensor cores as three TF32 MMAs (FP32-accurate); or as one (TF32
+    # products: calls at precision tf32 or bf16)
+    "math": ("fma", "3xtf32", "tf32"),
 }
+# The precision each math computes (call.PRECISIONS): what its kernels offer tune --precision.
+MATH_PRECISION = {"fma": "fp32", "3xtf32": "fp32", "tf32": "tf32"}
+KERNEL_PRECISIONS = tuple(dict.fromkeys(MATH_PRECISION.values()))
 # math="3xtf32" splits each float32 x into a TF32 part hi = tf32(x) and the exact rest lo = x - hi
-# (the MMA reads lo's top 19 bits), and accumulates lo*hi + hi*lo + hi*hi with mma.sync m16n8k8 in
-# float32: each product is kept to about 2^-21 (float32 FMAs: 2^-24); the tensor cores' float32
-# sums truncate, so the error is several times FMAs' (measured: docs/GUIDE.md).
+# (the MMA reads lo's top 19 bits), and sums lo*hi + hi*lo + hi*hi with mma.sync m16n8k8, 16 k at
+# a time, each part added to the float32 accumulators by a rounding FADD (the tensor cores' own
+# sums truncate): as accurate as FP32 FMAs (3xtf32.cuh). math="tf32" rounds each operand to TF32
+# and sums one MMA a k step into the accumulators.
 # A warp is then an 8 x 4 patch of the TY x TX threads (the mma's lane grid) and owns a
 # (8*RM) x (4*RN) tile of MMA tiles 16 x 8; each thread's accumulators are the MMA fragment's,
 # 1 x 2 micro-tiles (TM = 1, TN = 2) in rows g, g+8 of each MMA tile.
@@ -57,8 +63,8 @@ def k_chunk(c, p: Problem) -> int:
 
 def pads(c, p: Problem) -> tuple[int, int]:
     """Row padding (elements) of op(A)'s and op(B)'s shared tiles where c.pad asks for it: under fma
-    4 (a multiple of every vector width, so vector reads stay aligned); under 3xtf32 what makes its fragment
-    reads conflict-free (see 3xtf32.cuh): rows 16 (mod 32) words long where both operands are
+    4 (a multiple of every vector width, so vector reads stay aligned); on tensor cores what makes
+    their fragment reads conflict-free (see 3xtf32.cuh): rows 16 (mod 32) words long where both operands are
     K-major (16-byte reads along k), 8 or 24 (mod 32) for a [k][row] tile (BM + 8 or BN + 8, the
     tiles being multiples of 16; A's rows are then read in pairs), and BK + 4 for single reads
     along k."""
@@ -81,7 +87,8 @@ def smem_bytes(c, p: Problem) -> int:
 
 def registers_estimate(c, p: Problem) -> int:
     """32-bit registers a thread needs: accumulators, fragments (k_chunk k values of each; under
-    3xtf32 the raw values of two k steps of MMA fragments and the hi and lo parts of one),
+    3xtf32 the raw values of two k steps of MMA fragments and the hi and lo parts of one; under tf32
+    two k steps, rounded in place),
     register-staged loads and the addresses of every load (about two each), ~64 for the rest
     (loop state, epilogue); with split-K about RM*RN more (nvcc 13.0 spilled 64 accumulators split
     in two at 255 registers). Checked against ptxas by tests/test_kernels_compile.py."""
@@ -89,7 +96,7 @@ def registers_estimate(c, p: Problem) -> int:
     rm, rn = c.bm // c.ty, c.bn // c.tx
     loads = ceil_div(c.bm * c.bk // c.vec, threads(c)) + ceil_div(c.bn * c.bk // c.vec, threads(c))
     staged = loads * c.vec if c.copy == "regs" else 0
-    fragments = k_chunk(c, p) * (rm + rn) if c.math == "fma" else 6 * rm + 3 * rn
+    fragments = {"fma": k_chunk(c, p) * (rm + rn), "3xtf32": 6 * rm + 3 * rn, "tf32": 4 * rm + 2 * rn}[c.math]
     reduction = rm * rn if c.split_k > 1 else 0
     return words * (rm * rn + fragments + staged + reduction) + 2 * loads + 64
 
@@ -99,8 +106,8 @@ def k_slice(c, k: int) -> int:
     return ceil_div(k, c.split_k * c.bk) * c.bk
 
 
-def _tf32x3(check):
-    """A constraint on 3xtf32 configs only (FMA configs pass it)."""
+def _mma(check):
+    """A constraint on the tensor-core maths (3xtf32, tf32) only (FMA configs pass it)."""
     return lambda c, p, d: c.math == "fma" or check(c, p, d)
 
 
@@ -124,18 +131,20 @@ CONSTRAINTS = (
     ("every split-K slice must hold at least one BK step of K",
      lambda c, p, d: (c.split_k - 1) * k_slice(c, p.k) < p.k),
     ("grid rows ceil(M/BM) must be at most 65535", lambda c, p, d: ceil_div(p.m, c.bm) <= 65535),
-    # math="3xtf32": mma.sync m16n8k8 on float32 data in cp.async tiles
-    ("3xtf32 is float32 math on tensor cores of compute capability 8.0 or newer",
-     _tf32x3(lambda c, p, d: p.dtype == "float32" and float(d.compute_capability) >= 8.0)),
-    ("3xtf32 reads its fragments from cp.async tiles (copy=async)", _tf32x3(lambda c, p, d: c.copy == "async")),
-    ("3xtf32 needs TM=1, TN=2 (each thread owns the MMA fragment's 1 x 2 micro-tiles)",
-     _tf32x3(lambda c, p, d: (c.tm, c.tn) == (1, 2))),
-    ("3xtf32 makes warps of 8 x 4 threads: TY must be a multiple of 8 and TX of 4",
-     _tf32x3(lambda c, p, d: c.ty % 8 == 0 and c.tx % 4 == 0)),
-    ("3xtf32 warp tiles need a whole number of 16-row MMA tiles: BM/TY must be even",
-     _tf32x3(lambda c, p, d: (c.bm // c.ty) % 2 == 0)),
-    ("3xtf32 reads K 16 at a time from padded tiles: BK must be 16 or 32, and pad true",
-     _tf32x3(lambda c, p, d: c.bk % 16 == 0 and c.pad)),
+    # math="3xtf32" or "tf32": mma.sync m16n8k8 on float32 data in cp.async tiles
+    ("3xtf32 and tf32 are float32 math on tensor cores of compute capability 8.0 or newer",
+     _mma(lambda c, p, d: p.dtype == "float32" and float(d.compute_capability) >= 8.0)),
+    ("tf32's products are TF32's: it computes calls at precision tf32 or bf16 only",
+     lambda c, p, d: c.math != "tf32" or p.precision != "fp32"),
+    ("3xtf32 and tf32 read their fragments from cp.async tiles (copy=async)", _mma(lambda c, p, d: c.copy == "async")),
+    ("3xtf32 and tf32 need TM=1, TN=2 (each thread owns the MMA fragment's 1 x 2 micro-tiles)",
+     _mma(lambda c, p, d: (c.tm, c.tn) == (1, 2))),
+    ("3xtf32 and tf32 make warps of 8 x 4 threads: TY must be a multiple of 8 and TX of 4",
+     _mma(lambda c, p, d: c.ty % 8 == 0 and c.tx % 4 == 0)),
+    ("3xtf32 and tf32 warp tiles need a whole number of 16-row MMA tiles: BM/TY must be even",
+     _mma(lambda c, p, d: (c.bm // c.ty) % 2 == 0)),
+    ("3xtf32 and tf32 read K 16 at a time from padded tiles: BK must be 16 or 32, and pad true",
+     _mma(lambda c, p, d: c.bk % 16 == 0 and c.pad)),
 )
 
 

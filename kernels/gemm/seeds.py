@@ -20,13 +20,15 @@ _DEFAULT_TILES = (
 )
 
 
-# Block tiles of the 3xtf32 seeds: (bm, bn, ty, tx).
+# Block tiles of the tensor-core seeds: (bm, bn, ty, tx).
 _TC_TILES = ((128, 64, 16, 8), (64, 128, 8, 16), (64, 64, 16, 8))
 
 
 def candidates(p, d, params: dict, constraints: tuple):
     """Sound configs without tuning, best guess first (autogemm takes the first valid one):
-    3xTF32 on a 128x64 tile where float32 tiles fill at least half the SMs; else FMAs on
+    at precision tf32 or bf16, TF32 MMAs on a 128x64 tile (64x64 where those leave half the SMs
+    idle), K split until the tiles fill the SMs; at fp32, 3xTF32 on a 128x64 tile where float32
+    tiles fill at least half the SMs; else FMAs on
     the largest tile that still gives every SM a block (with K long against the output, counting
     up to 16 slices of K); where its tiles leave SMs idle, split-K up to two blocks per SM while
     each slice keeps at least 64 of K; then smaller
@@ -37,10 +39,21 @@ def candidates(p, d, params: dict, constraints: tuple):
     # output: 3xTF32 first, as accurate as FMAs and faster on such shapes
     # (benchmarks/issue40-fp32-error); the constraints drop it where it cannot run (float64, GPUs
     # before tensor cores took TF32).
+    math = "3xtf32" if p.precision == "fp32" else "tf32"   # the tensor-core math of the call's precision
     first = _TC_TILES[0]                                # 128x64
     fill_half = 2 * ceil_div(p.m, first[0]) * ceil_div(p.n, first[1]) >= d.sm_count
+    # The 64x64 tile follows the 128x64 one where that cannot run (unaligned rows: 4-byte copies take
+    # more registers than a thread has).
+    if p.itemsize == 4 and math == "tf32":
+        # TF32 products run at several times FMAs' rate on any float32 shape
+        for tile in (first, _TC_TILES[2]) if fill_half else (_TC_TILES[2],):
+            tiles, split = ceil_div(p.m, tile[0]) * ceil_div(p.n, tile[1]), 1
+            while tiles * split < d.sm_count and p.k // (2 * split) >= 64 and split < 16:
+                split *= 2
+            yield _tc_seed(*tile, vec, split, math)
     if p.itemsize == 4 and fill_half and p.k < 8 * max(p.m, p.n):
-        yield _tc_seed(*first, vec)
+        yield _tc_seed(*first, vec, 1, math)
+        yield _tc_seed(*_TC_TILES[2], vec, 1, math)
     # Where K is long against the output (8 times its longer side), the tile that fills the SMs in
     # at most 16 slices of K, not in tiles alone: tiny tiles in one slice ran 256x256x8192 at 2.7x
     # cuBLAS's time and 9x its error (benchmarks/issue39-h100/first-calls).
@@ -67,27 +80,27 @@ def candidates(p, d, params: dict, constraints: tuple):
         if split == 1 or bm * bn == 128 * 64:
             yield dict(bm=bm, bn=bn, bk=bk, ty=ty, tx=tx, tm=tm, tn=_tn(tn, "async", p), vec=vec,
                        copy="async", stages=3, split_k=split, pad=True, math="fma")
-    # 3xTF32 on tensor cores, where the dtype and GPU allow (the constraints drop them elsewhere):
+    # The tensor-core math, where the dtype and GPU allow (the constraints drop them elsewhere):
     # warp tiles of 64x32 and 32x32 on the mid-size block tiles, whole or split in two; then the
     # tiles that fill the SMs in the fewest, fullest waves.
     for tile, split in itertools.product(_TC_TILES, (1, 2)):
-        yield _tc_seed(*tile, vec, split)
+        yield _tc_seed(*tile, vec, split, math)
     for tile in wave_tiles(p, d, params, constraints):
-        yield _tc_seed(*tile, vec)
+        yield _tc_seed(*tile, vec, 1, math)
 
 
-def _tc_seed(bm: int, bn: int, ty: int, tx: int, vec: int, split: int = 1) -> dict:
-    """A 3xtf32 config on a block tile: BK 32, a 3-stage cp.async pipeline."""
+def _tc_seed(bm: int, bn: int, ty: int, tx: int, vec: int, split: int = 1, math: str = "3xtf32") -> dict:
+    """A tensor-core config (3xtf32 or tf32) on a block tile: BK 32, a 3-stage cp.async pipeline."""
     return dict(bm=bm, bn=bn, bk=32, ty=ty, tx=tx, tm=1, tn=2, vec=vec, copy="async", stages=3,
-                split_k=split, pad=True, math="3xtf32")
+                split_k=split, pad=True, math=math)
 
 
-# Thread blocks (TY, TX) of 3xtf32's seeds: 4 and 8 warps of 8 x 4 threads.
+# Thread blocks (TY, TX) of the tensor-core seeds: 4 and 8 warps of 8 x 4 threads.
 _TC_BLOCKS = ((16, 8), (8, 16), (16, 16), (32, 8), (8, 32))
 
 
 def wave_tiles(p, d, params: dict, constraints: tuple, count: int = 2) -> list[tuple[int, int, int, int]]:
-    """3xtf32 block tiles (bm, bn, ty, tx) that can run `p` and keep the busiest SM's work least,
+    """Tensor-core block tiles (bm, bn, ty, tx) that can run `p` and keep the busiest SM's work least,
     one block an SM: fewest waves x tile area (128x64 tiles of 800x1000 are one wave of 8192
     outputs an SM, 64x112 tiles one of 7168). Warp tiles of at least 32 x 32, as large as the other
     seeds' (smaller ones read more shared memory per MMA). Ties go to fewer waves, then to squarer
