@@ -150,6 +150,40 @@ def test_3xtf32_sampled_configs():
             run_and_check(rng, m, n, k, ta, tb, np.float32, beta=1.0, config=dict(cfg))
 
 
+@pytest.mark.parametrize("ta,tb", OPS)
+@pytest.mark.parametrize("cfg", TF32X3, ids=["128x64", "64x64-splitk2", "32x64-vec1-splitk3"])
+@pytest.mark.parametrize("precision", ["tf32", "bf16"])
+def test_tf32_every_op(cfg, ta, tb, precision):
+    """The tiled TF32 path (math tf32, one MMA a k step) on 3xTF32's tiles: even, ragged and
+    unaligned shapes, every op, within the precision's bound (a bf16 call served by TF32 products)."""
+    fam = family("gemm")
+    cfg = dict(cfg, math="tf32")
+    rng = np.random.default_rng(10)
+    ran = 0
+    for m, n, k in [(800, 1000, 784), (1023, 1025, 1027), (256, 128, 96), (131, 67, 257), (7, 13, 29)]:
+        p = Problem.contiguous(m, n, k, "float32", ta, tb, precision=precision)
+        if fam.violations(fam.config(cfg), p, H100):
+            continue
+        run_and_check(rng, m, n, k, ta, tb, np.float32, epilogue="bias_sigmoid", beta=0.5, config=cfg,
+                      precision=precision)
+        ran += 1
+    assert ran >= 3
+
+
+def test_an_untuned_tf32_call_that_gemm_wgmma_cannot_read_runs_the_tiled_tf32():
+    """1023x1025x1027 at tf32: rows of odd length, which gemm_wgmma's 16-byte copies cannot read;
+    an empty store gives the tiled family's TF32 default, within TF32's bound."""
+    from autogemm.ops.kernels import implementation
+    from autogemm.runtime.device import this_device
+    from autogemm.store import lookup
+
+    p = Problem.contiguous(1023, 1025, 1027, "float32", False, False, precision="tf32")
+    with lookup.untuned():
+        assert implementation("gemm", p, None, this_device()) == "gemm"
+        assert lookup.choose("gemm", p, this_device()).config.math == "tf32"
+        run_and_check(np.random.default_rng(11), 1023, 1025, 1027, False, False, np.float32, precision="tf32")
+
+
 @pytest.mark.parametrize("m, n, k, ta, tb, config", [(800, 1000, 784, False, True, TF32X3[0]),
                                                    (4096, 784, 8192, True, False, TF32X3[0]),
                                                    (256, 256, 16384, False, True, dict(TF32X3[1], split_k=4))])
