@@ -8,7 +8,7 @@ import pytest
 from autogemm.errors import StoreError
 from autogemm.ops.kernels import kernel
 from autogemm.runtime.device import H100
-from autogemm.runtime.family import family
+from autogemm.runtime.family import Config, family
 from autogemm.store import locations, lookup
 from autogemm.store.keys import distance, key_of, make_key, problem_of, serving_keys
 from autogemm.store.records import file_for
@@ -313,6 +313,21 @@ def test_a_record_beats_an_untuned_preference(tuned):
     assert implementation("gemm", gemm_problem(1024, 1024, 1024, "nn", precision="tf32"), None, H100) == "gemm"
 
 
+def test_a_tf32_call_runs_a_float32_records_tensor_core_tiles_with_tf32_products(tuned):
+    """The tiled family's float32 records serve tf32 and bf16 calls: a 3xTF32 one with TF32 products
+    on its tiles (a nearest one too), an FMA one as it is; an fp32 call keeps 3xTF32."""
+    tiles = dict(GEMM, copy="async", stages=3, tm=1, tn=2, ty=16, tx=8, bk=32)
+    write_store(tuned, [record((1024, 1024, 1024), op="nn", config=dict(tiles, math="3xtf32")),
+                        record((2048, 2048, 2048), op="nn", config=dict(GEMM, math="fma"))])
+    lookup.reload()
+    for precision in ("tf32", "bf16"):
+        for sizes, source in (((1024, 1024, 1024), "exact"), ((1100, 1000, 1024), "nearest")):
+            served = lookup.choose("gemm", gemm_problem(*sizes, "nn", precision=precision), H100)
+            assert (served.source, served.config) == (source, Config(dict(tiles, math="tf32"))), sizes
+        assert lookup.choose("gemm", gemm_problem(2048, 2048, 2048, "nn", precision=precision), H100).config.math == "fma"
+    assert lookup.choose("gemm", gemm_problem(1024, 1024, 1024, "nn"), H100).config.math == "3xtf32"
+
+
 # ---- precision tf32 -----------------------------------------------------------------------------
 WGMMA = dict(bm=128, bn=128, warpgroups=2, stages=3, inflight=1, split_k=1, producer=0, tma=0, pretranspose=0, cluster_m=1,
              cluster_n=1, persistent=0)
@@ -323,8 +338,8 @@ def test_a_tf32_call_takes_tf32_records_then_fp32_ones_and_an_fp32_call_never_a_
     assert key_of("gemm_wgmma", tf32).dtype == "tf32" and problem_of(key_of("gemm_wgmma", tf32)) == tf32
     write_store(tuned, [record(fam="gemm_wgmma", config=dict(WGMMA, math="3xtf32"), median_us=40.0)])
     lookup.reload()
-    served = lookup.choose("gemm_wgmma", tf32, H100)      # no tf32 record yet: the FP32-accurate one
-    assert (served.source, served.config.math) == ("exact", "3xtf32")
+    served = lookup.choose("gemm_wgmma", tf32, H100)      # no tf32 record yet: the FP32-accurate one's tiles
+    assert (served.source, served.record.key.dtype, served.config) == ("exact", "float32", Config(dict(WGMMA, math="tf32")))
     write_store(tuned, [record(fam="gemm_wgmma", dtype="tf32", config=dict(WGMMA, math="tf32"), median_us=15.0)])
     lookup.reload()
     assert lookup.choose("gemm_wgmma", tf32, H100).config.math == "tf32"
@@ -337,7 +352,8 @@ def test_a_bf16_call_takes_bf16_then_tf32_then_fp32_records_and_no_other_call_a_
     assert key_of("gemm_wgmma", bf16).dtype == "bf16" and problem_of(key_of("gemm_wgmma", bf16)) == bf16
     write_store(tuned, [record(fam="gemm_wgmma", config=dict(WGMMA, math="3xtf32"), median_us=40.0)])
     lookup.reload()
-    assert lookup.choose("gemm_wgmma", bf16, H100).config.math == "3xtf32"
+    assert lookup.choose("gemm_wgmma", bf16, H100).config.math == "tf32"      # the FP32-accurate record's tiles
+    assert lookup.choose("gemm_wgmma", bf16, H100).record.key.dtype == "float32"
     write_store(tuned, [record(fam="gemm_wgmma", dtype="tf32", config=dict(WGMMA, math="tf32"), median_us=15.0)])
     lookup.reload()
     assert lookup.choose("gemm_wgmma", bf16, H100).config.math == "tf32"

@@ -114,6 +114,13 @@ class Family:
         """Whether, untuned, this family runs `problem`'s call before those listed before it (kernels.contract)."""
         return getattr(self.module, "untuned_first", lambda p: False)(problem)
 
+    def at_precision(self, cfg: Config, problem) -> Config:
+        """`cfg`, a config of a more accurate arithmetic's record, as the module would run it for
+        `problem`'s precision (kernels.contract); unchanged where the module says nothing."""
+        hook = getattr(self.module, "at_precision", None)
+        precision = getattr(problem, "precision", None)
+        return self.config(hook(dict(cfg), precision), "at_precision") if hook and precision else cfg
+
     def helper_templates(self, cfg: Config) -> tuple[str, ...]:
         """The templates of the kernels `cfg` launches besides its own (kernels.contract)."""
         return getattr(self.module, "helper_templates", lambda c: ())(cfg)

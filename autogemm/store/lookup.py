@@ -166,10 +166,13 @@ def choose(family_name: str, problem, device: DeviceInfo) -> Choice:
     if index is not None:
         fits = lambda cfg: cfg is not None and fam.fits(cfg, problem, device)  # noqa: E731
         # A GEMM with an epilogue takes its own op's record of an arithmetic, else its layout's; a
-        # tf32 or bf16 call then the best of its precision's and the more accurate ones'.
+        # tf32 or bf16 call then the best of its precision's and the more accurate ones' (their
+        # configs at the call's precision where the family can: Family.at_precision).
         best: dict[str, Choice] = {}
         for serving in serving_keys(key):
             c = _from_index(index, serving, fam, fits, other_op=serving.op != key.op)
+            if c and serving.dtype != key.dtype and fits(lowered := fam.at_precision(c.config, problem)):
+                c = dataclasses.replace(c, config=lowered)
             if c and (serving.dtype not in best or c.rank_in_arithmetic < best[serving.dtype].rank_in_arithmetic):
                 best[serving.dtype] = c
         choice = min(best.values(), key=lambda c: c.rank, default=None)

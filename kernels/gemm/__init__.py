@@ -212,6 +212,12 @@ def geometry(c, p: Problem) -> Geometry:
     )
 
 
+def at_precision(cfg: dict, precision: str) -> dict:
+    """A config of a more accurate arithmetic's record, for a call at `precision`: 3xTF32's tiles
+    with TF32 products where the call allows them (a third of the MMAs, no split)."""
+    return dict(cfg, math="tf32") if cfg["math"] == "3xtf32" and precision != "fp32" else dict(cfg)
+
+
 def default_candidates(p: Problem, d):
     """Sound untuned configs, best first, then more places for the search to start from: the
     heuristics of seeds.py, over this space and these constraints."""

@@ -58,8 +58,15 @@ SWIZZLE_ALIGN = 1024  # the dynamic shared memory is aligned up to this in the k
 
 def untuned_first(p: Problem) -> bool:
     """A call at tf32 or bf16 that no record serves runs here before the tiled family: products at
-    its precision on tensor cores, against FP32 FMAs (benchmarks/issue39-h100/first-calls)."""
+    its precision on warpgroup MMAs, against mma.sync's (the tiled family's TF32 then runs the calls
+    this family cannot read)."""
     return p.precision != "fp32"
+
+
+def at_precision(cfg: dict, precision: str) -> dict:
+    """A config of a more accurate arithmetic's record, for a call at `precision`: 3xTF32's tiles
+    with TF32 products where the call allows them (a third of the MMAs, no split)."""
+    return dict(cfg, math="tf32") if cfg["math"] == "3xtf32" and precision != "fp32" else dict(cfg)
 
 
 def helper_templates(c) -> tuple[str, ...]:
