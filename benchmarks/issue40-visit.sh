@@ -34,7 +34,7 @@ if [ "$phase" = retune ]; then
 fi
 
 if [ "$phase" = bench ]; then
-    nets=cme213,large backends=cublas,cupy-tuned
+    nets=cme213,large backends=cublas,cupy-tuned,cupy-tuned-tf32
     bench() {   # DIR NAME
         (cd "$1" && timeout 140 python -m nn.bench --networks $nets --backends $backends --epochs 5 \
             --json "$work/$2.json" > "$work/$2.txt" 2>&1)
