@@ -623,7 +623,8 @@ def _tune_parser(sub):
                            "at it (gemm_wgmma) tuned into records of it, which only calls at it or a lower precision "
                            "use (default: fp32)")
     tune.add_argument("--trials", type=_positive_int, default=40,
-                      help="configs compiled and measured per shape (default: 40)")
+                      help="configs compiled and measured per shape, at most: a search whose proposals stop "
+                           "gaining ends sooner (default: 40)")
     tune.add_argument("--timeout", type=_positive_float, default=20.0,
                       help="seconds of search per shape, the final re-timing not counted (default: 20)")
     tune.add_argument("--out", metavar="DIR",
