@@ -135,6 +135,11 @@ def fake_gpu_context(gpu: int):
     return H100, SOFTWARE
 
 
+def failing_gpu_context(gpu: int):
+    """gpus.gpu_context where the GPU cannot be used (a CUDA error that is not autogemm's)."""
+    raise RuntimeError(f"cudaErrorDevicesUnavailable: GPU {gpu} is busy")
+
+
 def slow_measure_for(key, device, seed=0):
     """A FakeMeasure whose every measurement takes 20 ms."""
     return FakeMeasure(model=lambda cfg: time.sleep(0.02) or gemm_model(cfg))

@@ -61,15 +61,16 @@ def gemm_matrix(name: str) -> list:
     return [fam.instance(fam.default(problem, H100), problem) for problem in matrix_problems()]
 
 
-def gemm_sample(fam=family("gemm"), dtypes=DTYPES, precision="fp32") -> list:
-    """Random valid configs of `fam` (Family.sample) over dtypes, ops, even and uneven shapes, epilogues."""
+def gemm_sample(fam=family("gemm"), dtypes=DTYPES, precision="fp32", count=2) -> list:
+    """`count` random valid configs of `fam` (Family.sample) a problem, over dtypes, ops, even and
+    uneven shapes, epilogues."""
     epilogues = itertools.cycle(gemm.EPILOGUES)
     out = []
     for seed, (dtype, (ta, tb), shape) in enumerate(
             itertools.product(dtypes, OPS, EVEN_SHAPES + UNEVEN_SHAPES[:3])):
         problem = gemm.Problem.contiguous(*shape, dtype, ta, tb, epilogue=next(epilogues),
                                           use_c=seed % 2 == 1, precision=precision)
-        out += [fam.instance(cfg, problem) for cfg in fam.sample(problem, H100, 2, seed=seed)]
+        out += [fam.instance(cfg, problem) for cfg in fam.sample(problem, H100, count, seed=seed)]
     return out
 
 
@@ -214,7 +215,7 @@ def rendered(kind: str) -> list:
     its own tests compile."""
     return {"gemm": lambda: gemm_matrix("gemm"), "naive": lambda: gemm_matrix("gemm_naive"),
             "sample": lambda: (gemm_sample() + gemm_sample(TF32X3_SPACE, ("float32",))
-                               + gemm_sample(TF32_SPACE, ("float32",), "tf32")),
+                               + gemm_sample(TF32_SPACE, ("float32",), "tf32", count=1)),
             "small": small_families, "wgmma": wgmma_sample}[kind]()
 
 

@@ -288,6 +288,34 @@ def test_ctrl_c_marks_the_trial_in_flight_and_resume_finishes_the_work(tmp_path)
     assert Config(interrupted[0].params) in searched            # measured again, this time fully
 
 
+@pytest.mark.usefixtures("default_handlers")
+def test_a_stop_while_a_result_is_told_leaves_it_told_and_raises_the_stop(tmp_path, monkeypatch):
+    """Ctrl-C while the 5th result's journal entry is written: the entry is finished first
+    (signals.deferred), and the Stop then finds that trial told, not one to fail as interrupted
+    (which raised Optuna's UpdateFinishedTrialError in place of the Stop)."""
+    import os
+    import signal
+
+    from optuna.storages.journal._storage import JournalOperation
+
+    from autogemm import signals
+
+    told, append = [], JournalFileBackend.append_logs
+
+    def append_logs(self, logs):
+        if any(log.get("op_code") == JournalOperation.SET_TRIAL_STATE_VALUES and log.get("state") == 1 for log in logs):
+            told.append(1)
+            if len(told) == 5:
+                os.kill(os.getpid(), signal.SIGINT)
+        return append(self, logs)
+
+    monkeypatch.setattr(JournalFileBackend, "append_logs", append_logs)
+    with pytest.raises(signals.Stop), signals.stoppable():
+        search(FakeMeasure(), Settings(**{**FAST.__dict__, "trials": 30}), study_path=tmp_path / "s.log")
+    states = [t.state for t in stored_study(tmp_path / "s.log").trials]
+    assert states.count(TrialState.COMPLETE) == 5 and TrialState.RUNNING not in states
+
+
 def test_neighbours_move_one_parameter_one_step():
     cfg = Config(GEMM)
     around = neighbours(GEMM_FAM, cfg)

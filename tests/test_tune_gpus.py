@@ -15,7 +15,7 @@ from autogemm.store.keys import Target
 from autogemm.store.records import file_for, load
 from autogemm.tuning import gpus
 from autogemm.tuning.search import Settings
-from fake_tuned import fake_gpu_context, measure_for_dying_on_gpu_1, slow_measure_for
+from fake_tuned import failing_gpu_context, fake_gpu_context, measure_for_dying_on_gpu_1, slow_measure_for
 
 FAST = Settings(trials=6, timeout=None, top=2, rounds=2, final_reps=3, quick_reps=3)
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,14 +24,15 @@ TARGETS = [Target(f, (m, 1000, 784), "nt") for m in (800, 400, 200) for f in ("g
     Target("colsum", (800, 1000), "-")]
 
 
-def job(tmp_path, measure_for=slow_measure_for, **kw) -> gpus.Job:
+def job(tmp_path, measure_for=slow_measure_for, context=fake_gpu_context, **kw) -> gpus.Job:
     return gpus.Job("float32", tmp_path / "tuned", FAST, "autogemm tune --gpus 0,1", tmp_path / "shipped",
-                    studies=tmp_path / "studies", context=fake_gpu_context, measure_for=measure_for, **kw)
+                    studies=tmp_path / "studies", context=context, measure_for=measure_for, **kw)
 
 
 @pytest.mark.parametrize("text, message", [
     ("0,0", "a device is named twice"), ("4", "this machine has 4 GPU(s), numbered 0..3"),
-    ("x", "give 'all' or device numbers"), ("-1", "give 'all' or device numbers"), ("", "give 'all'"),
+    ("99999999", "this machine has 4 GPU(s)"), ("x", "give 'all' or device numbers"),
+    ("-1", "give 'all' or device numbers"), ("", "give 'all'"), ("0,,1", "give 'all'"), ("\u0663", "give 'all'"),
 ])
 def test_bad_gpu_lists_are_one_line(text, message):
     with pytest.raises(AutogemmError) as error:
@@ -41,7 +42,7 @@ def test_bad_gpu_lists_are_one_line(text, message):
 
 def test_gpu_lists():
     assert gpus.parse_gpus("all", count=lambda: 3) == (0, 1, 2)
-    assert gpus.parse_gpus("2, 0", count=lambda: 4) == (2, 0)
+    assert gpus.parse_gpus("2, 0", count=lambda: 4) == gpus.parse_gpus("2 0", count=lambda: 4) == (2, 0)
 
 
 def test_a_problems_families_are_one_unit_of_work():
@@ -72,12 +73,22 @@ def test_a_worker_that_dies_fails_the_targets_of_its_problem_and_the_others_go_o
     assert len(load(file_for(tmp_path / "tuned", H100)).records) == len(TARGETS) - 2
 
 
+def test_workers_that_cannot_use_their_gpu_fail_every_target_with_why(tmp_path):
+    """No worker gets going (a CUDA error in each): every target fails, with each GPU's reason."""
+    events = list(gpus.tune_on_gpus(TARGETS, (0, 1), job(tmp_path, context=failing_gpu_context)))
+    outcomes = [e.outcome for e in events if isinstance(e, gpus.Finished)]
+    assert len(outcomes) == len(TARGETS) and all(o.result is None for o in outcomes)
+    assert {o.error for o in outcomes} == {"no GPU was left to tune it (GPU 0: RuntimeError: cudaErrorDevicesUnavailable: "
+                                           "GPU 0 is busy; GPU 1: RuntimeError: cudaErrorDevicesUnavailable: GPU 1 is busy)"}
+
+
 @pytest.fixture
 def fake_gpus(monkeypatch, tmp_path):
     from autogemm.store import locations
     from autogemm.tuning import measures
 
     monkeypatch.setattr(gpus, "gpu_count", lambda: 2)
+    monkeypatch.setattr(gpus, "gpu_info", lambda gpu: H100)
     monkeypatch.setattr(gpus, "gpu_context", fake_gpu_context)
     monkeypatch.setattr(measures, "measure_for", slow_measure_for)
     monkeypatch.setenv("AUTOGEMM_CACHE", str(tmp_path / "cache"))
@@ -93,6 +104,19 @@ def test_tune_gpus_all_tunes_on_every_gpu(fake_gpus, tmp_path, capsys):
     assert "2 shapes on 2 GPUs (0,1: NVIDIA H100 80GB HBM3)" in printed.out    # fp32: no gemm_wgmma
     assert len([line for line in printed.out.splitlines() if line.startswith("autogemm tune: [")]) == 2
     assert len(load(file_for(out, H100)).records) == 2
+
+
+def test_a_worker_that_dies_before_a_problems_second_family_is_one_failed_line(fake_gpus, monkeypatch, tmp_path,
+                                                                              capsys):
+    """At tf32 each shape is both GEMM families; GPU 1's worker dies setting up its first: the
+    family it never began fails too, one line each, and the run says so (status 1)."""
+    from autogemm.tuning import measures
+
+    monkeypatch.setattr(measures, "measure_for", measure_for_dying_on_gpu_1)
+    status = cli.main(["tune", "--shapes", "800x1000x784:nt,400x1000x784:nt", "--precision", "tf32", "--gpus", "all",
+                       "--trials", "6", "--out", str(tmp_path / "tuned")])
+    err = capsys.readouterr().err
+    assert status == 1 and err.count("\n") == 2 and err.count("the worker of GPU 1 ended (exit status 3)") == 2, err
 
 
 @pytest.mark.parametrize("flag, message", [("0,0", "a device is named twice"), ("2", "has 2 GPU(s)")])
@@ -111,6 +135,7 @@ from autogemm.store import locations
 from autogemm.tuning import gpus, measures
 from fake_tuned import fake_gpu_context, slow_measure_for
 gpus.gpu_count = lambda: 2
+gpus.gpu_info = lambda gpu: fake_gpu_context(gpu)[0]
 gpus.gpu_context = fake_gpu_context
 measures.measure_for = slow_measure_for
 locations.shipped_dir = lambda: {{shipped!r}}

@@ -249,7 +249,7 @@ def cmd_tune(args) -> int:
         given = "--out" if args.out else locations.tune_dir_named()
         raise AutogemmError(f"{given} {out}: not a folder (tuned files are named after the GPU inside it)")
     gpus = gpus_module.parse_gpus(args.gpus) if args.gpus is not None else None
-    devices = [gpus_module.gpu_context(g)[0] for g in gpus] if gpus else [this_device()]
+    devices = [gpus_module.gpu_info(g) for g in gpus] if gpus else [this_device()]
     device = devices[0]
     path = file_for(out, device)
     for model in {d.name: d for d in devices}.values():
@@ -313,7 +313,10 @@ def cmd_tune(args) -> int:
                 outcomes.append(o)
                 if not console.is_terminal:
                     print(f"autogemm tune: [{len(outcomes)}/{len(targets)}] {_finished_line(o, arithmetic)}", flush=True)
-                task = tasks[o.target]
+                task = tasks.get(o.target)
+                if task is None:              # failed before it began (its --gpus worker ended)
+                    on_start(o.target, o.key)
+                    task = tasks[o.target]
                 if o.result is None:
                     progress.update(task, info=f"[red]failed[/red]: {o.error[:80]}")
                     continue

@@ -30,12 +30,11 @@ def slug(name: str) -> str:
 H100 = DeviceInfo("NVIDIA H100 80GB HBM3", "9.0", 132, 232448, 65536, 1024, 52428800)
 
 
-def current() -> DeviceInfo:
-    """The current CuPy device."""
+def info(device_id: int) -> DeviceInfo:
+    """CUDA device `device_id`, read from its properties (it is not made current)."""
     import cupy
 
-    dev = cupy.cuda.Device()
-    props = cupy.cuda.runtime.getDeviceProperties(dev.id)
+    props = cupy.cuda.runtime.getDeviceProperties(device_id)
     return DeviceInfo(
         name=props["name"].decode(),
         compute_capability=f"{props['major']}.{props['minor']}",
@@ -49,7 +48,7 @@ def current() -> DeviceInfo:
 
 @functools.cache
 def _info(device_id: int) -> DeviceInfo:
-    return current()
+    return info(device_id)
 
 
 def require_cupy():

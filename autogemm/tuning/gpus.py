@@ -18,14 +18,16 @@ import contextlib
 import multiprocessing
 import multiprocessing.connection
 import os
+import re
 import signal
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from autogemm import files, signals
 from autogemm.errors import AutogemmError, brief
-from autogemm.runtime.device import DeviceInfo, require_cupy, software, this_device
+from autogemm.runtime.device import DeviceInfo, info, require_cupy, software, this_device
 from autogemm.store.keys import Key, Target, problem_of
 from autogemm.store.records import Meta, file_for
 from autogemm.tuning.search import Progress, Settings
@@ -45,22 +47,34 @@ def gpu_count() -> int:
         raise AutogemmError(f"no CUDA device usable by CuPy: {exc}") from None
 
 
+def gpu_info(gpu: int) -> DeviceInfo:
+    """GPU `gpu`'s DeviceInfo, read without making it current (the parent opens no context on it)."""
+    require_cupy()
+    try:
+        return info(gpu)
+    except Exception as exc:  # noqa: BLE001 - CUDARuntimeError without a driver or a device
+        raise AutogemmError(f"GPU {gpu}: cannot read its properties: {exc}") from None
+
+
 def gpu_context(gpu: int) -> tuple[DeviceInfo, dict]:
-    """Make GPU `gpu` this process's current device: its DeviceInfo and software versions."""
-    require_cupy().cuda.Device(gpu).use()
+    """Make GPU `gpu` this process's current device (a worker's): its DeviceInfo and software versions."""
+    cupy = require_cupy()
+    try:
+        cupy.cuda.Device(gpu).use()
+    except Exception as exc:  # noqa: BLE001 - CUDARuntimeError: the device is gone or taken
+        raise AutogemmError(f"cannot use GPU {gpu}: {exc}") from None
     return this_device(), software()
 
 
 def parse_gpus(text: str, count: Callable[[], int] | None = None) -> tuple[int, ...]:
-    """`all`, or device numbers `0,2` (each once, each one the machine has: `count()`, by default
-    gpu_count())."""
+    """`all`, or device numbers `0,2` or `0 2` (each once, each one the machine has: `count()`, by
+    default gpu_count())."""
     count = count or gpu_count
     if text.strip() == "all":
         return tuple(range(count()))
-    parts = [p.strip() for p in text.split(",")]
-    if not all(p.isascii() and p.isdigit() and len(p) < 6 for p in parts):
+    if not re.fullmatch(r"\s*[0-9]+(\s*[,\s]\s*[0-9]+)*\s*", text):
         raise AutogemmError(f"--gpus {brief(text)}: give 'all' or device numbers, e.g. 0,1")
-    gpus = tuple(int(p) for p in parts)
+    gpus = tuple(int(p) if len(p) < 6 else 10 ** 6 for p in re.findall(r"[0-9]+", text))
     if len(set(gpus)) != len(gpus):
         raise AutogemmError(f"--gpus {brief(text)}: a device is named twice")
     have = count()
@@ -101,7 +115,7 @@ class Advanced:
 
 @dataclass(frozen=True)
 class Finished:
-    gpu: int
+    gpu: int | None                     # None: no worker was left to take it
     outcome: Outcome
 
 
@@ -140,13 +154,15 @@ class _Workers:
     processes: dict = field(default_factory=dict)     # gpu -> Process
     links: dict = field(default_factory=dict)         # gpu -> the parent's end of its pipe
     given: dict = field(default_factory=dict)         # gpu -> [Target]: its problem's targets not finished
-    ended: set = field(default_factory=set)
+    started: set = field(default_factory=set)         # have spoken (their signal handling is set up)
+    ended: dict = field(default_factory=dict)         # gpu -> why it ended ("" once its work was done)
     stopped: set = field(default_factory=set)         # sent SIGTERM
 
 
 def tune_on_gpus(targets: list[Target], gpus: tuple[int, ...], job: Job) -> Iterator:
     """Tune `targets` on `gpus`, one worker each; yield Started, Advanced and Finished events as they
-    come. A stop signal stops every worker, yields what finished meanwhile, and is raised again."""
+    come (a target no worker could tune: Finished with its error). A stop signal stops every worker,
+    yields what finished meanwhile, and is raised again."""
     spawn = multiprocessing.get_context("spawn")
     state = _Workers(problems(targets, job.dtype))
     with _ignoring(signal.SIGINT, signal.SIGHUP):     # inherited: a worker starting takes no Ctrl-C
@@ -160,6 +176,7 @@ def tune_on_gpus(targets: list[Target], gpus: tuple[int, ...], job: Job) -> Iter
             theirs.close()
     try:
         yield from _events(state, job.dtype)
+        yield from _left_over(state, job.dtype)
     except KeyboardInterrupt:
         state.waiting.clear()
         _stop(state)
@@ -167,8 +184,9 @@ def tune_on_gpus(targets: list[Target], gpus: tuple[int, ...], job: Job) -> Iter
         raise
     finally:                                        # also where the reader left (GeneratorExit)
         _stop(state)
+        deadline = time.monotonic() + STOP_GRACE_S
         for process in state.processes.values():
-            process.join(STOP_GRACE_S)
+            process.join(max(0.0, deadline - time.monotonic()))
             if process.is_alive():
                 process.kill()
                 process.join()
@@ -185,53 +203,77 @@ def _ignoring(*sigs):
 
 
 def _stop(state: _Workers):
-    """SIGTERM, once, to every worker still at work."""
+    """Stop every worker still at work: SIGTERM, once; one still starting (it has done nothing, and
+    its interpreter would say so) is killed."""
     for gpu, process in state.processes.items():
-        if gpu not in state.ended | state.stopped and process.is_alive():
+        if gpu in state.ended or gpu in state.stopped or not process.is_alive():
+            continue
+        if gpu in state.started:
             os.kill(process.pid, signal.SIGTERM)
-            state.stopped.add(gpu)
+        else:
+            process.kill()
+        state.stopped.add(gpu)
 
 
 def _events(state: _Workers, dtype: str, deadline_s: float | None = None) -> Iterator:
     """The workers' events until every worker has ended (or `deadline_s` has passed), handing each
     idle worker the next problem."""
-    waited = 0.0
+    deadline = time.monotonic() + deadline_s if deadline_s is not None else None
     while len(state.ended) < len(state.processes):
-        if deadline_s is not None and waited >= deadline_s:
+        if deadline is not None and time.monotonic() >= deadline:
             return
         open_links = {state.links[gpu]: gpu for gpu in state.processes if gpu not in state.ended}
-        ready = multiprocessing.connection.wait(list(open_links), timeout=POLL_S)
-        waited += 0 if ready else POLL_S
-        for link in ready:
+        for link in multiprocessing.connection.wait(list(open_links), timeout=POLL_S):
             gpu = open_links[link]
+            stop = None
             try:
                 with signals.deferred():
                     event = link.recv()
             except (EOFError, OSError):            # it ended without a word: killed, crashed
-                yield from _dead(state, gpu, dtype)
+                yield from _ended(state, gpu, dtype, "")
                 continue
-            if isinstance(event, _Idle):
-                group = state.waiting.pop(0) if state.waiting else None
-                state.given[gpu] = list(group or ())
-                link.send(group)
-            elif isinstance(event, _Ended):
-                state.ended.add(gpu)
-                if event.error:
-                    raise AutogemmError(f"GPU {gpu}: {event.error}")
-            else:
-                if isinstance(event, Finished):
-                    state.given[gpu].remove(event.outcome.target)
-                yield event
+            except KeyboardInterrupt as exc:       # raised once the message was read whole: handle it first
+                stop = exc
+            yield from _handle(state, gpu, event, dtype)
+            if stop is not None:
+                raise stop
 
 
-def _dead(state: _Workers, gpu: int, dtype: str) -> Iterator[Finished]:
-    """A worker that ended without a word: the targets of its problem, failed."""
+def _handle(state: _Workers, gpu: int, event, dtype: str) -> Iterator:
+    state.started.add(gpu)
+    if isinstance(event, _Idle):
+        group = state.waiting.pop(0) if state.waiting else None
+        state.given[gpu] = list(group or ())
+        with signals.deferred():
+            state.links[gpu].send(group)
+    elif isinstance(event, _Ended):
+        yield from _ended(state, gpu, dtype, event.error)
+    else:
+        if isinstance(event, Finished):
+            state.given[gpu].remove(event.outcome.target)
+        yield event
+
+
+def _ended(state: _Workers, gpu: int, dtype: str, error: str) -> Iterator[Finished]:
+    """Worker `gpu` has ended: with `error` (or, "", without a word where it had work: killed,
+    crashed), the targets of its problem that it had not finished fail with why."""
     process = state.processes[gpu]
-    process.join(5)
-    state.ended.add(gpu)
+    if not error:
+        process.join(5)
+        if process.exitcode != 0:
+            error = f"the worker of GPU {gpu} ended (exit status {process.exitcode})"
+    state.ended[gpu] = error
     for target in state.given.pop(gpu, []):
-        yield Finished(gpu, Outcome(target, target.key(dtype),
-                                    error=f"the worker of GPU {gpu} ended (exit status {process.exitcode})"))
+        yield Finished(gpu, Outcome(target, target.key(dtype), error=error))
+
+
+def _left_over(state: _Workers, dtype: str) -> Iterator[Finished]:
+    """The problems no worker took, every one having ended: failed with the workers' reasons."""
+    reasons = "; ".join(f"GPU {gpu}: {why}" for gpu, why in sorted(state.ended.items()) if why) or "no worker took it"
+    for group in state.waiting:
+        for target in group:
+            yield Finished(None, Outcome(target, target.key(dtype), error=f"no GPU was left to tune it ({reasons})"))
+    state.waiting.clear()
 
 
 def _work(gpu: int, job: Job, link):
@@ -260,7 +302,8 @@ def _work(gpu: int, job: Job, link):
                 tell(_Idle(gpu))
     except KeyboardInterrupt:
         pass                                     # finished targets are saved; the parent says so
-    except AutogemmError as exc:
-        tell(_Ended(gpu, str(exc)))
+    except Exception as exc:  # noqa: BLE001 - whatever ends a worker is one line to the parent
+        tell(_Ended(gpu, " ".join(f"{type(exc).__name__}: {exc}".split())[:300] if not isinstance(exc, AutogemmError)
+                    else " ".join(str(exc).split())))
         return
     tell(_Ended(gpu))

@@ -192,7 +192,7 @@ def tune(fam: Family, problem, device: DeviceInfo, measure: Measure, settings: S
     try:
         while _goes_on(state, seen, settings, exhaustive, started, fam):
             if exhaustive is None and (state.local or seen.measured >= settings.trials * (1 - settings.local)):
-                _enqueue_neighbours(study, fam, problem, device, seen, state.slots)
+                _enqueue_neighbours(study, fam, problem, device, seen, state.slots, {c for _, c in state.asked})
             _top_up(study, fam, problem, device, dists, settings, seen, state, measure, exhaustive)
             if not state.asked:
                 break                     # nothing new to propose (max_idle_asks)
@@ -323,9 +323,10 @@ def valid_neighbours(fam: Family, cfg: Config, problem, device) -> list[Config]:
     return list(dict.fromkeys(out))
 
 
-def _enqueue_neighbours(study, fam: Family, problem, device, seen: _Seen, count: int):
-    """Queue up to `count` untried valid neighbours of the best configs so far (local search:
-    tile spaces are smooth near their optimum, where TPE's samples are sparse)."""
+def _enqueue_neighbours(study, fam: Family, problem, device, seen: _Seen, count: int, in_flight: set = frozenset()):
+    """Queue up to `count` untried valid neighbours of the best configs so far, none of those
+    `in_flight` (local search: tile spaces are smooth near their optimum, where TPE's samples are
+    sparse)."""
     waiting = {Config(t.system_attrs.get("fixed_params", {}))
                for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))}
     if len(waiting) >= count:
@@ -335,7 +336,7 @@ def _enqueue_neighbours(study, fam: Family, problem, device, seen: _Seen, count:
         around = valid_neighbours(fam, best, problem, device)
         rng.shuffle(around)
         for cfg in around:
-            if cfg in seen.timings or cfg in seen.failures or cfg in waiting:
+            if cfg in seen.timings or cfg in seen.failures or cfg in waiting or cfg in in_flight:
                 continue
             study.enqueue_trial(dict(cfg))
             waiting.add(cfg)
@@ -439,13 +440,18 @@ def _top_up(study, fam: Family, problem, device, dists, settings: Settings, seen
 
 def _abandon(study, state: _Flight, measure):
     """Tell the proposals still in flight failed as "interrupted" (a resumed run measures them) and
-    drop their builds not started."""
+    drop their builds not started. One whose result was being told when a stop came is told
+    already (signals.deferred held the stop until its journal entry was written)."""
+    told = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL,
+                                                                       TrialState.PRUNED))}
     for trial, _ in state.asked:
-        trial.set_user_attr("reason", "interrupted")
-        study.tell(trial, state=TrialState.FAIL)
+        if trial.number not in told:
+            trial.set_user_attr("reason", "interrupted")
+            study.tell(trial, state=TrialState.FAIL)
     for trials in state.repeats.values():
         for trial in trials:
-            study.tell(trial, state=TrialState.FAIL)
+            if trial.number not in told:
+                study.tell(trial, state=TrialState.FAIL)
     state.asked.clear()
     state.repeats.clear()
     cancel = getattr(measure, "cancel", None)

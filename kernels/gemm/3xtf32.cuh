@@ -81,6 +81,14 @@ __device__ __forceinline__ void read_fragments(const T* __restrict__ as, const T
     }
 }
 
+{% if math == "tf32" %}
+// x rounded to TF32 as split_tf32's hi, a NaN kept a NaN (its bits plus the rounding half could
+// carry into the sign and leave a zero; 3xTF32's lo carries it instead).
+__device__ __forceinline__ unsigned round_tf32(float x) {
+    return x != x ? 0x7fffffffu : (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+}
+
+{% endif %}
 // acc += this BK slice of op(A) tile x op(B) tile. Lane (g, t) = (lane / 4, lane % 4) holds, of
 // MMA tile (i, j): A rows g, g+8 at k slots t, t+4; B column g at k slots t, t+4; D rows g, g+8 at
 // columns 2t, 2t+1, which are acc[2i][2j], acc[2i][2j+1], acc[2i+1][2j], acc[2i+1][2j+1].
@@ -95,21 +103,21 @@ __device__ __forceinline__ void multiply_tiles(const T* __restrict__ as, const T
     const int lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
     const int wm = (warp / WARPS_N) * WM, wn = (warp % WARPS_N) * WN;
 {% if math == "tf32" %}
-#pragma unroll
+#pragma unroll 1
     for (int kc = 0; kc < BK; kc += 16) {
         float a[2][MT][4], b[2][NT][2];
         read_fragments<MT, NT>(as, bs, kc, wm, wn, g, t, a, b);
-        unsigned a_tf32[2][MT][4], b_tf32[2][NT][2], unused;
+        unsigned a_tf32[2][MT][4], b_tf32[2][NT][2];
 #pragma unroll
         for (int st = 0; st < 2; ++st) {
 #pragma unroll
             for (int i = 0; i < MT; ++i)
 #pragma unroll
-                for (int r = 0; r < 4; ++r) split_tf32(a[st][i][r], a_tf32[st][i][r], unused);
+                for (int r = 0; r < 4; ++r) a_tf32[st][i][r] = round_tf32(a[st][i][r]);
 #pragma unroll
             for (int j = 0; j < NT; ++j)
 #pragma unroll
-                for (int r = 0; r < 2; ++r) split_tf32(b[st][j][r], b_tf32[st][j][r], unused);
+                for (int r = 0; r < 2; ++r) b_tf32[st][j][r] = round_tf32(b[st][j][r]);
         }
 #pragma unroll
         for (int st = 0; st < 2; ++st)
