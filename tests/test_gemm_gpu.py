@@ -170,6 +170,22 @@ def test_tf32_every_op(cfg, ta, tb, precision):
     assert ran >= 3
 
 
+def test_tf32_keeps_a_nan_a_nan():
+    """A NaN in A reaches its row of D (rounding its bits to TF32 naively made it a zero)."""
+    import cupy
+
+    import autogemm
+
+    rng = np.random.default_rng(12)
+    a = cupy.asarray(rng.standard_normal((256, 128)).astype(np.float32))
+    b = cupy.asarray(rng.standard_normal((128, 192)).astype(np.float32))
+    a[3, 5] = np.nan
+    out = cupy.empty((256, 192), dtype=np.float32)
+    autogemm.gemm(a, b, out, config=dict(TF32X3[1], math="tf32", split_k=1), precision="tf32")
+    got = cupy.asnumpy(out)
+    assert np.isnan(got[3]).all() and np.isfinite(np.delete(got, 3, axis=0)).all()
+
+
 def test_an_untuned_tf32_call_that_gemm_wgmma_cannot_read_runs_the_tiled_tf32():
     """1023x1025x1027 at tf32: rows of odd length, which gemm_wgmma's 16-byte copies cannot read;
     an empty store gives the tiled family's TF32 default, within TF32's bound."""
