@@ -374,6 +374,8 @@ def _finished_line(o, arithmetic: str) -> str:
         return f"{head}: failed: {_one_line(o.error)}"
     vs = f", cuBLAS {o.cublas_us:.1f} µs ({o.cublas_us / r.median_us:.2f}x)" if o.cublas_us else ""
     how = "from the finished study" if r.reused else f"{r.seconds:.1f} s"
+    if r.waiting_s >= 0.05:
+        how += f" ({r.waiting_s:.1f} s waiting for compiles, {r.retiming_s:.1f} s re-timing)"
     return f"{head}: best {r.median_us:.1f} µs{vs}, {r.trials} trials, {how}, {o.stored}"
 
 
