@@ -263,6 +263,9 @@ def cmd_tune(args) -> int:
                   "nothing to tune")
             return 0
     targets, elsewhere = runnable_targets(targets, arithmetic, device)
+    for model in list({d.name: d for d in devices}.values())[1:]:     # --gpus of several models: any may run one
+        more, elsewhere = runnable_targets(elsewhere, arithmetic, model)
+        targets += more
     first = {}                    # each family left out: its first shape's problem
     for t in elsewhere:
         first.setdefault(t.family, problem_of(t.key(arithmetic)))
