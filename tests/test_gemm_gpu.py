@@ -170,6 +170,34 @@ def test_tf32_every_op(cfg, ta, tb, precision):
     assert ran >= 3
 
 
+@pytest.mark.parametrize("m, n, k, ta, tb", [(1023, 1025, 1027, False, False), (777, 555, 333, False, True),
+                                             (96, 3072, 768, True, False)])
+def test_bfloat16_rows_no_family_reads_are_widened_and_multiplied_at_bf16(m, n, k, ta, tb):
+    """bfloat16 operands whose rows are not a multiple of 16 bytes (odd K or M/N): widened exactly
+    to float32 in scratch, then the float32 call at precision bf16, within its bound; the plan runs
+    twice (the widening is part of the call)."""
+    import cupy
+
+    import autogemm
+    from kernels.bf16 import bf16_bits
+
+    rng = np.random.default_rng(13)
+    host_a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
+    host_b = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
+    bits_a, bits_b = bf16_bits(host_a), bf16_bits(host_b)
+    a, b = cupy.asarray(bits_a), cupy.asarray(bits_b)
+    out = cupy.full((m, n), np.nan, dtype=np.float32)
+    plan = autogemm.plan_gemm(a, b, out, trans_a=ta, trans_b=tb, precision="bf16")
+    assert plan.widen is not None
+    problem = Problem(m, n, k, trans_a=ta, trans_b=tb, precision="bf16", bf16_operands=True)
+    value, magnitude, _ = reference(problem, bits_a, bits_b, 1.0, 0.0, None, None, None)["d"]
+    for _ in range(2):
+        out.fill(np.nan)
+        plan()
+        verdict = compare(cupy.asnumpy(out), value, magnitude, k, np.float32, "bf16")
+        assert verdict.ok, verdict.describe()
+
+
 def test_tf32_keeps_a_nan_a_nan():
     """A NaN in A reaches its row of D (rounding its bits to TF32 naively made it a zero)."""
     import cupy

@@ -5,14 +5,17 @@ column-major (their transposes row-major). The config is the one
 given, else the best known for this shape on this GPU, else the family's sound default. A and B may
 be bfloat16 (at precision bf16, on Hopper): CuPy has no bfloat16, so they travel as uint16 arrays of
 the bits, as `to_bf16` makes them; C, D and the epilogue's arrays are then float32. So may D (`out`
-a uint16 array: the float32 result rounded to bfloat16 as `to_bf16` rounds).
+a uint16 array: the float32 result rounded to bfloat16 as `to_bf16` rounds). bfloat16 rows that no
+family reads (not a multiple of 16 bytes) are widened to float32 first, exactly, and multiplied at
+precision bf16.
 """
-from collections.abc import Mapping
-from dataclasses import dataclass
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from autogemm.errors import BadArguments
+from autogemm.errors import BadArguments, InvalidConfig
 from autogemm.ops.kernels import implementation, kernel, launch, scratch
 from autogemm.runtime import compile as compiler
 from autogemm.runtime.device import DeviceInfo, require_cupy, this_device
@@ -169,8 +172,11 @@ class GemmCall:
     args: tuple
     staging: tuple = ()     # ((Instance, args), ...)
     sm_count: int = 1       # the GPU's SMs, over which a persistent kernel's blocks spread
+    widen: Callable | None = None   # bfloat16 operands no family reads, widened first (widened_operands)
 
     def __call__(self):
+        if self.widen is not None:
+            self.widen()
         for instance, args in (*self.staging, (self.instance, self.args)):
             g = instance.geometry
             compiler.load(instance)(g.launch_grid(self.sm_count), g.block, args, shared_mem=g.smem_bytes)
@@ -245,12 +251,47 @@ def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     problem = Problem(m, n, k, str(dtype), bool(trans_a), bool(trans_b), epilogue, use_c,
                       vector_width(a, lda), vector_width(b, ldb), vec_out, precision, bf16_operands, bf16_out)
     device = this_device()
-    name = implementation("gemm", problem, config, device) if kernel_family == "gemm" else kernel_family
-    instance = kernel(name, problem, config, device)
+    widen = None
+    try:
+        name = implementation("gemm", problem, config, device) if kernel_family == "gemm" else kernel_family
+        instance = kernel(name, problem, config, device)
+    except InvalidConfig:
+        if not (bf16_operands and config is None):
+            raise
+        # No family reads these bfloat16 rows (not a multiple of 16 bytes): their float32 values,
+        # exact, in rows that are; then the float32 call at precision bf16
+        (a, lda), (b, ldb), widen = widened_operands(a, lda, b, ldb)
+        problem = replace(problem, vec_a=vector_width(a, lda), vec_b=vector_width(b, ldb), bf16_operands=False)
+        name = implementation("gemm", problem, None, device) if kernel_family == "gemm" else kernel_family
+        instance = kernel(name, problem, None, device)
     (a, lda), (b, ldb), staging = staged_operands(instance, a, lda, b, ldb, device)
     args = launch_args(instance, a, b, c if use_c else out, out, bias, aux,
                        (m, n, k, lda, ldb, ldc, ldd, ldaux), alpha, beta)
-    return GemmCall(instance, out, kernel_args(args), staging, device.sm_count)
+    return GemmCall(instance, out, kernel_args(args), staging, device.sm_count, widen)
+
+
+def widened_operands(a, lda: int, b, ldb: int):
+    """bfloat16 operands (uint16 bits, row-major with their leading dimensions) as float32 copies
+    in scratch, rows padded to 16 bytes, and the call that fills them (exactly: a bfloat16's float32
+    value is its bits shifted up 16): ((a, lda), (b, ldb), widen)."""
+    copies = []
+    for name, x in (("a", a), ("b", b)):
+        rows, cols = x.shape
+        ld = ceil_div(cols, 4) * 4
+        copies.append((scratch(f"widened_{name}", np.float32, rows * ld)[:rows * ld].reshape(rows, ld)[:, :cols], ld))
+    shift = _bf16_to_f32_bits()
+
+    def widen():
+        for x, (copy, _) in zip((a, b), copies):
+            shift(x, copy.view(np.uint32))
+    return copies[0], copies[1], widen
+
+
+@functools.cache
+def _bf16_to_f32_bits():
+    """CuPy's elementwise kernel that writes a bfloat16's float32 bits (its own, shifted up 16)."""
+    return require_cupy().ElementwiseKernel("uint16 x", "uint32 y", "y = (unsigned int)x << 16",
+                                            "autogemm_bf16_to_f32")
 
 
 def launch_args(instance: Instance, a, b, c, d, bias, aux, sizes, alpha, beta) -> tuple:

@@ -16,7 +16,8 @@ from kernels.conv2d.measure import cudnn_convolution
 @dataclass
 class Row:
     shape: Shape | Target  # a GEMM, or a convolution call's launch
-    variant: str          # "default", "tuned", "naive", "cublas"; "<family> default|tuned", "cudnn"
+    variant: str          # "default", "tuned", "naive", "cublas"; "<family> default|tuned", "cudnn"; "widened"
+                          # (bfloat16 rows no family reads: the call multiplies float32 copies)
     kernel: str
     timing: Timing | None
     gflops: float
@@ -66,6 +67,9 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
         if family(other).can_run(problem, device):
             choice = lookup.choose(other, problem, device)
             variants.append((f"{other} {_variant(choice)}", other, dict(choice.config)))
+    widened = bf16_operands and not variants     # rows no family reads: the call widens them (ops.gemm)
+    if widened:
+        variants.append(("widened", "gemm", None))
     if naive:
         variants.append(("naive", "gemm_naive", None))
     rows, runs = {}, {}
@@ -81,8 +85,11 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
             runs[variant] = run
         except (AutogemmError, cupy.cuda.driver.CUDADriverError) as exc:  # Mismatch included
             rows[variant].error = str(exc)
-    _mark_the_call(rows, "gemm", problem, device,
-                   lambda name, choice: _variant(choice) if name == "gemm" else f"{name} {_variant(choice)}")
+    if widened:
+        rows["widened"].runs_the_call = True
+    else:
+        _mark_the_call(rows, "gemm", problem, device,
+                       lambda name, choice: _variant(choice) if name == "gemm" else f"{name} {_variant(choice)}")
     runs["cublas"] = measure.cublas_launcher()
     rows["cublas"] = Row(shape, "cublas", "cublas" + (f" + elementwise {shape.epilogue}" if shape.epilogue else ""),
                          None, 0.0)
