@@ -77,7 +77,8 @@ def reference(p: Problem, g, w, aux=None) -> dict:
     windows = sliding_window_view(padded, (p.k, p.k), axis=(2, 3))      # (N, F, H, W, K, K)
     rotated = w64[:, :, ::-1, ::-1]
     value = np.einsum("nfhwij,fcij->nchw", windows, rotated, optimize=True)
-    magnitude = np.einsum("nfhwij,fcij->nchw", np.abs(windows), np.abs(rotated), optimize=True)  # dX: (N, C, H, W)
+    abs_windows = sliding_window_view(np.abs(padded), (p.k, p.k), axis=(2, 3))   # a view, not a copy
+    magnitude = np.einsum("nfhwij,fcij->nchw", abs_windows, np.abs(rotated), optimize=True)  # dX: (N, C, H, W)
     if p.activation is not None:
         y = np.asarray(aux, np.float64)
         slope = y * (1 - y) if p.activation == "sigmoid" else (y > 0).astype(np.float64)

@@ -117,6 +117,7 @@ def reference(p: Problem, g, x) -> dict:
     g64, x64 = np.asarray(g, np.float64), np.asarray(x, np.float64)
     windows = sliding_window_view(x64, (p.out_h, p.out_w), axis=(2, 3))   # (N, C, K, K, OH, OW)
     dw = np.einsum("ncijhw,nfhw->fcij", windows, g64, optimize=True)
-    dw_magnitude = np.einsum("ncijhw,nfhw->fcij", np.abs(windows), np.abs(g64), optimize=True)  # dW: (F, C, K, K)
+    abs_windows = sliding_window_view(np.abs(x64), (p.out_h, p.out_w), axis=(2, 3))   # a view, not a copy
+    dw_magnitude = np.einsum("ncijhw,nfhw->fcij", abs_windows, np.abs(g64), optimize=True)  # dW: (F, C, K, K)
     return {"dw": (dw, dw_magnitude, p.depth),
             "db": (g64.sum(axis=(0, 2, 3)), np.abs(g64).sum(axis=(0, 2, 3)), p.depth)}             # db: (F,)
