@@ -588,11 +588,13 @@ def test_wgmma_defaults_split_k_where_few_tiles_leave_most_sms_idle():
 def test_the_tiled_default_on_long_k_fills_the_sms_with_slices_of_k():
     """K at least 8 times the output's longer side: the tile that fills the SMs in up to 16 slices of
     K (64 x 64, 16 slices, on 256x256x8192), not the 16 x 16 tile that fills them in one; shorter K
-    keeps the tile that fills them alone."""
+    keeps the FMA tile that fills them alone (float64), or (float32) takes 3xTF32 with K split."""
     long_k = GEMM.default(gemm.Problem.contiguous(256, 256, 8192, trans_a=True), H100)
-    assert (long_k.bm, long_k.bn, long_k.split_k) == (64, 64, 16)
-    short = GEMM.default(gemm.Problem.contiguous(256, 256, 2047, trans_a=True), H100)
+    assert (long_k.math, long_k.bm, long_k.bn, long_k.split_k) == ("fma", 64, 64, 16)
+    short = GEMM.default(gemm.Problem.contiguous(256, 256, 2047, "float64", trans_a=True), H100)
     assert (short.bm, short.bn, short.split_k) == (16, 16, 1)
+    short = GEMM.default(gemm.Problem.contiguous(256, 256, 2047, trans_a=True), H100)
+    assert (short.math, short.bm, short.bn, short.split_k) == ("3xtf32", 64, 64, 16)
 
 
 # Issue 40's public shapes, untuned on an H100 (132 SMs): (shape, op) -> the tiled family's default
@@ -600,15 +602,16 @@ def test_the_tiled_default_on_long_k_fills_the_sms_with_slices_of_k():
 FIRST_CALLS = {"1024x1024x1024:nn": ("3xtf32", 128, 64, 1), "4096x4096x4096:nn": ("3xtf32", 128, 64, 1),
                "512x4096x1024:tn": ("3xtf32", 128, 64, 1), "8192x8192x256:nn": ("3xtf32", 128, 64, 1),
                "1000x1000x1000:tt": ("3xtf32", 128, 64, 1), "800x1000x784:nt": ("3xtf32", 128, 64, 1),
-               "400x1000x784:nt": ("fma", 64, 32, 1),             # 64 tiles of 128x64: under half the SMs
-               "777x555x333:nt": ("fma", 64, 32, 1), "96x3072x768:nt": ("fma", 64, 32, 1),
+               # under half the SMs in 128x64 tiles: 64x64 ones, K split in two where the sums fit
+               "400x1000x784:nt": ("3xtf32", 64, 64, 2), "96x3072x768:nt": ("3xtf32", 64, 64, 2),
+               "777x555x333:nt": ("3xtf32", 64, 64, 1),            # unaligned: split sums take too many registers
                "256x256x8192:tn": ("fma", 64, 64, 16),             # K long against the output: FMAs in slices
                "1023x1025x1027:nn": ("3xtf32", 64, 64, 1)}          # unaligned: 128x64 needs too many registers
 
 
 # At precision tf32 (and bf16) on float32 data, TF32 MMAs on every shape: on the tile that fills the
 # SMs, K split where its tiles leave SMs idle; unaligned rows (4-byte copies) take the 64x64 tile.
-FIRST_CALLS_TF32 = {"4096x4096x4096:nn": (128, 64, 1), "1023x1025x1027:nn": (64, 64, 1),
+FIRST_CALLS_TF32 = {"4096x4096x4096:nn": (128, 64, 1), "1023x1025x1027:nn": (64, 64, 1), "1024x1024x1024:nn": (128, 64, 1),
                     "777x555x333:nt": (64, 64, 2), "96x3072x768:nt": (64, 64, 2), "256x256x8192:tn": (64, 64, 16)}
 
 

@@ -27,33 +27,34 @@ _TC_TILES = ((128, 64, 16, 8), (64, 128, 8, 16), (64, 64, 16, 8))
 def candidates(p, d, params: dict, constraints: tuple):
     """Sound configs without tuning, best guess first (autogemm takes the first valid one):
     at precision tf32 or bf16, TF32 MMAs on a 128x64 tile (64x64 where those leave half the SMs
-    idle), K split until the tiles fill the SMs; at fp32, 3xTF32 on a 128x64 tile where float32
-    tiles fill at least half the SMs; else FMAs on
+    idle), K split until the tiles fill the SMs; at fp32, where K is not long against the output,
+    3xTF32 on a 128x64 tile where such tiles fill at least half the SMs, else on a 64x64 tile with K
+    split as at tf32; else FMAs on
     the largest tile that still gives every SM a block (with K long against the output, counting
     up to 16 slices of K); where its tiles leave SMs idle, split-K up to two blocks per SM while
     each slice keeps at least 64 of K; then smaller
     and plainer fallbacks. Then more places for the search to start from. The tiles, BK and stages
     are those that won sweeps and searches of the MLP's shapes and 4096^3 (benchmarks/)."""
     vec = min(4, 16 // p.itemsize, p.vec_a, p.vec_b)
-    # float32 where 128x64 tiles give at least half the SMs a block and K is not long against the
-    # output: 3xTF32 first, as accurate as FMAs and faster on such shapes
-    # (benchmarks/issue40-fp32-error); the constraints drop it where it cannot run (float64, GPUs
-    # before tensor cores took TF32).
+    # float32 where K is not long against the output: 3xTF32 first, as accurate as FMAs (more: an
+    # FMA kernel sums K in one sequence, 2.6x-3.5x cuBLAS FP32's error on 96x3072x768) and faster
+    # where 128x64 tiles give half the SMs a block (benchmarks/issue40-fp32-error); the constraints
+    # drop it where it cannot run (float64, GPUs before tensor cores took TF32). At tf32 or bf16,
+    # TF32 products, at several times FMAs' rate, on any float32 shape.
     math = "3xtf32" if p.precision == "fp32" else "tf32"   # the tensor-core math of the call's precision
     first = _TC_TILES[0]                                # 128x64
     fill_half = 2 * ceil_div(p.m, first[0]) * ceil_div(p.n, first[1]) >= d.sm_count
-    # The 64x64 tile follows the 128x64 one where that cannot run (unaligned rows: 4-byte copies take
-    # more registers than a thread has).
-    if p.itemsize == 4 and math == "tf32":
-        # TF32 products run at several times FMAs' rate on any float32 shape
+    if p.itemsize == 4 and (math == "tf32" or p.k < 8 * max(p.m, p.n)):
+        # The 64x64 tile follows the 128x64 one where that cannot run (unaligned rows: 4-byte copies
+        # take more registers than a thread has); K is split where the tiles leave SMs idle (the
+        # 128x64 tile at fp32 whole: so it was measured).
         for tile in (first, _TC_TILES[2]) if fill_half else (_TC_TILES[2],):
             tiles, split = ceil_div(p.m, tile[0]) * ceil_div(p.n, tile[1]), 1
-            while tiles * split < d.sm_count and p.k // (2 * split) >= 64 and split < 16:
+            while (tiles * split < d.sm_count and p.k // (2 * split) >= 64 and split < 16
+                   and not (math == "3xtf32" and fill_half)):
                 split *= 2
-            yield _tc_seed(*tile, vec, split, math)
-    if p.itemsize == 4 and fill_half and p.k < 8 * max(p.m, p.n):
-        yield _tc_seed(*first, vec, 1, math)
-        yield _tc_seed(*_TC_TILES[2], vec, 1, math)
+            for s in dict.fromkeys((split, 1)):        # whole where the split's sums take too many registers
+                yield _tc_seed(*tile, vec, s, math)
     # Where K is long against the output (8 times its longer side), the tile that fills the SMs in
     # at most 16 slices of K, not in tiles alone: tiny tiles in one slice ran 256x256x8192 at 2.7x
     # cuBLAS's time and 9x its error (benchmarks/issue39-h100/first-calls).
