@@ -26,19 +26,29 @@ class _JoinedOnce(_Joined):
     unique = True
 
 
+def items(text: str) -> list[str]:
+    """The items of one word of a list, split at commas and spaces; ValueError for an empty item
+    (`100,,10`, `,10`, `''`). A comma ending a word is no empty item: `100, 10` reaches a parser as
+    the words `100,` and `10`."""
+    parts = re.split(r"\s*,\s*|\s+", text.strip())
+    if len(parts) > 1 and not parts[-1]:
+        parts.pop()                     # `--hidden 100, 10`: the shell split after the comma
+    if not all(parts):
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise ValueError(f"{shown!r}: an empty item; separate the sizes by commas or spaces")
+    return parts
+
+
 def size_list(item: Callable[[str], int], metavar: str = "N", unique: bool = False) -> dict:
     """add_argument's keywords for a list of sizes, each parsed by `item` (an argparse type: it raises
     ArgumentTypeError, or ValueError, on a bad one). The flag's value is a tuple. An empty item
-    (`100,,10`, `,10`, `''`) is an error, as is a bad item: one line through the parser's error. A comma
-    ending a word is no empty item: `100, 10` reaches us as the words `100,` and `10`. With `unique`,
+    (`items`) is an error, as is a bad item: one line through the parser's error. With `unique`,
     each size is kept once, in the order first given (rank counts to run; hidden sizes may repeat)."""
     def words(text: str) -> tuple:
-        parts = re.split(r"\s*,\s*|\s+", text.strip())
-        if len(parts) > 1 and not parts[-1]:
-            parts.pop()                     # `--hidden 100, 10`: the shell split after the comma
-        if not all(parts):
-            shown = text if len(text) <= 40 else text[:37] + "..."
-            raise argparse.ArgumentTypeError(f"{shown!r}: an empty item; separate the sizes by commas or spaces")
+        try:
+            parts = items(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
         return tuple(item(part) for part in parts)
 
     words.__name__ = getattr(item, "__name__", "size")     # argparse names a failed type by it

@@ -21,6 +21,13 @@ class StoreError(AutogemmError):
     """A tuned/ file that cannot be read or written: corrupted, hand-edited out of the space, ..."""
 
 
+def reason(exc: BaseException) -> str:
+    """An exception as one line: its type's name and its text, whitespace collapsed, cut to 300."""
+    text = " ".join(str(exc).split())
+    name = type(exc).__name__
+    return (f"{name}: {text}" if text else name)[:300]
+
+
 def brief(value, limit: int = 40) -> str:
     """repr of a value from a file or the command line, cut short: messages stay one readable line."""
     text = repr(value)

@@ -251,8 +251,9 @@ def cmd_tune(args) -> int:
     gpus = gpus_module.parse_gpus(args.gpus) if args.gpus is not None else None
     devices = [gpus_module.gpu_info(g) for g in gpus] if gpus else [this_device()]
     device = devices[0]
+    models = list({d.name: d for d in devices}.values())       # one tuned file each
     path = file_for(out, device)
-    for model in {d.name: d for d in devices}.values():
+    for model in models:
         _claim_tuned_file(file_for(out, model), model)
     shipped = file_for(locations.shipped_dir(), device)
     also = () if files.same_file(shipped, path) else (shipped,)      # read-only: starting points, stale records
@@ -263,7 +264,7 @@ def cmd_tune(args) -> int:
                   "nothing to tune")
             return 0
     targets, elsewhere = runnable_targets(targets, arithmetic, device)
-    for model in list({d.name: d for d in devices}.values())[1:]:     # --gpus of several models: any may run one
+    for model in models[1:]:      # --gpus of several models: any may run one
         more, elsewhere = runnable_targets(elsewhere, arithmetic, model)
         targets += more
     first = {}                    # each family left out: its first shape's problem
@@ -282,9 +283,8 @@ def cmd_tune(args) -> int:
               f"cannot run them on {device.name}: {why[name]}")
     settings = Settings(trials=args.trials, timeout=args.timeout, seed=args.seed)
     console = _console()
-    where = (f"{len(gpus)} GPUs ({','.join(map(str, gpus))}: {', '.join(sorted({d.name for d in devices}))})"
-             if gpus else device.name)
-    into = ", ".join(sorted({str(file_for(out, d)) for d in devices}))
+    where = f"{len(gpus)} GPUs ({','.join(map(str, gpus))}: {', '.join(m.name for m in models)})" if gpus else device.name
+    into = ", ".join(str(file_for(out, m)) for m in models)
     console.print(f"autogemm tune: {len(targets)} shapes on {where}, {arithmetic}, up to {args.trials} "
                   f"trials and {args.timeout:g} s each{', resuming' if args.resume else ''}; results into {into}")
     outcomes, tasks = [], {}

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from autogemm.errors import brief  # noqa: F401 (re-exported)
 from autogemm.runtime.family import FAMILIES
-from kernels import REGISTRY
+from kernels import REGISTRY, call_of
 from kernels.contract import DTYPES, MAX_SIZE, NO_OP
 
 
@@ -117,6 +117,11 @@ def serving_keys(key: Key) -> list[Key]:
 def problem_of(key: Key):
     """The Problem of freshly allocated (contiguous, aligned) operands of `key`."""
     return REGISTRY[key.family].problem_of(key.sizes, key.op, key.dtype)
+
+
+def same_problem(a: Key, b: Key) -> bool:
+    """Whether `a` and `b` are keys of one call's problem (two families of it: gemm, gemm_wgmma)."""
+    return call_of(a.family) == call_of(b.family) and problem_of(a) == problem_of(b)
 
 
 def distance(a: Key, b: Key) -> float:

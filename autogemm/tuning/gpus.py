@@ -18,21 +18,19 @@ import contextlib
 import multiprocessing
 import multiprocessing.connection
 import os
-import re
 import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autogemm import files, signals
-from autogemm.errors import AutogemmError, brief
+from autogemm import arguments, files, signals
+from autogemm.errors import AutogemmError, brief, reason
 from autogemm.runtime.device import DeviceInfo, info, require_cupy, software, this_device
-from autogemm.store.keys import Key, Target, problem_of
+from autogemm.store.keys import Key, Target, same_problem
 from autogemm.store.records import Meta, file_for
 from autogemm.tuning.search import Progress, Settings
 from autogemm.tuning.tune import Outcome, tune_targets
-from kernels import call_of
 
 POLL_S = 0.5            # how long the parent waits for a message before it looks at the clock
 STOP_GRACE_S = 60       # how long stopped workers may take to end before they are killed
@@ -72,9 +70,13 @@ def parse_gpus(text: str, count: Callable[[], int] | None = None) -> tuple[int, 
     count = count or gpu_count
     if text.strip() == "all":
         return tuple(range(count()))
-    if not re.fullmatch(r"\s*[0-9]+(\s*[,\s]\s*[0-9]+)*\s*", text):
+    try:
+        parts = arguments.items(text)
+    except ValueError:
+        parts = []
+    if not parts or not all(p.isascii() and p.isdigit() for p in parts):
         raise AutogemmError(f"--gpus {brief(text)}: give 'all' or device numbers, e.g. 0,1")
-    gpus = tuple(int(p) if len(p) < 6 else 10 ** 6 for p in re.findall(r"[0-9]+", text))
+    gpus = tuple(int(p) if len(p) < 6 else 10 ** 6 for p in parts)
     if len(set(gpus)) != len(gpus):
         raise AutogemmError(f"--gpus {brief(text)}: a device is named twice")
     have = count()
@@ -119,14 +121,14 @@ class Finished:
     outcome: Outcome
 
 
+# A worker's own messages; the parent knows which worker by the pipe they come on.
 @dataclass(frozen=True)
 class _Idle:
-    gpu: int                            # the worker has finished its problem (or just started)
+    """The worker has finished its problem (or just started): it takes the next."""
 
 
 @dataclass(frozen=True)
 class _Ended:
-    gpu: int
     error: str = ""                     # why the worker could not tune at all
 
 
@@ -135,15 +137,11 @@ def problems(targets: list[Target], dtype: str) -> list[list[Target]]:
     groups: list[list[Target]] = []
     for t in targets:
         key = t.key(dtype)
-        if groups and _same_problem(groups[-1][-1].key(dtype), key):
+        if groups and same_problem(groups[-1][-1].key(dtype), key):
             groups[-1].append(t)
         else:
             groups.append([t])
     return groups
-
-
-def _same_problem(a: Key, b: Key) -> bool:
-    return call_of(a.family) == call_of(b.family) and problem_of(a) == problem_of(b)
 
 
 @dataclass
@@ -291,7 +289,7 @@ def _work(gpu: int, job: Job, link):
             shipped = file_for(job.shipped, device)
             also = () if files.same_file(shipped, path) else (shipped,)
             meta = Meta.here(device, versions)
-            tell(_Idle(gpu))
+            tell(_Idle())
             while (group := link.recv()) is not None:
                 for outcome in tune_targets(group, job.dtype, device, job.out, job.settings, meta=meta,
                                             command=job.command, resume=job.resume, measure_for=job.measure_for,
@@ -299,11 +297,10 @@ def _work(gpu: int, job: Job, link):
                                             on_start=lambda t, k: tell(Started(gpu, t, k)),
                                             on_progress=lambda t, p: tell(Advanced(gpu, t, p))):
                     tell(Finished(gpu, outcome))
-                tell(_Idle(gpu))
+                tell(_Idle())
     except KeyboardInterrupt:
         pass                                     # finished targets are saved; the parent says so
     except Exception as exc:  # noqa: BLE001 - whatever ends a worker is one line to the parent
-        tell(_Ended(gpu, " ".join(f"{type(exc).__name__}: {exc}".split())[:300] if not isinstance(exc, AutogemmError)
-                    else " ".join(str(exc).split())))
+        tell(_Ended(" ".join(str(exc).split()) if isinstance(exc, AutogemmError) else reason(exc)))
         return
-    tell(_Ended(gpu))
+    tell(_Ended())

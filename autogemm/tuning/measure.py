@@ -24,10 +24,10 @@ from autogemm.ops.kernels import kernel
 from autogemm.runtime import compile as compiler
 from autogemm.runtime.device import DeviceInfo
 from autogemm.runtime.family import Config, family
-from autogemm.store.keys import Key, problem_of
+from autogemm.store.keys import Key, problem_of, same_problem
 from autogemm.tuning.timing import Timing, time_gpu
 from autogemm.tuning.verify import compare
-from kernels import REGISTRY, call_of
+from kernels import REGISTRY
 from kernels.elementwise import ROW_OPS
 
 QUICK_WARMUP = 2
@@ -80,6 +80,7 @@ class KernelMeasure:
     # ---- the search's interface -------------------------------------------------------------------
     def prepare(self, configs):
         """Render each config and start compiling it on the thread pool; returns at once."""
+        device_id = self._device_id()
         for cfg in configs:
             if cfg in self._builds or cfg in self._broken:
                 continue
@@ -88,7 +89,7 @@ class KernelMeasure:
             except AutogemmError as exc:
                 self._broken[cfg] = exc
                 continue
-            self._builds[cfg] = _compile_pool().submit(self.build, instance, self._device_id())
+            self._builds[cfg] = _compile_pool().submit(self.build, instance, device_id)
 
     @staticmethod
     def build(instance, device_id: int):
@@ -141,7 +142,7 @@ class KernelMeasure:
         """This measure for `key` where it is another family's key of the same call and problem (the
         same operands, reference, on the device too, and cuBLAS figures; its own compiles and
         checks), else None."""
-        if call_of(key.family) != call_of(self.key.family) or problem_of(key) != self.problem:
+        if not same_problem(key, self.key):
             return None
         other = copy.copy(self)
         other.key, other.family = key, family(key.family)

@@ -43,7 +43,7 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
 from autogemm import signals
-from autogemm.errors import AutogemmError
+from autogemm.errors import AutogemmError, reason
 from autogemm.runtime.device import DeviceInfo
 from autogemm.runtime.family import Config, Family
 from autogemm.tuning.timing import interleaved, median_of
@@ -204,10 +204,8 @@ def tune(fam: Family, problem, device: DeviceInfo, measure: Measure, settings: S
             for repeat in state.repeats.pop(cfg, ()):     # the same config asked again meanwhile
                 _tell_known(study, repeat, cfg, seen)
             report(Progress(seen.measured, settings.trials, len(seen.failures), seen.rejected, seen.best(), "search"))
-    except BaseException:
+    finally:                              # a stop, or a search that ended early: proposals left unmeasured
         _abandon(study, state, measure)
-        raise
-    _abandon(study, state, measure)       # a search that stopped early leaves its proposals unmeasured
     if not seen.timings:
         last = next(reversed(seen.failures.values()), "no config could be proposed")
         raise SearchError(f"{fam.name} {problem}: none of {seen.measured} config(s) ran; last: {last}")
@@ -236,7 +234,7 @@ def retime(configs: list, measure: Measure, rounds: int, reps: int) -> dict:
     """{config: (median, p10, p90, error)} over `rounds` interleaved passes (timing.interleaved);
     a config that fails is dropped."""
     def dropped(cfg, exc):
-        log.warning("autogemm: finalist %s failed when re-timed: %s", dict(cfg), _reason(exc))
+        log.warning("autogemm: finalist %s failed when re-timed: %s", dict(cfg), reason(exc))
 
     final = {}
     for cfg, runs in interleaved(configs, lambda cfg: measure(cfg, reps), rounds, on_failure=dropped).items():
@@ -327,8 +325,7 @@ def _enqueue_neighbours(study, fam: Family, problem, device, seen: _Seen, count:
     """Queue up to `count` untried valid neighbours of the best configs so far, none of those
     `in_flight` (local search: tile spaces are smooth near their optimum, where TPE's samples are
     sparse)."""
-    waiting = {Config(t.system_attrs.get("fixed_params", {}))
-               for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))}
+    waiting = _queued(study)
     if len(waiting) >= count:
         return
     rng = random.Random(len(seen.timings))      # no parameter always first, runs repeatable
@@ -381,7 +378,7 @@ class _Flight:
 
 
 def _queued(study) -> set:
-    """The configs waiting in the study's queue (the seeded ones)."""
+    """The configs waiting in the study's queue (before the search: the seeded ones)."""
     return {Config(t.system_attrs.get("fixed_params", {}))
             for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))}
 
@@ -473,11 +470,11 @@ def _measure_trial(study, trial, cfg: Config, measure: Measure, reps: int, seen:
     try:
         t = measure(cfg, reps)
     except Exception as exc:  # noqa: BLE001 - any failure of a candidate is recorded, never fatal
-        reason = _reason(exc)
-        trial.set_user_attr("reason", reason)
+        why = reason(exc)
+        trial.set_user_attr("reason", why)
         study.tell(trial, state=TrialState.FAIL)
-        seen.failures[cfg] = reason
-        log.debug("autogemm: %s failed: %s", dict(cfg), reason)
+        seen.failures[cfg] = why
+        log.debug("autogemm: %s failed: %s", dict(cfg), why)
         return False
     error = getattr(t, "max_rel_error", None)
     trial.set_user_attr("p10_us", t.p10_us)
@@ -486,9 +483,3 @@ def _measure_trial(study, trial, cfg: Config, measure: Measure, reps: int, seen:
     study.tell(trial, t.median_us)
     seen.timings[cfg] = (t.median_us, t.p10_us, t.p90_us, error)
     return True
-
-
-def _reason(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    name = type(exc).__name__
-    return (f"{name}: {text}" if text else name)[:300]

@@ -4,8 +4,8 @@ the GEMM call it computes (Problem, keys, reference) is call.py's, its untuned c
 from kernels.contract import DTYPES, SHORT, Geometry, ceil_div
 from kernels.gemm import seeds
 # The GEMM call's problem, keys, epilogues, work and reference: this family's.
-from kernels.gemm.call import (EPILOGUES, KEY_DTYPES, KEY_OPS, KEY_SIZES, Problem, flops, key_of,  # noqa: F401
-                               problem_of, reference, served_by, served_by_ops)
+from kernels.gemm.call import (EPILOGUES, KEY_DTYPES, KEY_OPS, KEY_SIZES, Problem, at_precision,  # noqa: F401
+                               flops, key_of, problem_of, reference, served_by, served_by_ops)
 
 NAME = "gemm"
 TEMPLATE = "gemm/gemm.cu.j2"
@@ -210,12 +210,6 @@ def geometry(c, p: Problem) -> Geometry:
         workspace_elems=c.split_k * p.m * p.n if split else 0,
         counters=grid[0] * grid[1] if split else 0,
     )
-
-
-def at_precision(cfg: dict, precision: str) -> dict:
-    """A config of a more accurate arithmetic's record, for a call at `precision`: 3xTF32's tiles
-    with TF32 products where the call allows them (a third of the MMAs, no split)."""
-    return dict(cfg, math="tf32") if cfg["math"] == "3xtf32" and precision != "fp32" else dict(cfg)
 
 
 def default_candidates(p: Problem, d):

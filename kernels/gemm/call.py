@@ -49,6 +49,13 @@ PRECISIONS = ("fp32", "tf32", "bf16")
 KEY_DTYPES = ("float32", "float64", "tf32", "bf16", "bfloat16")
 
 
+def at_precision(cfg: dict, precision: str) -> dict:
+    """A config of a more accurate arithmetic's record, for a call at `precision`, in either GEMM
+    family (their maths share names): 3xTF32's tiles with TF32 products where the call allows them
+    (a third of the MMAs, no split)."""
+    return dict(cfg, math="tf32") if cfg["math"] == "3xtf32" and precision != "fp32" else dict(cfg)
+
+
 def serves(precision: str, call_precision: str) -> bool:
     """Whether products at `precision` may compute a call at `call_precision`: as or more accurate."""
     return PRECISIONS.index(precision) <= PRECISIONS.index(call_precision)

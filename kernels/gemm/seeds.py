@@ -37,7 +37,7 @@ def candidates(p, d, params: dict, constraints: tuple):
     are those that won sweeps and searches of the MLP's shapes and 4096^3 (benchmarks/)."""
     vec = min(4, 16 // p.itemsize, p.vec_a, p.vec_b)
     # float32 where K is not long against the output: 3xTF32 first, as accurate as FMAs (more: an
-    # FMA kernel sums K in one sequence, 2.6x-3.5x cuBLAS FP32's error on 96x3072x768) and faster
+    # FMA kernel sums K in one sequence, past the FP32-accurate bound on skinny shapes) and faster
     # where 128x64 tiles give half the SMs a block (benchmarks/issue40-fp32-error); the constraints
     # drop it where it cannot run (float64, GPUs before tensor cores took TF32). At tf32 or bf16,
     # TF32 products, at several times FMAs' rate, on any float32 shape.

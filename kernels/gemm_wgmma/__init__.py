@@ -19,8 +19,8 @@ import dataclasses
 
 from kernels.contract import Geometry, TileMap, ceil_div
 # The GEMM call's problem, keys, epilogues, work and reference: this family's.
-from kernels.gemm.call import (EPILOGUES, KEY_DTYPES, KEY_OPS, KEY_SIZES, Problem, flops, key_of,  # noqa: F401
-                               problem_of, reference, served_by, served_by_ops, serves)
+from kernels.gemm.call import (EPILOGUES, KEY_DTYPES, KEY_OPS, KEY_SIZES, Problem, at_precision,  # noqa: F401
+                               flops, key_of, problem_of, reference, served_by, served_by_ops, serves)
 from kernels.gemm_wgmma import seeds
 
 NAME = "gemm_wgmma"
@@ -61,12 +61,6 @@ def untuned_first(p: Problem) -> bool:
     its precision on warpgroup MMAs, against mma.sync's (the tiled family's TF32 then runs the calls
     this family cannot read)."""
     return p.precision != "fp32"
-
-
-def at_precision(cfg: dict, precision: str) -> dict:
-    """A config of a more accurate arithmetic's record, for a call at `precision`: 3xTF32's tiles
-    with TF32 products where the call allows them (a third of the MMAs, no split)."""
-    return dict(cfg, math="tf32") if cfg["math"] == "3xtf32" and precision != "fp32" else dict(cfg)
 
 
 def helper_templates(c) -> tuple[str, ...]:
