@@ -34,7 +34,7 @@ stamped() {   # NAME DIR ARGS...: `autogemm tune ARGS` run in DIR, each output l
 phase=${1:-fp32}
 case $phase in
 check)
-    timeout 580 python -m pytest -q -m gpu tests/test_gemm_gpu.py tests/test_search_gpu.py \
+    timeout -s INT 580 python -m pytest -q --durations=15 -m gpu tests/test_gemm_gpu.py tests/test_search_gpu.py \
         > "$work/pytest-gpu.txt" 2>&1
     tail -5 "$work/pytest-gpu.txt"
     ;;

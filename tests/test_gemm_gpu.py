@@ -160,7 +160,8 @@ def test_tf32_every_op(cfg, ta, tb, precision):
     cfg = dict(cfg, math="tf32")
     rng = np.random.default_rng(10)
     ran = 0
-    for m, n, k in [(800, 1000, 784), (1023, 1025, 1027), (256, 128, 96), (131, 67, 257), (7, 13, 29)]:
+    for m, n, k in [(800, 1000, 784), (1000, 784, 800), (1023, 1025, 1027), (256, 128, 96), (131, 67, 257),
+                    (7, 13, 29)]:
         p = Problem.contiguous(m, n, k, "float32", ta, tb, precision=precision)
         if fam.violations(fam.config(cfg), p, H100):
             continue
@@ -171,7 +172,7 @@ def test_tf32_every_op(cfg, ta, tb, precision):
 
 
 @pytest.mark.parametrize("m, n, k, ta, tb", [(1023, 1025, 1027, False, False), (777, 555, 333, False, True),
-                                             (96, 3072, 768, True, False)])
+                                             (97, 3072, 768, True, False)])
 def test_bfloat16_rows_no_family_reads_are_widened_and_multiplied_at_bf16(m, n, k, ta, tb):
     """bfloat16 operands whose rows are not a multiple of 16 bytes (odd K or M/N): widened exactly
     to float32 in scratch, then the float32 call at precision bf16, within its bound; the plan runs
