@@ -7,8 +7,10 @@
 #   40 trials, an empty store and a cold CuPy kernel cache (CUPY_CACHE_DIR under $OUT), then again
 #   with the cache warm. tf32: the same at --precision tf32 (gemm_wgmma), cold. base: fp32 cold on
 #   the tree at $BASE (default .device/base: a `git archive` of the commit before), the same visit.
+# fp32-layers: fp32's cold run, then layers.
 # layers: `autogemm tune --layers conv32x3,conv32x3,pool2,conv64x3,pool2,dense128`, cold cache.
 # gpus: the twelve shapes at fp32 with --gpus 0, then --gpus all (run on a machine of several GPUs).
+# TUNE_TIMEOUT: seconds a tune may run (560).
 # Each line of tune's output is stamped with the time it came; a table of seconds a shape last.
 # Everything lands in $OUT/issue40-tuning.tar.gz.
 set -uo pipefail
@@ -26,7 +28,7 @@ stamped() {   # NAME DIR ARGS...: `autogemm tune ARGS` run in DIR, each output l
     shift 2
     local start
     start=$(date +%s.%N)
-    (cd "$dir" && timeout 560 python -m autogemm.cli tune "$@" < /dev/null 2>&1) |
+    (cd "$dir" && timeout "${TUNE_TIMEOUT:-560}" python -m autogemm.cli tune "$@" < /dev/null 2>&1) |
         while IFS= read -r line; do printf '%s %s\n' "$(date +%s.%N)" "$line"; done > "$work/$name.log"
     echo "$name: $(python3 -c "import time; print(f'{time.time() - $start:.1f} s')")"
 }
@@ -43,6 +45,12 @@ fp32)
         stamped fp32-cold . --shapes "$SHAPES" --trials 40 --out "$work/store"
     CUPY_CACHE_DIR=$work/cupy AUTOGEMM_CACHE=$work/cache-2 \
         stamped fp32-warm . --shapes "$SHAPES" --trials 40 --out "$work/store-2"
+    ;;
+fp32-layers)
+    CUPY_CACHE_DIR=$work/cupy AUTOGEMM_CACHE=$work/cache \
+        stamped fp32-cold . --shapes "$SHAPES" --trials 40 --out "$work/store"
+    CUPY_CACHE_DIR=$work/cupy-layers AUTOGEMM_CACHE=$work/cache-layers \
+        stamped layers . --layers conv32x3,conv32x3,pool2,conv64x3,pool2,dense128 --trials 40 --out "$work/store-layers"
     ;;
 tf32)
     CUPY_CACHE_DIR=$work/cupy-tf32 AUTOGEMM_CACHE=$work/cache-tf32 \
