@@ -60,6 +60,25 @@ def block_waves(bm: int, bn: int, problem, device) -> int:
     return ceil_div(ceil_div(problem.m, bm) * ceil_div(problem.n, bn), device.sm_count)
 
 
+# Split-K leaves each slice at least this much of K: shorter slices spend more on the reduction and
+# the pipeline's fill than the idle SMs they would take.
+MIN_SLICE_K = 512
+
+
+def split_for(bm: int, bn: int, p, d, splits: tuple[int, ...]) -> int:
+    """Slices of K for a tensor-core GEMM's BM x BN tiles: the most of `splits` whose blocks (tiles
+    times slices) still fit one wave where the tiles alone busy at most a quarter of the SMs, each
+    slice keeping MIN_SLICE_K of K; else 1. On an H100: 256x256x8192 in 64 x 32 tiles (32 blocks of
+    132 SMs) in 4 slices took 2.2x cuBLAS TF32's time against 4.0x unsplit; split where half the
+    SMs idled, 1024^3 and 512x4096x1024 ran 2x slower (gemm_wgmma, benchmarks/issue39-h100/
+    first-calls); on an H200, 3072x96x768 in 64 x 64 tiles (96 blocks) took 1.40x cuBLAS FP32's
+    time in 2 slices, 0.96x whole (the tiled family, benchmarks/issue40-h200)."""
+    tiles = ceil_div(p.m, bm) * ceil_div(p.n, bn)
+    if 4 * tiles > d.sm_count:
+        return 1
+    return max((s for s in splits if tiles * s <= d.sm_count and p.k // s >= MIN_SLICE_K), default=1)
+
+
 def keeps(constraints: tuple, values: dict, problem, device) -> bool:
     """Whether a config given as a plain dict keeps every one of a family's CONSTRAINTS (a family
     module's own check of the seeds it builds; the runtime checks configs with Family.violations)."""

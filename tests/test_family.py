@@ -529,6 +529,35 @@ def test_gemm_wgmma_runs_float32_gemms_with_16_byte_rows_on_hopper_alone():
     assert implementation("gemm", nt, "default", H100) == "gemm"
 
 
+def test_unaligned_float32_rows_are_copied_where_that_lets_gemm_wgmma_serve_a_tf32_or_bf16_call(monkeypatch):
+    """Rows of float32 operands not a multiple of 16 bytes, at precision tf32 or bf16, untuned: copied
+    into aligned rows first (gemm_wgmma then reads them); never at fp32 (no family gains), never for
+    aligned rows, never where a record of the shape chose the tiled family, nor before Hopper."""
+    import dataclasses
+
+    from autogemm.ops.gemm import aligned_copies_pay
+    from autogemm.store import lookup
+
+    def problem(shape, precision):
+        sizes, op = shape.split(":")
+        return gemm.Problem.contiguous(*map(int, sizes.split("x")), "float32", op[0] == "t", op[1] == "t",
+                                       precision=precision)
+
+    for shape in ("1023x1025x1027:nn", "777x555x333:nt", "800x1000x782:nt"):
+        assert aligned_copies_pay(problem(shape, "tf32"), H100) and aligned_copies_pay(problem(shape, "bf16"), H100)
+        assert not aligned_copies_pay(problem(shape, "fp32"), H100)
+        assert not aligned_copies_pay(problem(shape, "tf32"), dataclasses.replace(H100, compute_capability="8.0"))
+    assert not aligned_copies_pay(problem("1024x1024x1024:nn", "tf32"), H100)
+    assert not aligned_copies_pay(problem("800x1000x784:tn", "bf16"), H100)  # M/N-major: pretransposed instead
+    choose = lookup.choose
+    monkeypatch.setattr(lookup, "choose", lambda name, p, device: dataclasses.replace(
+        choose(name, p, device), source="exact") if name == "gemm" else choose(name, p, device))
+    lookup.reload()
+    assert not aligned_copies_pay(problem("1023x1025x1027:nn", "tf32"), H100)
+    monkeypatch.undo()
+    lookup.reload()
+
+
 def test_tf32_and_bf16_products_serve_calls_at_their_precision_or_lower():
     wgmma = family("gemm_wgmma")
     fp32 = gemm.Problem.contiguous(800, 1000, 784, "float32", False, True)
@@ -573,7 +602,7 @@ def test_wgmma_defaults_split_k_where_few_tiles_leave_most_sms_idle():
     """Split-K only where the tiles busy at most a quarter of the SMs and each slice keeps 512 of K:
     256x256x8192 runs 64 x 32 tiles in 4 slices (128 blocks of 132 SMs); the MLP's 800x1000x784
     (K too short to split) and 4096^3 (tiles enough) stay unsplit."""
-    from kernels.gemm_wgmma.seeds import split_for
+    from kernels.contract import split_for
 
     fam = family("gemm_wgmma")
     long_k = gemm.Problem.contiguous(256, 256, 8192, trans_a=True, precision="tf32")
@@ -588,13 +617,14 @@ def test_wgmma_defaults_split_k_where_few_tiles_leave_most_sms_idle():
 def test_the_tiled_default_on_long_k_fills_the_sms_with_slices_of_k():
     """K at least 8 times the output's longer side: the tile that fills the SMs in up to 16 slices of
     K (64 x 64, 16 slices, on 256x256x8192), not the 16 x 16 tile that fills them in one; shorter K
-    keeps the FMA tile that fills them alone (float64), or (float32) takes 3xTF32 with K split."""
+    keeps the FMA tile that fills them alone (float64), or (float32) takes 3xTF32 with K split as
+    gemm_wgmma splits it (slices of at least 512)."""
     long_k = GEMM.default(gemm.Problem.contiguous(256, 256, 8192, trans_a=True), H100)
     assert (long_k.math, long_k.bm, long_k.bn, long_k.split_k) == ("fma", 64, 64, 16)
     short = GEMM.default(gemm.Problem.contiguous(256, 256, 2047, "float64", trans_a=True), H100)
     assert (short.bm, short.bn, short.split_k) == (16, 16, 1)
     short = GEMM.default(gemm.Problem.contiguous(256, 256, 2047, trans_a=True), H100)
-    assert (short.math, short.bm, short.bn, short.split_k) == ("3xtf32", 64, 64, 16)
+    assert (short.math, short.bm, short.bn, short.split_k) == ("3xtf32", 64, 64, 3)
 
 
 # Issue 40's public shapes, untuned on an H100 (132 SMs): (shape, op) -> the tiled family's default
@@ -602,17 +632,18 @@ def test_the_tiled_default_on_long_k_fills_the_sms_with_slices_of_k():
 FIRST_CALLS = {"1024x1024x1024:nn": ("3xtf32", 128, 64, 1), "4096x4096x4096:nn": ("3xtf32", 128, 64, 1),
                "512x4096x1024:tn": ("3xtf32", 128, 64, 1), "8192x8192x256:nn": ("3xtf32", 128, 64, 1),
                "1000x1000x1000:tt": ("3xtf32", 128, 64, 1), "800x1000x784:nt": ("3xtf32", 128, 64, 1),
-               # under half the SMs in 128x64 tiles: 64x64 ones, K split in two where the sums fit
-               "400x1000x784:nt": ("3xtf32", 64, 64, 2), "96x3072x768:nt": ("3xtf32", 64, 64, 2),
-               "777x555x333:nt": ("3xtf32", 64, 64, 1),            # unaligned: split sums take too many registers
+               # under half the SMs in 128x64 tiles: 64x64 ones, whole (their tiles busy over a quarter)
+               "400x1000x784:nt": ("3xtf32", 64, 64, 1), "96x3072x768:nt": ("3xtf32", 64, 64, 1),
+               "3072x96x768:tn": ("3xtf32", 64, 64, 1), "777x555x333:nt": ("3xtf32", 64, 64, 1),
                "256x256x8192:tn": ("fma", 64, 64, 16),             # K long against the output: FMAs in slices
-               "1023x1025x1027:nn": ("3xtf32", 64, 64, 1)}          # unaligned: 128x64 needs too many registers
+               # unaligned: 128x64 in 128 threads needs too many registers; the fullest waves: 128x80 in 256
+               "1023x1025x1027:nn": ("3xtf32", 128, 80, 1)}
 
 
-# At precision tf32 (and bf16) on float32 data, TF32 MMAs on every shape: on the tile that fills the
-# SMs, K split where its tiles leave SMs idle; unaligned rows (4-byte copies) take the 64x64 tile.
-FIRST_CALLS_TF32 = {"4096x4096x4096:nn": (128, 64, 1), "1023x1025x1027:nn": (64, 64, 1), "1024x1024x1024:nn": (128, 64, 1),
-                    "777x555x333:nt": (64, 64, 2), "96x3072x768:nt": (64, 64, 2), "256x256x8192:tn": (64, 64, 16)}
+# At precision tf32 (and bf16) on float32 data, TF32 MMAs on every shape: on the tiles of the fp32
+# default, K split where they busy at most a quarter of the SMs (256x256x8192: 16 tiles, 8 slices).
+FIRST_CALLS_TF32 = {"4096x4096x4096:nn": (128, 64, 1), "1023x1025x1027:nn": (128, 80, 1), "1024x1024x1024:nn": (128, 64, 1),
+                    "777x555x333:nt": (64, 64, 1), "96x3072x768:nt": (64, 64, 1), "256x256x8192:tn": (64, 64, 8)}
 
 
 @pytest.mark.parametrize("shape", FIRST_CALLS_TF32)

@@ -215,18 +215,32 @@ def test_tf32_keeps_a_nan_a_nan():
     assert np.isnan(got[3]).all() and np.isfinite(np.delete(got, 3, axis=0)).all()
 
 
-def test_an_untuned_tf32_call_that_gemm_wgmma_cannot_read_runs_the_tiled_tf32():
-    """1023x1025x1027 at tf32: rows of odd length, which gemm_wgmma's 16-byte copies cannot read;
-    an empty store gives the tiled family's TF32 default, within TF32's bound."""
-    from autogemm.ops.kernels import implementation
-    from autogemm.runtime.device import this_device
+@pytest.mark.parametrize("m, n, k, ta, tb", [(1023, 1025, 1027, False, False), (777, 555, 333, False, True)])
+def test_an_untuned_tf32_call_on_rows_gemm_wgmma_cannot_read_copies_them_aligned(m, n, k, ta, tb):
+    """Rows of odd length at tf32, which gemm_wgmma's 16-byte copies cannot read: untuned, the call
+    copies them into aligned rows and gemm_wgmma multiplies those, within TF32's bound, twice (the
+    copies are part of the call); told the tiled family's default, the tiled TF32 MMAs run."""
+    import cupy
+
+    import autogemm
     from autogemm.store import lookup
 
-    p = Problem.contiguous(1023, 1025, 1027, "float32", False, False, precision="tf32")
+    rng = np.random.default_rng(11)
+    a = cupy.asarray(rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32))
+    b = cupy.asarray(rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32))
+    problem = Problem.contiguous(m, n, k, "float32", ta, tb, precision="tf32")
+    value, magnitude, _ = reference(problem, cupy.asnumpy(a), cupy.asnumpy(b), 1.0, 0.0, None, None, None)["d"]
+    out = cupy.full((m, n), np.nan, dtype=np.float32)
     with lookup.untuned():
-        assert implementation("gemm", p, None, this_device()) == "gemm"
-        assert lookup.choose("gemm", p, this_device()).config.math == "tf32"
-        run_and_check(np.random.default_rng(11), 1023, 1025, 1027, False, False, np.float32, precision="tf32")
+        plans = {"copied": autogemm.plan_gemm(a, b, out, trans_a=ta, trans_b=tb, precision="tf32"),
+                 "tiled": autogemm.plan_gemm(a, b, out, trans_a=ta, trans_b=tb, precision="tf32", config="default")}
+    assert plans["copied"].widen is not None and plans["copied"].instance.family == "gemm_wgmma"
+    assert plans["tiled"].widen is None and plans["tiled"].instance.config.math == "tf32"
+    for name, plan in [*plans.items(), ("copied", plans["copied"])]:
+        out.fill(np.nan)
+        plan()
+        verdict = compare(cupy.asnumpy(out), value, magnitude, k, np.float32, "tf32")
+        assert verdict.ok, f"{name}: {verdict.describe()}"
 
 
 @pytest.mark.parametrize("m, n, k, ta, tb, config", [(800, 1000, 784, False, True, TF32X3[0]),

@@ -7,7 +7,8 @@ be bfloat16 (at precision bf16, on Hopper): CuPy has no bfloat16, so they travel
 the bits, as `to_bf16` makes them; C, D and the epilogue's arrays are then float32. So may D (`out`
 a uint16 array: the float32 result rounded to bfloat16 as `to_bf16` rounds). bfloat16 rows that no
 family reads (not a multiple of 16 bytes) are widened to float32 first, exactly, and multiplied at
-precision bf16.
+precision bf16; float32 rows of that kind are copied into aligned ones first at precision tf32 or
+bf16 where that lets gemm_wgmma read them.
 """
 import functools
 from collections.abc import Callable, Mapping
@@ -21,6 +22,7 @@ from autogemm.runtime import compile as compiler
 from autogemm.runtime.device import DeviceInfo, require_cupy, this_device
 from autogemm.runtime.family import Instance
 from autogemm.runtime.tensor_map import TensorMap, kernel_args
+from autogemm.store import lookup
 from kernels import to_bf16 as to_bf16_family
 from kernels.contract import MAX_SIZE, RowsProblem, ceil_div
 from kernels.gemm.call import EPILOGUES, PRECISIONS, Problem
@@ -172,7 +174,7 @@ class GemmCall:
     args: tuple
     staging: tuple = ()     # ((Instance, args), ...)
     sm_count: int = 1       # the GPU's SMs, over which a persistent kernel's blocks spread
-    widen: Callable | None = None   # bfloat16 operands no family reads, widened first (widened_operands)
+    widen: Callable | None = None   # operands copied into aligned rows first (aligned_operands)
 
     def __call__(self):
         if self.widen is not None:
@@ -252,6 +254,9 @@ def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
                       vector_width(a, lda), vector_width(b, ldb), vec_out, precision, bf16_operands, bf16_out)
     device = this_device()
     widen = None
+    if config is None and kernel_family == "gemm" and aligned_copies_pay(problem, device):
+        (a, lda), (b, ldb), widen = aligned_operands(a, lda, b, ldb)
+        problem = replace(problem, vec_a=vector_width(a, lda), vec_b=vector_width(b, ldb))
     try:
         name = implementation("gemm", problem, config, device) if kernel_family == "gemm" else kernel_family
         instance = kernel(name, problem, config, device)
@@ -260,7 +265,7 @@ def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
             raise
         # No family reads these bfloat16 rows (not a multiple of 16 bytes): their float32 values,
         # exact, in rows that are; then the float32 call at precision bf16
-        (a, lda), (b, ldb), widen = widened_operands(a, lda, b, ldb)
+        (a, lda), (b, ldb), widen = aligned_operands(a, lda, b, ldb)
         problem = replace(problem, vec_a=vector_width(a, lda), vec_b=vector_width(b, ldb), bf16_operands=False)
         name = implementation("gemm", problem, None, device) if kernel_family == "gemm" else kernel_family
         instance = kernel(name, problem, None, device)
@@ -270,21 +275,40 @@ def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     return GemmCall(instance, out, kernel_args(args), staging, device.sm_count, widen)
 
 
-def widened_operands(a, lda: int, b, ldb: int):
-    """bfloat16 operands (uint16 bits, row-major with their leading dimensions) as float32 copies
-    in scratch, rows padded to 16 bytes, and the call that fills them (exactly: a bfloat16's float32
-    value is its bits shifted up 16): ((a, lda), (b, ldb), widen)."""
+def aligned_copies_pay(problem: Problem, device: DeviceInfo) -> bool:
+    """Whether an untold call of float32 operands at precision tf32 or bf16 whose rows are not a
+    multiple of 16 bytes runs on aligned copies of them: where gemm_wgmma reads those and not these,
+    and no record of this shape says otherwise. On an H200, 1023x1025x1027 and 777x555x333 ran on
+    the tiled family's TF32 MMAs at 2.27x and 1.36x cuBLAS TF32's time; on copies, gemm_wgmma ran
+    them at 1.25x and 0.89x cuBLAS BF16's (benchmarks/issue40-h200)."""
+    if problem.dtype != "float32" or problem.bf16_operands or problem.precision == "fp32" \
+            or min(problem.vec_a, problem.vec_b) == 4:
+        return False
+    name = implementation("gemm", problem, None, device)
+    if lookup.choose(name, problem, device).source in ("exact", "stale"):
+        return False
+    return implementation("gemm", replace(problem, vec_a=4, vec_b=4), None, device) != name
+
+
+def aligned_operands(a, lda: int, b, ldb: int):
+    """Operands (float32, or bfloat16 as uint16 bits; row-major with their leading dimensions) as
+    float32 copies in scratch, rows padded to 16 bytes, and the call that fills them (exactly: a
+    bfloat16's float32 value is its bits shifted up 16): ((a, lda), (b, ldb), fill)."""
+    cupy = require_cupy()
     copies = []
     for name, x in (("a", a), ("b", b)):
         rows, cols = x.shape
         ld = ceil_div(cols, 4) * 4
-        copies.append((scratch(f"widened_{name}", np.float32, rows * ld)[:rows * ld].reshape(rows, ld)[:, :cols], ld))
+        copies.append((scratch(f"aligned_{name}", np.float32, rows * ld)[:rows * ld].reshape(rows, ld)[:, :cols], ld))
     shift = _bf16_to_f32_bits()
 
-    def widen():
+    def fill():
         for x, (copy, _) in zip((a, b), copies):
-            shift(x, copy.view(np.uint32))
-    return copies[0], copies[1], widen
+            if x.dtype == np.uint16:
+                shift(x, copy.view(np.uint32))
+            else:
+                cupy.copyto(copy, x)
+    return copies[0], copies[1], fill
 
 
 @functools.cache

@@ -182,22 +182,26 @@ class Family:
     # ---- choosing ------------------------------------------------------------------------
     def default(self, problem, device: DeviceInfo) -> Config:
         """The first valid config of the family's untuned candidates."""
-        for cfg in self.candidates(problem, device):
+        for cfg in self._fitting(problem, device):
             return cfg
         raise InvalidConfig(f"{self.name}: no default config fits {problem} on {device.name}")
 
     def candidates(self, problem, device: DeviceInfo) -> list[Config]:
         """Every valid config of the family's untuned candidates, best guess first (the search
         starts from them); in a restricted family, those inside its space."""
-        found = (self.config(values, "default") for values in self.module.default_candidates(problem, device)
-                 if self.within(values))
-        return list(dict.fromkeys(cfg for cfg in found if self.fits(cfg, problem, device)))
+        return list(dict.fromkeys(self._fitting(problem, device)))
 
     def can_run(self, problem, device: DeviceInfo) -> bool:
         """Whether some config can run `problem` on `device`: the untuned candidates cover every
         valid tile shape of a family whose constraints may exclude a whole problem (an op, a dtype,
         a GPU), as gemm_wgmma's do."""
-        return bool(self.candidates(problem, device))
+        return next(self._fitting(problem, device), None) is not None
+
+    def _fitting(self, problem, device: DeviceInfo) -> Iterator[Config]:
+        """The untuned candidates that can run `problem`, in order, built only as far as asked."""
+        found = (self.config(values, "default") for values in self.module.default_candidates(problem, device)
+                 if self.within(values))
+        return (cfg for cfg in found if self.fits(cfg, problem, device))
 
     def why_not(self, problem, device: DeviceInfo) -> list[str]:
         """Why no untuned candidate can run `problem`: the constraints every one breaks, else those

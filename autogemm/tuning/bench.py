@@ -16,7 +16,7 @@ from kernels.conv2d.measure import cudnn_convolution
 @dataclass
 class Row:
     shape: Shape | Target  # a GEMM, or a convolution call's launch
-    variant: str          # "default", "tuned", "naive", "cublas"; "<family> default|tuned", "cudnn"; "widened"
+    variant: str          # "default", "tuned", "naive", "cublas"; "<family> default|tuned", "cudnn"; "widened", "aligned"
                           # (bfloat16 rows no family reads: the call multiplies float32 copies)
     kernel: str
     timing: Timing | None
@@ -39,11 +39,14 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
     then autogemm's elementwise pass: the unfused call).
     At precision tf32 or bf16 the GEMMs are calls at it, checked within its bound, and cuBLAS
     rounds its operands alike; with bf16_operands A and B are bfloat16 (precision bf16, float32 out)
-    and the tiled family, which cannot read them, has no variants. A variant that fails to compile,
+    and the tiled family, which cannot read them, has no variants. Where the call copies its operands
+    into aligned rows first (autogemm.ops.gemm), that is the variant "widened" (bfloat16 rows no
+    family reads) or "aligned" (float32 ones only the tiled family reads). A variant that fails to compile,
     launch or match gets a Row with the reason and no time.
     """
     import cupy
 
+    from autogemm.ops.gemm import aligned_copies_pay
     from autogemm.runtime.device import this_device
     from autogemm.runtime.family import family
     from autogemm.store import lookup
@@ -67,9 +70,11 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
         if family(other).can_run(problem, device):
             choice = lookup.choose(other, problem, device)
             variants.append((f"{other} {_variant(choice)}", other, dict(choice.config)))
-    widened = bf16_operands and not variants     # rows no family reads: the call widens them (ops.gemm)
-    if widened:
-        variants.append(("widened", "gemm", None))
+    # The call's copies into aligned rows (ops.gemm): bfloat16 rows no family reads, widened; float32
+    # rows gemm_wgmma reads only so
+    copied = "widened" if bf16_operands and not variants else "aligned" if aligned_copies_pay(problem, device) else None
+    if copied:
+        variants.append((copied, "gemm", None))
     if naive:
         variants.append(("naive", "gemm_naive", None))
     rows, runs = {}, {}
@@ -85,8 +90,8 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
             runs[variant] = run
         except (AutogemmError, cupy.cuda.driver.CUDADriverError) as exc:  # Mismatch included
             rows[variant].error = str(exc)
-    if widened:
-        rows["widened"].runs_the_call = True
+    if copied:
+        rows[copied].runs_the_call = True
     else:
         _mark_the_call(rows, "gemm", problem, device,
                        lambda name, choice: _variant(choice) if name == "gemm" else f"{name} {_variant(choice)}")

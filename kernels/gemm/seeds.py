@@ -7,7 +7,7 @@ accept as the default, and the search tries all that are valid first.
 """
 import itertools
 
-from kernels.contract import block_waves, ceil_div, keeps
+from kernels.contract import block_waves, ceil_div, keeps, split_for
 
 # Block shapes for the default, largest first: (bm, bn, ty, tx, tm, tn, copy, bk, stages).
 _DEFAULT_TILES = (
@@ -26,14 +26,12 @@ _TC_TILES = ((128, 64, 16, 8), (64, 128, 8, 16), (64, 64, 16, 8))
 
 def candidates(p, d, params: dict, constraints: tuple):
     """Sound configs without tuning, best guess first (autogemm takes the first valid one):
-    at precision tf32 or bf16, TF32 MMAs on a 128x64 tile (64x64 where those leave half the SMs
-    idle), K split until the tiles fill the SMs; at fp32, where K is not long against the output,
-    3xTF32 on a 128x64 tile where such tiles fill at least half the SMs, else on a 64x64 tile with K
-    split as at tf32; else FMAs on
-    the largest tile that still gives every SM a block (with K long against the output, counting
-    up to 16 slices of K); where its tiles leave SMs idle, split-K up to two blocks per SM while
-    each slice keeps at least 64 of K; then smaller
-    and plainer fallbacks. Then more places for the search to start from. The tiles, BK and stages
+    at precision tf32 or bf16, TF32 MMAs on a 128x64 tile (where it cannot run, the tile of the
+    fullest waves; 64x64 where 128x64 tiles leave half the SMs idle), K split where the tiles busy
+    at most a quarter of the SMs; at fp32, where K is not long against the output, 3xTF32 on the
+    same tiles; else FMAs on the largest tile that still gives every SM a block (with K long against
+    the output, counting up to 16 slices of K); where its tiles leave SMs idle, split-K up to two
+    blocks per SM while each slice keeps at least 64 of K; then smaller and plainer fallbacks. Then more places for the search to start from. The tiles, BK and stages
     are those that won sweeps and searches of the MLP's shapes and 4096^3 (benchmarks/)."""
     vec = min(4, 16 // p.itemsize, p.vec_a, p.vec_b)
     # float32 where K is not long against the output: 3xTF32 first, as accurate as FMAs (more: an
@@ -42,17 +40,15 @@ def candidates(p, d, params: dict, constraints: tuple):
     # drop it where it cannot run (float64, GPUs before tensor cores took TF32). At tf32 or bf16,
     # TF32 products, at several times FMAs' rate, on any float32 shape.
     math = "3xtf32" if p.precision == "fp32" else "tf32"   # the tensor-core math of the call's precision
-    first = _TC_TILES[0]                                # 128x64
-    fill_half = 2 * ceil_div(p.m, first[0]) * ceil_div(p.n, first[1]) >= d.sm_count
+    fill_half = 2 * ceil_div(p.m, _TC_TILES[0][0]) * ceil_div(p.n, _TC_TILES[0][1]) >= d.sm_count   # 128x64
     if p.itemsize == 4 and (math == "tf32" or p.k < 8 * max(p.m, p.n)):
-        # The 64x64 tile follows the 128x64 one where that cannot run (unaligned rows: 4-byte copies
-        # take more registers than a thread has); K is split where the tiles leave SMs idle (the
-        # 128x64 tile at fp32 whole: so it was measured).
-        for tile in (first, _TC_TILES[2]) if fill_half else (_TC_TILES[2],):
-            tiles, split = ceil_div(p.m, tile[0]) * ceil_div(p.n, tile[1]), 1
-            while (tiles * split < d.sm_count and p.k // (2 * split) >= 64 and split < 16
-                   and not (math == "3xtf32" and fill_half)):
-                split *= 2
+        # Where 128 x 64 tiles fill half the SMs but cannot run (unaligned rows: 4-byte copies take
+        # more registers than 128 threads have), the tile that fills the SMs in the fewest, fullest
+        # waves (on 1023x1025x1027, 128 x 80 in 256 threads: what the search found, 1.09x cuBLAS
+        # FP32's time against 1.49x for 64 x 64 tiles: benchmarks/issue40-h200); else 64 x 64 tiles.
+        # K is split as gemm_wgmma splits it (split_for), where the whole tile's registers allow.
+        for tile in _tc_tiles(p, d, params, constraints, fill_half):
+            split = split_for(tile[0], tile[1], p, d, params["split_k"])
             for s in dict.fromkeys((split, 1)):        # whole where the split's sums take too many registers
                 yield _tc_seed(*tile, vec, s, math)
     # Where K is long against the output (8 times its longer side), the tile that fills the SMs in
@@ -88,6 +84,16 @@ def candidates(p, d, params: dict, constraints: tuple):
         yield _tc_seed(*tile, vec, split, math)
     for tile in wave_tiles(p, d, params, constraints):
         yield _tc_seed(*tile, vec, 1, math)
+
+
+def _tc_tiles(p, d, params: dict, constraints: tuple, fill_half: bool):
+    """The untuned tensor-core block tiles (bm, bn, ty, tx), best first: where 128 x 64 tiles fill
+    half the SMs, that tile, then the fullest waves' (wave_tiles, only reached where 128 x 64
+    cannot run); then 64 x 64."""
+    if fill_half:
+        yield _TC_TILES[0]
+        yield from wave_tiles(p, d, params, constraints, 1)
+    yield _TC_TILES[2]
 
 
 def _tc_seed(bm: int, bn: int, ty: int, tx: int, vec: int, split: int = 1, math: str = "3xtf32") -> dict:

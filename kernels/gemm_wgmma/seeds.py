@@ -3,7 +3,7 @@ declares the space and the constraints; the heuristics that pick points of it li
 """
 import itertools
 
-from kernels.contract import ceil_div, keeps
+from kernels.contract import ceil_div, keeps, split_for
 from kernels.gemm.call import serves
 
 
@@ -52,23 +52,6 @@ def _first_fitting(configs, p, d, constraints: tuple) -> dict | None:
 # (benchmarks/issue18-h100/persistent). The tiled family's seeds weigh waves alike, without
 # the loads (kernels/gemm/seeds.py, wave_tiles).
 LOAD_COST = 35
-
-
-# Split-K only leaves each slice this much of K: shorter slices spend more on the reduction and the
-# pipeline's fill than the idle SMs they would take.
-MIN_SLICE_K = 512
-
-
-def split_for(bm: int, bn: int, p, d, splits: tuple[int, ...]) -> int:
-    """Slices of K for BM x BN tiles: the most of `splits` whose blocks (tiles times slices) still
-    fit one wave where the tiles alone busy at most a quarter of the SMs, each slice keeping
-    MIN_SLICE_K of K; else 1 (256x256x8192: 64 x 32 tiles, 32 blocks of 132 SMs, in 4 slices: 2.2x
-    cuBLAS TF32's time against 4.0x unsplit; split where half the SMs idled, 1024^3 and 512x4096x1024
-    ran 2x slower: benchmarks/issue39-h100/first-calls)."""
-    tiles = ceil_div(p.m, bm) * ceil_div(p.n, bn)
-    if 4 * tiles > d.sm_count:
-        return 1
-    return max((s for s in splits if tiles * s <= d.sm_count and p.k // s >= MIN_SLICE_K), default=1)
 
 
 def busiest_sm_cost(bm: int, bn: int, p, d, split: int = 1) -> float:
