@@ -244,7 +244,7 @@ def test_a_resumed_study_drops_the_queue_an_earlier_run_left(tmp_path):
     candidates = GEMM_FAM.candidates(PROBLEM, H100)
     seeded = int(FAST.trials * FAST.seeded)
     assert len(candidates) > seeded + FAST.samples
-    old = open_study(path, f"gemm:{PROBLEM}", FAST.seed, resume=False)
+    old = open_study(path, f"gemm:{PROBLEM}", FAST.seed, resume=False, space={})
     for cfg in candidates:
         old.enqueue_trial(dict(cfg))
     measure = FakeMeasure()
@@ -349,3 +349,14 @@ def test_the_last_trials_search_around_the_best():
     script = lambda cfg, call: {start: 20.0, better: 10.0}.get(cfg, 50.0)  # noqa: E731
     result = search(FakeMeasure(script=script), settings=Settings(**{**FAST.__dict__, "trials": 40, "local": 0.6}), known=(start,))
     assert result.config == better
+
+
+def test_the_sampler_searches_the_space_it_is_given_without_inferring_it():
+    """TPE's multivariate space is the family's (parameters with one choice left out), not the
+    intersection of every trial's, which Optuna recomputed over all trials at each ask."""
+    from optuna.distributions import CategoricalDistribution
+
+    space = {name: CategoricalDistribution(choices) for name, choices in GEMM_FAM.params.items()}
+    study = open_study(None, "space", 0, resume=False, space=space)
+    inferred = study.sampler.infer_relative_search_space(study, None)
+    assert inferred == {name: d for name, d in space.items() if len(d.choices) > 1} and len(inferred) > 1

@@ -144,13 +144,26 @@ class _Seen:
         return min((t[0] for t in self.timings.values()), default=None)
 
 
-def open_study(path: Path | None, name: str, seed: int, resume: bool) -> optuna.Study:
-    """A TPE study, in memory or persisted in a journal file (a fresh one unless `resume`)."""
+class _FixedSpaceTPE(optuna.samplers.TPESampler):
+    """Multivariate TPE over a space known in advance: every trial asks every parameter from the
+    same distributions, so the space is given, not inferred again from all trials at each ask
+    (Optuna's intersection of the trials' spaces took about half of a search's CPU time)."""
+
+    def __init__(self, space: dict, **kwargs):
+        super().__init__(multivariate=True, **kwargs)
+        self._space = {name: dist for name, dist in space.items() if not dist.single()}
+
+    def infer_relative_search_space(self, study, trial) -> dict:
+        return dict(self._space)
+
+
+def open_study(path: Path | None, name: str, seed: int, resume: bool, space: dict) -> optuna.Study:
+    """A TPE study over `space` ({parameter: distribution}, as every trial asks them), in memory or
+    persisted in a journal file (a fresh one unless `resume`)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True,
-                                             n_startup_trials=10)
+        sampler = _FixedSpaceTPE(space, seed=seed, constant_liar=True, n_startup_trials=10)
     storage = None
     if path is not None:
         path = Path(path)
@@ -177,13 +190,13 @@ def tune(fam: Family, problem, device: DeviceInfo, measure: Measure, settings: S
          progress: Callable[[Progress], None] | None = None) -> Result:
     """Search `fam`'s space for `problem` on `device` and return the re-timed winner."""
     started = time.monotonic()
-    study = open_study(study_path, f"{fam.name}:{problem}", settings.seed, resume)
+    dists = {name: CategoricalDistribution(choices) for name, choices in fam.params.items()}
+    study = open_study(study_path, f"{fam.name}:{problem}", settings.seed, resume, dists)
     seen = _recall(study, fam)
     finished = study.user_attrs.get("result")
     if finished and finished["goal"] >= settings.trials:     # done before, with as many trials
         return _reused(finished)
     report = progress or (lambda p: None)
-    dists = {name: CategoricalDistribution(choices) for name, choices in fam.params.items()}
     exhaustive = _enqueue(study, fam, problem, device, settings, known, seen)
 
     # ---- search ------------------------------------------------------------------------------
