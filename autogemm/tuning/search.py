@@ -151,7 +151,7 @@ class _FixedSpaceTPE(optuna.samplers.TPESampler):
 
     def __init__(self, space: dict, **kwargs):
         super().__init__(multivariate=True, **kwargs)
-        self._space = {name: dist for name, dist in space.items() if not dist.single()}
+        self._space = {name: dist for name, dist in sorted(space.items()) if not dist.single()}  # as Optuna orders it
 
     def infer_relative_search_space(self, study, trial) -> dict:
         return dict(self._space)
