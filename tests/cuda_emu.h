@@ -469,15 +469,16 @@ struct WgmmaOperand {
 
 // wgmma.mma_async m64nNk8 .f32.tf32.tf32, A and B from shared memory (K-major), D += A B^T: this
 // thread's N/2 accumulators (d[4j + i] at row 16 warp + lane/4 + 8 (i/2), column 8j + 2 (lane%4) + i%2),
-// then the descriptors of A and B. The k16 .bf16 form sums 16 products of bfloat16 operands alike,
+// then the descriptors of A and B, then scale-d where an operand (0: d's values before not read,
+// D = A B^T). The k16 .bf16 form sums 16 products of bfloat16 operands alike,
 // each operand K-major or, with its transpose flag (the statement's last two operands), M/N-major.
 template <unsigned N, unsigned K, class Operand>
-void wgmma(Operand operand, const WgmmaOperand* ops, bool trans_a = false, bool trans_b = false) {
+void wgmma(Operand operand, const WgmmaOperand* ops, bool trans_a = false, bool trans_b = false, bool scale_d = true) {
     const uint64_t a = ops[N / 2].value, b = ops[N / 2 + 1].value;
     const unsigned t = emu_thread() % 128, warp = t / 32, lane = t % 32;
     for (unsigned r = 0; r < N / 2; ++r) {
         const unsigned row = 16 * warp + lane / 4 + 8 * (r % 4 / 2), col = 8 * (r / 4) + 2 * (lane % 4) + r % 2;
-        double sum = *ops[r].acc;
+        double sum = scale_d ? *ops[r].acc : 0.0;
         for (unsigned k = 0; k < K; ++k) sum += operand(a, row, k, trans_a) * operand(b, col, k, trans_b);
         *ops[r].acc = float(sum);
     }
@@ -488,9 +489,12 @@ inline double tf32_operand(uint64_t desc, unsigned row, unsigned k, bool) {
 #define EMU_WGMMA(N)                                                                                  \
     template <class... Args>                                                                               \
     void wgmma_mma_async_sync_aligned_m64n##N##k8_f32_tf32_tf32(Args&&... args) {                          \
-        static_assert(sizeof...(Args) == N / 2 + 2, "wgmma m64n" #N "k8: N/2 accumulators, 2 descriptors"); \
+        static_assert(sizeof...(Args) == N / 2 + 2 || sizeof...(Args) == N / 2 + 3,                        \
+                      "wgmma m64n" #N "k8: N/2 accumulators, 2 descriptors, scale-d where not 1");          \
         const WgmmaOperand ops[] = {WgmmaOperand(args)...};                                                \
-        wgmma<N, 8>(tf32_operand, ops);                                                                    \
+        bool scale_d = true;                                                                               \
+        if constexpr (sizeof...(Args) == N / 2 + 3) scale_d = ops[N / 2 + 2].value != 0;                   \
+        wgmma<N, 8>(tf32_operand, ops, false, false, scale_d);                                             \
     }                                                                                                      \
     template <class... Args>                                                                               \
     void wgmma_mma_async_sync_aligned_m64n##N##k16_f32_bf16_bf16(Args&&... args) {                         \

@@ -2,7 +2,8 @@
 threads as fibers taking turns at their waits, so CI checks what every family's kernels compute
 without a GPU. Each inline PTX statement becomes a call of its emulation:
 asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)) -> emu::ptx::cvt_rna_tf32_f32(r, x), operands
-in order (outputs by reference); a "{ ... }" block is one call, named by its first instruction.
+in order (outputs by reference); a "{ ... }" block is one call, named by its first instruction; an
+empty statement (a fence for the compiler's view of registers) is nothing.
 
     launches = [Launch(instance, [out, x, np.int32(n), np.float32(0.5)]), ...]
     run(launches, tmp_path)       # array arguments are copied in, and back out after the run
@@ -55,6 +56,8 @@ def _split_top_level(text: str, separator: str) -> list[str]:
 def _ptx_call(statement: str) -> str:
     """The emu::ptx call of one asm statement's contents: `"template" : outputs : inputs [: clobbers]`."""
     template, *operand_lists = _split_top_level(statement, ":")
+    if template.strip() == '""':
+        return "((void)0)"              # an empty statement: a register fence for the compiler alone
     mnemonic = _MNEMONIC.match(template)[1]
     operands = []
     for operand in (o.strip() for part in operand_lists[:2] for o in _split_top_level(part, ",")):  # not clobbers

@@ -243,44 +243,55 @@ def test_an_untuned_tf32_call_on_rows_gemm_wgmma_cannot_read_copies_them_aligned
         assert verdict.ok, f"{name}: {verdict.describe()}"
 
 
-@pytest.mark.parametrize("m, n, k, ta, tb, config", [(800, 1000, 784, False, True, TF32X3[0]),
-                                                   (4096, 784, 8192, True, False, TF32X3[0]),
-                                                   (256, 256, 16384, False, True, dict(TF32X3[1], split_k=4))])
-def test_3xtf32_is_as_accurate_as_cublas_fp32(m, n, k, ta, tb, config):
+# gemm_wgmma's 3xTF32 on one 64 x 128 wgmma tile a warpgroup, a producer copying by TMA
+WGMMA_3XTF32 = dict(bm=64, bn=128, warpgroups=1, stages=4, math="3xtf32", inflight=0, split_k=1, producer=1, tma=1,
+                    pretranspose=0, cluster_m=1, cluster_n=1, persistent=0)
+
+
+@pytest.mark.parametrize("m, n, k, ta, tb, family_name, config", [
+    (800, 1000, 784, False, True, "gemm", TF32X3[0]),
+    (4096, 784, 8192, True, False, "gemm", TF32X3[0]),
+    (256, 256, 16384, False, True, "gemm", dict(TF32X3[1], split_k=4)),
+    (800, 1000, 784, False, True, "gemm_wgmma", WGMMA_3XTF32),
+    (1024, 1024, 8192, False, False, "gemm_wgmma", dict(WGMMA_3XTF32, pretranspose=1)),
+    (256, 256, 16384, False, True, "gemm_wgmma", dict(WGMMA_3XTF32, split_k=4))])
+def test_3xtf32_is_as_accurate_as_cublas_fp32(m, n, k, ta, tb, family_name, config):
     """FP32-accurate is FP32's error: 3xTF32's max-norm error against float64 within
-    FP32_ERROR_BOUND times cuBLAS FP32's on the same operands, K up to 16384 (summed in parts of 16
-    k, each added with a rounding FADD: the tensor cores' own adder truncates)."""
+    FP32_ERROR_BOUND times cuBLAS FP32's on the same operands, K up to 16384 (summed in parts, 16 k
+    in the tiled family, a 32-k stage in gemm_wgmma, each added with a rounding FADD: the tensor
+    cores' own adder truncates)."""
     import cupy
 
     from autogemm.ops.cublas import cublas_gemm
 
+    if family_name == "gemm_wgmma" and not hopper():
+        pytest.skip("gemm_wgmma needs a Hopper GPU (sm_90a)")
     rng = np.random.default_rng(10)
-    tc = run_and_check(rng, m, n, k, ta, tb, np.float32, alpha=1.0, config=config)
+    tc = run_and_check(rng, m, n, k, ta, tb, np.float32, alpha=1.0, config=config, kernel_family=family_name)
     host, dev = operands(np.random.default_rng(10), m, n, k, ta, tb, np.float32, None, 0.0)
     out = cupy.empty((m, n), np.float32)
     cublas_gemm(dev["a"], dev["b"], out, ta, tb, "fp32")
     a, b = host["a"].astype(np.float64), host["b"].astype(np.float64)
     want = (a.T if ta else a) @ (b.T if tb else b)
     cublas = float(np.abs(cupy.asnumpy(out) - want).max() / np.abs(want).max())
-    print(f"max-norm relative error: 3xtf32 {tc.max_rel_error:.2e}, cuBLAS FP32 {cublas:.2e}")
+    print(f"max-norm relative error: {family_name} 3xtf32 {tc.max_rel_error:.2e}, cuBLAS FP32 {cublas:.2e}")
     assert within_fp32_bound(tc.max_rel_error, cublas), (tc.max_rel_error, cublas)
 
 
 def test_the_tuner_refuses_an_fp32_candidate_less_accurate_than_fp32():
-    """gemm_wgmma's 3xTF32 sums all of K in the tensor cores: on a long K its error is tens of
-    times cuBLAS FP32's, and the measure says so rather than timing it."""
+    """FMAs summing all of K = 16384 in one sequence an output: on 256 x 256 outputs, whose K cuBLAS
+    splits, several times cuBLAS FP32's error, and the measure says so rather than timing it."""
     from autogemm.runtime.device import this_device
     from autogemm.store.keys import key_of
     from autogemm.tuning.measure import Inaccurate
     from autogemm.tuning.measures import measure_for
 
     problem, device = Problem.contiguous(256, 256, 16384, "float32", False, True), this_device()
-    wgmma = family("gemm_wgmma")
-    first = wgmma.restricted({"math": ("3xtf32",)}).candidates(problem, device)[0]
-    cfg = wgmma.validate({**first, "split_k": 1}, problem, device)         # all of K in one sum
-    measure = measure_for(key_of("gemm_wgmma", problem), device)
+    fma = family("gemm").validate(dict(bm=64, bn=64, bk=16, ty=16, tx=16, tm=4, tn=4, vec=4, copy="async", stages=3,
+                                       split_k=1, pad=True, math="fma"), problem, device)
+    measure = measure_for(key_of("gemm", problem), device)
     with pytest.raises(Inaccurate, match="cuBLAS FP32"):
-        measure(cfg, 5)
+        measure(fma, 5)
 
 
 def test_split_k_is_deterministic_and_reusable():
@@ -397,7 +408,7 @@ def test_wgmma_split_k_every_op_and_math(ta, tb):
     for (m, n, k), split_k, math in [((200, 1000, 784), 3, "3xtf32"), ((136, 256, 1000), 4, "tf32"),
                                       ((64, 64, 4096), 6, "bf16"), ((200, 1000, 784), 2, "tf32")]:
         precision = MATH_PRECISION[math]
-        config = dict(WGMMA_TILES, bm=64, bn=64, warpgroups=1, math=math, split_k=split_k)
+        config = dict(WGMMA_TILES, bm=64, bn=64, warpgroups=1, math=math, split_k=split_k, inflight=int(math != "3xtf32"))
         for _ in range(2):
             run_and_check(np.random.default_rng(k), m, n, k, ta, tb, np.float32, epilogue="bias_relu" if tb else None,
                           beta=0.5, config=config, kernel_family="gemm_wgmma", precision=precision)
@@ -411,6 +422,7 @@ def check_wgmma_cases(ta, tb, pipeline: dict, cases: list):
         if tiles.get("pretranspose") and not (ta or not tb):
             continue
         config = dict(WGMMA_TILES, **pipeline) | tiles | dict(math=math)
+        assert math != "3xtf32" or config["inflight"] == 0, "3xtf32 leaves no wgmmas in flight"
         for _ in range(2):
             run_and_check(np.random.default_rng(k), m, n, k, ta, tb, np.float32, epilogue="bias_relu" if tb else None,
                           beta=0.5, config=config, kernel_family="gemm_wgmma", precision=MATH_PRECISION[math],
@@ -427,7 +439,7 @@ def test_wgmma_producer_every_op_and_math(ta, tb, tma):
         pytest.skip("gemm_wgmma needs a Hopper GPU (sm_90a)")
     check_wgmma_cases(ta, tb, dict(producer=1, tma=tma), [
             ((800, 1000, 784), dict(bm=128, bn=128, stages=2, inflight=0), "3xtf32", False),
-            ((1000, 784, 800), dict(bm=64, bn=64, warpgroups=1, stages=4, inflight=1), "3xtf32", False),
+            ((1000, 784, 800), dict(bm=64, bn=64, warpgroups=1, stages=4, inflight=0), "3xtf32", False),
             ((132, 68, 2600), dict(bm=64, bn=64, warpgroups=1, stages=5, inflight=0), "tf32", False),
             ((800, 1000, 784), dict(bm=128, bn=128, stages=4, inflight=1), "bf16", False),
             ((1024, 1024, 1024), dict(bm=128, bn=256, stages=4, inflight=1), "bf16", True),
@@ -485,13 +497,13 @@ def test_wgmma_tiles_112_and_224_wide(ta, tb):
         pytest.skip("gemm_wgmma needs a Hopper GPU (sm_90a)")
     check_wgmma_cases(ta, tb, dict(producer=1, tma=1), [
             ((4096, 784, 1000), dict(bm=128, bn=224, stages=4, inflight=1, pretranspose=1), "tf32", False),
-            ((1000, 784, 800), dict(bm=128, bn=224, stages=2, inflight=0, pretranspose=1, tma=0), "3xtf32", False),
+            ((1000, 784, 800), dict(bm=128, bn=112, stages=2, inflight=0, pretranspose=1, tma=0), "3xtf32", False),
             ((1000, 784, 800), dict(bm=128, bn=112, stages=3, inflight=0), "tf32", False),
             ((1000, 784, 800), dict(bm=256, bn=112, stages=3, inflight=0, producer=0, tma=0, pretranspose=1), "tf32",
              False),
             ((1000, 784, 800), dict(bm=128, bn=112, stages=3, inflight=1, tma=0), "bf16", False),
             ((2000, 784, 800), dict(bm=128, bn=112, stages=3, inflight=1, persistent=1), "tf32", False),
-            ((2000, 784, 800), dict(bm=128, bn=112, stages=3, inflight=0, persistent=1, pretranspose=1), "3xtf32",
+            ((2000, 784, 800), dict(bm=64, bn=112, stages=3, inflight=0, persistent=1, pretranspose=1), "3xtf32",
              False),
             ((1000, 700, 800), dict(bm=128, bn=224, stages=3, inflight=0, cluster_m=2, pretranspose=1), "tf32", False),
             ((1000, 784, 800), dict(bm=128, bn=224, stages=2, inflight=0), "tf32", False),     # transposed in shared memory
@@ -533,7 +545,8 @@ def test_wgmma_tma_reads_views_of_padded_arrays(ta, tb):
         precision = MATH_PRECISION[math]
         a = padded_view(rng, *((k, m) if ta else (m, k)), bfloat16)     # op(A): (M, K)
         b = padded_view(rng, *((n, k) if tb else (k, n)), bfloat16)     # op(B): (K, N)
-        config = dict(WGMMA_TILES, bm=128, bn=64, stages=3, producer=1, tma=1, math=math, split_k=split_k)
+        config = dict(WGMMA_TILES, bm=128, bn=64, stages=3, producer=1, tma=1, math=math, split_k=split_k,
+                      inflight=int(math != "3xtf32"))
         d = autogemm.gemm(a, b, trans_a=ta, trans_b=tb, config=config, kernel_family="gemm_wgmma", precision=precision)
         host_a, host_b = (cupy.asnumpy(x) for x in (a, b))                # bfloat16: their bits
         problem = Problem(m, n, k, trans_a=ta, trans_b=tb, precision=precision, bf16_operands=bfloat16)
@@ -588,7 +601,7 @@ def test_wgmma_pretransposed_operands(ta, tb):
         a = padded_view(rng, *((k, m) if ta else (m, k)), False)        # op(A): (M, K)
         b = padded_view(rng, *((n, k) if tb else (k, n)), False)        # op(B): (K, N)
         config = dict(WGMMA_TILES, bm=128, bn=64, stages=3, producer=producer, tma=tma, math=math, split_k=split_k,
-                      pretranspose=1)
+                      pretranspose=1, inflight=int(math != "3xtf32"))
         problem = Problem(m, n, k, trans_a=ta, trans_b=tb, precision=precision)
         value, magnitude, _ = reference(problem, cupy.asnumpy(a), cupy.asnumpy(b), 1.0, 0.0, None, None, None)["d"]
         for _ in range(2):

@@ -29,9 +29,11 @@ CALL = "gemm"   # another implementation of gemm's call (Hopper, float32 or bflo
 COMPILE_OPTIONS = ("-arch=sm_90a",)   # wgmma exists on sm_90a only
 # The precision each math computes (gemm.PRECISIONS): what its own kernels offer tune --precision.
 MATH_PRECISION = {"3xtf32": "fp32", "tf32": "tf32", "bf16": "bf16"}
-# Its 3xTF32 sums all of K on the tensor cores, whose adder truncates: beyond the tuner's bound on
-# FP32-accurate error (autogemm.tuning.verify) on every shape measured, so `autogemm tune` leaves
-# fp32 calls to the tiled family; a caller that names this family still gets its 3xTF32.
+# Its 3xTF32 summed all of K on the tensor cores, whose adder truncates: beyond the tuner's bound on
+# FP32-accurate error (autogemm.tuning.verify) on every shape measured. It now sums each stage apart
+# and adds it by rounding FADDs, as the tiled family does; until that is measured against the bound
+# on a GPU, `autogemm tune` leaves fp32 calls to the tiled family (a caller that names this family
+# still gets its 3xTF32).
 FP32_ACCURATE = False
 KERNEL_PRECISIONS = tuple(MATH_PRECISION.values())
 
@@ -145,6 +147,9 @@ CONSTRAINTS = (
     ("persistent blocks take their tiles' stages from a producer, K unsplit: persistent needs producer 1 and split_k 1",
      lambda c, p, d: not c.persistent or (c.producer and c.split_k == 1)),
     ("at most 128 accumulators per thread (BM/warpgroups/64 * BN/2)", lambda c, p, d: accumulators(c) <= 128),
+    ("3xtf32 sums a stage apart and adds it to the accumulators once its wgmmas are done: inflight 0, "
+     "at most 64 accumulators per thread (as many sums beside them)",
+     lambda c, p, d: c.math != "3xtf32" or (c.inflight == 0 and accumulators(c) <= 64)),
     ("bulk tensor copies (tma) are issued by the producer warpgroup: tma needs producer 1",
      lambda c, p, d: c.producer or not c.tma),
     ("clusters share tiles by multicast bulk tensor copies: cluster_m or cluster_n 2 needs tma 1 and split_k 1",

@@ -24,6 +24,9 @@
             multiply(kt);
             if (kt + 1 < k_tiles) land_and_prepare(kt + 1);
             wgmma_wait<INFLIGHT>();
+{% if math == "3xtf32" %}
+            add_parts();   // INFLIGHT is 0: this stage's wgmmas are done
+{% endif %}
             __syncthreads();         // stage kt + 1 is ready; every warpgroup is done with stage kt - INFLIGHT
         }
         wgmma_wait<0>();

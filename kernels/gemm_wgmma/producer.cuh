@@ -88,6 +88,9 @@
                 fence_async_proxy();
                 multiply(g);
                 wgmma_wait<INFLIGHT>();
+{% if math == "3xtf32" %}
+                add_parts();   // INFLIGHT is 0: this stage's wgmmas are done
+{% endif %}
                 if (kt >= INFLIGHT) release((g - INFLIGHT) % STAGES);
             }
             if constexpr (TURNS) {   // every stage of this tile waited on: the next warpgroup's turn

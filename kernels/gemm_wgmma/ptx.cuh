@@ -131,6 +131,18 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[ACC], unsigned long long a
                  : "l"(a), "l"(b));
 }
 
+{% if math == "3xtf32" %}
+// d = A (64 x 8, TF32, K-major) * B (BN x 8, TF32, K-major)^T, d's values before not read (scale-d
+// 0): the first wgmma of a sum.
+__device__ __forceinline__ void wgmma_tf32_first(float (&d)[ACC], unsigned long long a, unsigned long long b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n{{ bn }}k8.f32.tf32.tf32 "
+                 "{ {% for i in range(bn // 2) %}%{{ i }}{{ ", " if not loop.last }}{% endfor %} }, "
+                 "%{{ bn // 2 }}, %{{ bn // 2 + 1 }}, %{{ bn // 2 + 2 }}, 1, 1;\n"
+                 : {% for i in range(bn // 2) %}"+f"(d[{{ i }}]){{ ", " if not loop.last }}{% endfor %}
+                 : "l"(a), "l"(b), "n"(0));
+}
+
+{% endif %}
 // d += A (64 x 16, bfloat16) * B (BN x 16, bfloat16)^T, each K-major or, transposed (TA, TB),
 // M/N-major.
 template <int TA, int TB>
