@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 40, item 2 (FP32-accurate is FP32's error) on one GPU. From the repository root:
-#   source .device/env.sh && bash benchmarks/issue40-visit.sh variants [VARIANT...]|retune|bench
+#   source .device/env.sh && bash benchmarks/issue40-visit.sh variants [VARIANT...]|retune|bench|wgmma-parts
 # variants: each variant of kernels/gemm/3xtf32.cuh (chunk16u1: the tree's, 16 k summed apart, the
 # steps not unrolled; base, chunk16, chunk8: the tree's with benchmarks/issue40-fp32-error/3xtf32-
 # <variant>.patch applied: all of K summed on the tensor cores, 16 k apart unrolled, 8 k apart) runs
@@ -8,6 +8,8 @@
 # back after; a table last.
 # retune: the gpu tests of the error bound, then `autogemm tune --stale` of the shipped file of this
 # GPU (the records the template change staled), the file copied out.
+# wgmma-parts: gemm_wgmma's 3xTF32 summed a stage at a time: the gpu tests of gemm_wgmma and of the
+# FP32 bound, then the variants' table of the tree as it is (chunk16u1: both families' error and time).
 # bench: nn.bench of the trainer on this tree against .device/base (`git archive <commit before>
 # kernels nn autogemm tuned`), before, after, before again, the same visit.
 # Everything lands in $OUT/issue40.tar.gz.
@@ -31,6 +33,14 @@ if [ "$phase" = retune ]; then
     cp "tuned/$file" "$work/$file"
     tar czf "$out/issue40.tar.gz" -C "$out" issue40
     exit 0
+fi
+
+if [ "$phase" = wgmma-parts ]; then
+    timeout -s INT 330 python -m pytest -q -rf -m gpu tests/test_gemm_gpu.py -k "wgmma or 3xtf32 or refuses" \
+        > "$work/pytest-wgmma.txt" 2>&1
+    tail -8 "$work/pytest-wgmma.txt"
+    set -- chunk16u1
+    phase=variants
 fi
 
 if [ "$phase" = bench ]; then
