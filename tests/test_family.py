@@ -529,33 +529,29 @@ def test_gemm_wgmma_runs_float32_gemms_with_16_byte_rows_on_hopper_alone():
     assert implementation("gemm", nt, "default", H100) == "gemm"
 
 
-def test_unaligned_float32_rows_are_copied_where_that_lets_gemm_wgmma_serve_a_tf32_or_bf16_call(monkeypatch):
-    """Rows of float32 operands not a multiple of 16 bytes, at precision tf32 or bf16, untuned: copied
-    into aligned rows first (gemm_wgmma then reads them); never at fp32 (no family gains), never for
-    aligned rows, never where a record of the shape chose the tiled family, nor before Hopper."""
+def test_unaligned_float32_rows_are_copied_where_that_lets_gemm_wgmma_serve_a_tf32_or_bf16_call():
+    """Rows of float32 operands not a multiple of 16 bytes, at precision tf32 or bf16: copied into
+    aligned rows first (gemm_wgmma then reads them, a bfloat16 D too); never at fp32 (gemm_wgmma
+    serves no fp32 call), never for aligned rows or M/N-major ones gemm_wgmma pretransposes, never
+    where the output is small against the operands (copying them would cost more than it gains),
+    nor before Hopper."""
     import dataclasses
 
     from autogemm.ops.gemm import aligned_copies_pay
-    from autogemm.store import lookup
 
-    def problem(shape, precision):
+    def problem(shape, precision, **kw):
         sizes, op = shape.split(":")
         return gemm.Problem.contiguous(*map(int, sizes.split("x")), "float32", op[0] == "t", op[1] == "t",
-                                       precision=precision)
+                                       precision=precision, **kw)
 
     for shape in ("1023x1025x1027:nn", "777x555x333:nt", "800x1000x782:nt"):
         assert aligned_copies_pay(problem(shape, "tf32"), H100) and aligned_copies_pay(problem(shape, "bf16"), H100)
         assert not aligned_copies_pay(problem(shape, "fp32"), H100)
         assert not aligned_copies_pay(problem(shape, "tf32"), dataclasses.replace(H100, compute_capability="8.0"))
+    assert aligned_copies_pay(problem("1023x1025x1027:nn", "bf16", bf16_out=True), H100)
     assert not aligned_copies_pay(problem("1024x1024x1024:nn", "tf32"), H100)
-    assert not aligned_copies_pay(problem("800x1000x784:tn", "bf16"), H100)  # M/N-major: pretransposed instead
-    choose = lookup.choose
-    monkeypatch.setattr(lookup, "choose", lambda name, p, device: dataclasses.replace(
-        choose(name, p, device), source="exact") if name == "gemm" else choose(name, p, device))
-    lookup.reload()
-    assert not aligned_copies_pay(problem("1023x1025x1027:nn", "tf32"), H100)
-    monkeypatch.undo()
-    lookup.reload()
+    assert not aligned_copies_pay(problem("801x1000x784:tn", "bf16"), H100)    # M/N-major A: pretransposed
+    assert not aligned_copies_pay(problem("4096x4x1027:nn", "tf32"), H100)     # 2 flops a byte of A and B
 
 
 def test_tf32_and_bf16_products_serve_calls_at_their_precision_or_lower():

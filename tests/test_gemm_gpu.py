@@ -218,8 +218,9 @@ def test_tf32_keeps_a_nan_a_nan():
 @pytest.mark.parametrize("m, n, k, ta, tb", [(1023, 1025, 1027, False, False), (777, 555, 333, False, True)])
 def test_an_untuned_tf32_call_on_rows_gemm_wgmma_cannot_read_copies_them_aligned(m, n, k, ta, tb):
     """Rows of odd length at tf32, which gemm_wgmma's 16-byte copies cannot read: untuned, the call
-    copies them into aligned rows and gemm_wgmma multiplies those, within TF32's bound, twice (the
-    copies are part of the call); told the tiled family's default, the tiled TF32 MMAs run."""
+    copies them into aligned rows and gemm_wgmma multiplies those, within TF32's bound; A negated in
+    place between two runs of a plan gives the negated product (the copies are part of the call).
+    Told the tiled family's default, the tiled TF32 MMAs run."""
     import cupy
 
     import autogemm
@@ -236,11 +237,13 @@ def test_an_untuned_tf32_call_on_rows_gemm_wgmma_cannot_read_copies_them_aligned
                  "tiled": autogemm.plan_gemm(a, b, out, trans_a=ta, trans_b=tb, precision="tf32", config="default")}
     assert plans["copied"].widen is not None and plans["copied"].instance.family == "gemm_wgmma"
     assert plans["tiled"].widen is None and plans["tiled"].instance.config.math == "tf32"
-    for name, plan in [*plans.items(), ("copied", plans["copied"])]:
-        out.fill(np.nan)
-        plan()
-        verdict = compare(cupy.asnumpy(out), value, magnitude, k, np.float32, "tf32")
-        assert verdict.ok, f"{name}: {verdict.describe()}"
+    for name, plan in plans.items():
+        for sign in (1, -1):
+            out.fill(np.nan)
+            plan()
+            verdict = compare(cupy.asnumpy(out), sign * value, magnitude, k, np.float32, "tf32")
+            assert verdict.ok, f"{name}, A times {sign}: {verdict.describe()}"
+            a *= -1
 
 
 # gemm_wgmma's 3xTF32 on one 64 x 128 wgmma tile a warpgroup, a producer copying by TMA

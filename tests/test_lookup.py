@@ -347,6 +347,19 @@ def test_a_tf32_call_takes_tf32_records_then_fp32_ones_and_an_fp32_call_never_a_
     assert lookup.choose("gemm", tf32, H100).source == "default"      # gemm has no record at all here
 
 
+def test_a_record_whose_config_runs_only_at_the_lower_precision_serves_that_precision_alone(tuned):
+    """A float32 gemm_wgmma record from before 3xTF32 summed stages apart (wgmmas in flight, which
+    3xTF32 no longer allows) still serves a tf32 call with its tiles as TF32 runs them; an fp32 call
+    gets the default."""
+    fp32, tf32 = gemm_problem(800, 1000, 784), gemm_problem(800, 1000, 784, precision="tf32")
+    old = dict(WGMMA, math="3xtf32", inflight=1)
+    write_store(tuned, [record(fam="gemm_wgmma", config=old, median_us=40.0)])
+    lookup.reload()
+    served = lookup.choose("gemm_wgmma", tf32, H100)
+    assert (served.source, served.config) == ("exact", Config(dict(old, math="tf32")))
+    assert lookup.choose("gemm_wgmma", fp32, H100).source == "default"
+
+
 def test_a_bf16_call_takes_bf16_then_tf32_then_fp32_records_and_no_other_call_a_bf16_one(tuned):
     fp32, tf32, bf16 = (gemm_problem(800, 1000, 784, precision=p) for p in ("fp32", "tf32", "bf16"))
     assert key_of("gemm_wgmma", bf16).dtype == "bf16" and problem_of(key_of("gemm_wgmma", bf16)) == bf16

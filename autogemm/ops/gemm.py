@@ -20,9 +20,9 @@ from autogemm.errors import BadArguments, InvalidConfig
 from autogemm.ops.kernels import implementation, kernel, launch, scratch
 from autogemm.runtime import compile as compiler
 from autogemm.runtime.device import DeviceInfo, require_cupy, this_device
-from autogemm.runtime.family import Instance
+from autogemm.runtime.family import Instance, family
 from autogemm.runtime.tensor_map import TensorMap, kernel_args
-from autogemm.store import lookup
+from kernels import IMPLEMENTATIONS
 from kernels import to_bf16 as to_bf16_family
 from kernels.contract import MAX_SIZE, RowsProblem, ceil_div
 from kernels.gemm.call import EPILOGUES, PRECISIONS, Problem
@@ -166,8 +166,8 @@ def staged_operands(instance: Instance, a, lda: int, b, ldb: int, device: Device
 
 @dataclass
 class GemmCall:
-    """A checked GEMM with its kernels and arguments bound: calling it only launches (the staging
-    of its operands first, where its kernel reads them transposed)."""
+    """A checked GEMM with its kernels and arguments bound: calling it only launches (its operands'
+    copies into aligned rows, then their staging where its kernel reads them transposed, first)."""
 
     instance: Instance
     out: object
@@ -190,7 +190,7 @@ def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     """Check the arguments of `gemm`, choose and render its kernel, bind the launch arguments.
 
     Call the plan on the stream current when it was planned: its scratch (split-K partial sums,
-    pretransposed operands) is that stream's, shared with the other plans made on it."""
+    pretransposed operands, aligned copies) is that stream's, shared with the other plans made on it."""
     cupy = require_cupy()
 
     for name, x in (("a", a), ("b", b)):
@@ -275,19 +275,21 @@ def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     return GemmCall(instance, out, kernel_args(args), staging, device.sm_count, widen)
 
 
+@functools.cache
 def aligned_copies_pay(problem: Problem, device: DeviceInfo) -> bool:
-    """Whether an untold call of float32 operands at precision tf32 or bf16 whose rows are not a
-    multiple of 16 bytes runs on aligned copies of them: where gemm_wgmma reads those and not these,
-    and no record of this shape says otherwise. On an H200, 1023x1025x1027 and 777x555x333 ran on
-    the tiled family's TF32 MMAs at 2.27x and 1.36x cuBLAS TF32's time; on copies, gemm_wgmma ran
-    them at 1.25x and 0.89x cuBLAS BF16's (benchmarks/issue40-h200)."""
+    """Whether an untold call of float32 operands at precision tf32 or bf16, rows not a multiple of
+    16 bytes, runs on copies of them in rows that are: where a family of the call (gemm_wgmma) reads
+    only those, and the output is large enough against the operands (M N >= 64 (M + N): at least 32
+    flops a byte of A and B) that copying them costs less than it gains. On an H200, 1023x1025x1027
+    and 777x555x333 ran on the tiled family's TF32 MMAs at 2.27x and 1.36x cuBLAS TF32's time, its
+    tuned configs at 1.87x and 0.87x; on copies, gemm_wgmma's defaults at 1.12x and 0.78x
+    (benchmarks/issue40-h200)."""
     if problem.dtype != "float32" or problem.bf16_operands or problem.precision == "fp32" \
-            or min(problem.vec_a, problem.vec_b) == 4:
+            or min(problem.vec_a, problem.vec_b) == 4 or problem.m * problem.n < 64 * (problem.m + problem.n):
         return False
-    name = implementation("gemm", problem, None, device)
-    if lookup.choose(name, problem, device).source in ("exact", "stale"):
-        return False
-    return implementation("gemm", replace(problem, vec_a=4, vec_b=4), None, device) != name
+    aligned = replace(problem, vec_a=4, vec_b=4)
+    return any(family(name).can_run(aligned, device) and not family(name).can_run(problem, device)
+               for name in IMPLEMENTATIONS["gemm"])
 
 
 def aligned_operands(a, lda: int, b, ldb: int):

@@ -170,8 +170,10 @@ def choose(family_name: str, problem, device: DeviceInfo) -> Choice:
         # configs at the call's precision where the family can: Family.at_precision).
         best: dict[str, Choice] = {}
         for serving in serving_keys(key):
-            c = _from_index(index, serving, fam, fits, other_op=serving.op != key.op)
-            if c and serving.dtype != key.dtype and fits(lowered := fam.at_precision(c.config, problem)):
+            lower = serving.dtype != key.dtype      # a more accurate arithmetic's record: usable as it runs here
+            usable = (lambda cfg: fits(cfg) or (cfg is not None and fits(fam.at_precision(cfg, problem)))) if lower else fits
+            c = _from_index(index, serving, fam, usable, other_op=serving.op != key.op)
+            if c and lower and fits(lowered := fam.at_precision(c.config, problem)):
                 c = dataclasses.replace(c, config=lowered)
             if c and (serving.dtype not in best or c.rank_in_arithmetic < best[serving.dtype].rank_in_arithmetic):
                 best[serving.dtype] = c

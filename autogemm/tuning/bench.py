@@ -17,7 +17,7 @@ from kernels.conv2d.measure import cudnn_convolution
 class Row:
     shape: Shape | Target  # a GEMM, or a convolution call's launch
     variant: str          # "default", "tuned", "naive", "cublas"; "<family> default|tuned", "cudnn"; "widened", "aligned"
-                          # (bfloat16 rows no family reads: the call multiplies float32 copies)
+                          # (the call multiplies copies in aligned rows: autogemm.ops.gemm.aligned_operands)
     kernel: str
     timing: Timing | None
     gflops: float
