@@ -135,8 +135,10 @@ class KernelFamily(Protocol):
     serves before the implementations listed before it, and at_precision(cfg, precision): a config of
     a more accurate arithmetic's record made fit for a call at `precision` (the GEMMs: 3xTF32's
     tiles with TF32 products), and FP32_ACCURATE = False where its float32
-    kernels at precision fp32 pass the tuner's bound on FP32-accurate error (then no call runs them
-    but one that names the family)."""
+    kernels at precision fp32 do not pass the tuner's bound on FP32-accurate error (then no call runs
+    them but one that names the family). One whose constraints exclude whole problems may declare
+    may_run(problem, device): a necessary condition for any config to run one, asked before its
+    candidates are walked (gemm_wgmma: Hopper, and rows it can read)."""
 
     NAME: str                   # the family's name: registry key, tuned records' family, instance names
     TEMPLATE: str               # the template file, in this folder

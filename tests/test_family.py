@@ -529,6 +529,28 @@ def test_gemm_wgmma_runs_float32_gemms_with_16_byte_rows_on_hopper_alone():
     assert implementation("gemm", nt, "default", H100) == "gemm"
 
 
+def test_gemm_wgmma_says_at_once_which_problems_no_config_can_run():
+    """may_run, asked before the candidates are walked (a walk of thousands where none fits), says
+    no exactly where the walk finds none: rows it cannot read, an older GPU, float64."""
+    import dataclasses
+
+    import kernels.gemm_wgmma as wgmma_module
+
+    wgmma = family("gemm_wgmma")
+    a100 = dataclasses.replace(H100, compute_capability="8.0")
+    problems = [gemm.Problem.contiguous(*shape, "float32", ta, tb, **kw)
+                for shape, (ta, tb), kw in itertools.product(
+                    [(1023, 1025, 1027), (801, 1000, 784), (800, 1000, 782), (1000, 784, 800)],
+                    itertools.product((False, True), repeat=2),
+                    [{}, dict(precision="bf16", bf16_operands=True)])]
+    cases = [(p, H100) for p in problems] + [(gemm.Problem.contiguous(800, 1000, 784, "float64"), H100),
+                                             (problems[-1], a100)]
+    for problem, device in cases:
+        walked = any(wgmma.fits(wgmma.config(v), problem, device)
+                     for v in wgmma_module.default_candidates(problem, device))
+        assert wgmma_module.may_run(problem, device) == walked == wgmma.can_run(problem, device), (problem, device)
+
+
 def test_unaligned_float32_rows_are_copied_where_that_lets_gemm_wgmma_serve_a_tf32_or_bf16_call():
     """Rows of float32 operands not a multiple of 16 bytes, at precision tf32 or bf16: copied into
     aligned rows first (gemm_wgmma then reads them, a bfloat16 D too); never at fp32 (gemm_wgmma

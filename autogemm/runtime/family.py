@@ -198,7 +198,11 @@ class Family:
         return next(self._fitting(problem, device), None) is not None
 
     def _fitting(self, problem, device: DeviceInfo) -> Iterator[Config]:
-        """The untuned candidates that can run `problem`, in order, built only as far as asked."""
+        """The untuned candidates that can run `problem`, in order, built only as far as asked (none
+        where the module's may_run says no config could)."""
+        may_run = getattr(self.module, "may_run", None)
+        if may_run is not None and not may_run(problem, device):
+            return iter(())
         found = (self.config(values, "default") for values in self.module.default_candidates(problem, device)
                  if self.within(values))
         return (cfg for cfg in found if self.fits(cfg, problem, device))

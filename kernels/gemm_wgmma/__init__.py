@@ -16,6 +16,7 @@ producer, blocks may be persistent: at most one an SM, each taking tiles in turn
 warpgroups alternating whole tiles so that one's epilogue runs under the other's wgmmas.
 """
 import dataclasses
+from types import SimpleNamespace
 
 from kernels.contract import Geometry, TileMap, ceil_div
 # The GEMM call's problem, keys, epilogues, work and reference: this family's.
@@ -96,6 +97,14 @@ def kernel_problem(c, p: Problem) -> Problem:
 def aligned_copies(p: Problem) -> bool:
     """Whether A and B allow 16-byte copies."""
     return p.vec_a * p.operand_itemsize == 16 and p.vec_b * p.operand_itemsize == 16
+
+
+def may_run(p: Problem, d) -> bool:
+    """Whether any config could run `p` on `d` (the constraints' checks that no config changes):
+    Hopper, float32 results, and 16-byte copies of the operands as the kernel reads them, the
+    M/N-major float32 ones at best pretransposed (bfloat16 ones are read as they are)."""
+    lenient = SimpleNamespace(pretranspose=int(any(mn_major(p)) and not p.bf16_operands))
+    return d.compute_capability == "9.0" and p.dtype == "float32" and aligned_copies(kernel_problem(lenient, p))
 
 
 def k_step(p: Problem) -> int:
