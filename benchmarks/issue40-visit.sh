@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 40, item 2 (FP32-accurate is FP32's error) on one GPU. From the repository root:
-#   source .device/env.sh && bash benchmarks/issue40-visit.sh variants [VARIANT...]|retune|bench|wgmma-parts
+#   source .device/env.sh && bash benchmarks/issue40-visit.sh variants [VARIANT...]|retune|bench|wgmma-parts|profile-misses
 # variants: each variant of kernels/gemm/3xtf32.cuh (chunk16u1: the tree's, 16 k summed apart, the
 # steps not unrolled; base, chunk16, chunk8: the tree's with benchmarks/issue40-fp32-error/3xtf32-
 # <variant>.patch applied: all of K summed on the tensor cores, 16 k apart unrolled, 8 k apart) runs
@@ -10,6 +10,10 @@
 # GPU (the records the template change staled), the file copied out.
 # wgmma-parts: gemm_wgmma's 3xTF32 summed a stage at a time: the gpu tests of gemm_wgmma and of the
 # FP32 bound, then the variants' table of the tree as it is (chunk16u1: both families' error and time).
+# profile-misses: Nsight Compute on issue 40's missed first calls at tf32 and on bfloat16 arrays, each
+# kernel of the untuned call (copies and transposes too) and cuBLAS's on the same arrays
+# (benchmarks/issue40_first_calls_profile.py), the speed-of-light, launch, occupancy and warp-state
+# sections; a table of each kernel's time and throughputs last.
 # bench: nn.bench of the trainer on this tree against .device/base (`git archive <commit before>
 # kernels nn autogemm tuned`), before, after, before again, the same visit.
 # Everything lands in $OUT/issue40.tar.gz.
@@ -41,6 +45,30 @@ if [ "$phase" = wgmma-parts ]; then
     tail -8 "$work/pytest-wgmma.txt"
     set -- chunk16u1
     phase=variants
+fi
+
+if [ "$phase" = profile-misses ]; then
+    timeout 500 ncu --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+        --csv --page details python benchmarks/issue40_first_calls_profile.py > "$work/ncu-misses.csv" 2> "$work/ncu-misses.err"
+    echo "ncu: exit $?"
+    tar czf "$out/issue40.tar.gz" -C "$out" issue40
+    python3 - "$work/ncu-misses.csv" <<'PY'
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+if not rows:
+    sys.exit("no ncu rows")
+head, body = rows[0], rows[1:]
+at = {name: head.index(name) for name in ("ID", "Kernel Name", "Metric Name", "Metric Value")}
+want = ("Duration", "Compute (SM) Throughput", "Memory Throughput", "Achieved Occupancy", "Registers Per Thread")
+kernels = {}
+for r in body:
+    if r[at["Metric Name"]] in want:
+        kernels.setdefault((int(r[at["ID"]]), r[at["Kernel Name"]][:60]), {})[r[at["Metric Name"]]] = r[at["Metric Value"]]
+print(f"{'id':>3} {'kernel':60} " + " ".join(f"{w[:12]:>12}" for w in want))
+for (i, name), m in sorted(kernels.items()):
+    print(f"{i:>3} {name:60} " + " ".join(f"{m.get(w, ''):>12}" for w in want))
+PY
+    exit 0
 fi
 
 if [ "$phase" = bench ]; then
