@@ -300,16 +300,18 @@ def test_a_stop_while_a_result_is_told_leaves_it_told_and_raises_the_stop(tmp_pa
 
     from autogemm import signals
 
-    told, append = [], JournalFileBackend.append_logs
+    from autogemm.tuning.search import _WholeJournal
 
-    def append_logs(self, logs):
+    told, append = [], _WholeJournal._append
+
+    def append_logs(self, logs):               # the write itself, inside signals.deferred()
         if any(log.get("op_code") == JournalOperation.SET_TRIAL_STATE_VALUES and log.get("state") == 1 for log in logs):
             told.append(1)
             if len(told) == 5:
                 os.kill(os.getpid(), signal.SIGINT)
         return append(self, logs)
 
-    monkeypatch.setattr(JournalFileBackend, "append_logs", append_logs)
+    monkeypatch.setattr(_WholeJournal, "_append", append_logs)
     with pytest.raises(signals.Stop), signals.stoppable():
         search(FakeMeasure(), Settings(**{**FAST.__dict__, "trials": 30}), study_path=tmp_path / "s.log")
     states = [t.state for t in stored_study(tmp_path / "s.log").trials]
