@@ -169,9 +169,10 @@ def choose(family_name: str, problem, device: DeviceInfo) -> Choice:
         # tf32 or bf16 call then the best of its precision's and the more accurate ones' (their
         # configs at the call's precision where the family can: Family.at_precision).
         best: dict[str, Choice] = {}
+        lowered_fits = lambda cfg: cfg is not None and fits(fam.at_precision(cfg, problem))  # noqa: E731
         for serving in serving_keys(key):
             lower = serving.dtype != key.dtype      # a more accurate arithmetic's record: usable as it runs here
-            usable = (lambda cfg: fits(cfg) or (cfg is not None and fits(fam.at_precision(cfg, problem)))) if lower else fits
+            usable = (lambda cfg: fits(cfg) or lowered_fits(cfg)) if lower else fits
             c = _from_index(index, serving, fam, usable, other_op=serving.op != key.op)
             if c and lower and fits(lowered := fam.at_precision(c.config, problem)):
                 c = dataclasses.replace(c, config=lowered)

@@ -31,8 +31,9 @@ def candidates(p, d, params: dict, constraints: tuple):
     at most a quarter of the SMs; at fp32, where K is not long against the output, 3xTF32 on the
     same tiles; else FMAs on the largest tile that still gives every SM a block (with K long against
     the output, counting up to 16 slices of K); where its tiles leave SMs idle, split-K up to two
-    blocks per SM while each slice keeps at least 64 of K; then smaller and plainer fallbacks. Then more places for the search to start from. The tiles, BK and stages
-    are those that won sweeps and searches of the MLP's shapes and 4096^3 (benchmarks/)."""
+    blocks per SM while each slice keeps at least 64 of K; then smaller and plainer fallbacks. Then
+    more places for the search to start from. The tiles, BK and stages are those that won sweeps
+    and searches of the MLP's shapes and 4096^3 (benchmarks/)."""
     vec = min(4, 16 // p.itemsize, p.vec_a, p.vec_b)
     # float32 where K is not long against the output: 3xTF32 first, as accurate as FMAs (more: an
     # FMA kernel sums K in one sequence, past the FP32-accurate bound on skinny shapes) and faster
