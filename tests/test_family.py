@@ -555,8 +555,8 @@ def test_unaligned_float32_rows_are_copied_where_that_lets_gemm_wgmma_serve_a_tf
     """Rows of float32 operands not a multiple of 16 bytes, at precision tf32 or bf16: copied into
     aligned rows first (gemm_wgmma then reads them, a bfloat16 D too); never at fp32 (gemm_wgmma
     serves no fp32 call), never for aligned rows or M/N-major ones gemm_wgmma pretransposes, never
-    where the output is small against the operands (copying them would cost more than it gains),
-    nor before Hopper."""
+    for a small GEMM or one whose output is small against the operands (copying them would cost
+    more than it gains), nor before Hopper."""
     import dataclasses
 
     from autogemm.ops.gemm import aligned_copies_pay
@@ -574,6 +574,7 @@ def test_unaligned_float32_rows_are_copied_where_that_lets_gemm_wgmma_serve_a_tf
     assert not aligned_copies_pay(problem("1024x1024x1024:nn", "tf32"), H100)
     assert not aligned_copies_pay(problem("801x1000x784:tn", "bf16"), H100)    # M/N-major A: pretransposed
     assert not aligned_copies_pay(problem("4096x4x1027:nn", "tf32"), H100)     # 2 flops a byte of A and B
+    assert not aligned_copies_pay(problem("800x100x10:nn", "tf32"), H100)      # 1.6 Mflop: the copies' launches cost more
 
 
 def test_tf32_and_bf16_products_serve_calls_at_their_precision_or_lower():

@@ -279,13 +279,15 @@ def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
 def aligned_copies_pay(problem: Problem, device: DeviceInfo) -> bool:
     """Whether an untold call of float32 operands at precision tf32 or bf16, rows not a multiple of
     16 bytes, runs on copies of them in rows that are: where a family of the call (gemm_wgmma) reads
-    only those, and the output is large enough against the operands (M N >= 64 (M + N): at least 32
-    flops a byte of A and B) that copying them costs less than it gains. On an H200, 1023x1025x1027
-    and 777x555x333 ran on the tiled family's TF32 MMAs at 2.27x and 1.36x cuBLAS TF32's time, its
-    tuned configs at 1.87x and 0.87x; on copies, gemm_wgmma's defaults at 1.12x and 0.78x
-    (benchmarks/issue40-h200)."""
+    only those, and the GEMM is large enough that the copies (two more launches, A and B read and
+    written once more) cost less than it gains: 2^27 flops or more, and at least 32 flops a byte of
+    A and B (M N >= 64 (M + N)). On an H200, 1023x1025x1027 and 777x555x333 (2^31 and 2^28 flops)
+    ran on the tiled family's TF32 MMAs at 2.27x and 1.36x cuBLAS TF32's time, its tuned configs at
+    1.87x and 0.87x; on copies, gemm_wgmma's defaults at 1.12x and 0.78x (benchmarks/issue40-h200).
+    A network's small GEMMs (K = 10 of a 10-class output layer) are left as they are."""
+    m, n, k = problem.m, problem.n, problem.k
     if problem.dtype != "float32" or problem.bf16_operands or problem.precision == "fp32" \
-            or min(problem.vec_a, problem.vec_b) == 4 or problem.m * problem.n < 64 * (problem.m + problem.n):
+            or min(problem.vec_a, problem.vec_b) == 4 or 2 * m * n * k < 2**27 or m * n < 64 * (m + n):
         return False
     aligned = replace(problem, vec_a=4, vec_b=4)
     return any(family(name).can_run(aligned, device) and not family(name).can_run(problem, device)
