@@ -9,15 +9,7 @@
 # on bfloat16 arrays against cuBLAS, times and errors (`autogemm bench --untuned`).
 # Everything lands in $OUT/issue39.tar.gz; a table last.
 set -uo pipefail
-# The networks' entry points (autogemm tune --shapes nn) without pip, which cannot build offline there:
-# the checkout's metadata where the carried site packages are found.
-meta=/tmp/site/autogemm-0.0.0.dist-info
-mkdir -p "$meta" && printf 'Metadata-Version: 2.1\nName: autogemm\nVersion: 0.0.0\n' > "$meta/METADATA"
-python3 - "$meta/entry_points.txt" <<'PY'
-import sys, tomllib
-groups = tomllib.load(open("pyproject.toml", "rb"))["project"]["entry-points"]
-open(sys.argv[1], "w").write("".join(f"[{g}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()) for g, eps in groups.items()))
-PY
+source benchmarks/entry-points.sh
 out=${OUT:-/tmp/issue39}
 work=$out/issue39
 mkdir -p "$work"

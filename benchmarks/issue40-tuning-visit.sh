@@ -14,6 +14,7 @@
 # Each line of tune's output is stamped with the time it came; a table of seconds a shape last.
 # Everything lands in $OUT/issue40-tuning.tar.gz.
 set -uo pipefail
+source benchmarks/entry-points.sh
 out=${OUT:-/tmp/issue40-tuning}
 work=$out/issue40-tuning
 mkdir -p "$work"

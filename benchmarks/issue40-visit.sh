@@ -18,6 +18,7 @@
 # kernels nn autogemm tuned`), before, after, before again, the same visit.
 # Everything lands in $OUT/issue40.tar.gz.
 set -uo pipefail
+source benchmarks/entry-points.sh
 out=${OUT:-/tmp/issue40}
 work=$out/issue40
 mkdir -p "$work"
