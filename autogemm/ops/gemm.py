@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from autogemm.errors import BadArguments, InvalidConfig
+from autogemm.errors import BadArguments
 from autogemm.ops.kernels import implementation, kernel, launch, scratch
 from autogemm.runtime import compile as compiler
 from autogemm.runtime.device import DeviceInfo, require_cupy, this_device
@@ -254,21 +254,11 @@ def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
                       vector_width(a, lda), vector_width(b, ldb), vec_out, precision, bf16_operands, bf16_out)
     device = this_device()
     widen = None
-    if config is None and kernel_family == "gemm" and aligned_copies_pay(problem, device):
-        (a, lda), (b, ldb), widen = aligned_operands(a, lda, b, ldb)
-        problem = replace(problem, vec_a=vector_width(a, lda), vec_b=vector_width(b, ldb))
-    try:
-        name = implementation("gemm", problem, config, device) if kernel_family == "gemm" else kernel_family
-        instance = kernel(name, problem, config, device)
-    except InvalidConfig:
-        if not (bf16_operands and config is None):
-            raise
-        # No family reads these bfloat16 rows (not a multiple of 16 bytes): their float32 values,
-        # exact, in rows that are; then the float32 call at precision bf16
+    if config is None and operand_copies(problem, device, kernel_family):
         (a, lda), (b, ldb), widen = aligned_operands(a, lda, b, ldb)
         problem = replace(problem, vec_a=vector_width(a, lda), vec_b=vector_width(b, ldb), bf16_operands=False)
-        name = implementation("gemm", problem, None, device) if kernel_family == "gemm" else kernel_family
-        instance = kernel(name, problem, None, device)
+    name = implementation("gemm", problem, config, device) if kernel_family == "gemm" else kernel_family
+    instance = kernel(name, problem, config, device)
     (a, lda), (b, ldb), staging = staged_operands(instance, a, lda, b, ldb, device)
     args = launch_args(instance, a, b, c if use_c else out, out, bias, aux,
                        (m, n, k, lda, ldb, ldc, ldd, ldaux), alpha, beta)
@@ -276,6 +266,18 @@ def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
 
 
 @functools.cache
+def operand_copies(problem: Problem, device: DeviceInfo, kernel_family: str = "gemm") -> str | None:
+    """How an untold call (`kernel_family` "gemm": whichever family the call picks) copies its
+    operands into 16-byte rows before it multiplies them, if it does: "widened" (bfloat16 rows no
+    family reads, as their float32 values, then the float32 call at precision bf16), "aligned"
+    (float32 rows where that pays: aligned_copies_pay), else None. Decided once a problem: every
+    call of autogemm.gemm asks."""
+    names = IMPLEMENTATIONS["gemm"] if kernel_family == "gemm" else (kernel_family,)
+    if problem.bf16_operands and not any(family(name).can_run(problem, device) for name in names):
+        return "widened"
+    return "aligned" if kernel_family == "gemm" and aligned_copies_pay(problem, device) else None
+
+
 def aligned_copies_pay(problem: Problem, device: DeviceInfo) -> bool:
     """Whether an untold call of float32 operands at precision tf32 or bf16, rows not a multiple of
     16 bytes, runs on copies of them in rows that are: where a family of the call (gemm_wgmma) reads

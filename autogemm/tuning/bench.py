@@ -46,7 +46,7 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
     """
     import cupy
 
-    from autogemm.ops.gemm import aligned_copies_pay
+    from autogemm.ops.gemm import operand_copies
     from autogemm.runtime.device import this_device
     from autogemm.runtime.family import family
     from autogemm.store import lookup
@@ -70,9 +70,7 @@ def bench_shape(shape: Shape, dtype=np.float32, configs: dict | None = None, rep
         if family(other).can_run(problem, device):
             choice = lookup.choose(other, problem, device)
             variants.append((f"{other} {_variant(choice)}", other, dict(choice.config)))
-    # The call's copies into aligned rows (ops.gemm): bfloat16 rows no family reads, widened; float32
-    # rows gemm_wgmma reads only so
-    copied = "widened" if bf16_operands and not variants else "aligned" if aligned_copies_pay(problem, device) else None
+    copied = operand_copies(problem, device)       # the call's copies into aligned rows, if it makes them
     if copied:
         variants.append((copied, "gemm", None))
     if naive:
