@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 40, item 2 (FP32-accurate is FP32's error) on one GPU. From the repository root:
-#   source .device/env.sh && bash benchmarks/issue40-visit.sh variants [VARIANT...]|retune|bench|wgmma-parts|profile-misses
+#   source .device/env.sh && bash benchmarks/issue40-visit.sh variants [VARIANT...]|retune|bench|wgmma-parts|profile-misses|wgmma-fp32
 # variants: each variant of kernels/gemm/3xtf32.cuh (chunk16u1: the tree's, 16 k summed apart, the
 # steps not unrolled; base, chunk16, chunk8: the tree's with benchmarks/issue40-fp32-error/3xtf32-
 # <variant>.patch applied: all of K summed on the tensor cores, 16 k apart unrolled, 8 k apart) runs
@@ -10,12 +10,16 @@
 # GPU (the records the template change staled), the file copied out.
 # wgmma-parts: gemm_wgmma's 3xTF32 summed a stage at a time: the gpu tests of gemm_wgmma and of the
 # FP32 bound, then the variants' table of the tree as it is (chunk16u1: both families' error and time).
+# wgmma-fp32: gemm_wgmma serving fp32 calls: the gpu tests the wgmma-parts visit failed or did not
+# reach, then its fp32 records of the networks' GEMMs (cme213 and large, one rank), tuned into a copy
+# of tuned/ at $TUNED_FP32 (default /tmp/tuned-fp32, kept on the machine for bench), the file copied out.
 # profile-misses: Nsight Compute on issue 40's missed first calls at tf32 and on bfloat16 arrays, each
 # kernel of the untuned call (copies and transposes too) and cuBLAS's on the same arrays
 # (benchmarks/issue40_first_calls_profile.py), the speed-of-light, launch, occupancy and warp-state
 # sections; a table of each kernel's time and throughputs last.
 # bench: nn.bench of the trainer on this tree against .device/base (`git archive <commit before>
-# kernels nn autogemm tuned`), before, after, before again, the same visit.
+# kernels nn autogemm tuned`), before, after, before again, the same visit; after with $AUTOGEMM_TUNED
+# at $AFTER_TUNED where that is set (wgmma-fp32's store).
 # Everything lands in $OUT/issue40.tar.gz.
 set -uo pipefail
 source benchmarks/entry-points.sh
@@ -48,6 +52,25 @@ if [ "$phase" = wgmma-parts ]; then
     phase=variants
 fi
 
+if [ "$phase" = wgmma-fp32 ]; then
+    timeout -s INT 200 python -m pytest -q -rf -m gpu tests/test_gemm_gpu.py \
+        -k "persistent or bf16_products or bfloat16_operands or writes_bfloat16 or untuned" > "$work/pytest-wgmma-fp32.txt" 2>&1
+    tail -4 "$work/pytest-wgmma-fp32.txt"
+    store=${TUNED_FP32:-/tmp/tuned-fp32}
+    rm -rf "$store" && cp -r tuned "$store"
+    file=$(python -c "from autogemm.runtime.device import this_device; print(this_device().slug)").json
+    timeout 150 python -m autogemm.cli tune --shapes nn --families gemm_wgmma --trials 30 --timeout 10 --out "$store" \
+        < /dev/null > "$work/tune-cme213.txt" 2>&1
+    echo "tune cme213: exit $?"
+    timeout 200 python -m autogemm.cli tune --shapes nn --hidden 4096 --batch 8192 --families gemm_wgmma --trials 30 \
+        --timeout 15 --out "$store" < /dev/null > "$work/tune-large.txt" 2>&1
+    echo "tune large: exit $?"
+    cp "$store/$file" "$work/$file"
+    tar czf "$out/issue40.tar.gz" -C "$out" issue40
+    grep -h "autogemm tune: \[" "$work"/tune-*.txt
+    exit 0
+fi
+
 if [ "$phase" = profile-misses ]; then
     timeout 500 ncu --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
         --csv --page details python benchmarks/issue40_first_calls_profile.py > "$work/ncu-misses.csv" 2> "$work/ncu-misses.err"
@@ -74,12 +97,12 @@ fi
 
 if [ "$phase" = bench ]; then
     nets=cme213,large backends=cublas,cupy-tuned,cupy-tuned-tf32
-    bench() {   # DIR NAME
-        (cd "$1" && timeout 140 python -m nn.bench --networks $nets --backends $backends --epochs 5 \
+    bench() {   # DIR NAME [TUNED]
+        (cd "$1" && { [ -z "${3:-}" ] || export AUTOGEMM_TUNED=$3; } && timeout 140 python -m nn.bench --networks $nets --backends $backends --epochs 5 \
             --json "$work/$2.json" > "$work/$2.txt" 2>&1)
     }
     bench .device/base train-before
-    bench . train-after
+    bench . train-after "${AFTER_TUNED:-}"
     bench .device/base train-before-2
     tar czf "$out/issue40.tar.gz" -C "$out" issue40
     python3 - "$work" <<'PY'

@@ -480,7 +480,7 @@ def test_wgmma_persistent_every_op_and_math(ta, tb):
     check_wgmma_cases(ta, tb, dict(producer=1, persistent=1), [
             ((4000, 1000, 784), dict(bm=128, bn=128, stages=3, inflight=0, tma=1), "tf32", False),
             ((1000, 4000, 800), dict(bm=64, bn=256, stages=2, inflight=0, tma=1), "tf32", False),
-            ((2400, 1000, 784), dict(bm=128, bn=128, stages=2, inflight=0, tma=1), "3xtf32", False),
+            ((2400, 1000, 784), dict(bm=128, bn=64, stages=2, inflight=0, tma=1), "3xtf32", False),
             ((2000, 784, 1000), dict(bm=64, bn=128, warpgroups=1, stages=4, inflight=1, tma=0), "bf16", False),
             ((4096, 1024, 1024), dict(bm=128, bn=128, stages=4, inflight=0, tma=1), "bf16", True),
             ((800, 784, 1000), dict(bm=64, bn=128, stages=3, inflight=1, tma=0), "bf16", True),

@@ -287,10 +287,21 @@ def test_a_stale_record_competes_on_time_with_an_exact_one(monkeypatch):
     assert implementation("conv2d", problem, None, H100) == "conv2d"
 
 
-def test_an_untuned_gemm_at_tf32_or_bf16_runs_on_hopper_tensor_cores(tuned):
+# Issue 40's public shapes at fp32, untuned on an H100: the family that runs each. gemm_wgmma's
+# 3xTF32 where the output has 2^18 elements or more and its rows are 16-byte aligned.
+FIRST_CALLS_FP32 = {"1024x1024x1024:nn": "gemm_wgmma", "2048x2048x2048:nt": "gemm_wgmma",
+                    "4096x4096x4096:nn": "gemm_wgmma", "512x4096x1024:tn": "gemm_wgmma",
+                    "4096x512x1024:nt": "gemm_wgmma", "8192x8192x256:nn": "gemm_wgmma",
+                    "1000x1000x1000:tt": "gemm_wgmma", "96x3072x768:nt": "gemm_wgmma", "3072x96x768:tn": "gemm_wgmma",
+                    "256x256x8192:tn": "gemm",                                # a small output: the tiled FMAs
+                    "777x555x333:nt": "gemm", "1023x1025x1027:nn": "gemm"}    # rows gemm_wgmma cannot read
+
+
+def test_an_untuned_gemm_runs_on_hopper_tensor_cores(tuned):
     """With no record for either family, a tf32 or bf16 call runs gemm_wgmma at its precision where
-    it can (FP32 FMAs took 1.0x-8.5x cuBLAS TF32's time, benchmarks/issue39-h100/first-calls); an
-    fp32 call, and one whose rows wgmma cannot copy (not 16-byte aligned), the tiled family."""
+    it can (FP32 FMAs took 1.0x-8.5x cuBLAS TF32's time, benchmarks/issue39-h100/first-calls), an
+    fp32 call its 3xTF32 where the output is large; the rest, and rows wgmma cannot copy (not
+    16-byte aligned), the tiled family."""
     from autogemm.ops.kernels import implementation
 
     lookup.reload()
@@ -300,7 +311,11 @@ def test_an_untuned_gemm_at_tf32_or_bf16_runs_on_hopper_tensor_cores(tuned):
         assert family("gemm_wgmma").default(problem, H100).math == "tf32"
         assert implementation("gemm", problem, "default", H100) == "gemm"
         assert implementation("gemm", gemm_problem(777, 555, 333, "nt", precision=precision), None, H100) == "gemm"
-    assert implementation("gemm", gemm_problem(1024, 1024, 1024, "nn"), None, H100) == "gemm"
+    for shape, want in FIRST_CALLS_FP32.items():
+        sizes, op = shape.split(":")
+        problem = gemm_problem(*map(int, sizes.split("x")), op)
+        assert implementation("gemm", problem, None, H100) == want, shape
+        assert family(want).default(problem, H100).math in (("3xtf32",) if want == "gemm_wgmma" else ("3xtf32", "fma"))
 
 
 def test_a_record_beats_an_untuned_preference(tuned):

@@ -210,22 +210,24 @@ def test_a_gemm_with_an_epilogue_starts_from_the_configs_that_serve_it_now():
     assert [dict(c) for c in _known(existing, key, H100, fam)][1:] == [dict(other_shape.config)]
 
 
-def test_fp32_calls_are_not_tuned_on_a_family_that_is_not_fp32_accurate():
-    """gemm_wgmma's 3xTF32 passes the FP32 bound everywhere measured: at fp32 its targets are left
-    to the tiled family, at tf32 both are tuned."""
+def test_fp32_calls_are_not_tuned_or_run_on_a_family_that_is_not_fp32_accurate(monkeypatch):
+    """A family whose module says FP32_ACCURATE = False serves no fp32 call of float32 data: `tune`
+    leaves its fp32 targets to the others and an untold call never picks it; at tf32 it serves as
+    before. gemm_wgmma's 3xTF32, summed a stage at a time, keeps the bound: both serve fp32."""
+    from autogemm.ops.kernels import implementation
     from autogemm.runtime.device import H100
+    from autogemm.runtime.family import family
     from autogemm.store.keys import Target
     from autogemm.tuning.tune import runnable_targets
-
-    targets = [Target(name, (800, 1000, 784), "nt") for name in ("gemm", "gemm_wgmma")]
-    assert [t.family for t in runnable_targets(targets, "float32", H100)[0]] == ["gemm"]
-    assert [t.family for t in runnable_targets(targets, "tf32", H100)[0]] == ["gemm", "gemm_wgmma"]
-
-
-def test_an_fp32_accurate_call_is_served_by_fp32_accurate_families_alone():
-    from autogemm.runtime.family import family
     from kernels.gemm.call import Problem
 
+    targets = [Target(name, (800, 1000, 784), "nt") for name in ("gemm", "gemm_wgmma")]
     fp32, tf32 = (Problem.contiguous(800, 1000, 784, "float32", False, True, precision=p) for p in ("fp32", "tf32"))
-    assert family("gemm").serves(fp32) and family("gemm").serves(tf32)
+    assert [t.family for t in runnable_targets(targets, "float32", H100)[0]] == ["gemm", "gemm_wgmma"]
+    assert family("gemm").serves(fp32) and family("gemm_wgmma").serves(fp32)
+    monkeypatch.setattr(family("gemm_wgmma").module, "FP32_ACCURATE", False)
+    assert [t.family for t in runnable_targets(targets, "float32", H100)[0]] == ["gemm"]
+    assert [t.family for t in runnable_targets(targets, "tf32", H100)[0]] == ["gemm", "gemm_wgmma"]
     assert not family("gemm_wgmma").serves(fp32) and family("gemm_wgmma").serves(tf32)
+    unseen = Problem.contiguous(3000, 2000, 1008, "float32", False, True)     # a shape no other test asks for
+    assert implementation("gemm", unseen, None, H100) == "gemm"

@@ -30,12 +30,15 @@ CALL = "gemm"   # another implementation of gemm's call (Hopper, float32 or bflo
 COMPILE_OPTIONS = ("-arch=sm_90a",)   # wgmma exists on sm_90a only
 # The precision each math computes (gemm.PRECISIONS): what its own kernels offer tune --precision.
 MATH_PRECISION = {"3xtf32": "fp32", "tf32": "tf32", "bf16": "bf16"}
-# Its 3xTF32 summed all of K on the tensor cores, whose adder truncates: beyond the tuner's bound on
-# FP32-accurate error (autogemm.tuning.verify) on every shape measured. It now sums each stage apart
-# and adds it by rounding FADDs, as the tiled family does; until that is measured against the bound
-# on a GPU, `autogemm tune` leaves fp32 calls to the tiled family (a caller that names this family
-# still gets its 3xTF32).
-FP32_ACCURATE = False
+# Its 3xTF32 sums each stage apart and adds it by rounding FADDs (the tensor cores' own adder
+# truncates): on an H100, within 0.24x-1.45x cuBLAS FP32's max-norm error on random normal data, K up
+# to 16384 (benchmarks/issue40-h100/wgmma-parts), inside the tuner's bound (autogemm.tuning.verify).
+FP32_ACCURATE = True
+# Untuned fp32 calls of at least this many outputs run here first: on the 12 such shapes measured,
+# its 3xTF32 defaults took 0.57x-1.02x cuBLAS FP32's time (10 under 0.8x), the tiled family's
+# 0.73x-1.46x; on 256 x 256 outputs, whose K it splits, 1.18x-1.63x against the tiled family's
+# 1.02x-1.75x with no clear winner (benchmarks/issue40-h100/wgmma-parts).
+UNTUNED_FP32_OUTPUTS = 2**18
 KERNEL_PRECISIONS = tuple(MATH_PRECISION.values())
 
 
@@ -60,10 +63,10 @@ SWIZZLE_ALIGN = 1024  # the dynamic shared memory is aligned up to this in the k
 
 
 def untuned_first(p: Problem) -> bool:
-    """A call at tf32 or bf16 that no record serves runs here before the tiled family: products at
-    its precision on warpgroup MMAs, against mma.sync's (the tiled family's TF32 then runs the calls
-    this family cannot read)."""
-    return p.precision != "fp32"
+    """A call that no record serves runs here before the tiled family at tf32 or bf16 (products at
+    its precision on warpgroup MMAs, against mma.sync's), and at fp32 where its output is large
+    (UNTUNED_FP32_OUTPUTS): the tiled family then runs the calls this family cannot read."""
+    return p.precision != "fp32" or p.m * p.n >= UNTUNED_FP32_OUTPUTS
 
 
 def helper_templates(c) -> tuple[str, ...]:
