@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 40, item 3 (tuning in seconds), on a GPU machine. From the repository root:
-#   source .device/env.sh && bash benchmarks/issue40-tuning-visit.sh check|fp32|tf32|base|layers|gpus
+#   source .device/env.sh && bash benchmarks/issue40-tuning-visit.sh check|fp32|tf32|base|layers|gpus|gpus-warm
 # check: the gpu tests of what the tuning change touched (the GEMM kernels and their measure, the
 #   search on the GPU, the checks on the device).
 # fp32: `autogemm tune` of issue 40's twelve public shapes (the tiled family: the FP32-accurate one),
@@ -10,6 +10,8 @@
 # fp32-layers: fp32's cold run, then layers.
 # layers: `autogemm tune --layers conv32x3,conv32x3,pool2,conv64x3,pool2,dense128`, cold cache.
 # gpus: the twelve shapes at fp32 with --gpus 0, then --gpus all (run on a machine of several GPUs).
+# gpus-warm: the same, each run with a copy of one CuPy kernel cache warmed by a small tune (the
+#   kernels CuPy compiles for any tune, once a machine; not autogemm's, each run compiles its own).
 # TUNE_TIMEOUT: seconds a tune may run (560).
 # Each line of tune's output is stamped with the time it came; a table of seconds a shape last.
 # Everything lands in $OUT/issue40-tuning.tar.gz.
@@ -71,8 +73,17 @@ gpus)
     CUPY_CACHE_DIR=$work/cupy-gall AUTOGEMM_CACHE=$work/cache-gall \
         stamped gpus-all . --shapes "$SHAPES" --trials 40 --gpus all --out "$work/store-gall"
     ;;
+gpus-warm)
+    CUPY_CACHE_DIR=$work/cupy-warm AUTOGEMM_CACHE=$work/cache-warm \
+        stamped warm-up . --shapes 640x640x640:nt --trials 4 --out "$work/store-warm"
+    cp -r "$work/cupy-warm" "$work/cupy-g1" && cp -r "$work/cupy-warm" "$work/cupy-gall"
+    CUPY_CACHE_DIR=$work/cupy-g1 AUTOGEMM_CACHE=$work/cache-g1 \
+        stamped gpus-one-warm . --shapes "$SHAPES" --trials 40 --gpus 0 --out "$work/store-g1"
+    CUPY_CACHE_DIR=$work/cupy-gall AUTOGEMM_CACHE=$work/cache-gall \
+        stamped gpus-all-warm . --shapes "$SHAPES" --trials 40 --gpus all --out "$work/store-gall"
+    ;;
 esac
-rm -rf "$work"/cupy*
+rm -rf "$work"/cupy* "$work"/cache*
 tar czf "$out/issue40-tuning.tar.gz" -C "$out" issue40-tuning
 python3 - "$work" <<'PY'
 import pathlib, re, statistics, sys

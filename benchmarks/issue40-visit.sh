@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 40, item 2 (FP32-accurate is FP32's error) on one GPU. From the repository root:
-#   source .device/env.sh && bash benchmarks/issue40-visit.sh variants [VARIANT...]|retune|bench|wgmma-parts|profile-misses|wgmma-fp32
+#   source .device/env.sh && bash benchmarks/issue40-visit.sh variants [VARIANT...]|retune|bench|wgmma-parts|profile-misses|wgmma-fp32|pretranspose
 # variants: each variant of kernels/gemm/3xtf32.cuh (chunk16u1: the tree's, 16 k summed apart, the
 # steps not unrolled; base, chunk16, chunk8: the tree's with benchmarks/issue40-fp32-error/3xtf32-
 # <variant>.patch applied: all of K summed on the tensor cores, 16 k apart unrolled, 8 k apart) runs
@@ -13,6 +13,8 @@
 # wgmma-fp32: gemm_wgmma serving fp32 calls: the gpu tests the wgmma-parts visit failed or did not
 # reach, then its fp32 records of the networks' GEMMs (cme213 and large, one rank), tuned into a copy
 # of tuned/ at $TUNED_FP32 (default /tmp/tuned-fp32, kept on the machine for bench), the file copied out.
+# pretranspose: gemm_wgmma's TF32 on M/N-major operands, copied K-major first or transposed in
+# shared memory, against cuBLAS TF32 (benchmarks/issue40_pretranspose.py).
 # profile-misses: Nsight Compute on issue 40's missed first calls at tf32 and on bfloat16 arrays, each
 # kernel of the untuned call (copies and transposes too) and cuBLAS's on the same arrays
 # (benchmarks/issue40_first_calls_profile.py), the speed-of-light, launch, occupancy and warp-state
@@ -68,6 +70,14 @@ if [ "$phase" = wgmma-fp32 ]; then
     cp "$store/$file" "$work/$file"
     tar czf "$out/issue40.tar.gz" -C "$out" issue40
     grep -h "autogemm tune: \[" "$work"/tune-*.txt
+    exit 0
+fi
+
+if [ "$phase" = pretranspose ]; then
+    timeout 300 python benchmarks/issue40_pretranspose.py --json "$work/pretranspose.json" > "$work/pretranspose.txt" 2>&1
+    echo "pretranspose: exit $?"
+    tar czf "$out/issue40.tar.gz" -C "$out" issue40
+    cat "$work/pretranspose.txt"
     exit 0
 fi
 

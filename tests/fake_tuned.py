@@ -2,6 +2,7 @@
 import json
 import math
 import threading
+import os
 import time
 from pathlib import Path
 
@@ -138,6 +139,11 @@ def fake_gpu_context(gpu: int):
 def failing_gpu_context(gpu: int):
     """gpus.gpu_context where the GPU cannot be used (a CUDA error that is not autogemm's)."""
     raise RuntimeError(f"cudaErrorDevicesUnavailable: GPU {gpu} is busy")
+
+
+def thread_telling_gpu_context(gpu: int):
+    """gpus.gpu_context that ends the worker with the BLAS thread count it started with."""
+    raise RuntimeError(f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}")
 
 
 def slow_measure_for(key, device, seed=0):

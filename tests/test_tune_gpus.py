@@ -15,7 +15,8 @@ from autogemm.store.keys import Target
 from autogemm.store.records import file_for, load
 from autogemm.tuning import gpus
 from autogemm.tuning.search import Settings
-from fake_tuned import failing_gpu_context, fake_gpu_context, measure_for_dying_on_gpu_1, slow_measure_for
+from fake_tuned import (failing_gpu_context, fake_gpu_context, measure_for_dying_on_gpu_1, slow_measure_for,
+                        thread_telling_gpu_context)
 
 FAST = Settings(trials=6, timeout=None, top=2, rounds=2, final_reps=3, quick_reps=3)
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +49,32 @@ def test_gpu_lists():
 def test_a_problems_families_are_one_unit_of_work():
     assert [[t.family for t in group] for group in gpus.problems(TARGETS, "float32")] == [
         ["gemm", "gemm_wgmma"]] * 3 + [["colsum"]]
+
+
+def test_the_largest_problems_are_handed_out_first():
+    """By their flops (a problem's families together), ties in the given order: the 4096^3 GEMM
+    given last would have started while the other GPUs ran out of work."""
+    targets = TARGETS[::-1] + [Target("gemm", (4096, 4096, 4096), "nn"), Target("colsum", (400, 1000), "-")]
+    assert [str(group[0]) for group in gpus.problems(targets, "float32")] == [
+        "gemm 4096x4096x4096:nn", "gemm_wgmma 800x1000x784:nt", "gemm_wgmma 400x1000x784:nt",
+        "gemm_wgmma 200x1000x784:nt", "colsum 800x1000", "colsum 400x1000"]
+
+
+def test_each_worker_takes_a_share_of_the_cores_for_its_blas_threads(tmp_path, monkeypatch):
+    """The variables sizing numeric libraries' thread pools, each worker a 1/GPUs share of the
+    cores (at least 1), where the user has not set them; the parent's environment is left as it was."""
+    for name in gpus.THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert gpus.worker_environment(4, cpus=64) == dict.fromkeys(gpus.THREAD_VARIABLES, "16")
+    assert gpus.worker_environment(4, cpus=2) == dict.fromkeys(gpus.THREAD_VARIABLES, "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert "OMP_NUM_THREADS" not in gpus.worker_environment(2, cpus=64)
+    events = list(gpus.tune_on_gpus(TARGETS, (0, 1), job(tmp_path, context=thread_telling_gpu_context)))
+    errors = {e.outcome.error for e in events if isinstance(e, gpus.Finished)}
+    share = max(1, len(os.sched_getaffinity(0)) // 2)
+    assert errors == {f"no GPU was left to tune it (GPU 0: RuntimeError: OPENBLAS_NUM_THREADS={share}; "
+                      f"GPU 1: RuntimeError: OPENBLAS_NUM_THREADS={share})"}
+    assert "OPENBLAS_NUM_THREADS" not in os.environ and os.environ["OMP_NUM_THREADS"] == "3"
 
 
 def test_the_targets_are_spread_over_the_gpus_and_saved_into_one_file_per_model(tmp_path):
@@ -101,9 +128,9 @@ def test_tune_gpus_all_tunes_on_every_gpu(fake_gpus, tmp_path, capsys):
                        "--out", str(out)])
     printed = capsys.readouterr()
     assert status == 0, printed.err
-    assert "2 shapes on 2 GPUs (0,1: NVIDIA H100 80GB HBM3)" in printed.out    # fp32: no gemm_wgmma
-    assert len([line for line in printed.out.splitlines() if line.startswith("autogemm tune: [")]) == 2
-    assert len(load(file_for(out, H100)).records) == 2
+    assert "4 shapes on 2 GPUs (0,1: NVIDIA H100 80GB HBM3)" in printed.out    # both GEMM families each
+    assert len([line for line in printed.out.splitlines() if line.startswith("autogemm tune: [")]) == 4
+    assert len(load(file_for(out, H100)).records) == 4
 
 
 def test_a_worker_that_dies_before_a_problems_second_family_is_one_failed_line(fake_gpus, monkeypatch, tmp_path,
@@ -162,7 +189,7 @@ def test_a_stop_signal_stops_every_worker_and_keeps_what_they_finished(tmp_path,
     kept = len(load(file_for(out, H100)).records)
     assert proc.returncode == 128 + sig and err.count("\n") == 1, err
     words = "interrupted" if sig == signal.SIGINT else "interrupted by SIGTERM"
-    assert err.startswith(f"{words}: {kept} of 20 shapes finished and saved in {file_for(out, H100)}; run the same "
+    assert err.startswith(f"{words}: {kept} of 40 shapes finished and saved in {file_for(out, H100)}; run the same "
                           "command with --resume"), err
-    assert 2 <= kept < 20
+    assert 2 <= kept < 40            # 20 shapes, both GEMM families each
     assert len(workers) == 2 and not [w for w in workers if Path(f"/proc/{w}").exists()]

@@ -1,6 +1,7 @@
 """`autogemm tune --gpus`: the targets spread over several GPUs of the machine, one worker process a
-GPU (spawned: CUDA is never forked). The parent hands each worker one problem's targets at a time
-(a problem's families together: they share one measure), the next as the worker asks for more;
+GPU (spawned: CUDA is never forked), its numeric libraries' threads a share of the cores. The parent
+hands each worker one problem's targets at a time (a problem's families together: they share one
+measure), the largest first, the next as the worker asks for more;
 the worker tunes them with tune_targets on its GPU and saves each result into the file of its GPU's
 model (records.save merges under a lock, so workers on GPUs of one model write one file). The
 parent reports what the workers tell it:
@@ -27,7 +28,8 @@ from pathlib import Path
 from autogemm import arguments, files, signals
 from autogemm.errors import AutogemmError, brief, reason
 from autogemm.runtime.device import DeviceInfo, info, require_cupy, software, this_device
-from autogemm.store.keys import Key, Target, same_problem
+from autogemm.runtime.family import family
+from autogemm.store.keys import Key, Target, problem_of, same_problem
 from autogemm.store.records import Meta, file_for
 from autogemm.tuning.search import Progress, Settings
 from autogemm.tuning.tune import Outcome, tune_targets
@@ -133,7 +135,9 @@ class _Ended:
 
 
 def problems(targets: list[Target], dtype: str) -> list[list[Target]]:
-    """`targets` in runs of one problem (a GEMM's families), in order: a worker's unit of work."""
+    """`targets` in runs of one problem (a GEMM's families): a worker's unit of work, the most work
+    (its family's flops) first, so that no large problem starts while the other GPUs run out of
+    work; problems of equal work in the given order."""
     groups: list[list[Target]] = []
     for t in targets:
         key = t.key(dtype)
@@ -141,7 +145,36 @@ def problems(targets: list[Target], dtype: str) -> list[list[Target]]:
             groups[-1].append(t)
         else:
             groups.append([t])
-    return groups
+    return sorted(groups, key=lambda group: -_work_of(group, dtype))
+
+
+def _work_of(group: list[Target], dtype: str) -> int:
+    target = group[0]
+    return len(group) * family(target.family).flops(problem_of(target.key(dtype)))
+
+
+# The thread pools of a worker's numeric libraries (the float64 references' BLAS): a share of the
+# cores each, unless the user set them; every worker's taking all of them slowed the NVRTC compiles.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def worker_environment(workers: int, cpus: int | None = None) -> dict[str, str]:
+    """The variables a worker starts with beside the parent's: each thread pool a 1/workers share
+    of the cores this process may use, where the environment does not size it already."""
+    cpus = cpus if cpus is not None else len(os.sched_getaffinity(0))
+    share = str(max(1, cpus // workers))
+    return {name: share for name in THREAD_VARIABLES if name not in os.environ}
+
+
+@contextlib.contextmanager
+def _environment(variables: dict[str, str]):
+    """os.environ with `variables` set (spawned processes started meanwhile inherit them)."""
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name in variables:
+            os.environ.pop(name, None)
 
 
 @dataclass
@@ -163,7 +196,8 @@ def tune_on_gpus(targets: list[Target], gpus: tuple[int, ...], job: Job) -> Iter
     yields what finished meanwhile, and is raised again."""
     spawn = multiprocessing.get_context("spawn")
     state = _Workers(problems(targets, job.dtype))
-    with _ignoring(signal.SIGINT, signal.SIGHUP):     # inherited: a worker starting takes no Ctrl-C
+    # inherited: a worker starting takes no Ctrl-C, and its share of the cores
+    with _ignoring(signal.SIGINT, signal.SIGHUP), _environment(worker_environment(len(gpus))):
         for gpu in gpus:
             # A pipe a worker (not one queue for all, whose lock a killed worker can keep for ever);
             # each message is sent and read whole (signals.deferred): a Stop in one would leave it out of step
