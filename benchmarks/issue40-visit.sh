@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 40, item 2 (FP32-accurate is FP32's error) on one GPU. From the repository root:
-#   source .device/env.sh && bash benchmarks/issue40-visit.sh variants [VARIANT...]|retune|bench|wgmma-parts|profile-misses|wgmma-fp32|pretranspose|wgmma-inflight
+#   source .device/env.sh && bash benchmarks/issue40-visit.sh variants [VARIANT...]|retune|bench|wgmma-parts|profile-misses|wgmma-fp32|pretranspose
 # variants: each variant of kernels/gemm/3xtf32.cuh (chunk16u1: the tree's, 16 k summed apart, the
 # steps not unrolled; base, chunk16, chunk8: the tree's with benchmarks/issue40-fp32-error/3xtf32-
 # <variant>.patch applied: all of K summed on the tensor cores, 16 k apart unrolled, 8 k apart) runs
@@ -13,9 +13,6 @@
 # wgmma-fp32: gemm_wgmma serving fp32 calls: the gpu tests the wgmma-parts visit failed or did not
 # reach, then its fp32 records of the networks' GEMMs (cme213 and large, one rank), tuned into a copy
 # of tuned/ at $TUNED_FP32 (default /tmp/tuned-fp32, kept on the machine for bench), the file copied out.
-# wgmma-inflight: gemm_wgmma's 3xTF32 with a stage in flight (two sets of sums): the gpu tests of
-# the FP32 bound and the persistent pipeline, benchmarks/issue40_wgmma_inflight.py, then wgmma-fp32's
-# tune of the networks' fp32 GEMMs again (its records compete with the tree's).
 # pretranspose: gemm_wgmma's TF32 on M/N-major operands, copied K-major first or transposed in
 # shared memory, against cuBLAS TF32 (benchmarks/issue40_pretranspose.py).
 # profile-misses: Nsight Compute on issue 40's missed first calls at tf32 and on bfloat16 arrays, each
@@ -57,23 +54,10 @@ if [ "$phase" = wgmma-parts ]; then
     phase=variants
 fi
 
-if [ "$phase" = wgmma-inflight ]; then
-    timeout -s INT 150 python -m pytest -q -rf -m gpu tests/test_gemm_gpu.py \
-        -k "3xtf32_is_as_accurate or persistent" > "$work/pytest-wgmma-inflight.txt" 2>&1
-    tail -4 "$work/pytest-wgmma-inflight.txt"
-    timeout 200 python benchmarks/issue40_wgmma_inflight.py --json "$work/wgmma-inflight.json" \
-        > "$work/wgmma-inflight.txt" 2>&1
-    echo "wgmma-inflight: exit $?"
-    cat "$work/wgmma-inflight.txt"
-    phase=wgmma-fp32-tune
-fi
-
-if [ "$phase" = wgmma-fp32 ] || [ "$phase" = wgmma-fp32-tune ]; then
-    if [ "$phase" = wgmma-fp32 ]; then
-        timeout -s INT 200 python -m pytest -q -rf -m gpu tests/test_gemm_gpu.py \
-            -k "persistent or bf16_products or bfloat16_operands or writes_bfloat16 or untuned" > "$work/pytest-wgmma-fp32.txt" 2>&1
-        tail -4 "$work/pytest-wgmma-fp32.txt"
-    fi
+if [ "$phase" = wgmma-fp32 ]; then
+    timeout -s INT 200 python -m pytest -q -rf -m gpu tests/test_gemm_gpu.py \
+        -k "persistent or bf16_products or bfloat16_operands or writes_bfloat16 or untuned" > "$work/pytest-wgmma-fp32.txt" 2>&1
+    tail -4 "$work/pytest-wgmma-fp32.txt"
     store=${TUNED_FP32:-/tmp/tuned-fp32}
     rm -rf "$store" && cp -r tuned "$store"
     file=$(python -c "from autogemm.runtime.device import this_device; print(this_device().slug)").json

@@ -168,14 +168,6 @@ def wgmma_sample() -> list:
         problem = gemm.Problem.contiguous(800, 1000 + (epilogue is None), 784, "float32", False, True, epilogue=epilogue,
                                           precision="bf16", bf16_operands=bf16_operands, bf16_out=True)    # D in bfloat16
         out += [fam.instance(cfg, problem) for cfg in [fam.default(problem, H100), *fam.sample(problem, H100, 2)]]
-    # 3xTF32 with a stage in flight at its register limits: two sets of sums beside 64 accumulators
-    # (the one loop), beside 32 (a producer and two computing warpgroups, 168 registers a thread)
-    for trans_a, trans_b in ((False, True), (True, False)):
-        problem = gemm.Problem.contiguous(1024, 1024, 1024, "float32", trans_a, trans_b, epilogue="bias_sigmoid")
-        for tiles in (dict(bm=64, bn=128, warpgroups=1, stages=3, producer=0, tma=0),
-                      dict(bm=128, bn=64, warpgroups=2, stages=3, producer=1, tma=1)):
-            out.append(fam.instance(fam.validate(dict(tiles, math="3xtf32", inflight=1, split_k=1, pretranspose=0,
-                                                      cluster_m=1, cluster_n=1, persistent=0), problem, H100), problem))
     return out
 
 

@@ -386,16 +386,6 @@ def wgmma_config(bm, bn, warpgroups, stages, math="3xtf32", inflight=0, split_k=
 # two warpgroups alternating whole tiles, each producer pipeline, wgmmas in flight or not, alone and in
 # clusters taking cluster tiles.
 WGMMAS = [
-    # 3xTF32 with a stage in flight: even stages' sums and odd ones' apart; K of 1, 6, 10 and 13
-    # stages (the last added after the loop), split-K, a producer, persistent blocks
-    (70, 45, 20, "float32", False, True, None, False, wgmma_config(64, 48, 1, 3, inflight=1)),
-    (130, 70, 300, "float32", False, True, "bias_sigmoid", True, wgmma_config(64, 64, 1, 3, inflight=1)),
-    (132, 72, 164, "float32", True, False, "dsigmoid", False, wgmma_config(128, 64, 2, 3, inflight=1)),
-    (132, 72, 400, "float32", True, False, "bias", True, wgmma_config(64, 64, 1, 4, inflight=1, producer=1)),
-    (130, 70, 300, "float32", False, True, "drelu", False,
-     wgmma_config(64, 32, 1, 4, inflight=1, split_k=3, producer=1, tma=1)),
-    (200, 136, 300, "float32", False, True, "bias_relu", True,
-     wgmma_config(64, 64, 2, 3, inflight=1, producer=1, tma=1, persistent=1)),
     (130, 70, 100, "float32", False, True, "bias_sigmoid", False, wgmma_config(128, 64, 1, 3)),
     (130, 70, 164, "float32", False, True, "dsigmoid", True, wgmma_config(128, 64, 2, 3, "tf32", 1), "tf32"),
     (64, 96, 200, "float32", False, True, None, False, wgmma_config(64, 96, 1, 4, "tf32", 1), "tf32"),

@@ -363,11 +363,11 @@ def test_a_tf32_call_takes_tf32_records_then_fp32_ones_and_an_fp32_call_never_a_
 
 
 def test_a_record_whose_config_runs_only_at_the_lower_precision_serves_that_precision_alone(tuned):
-    """A float32 gemm_wgmma record from before 3xTF32 summed stages apart (wgmmas in flight beside a
-    producer with 64 accumulators a thread, which 3xTF32's two sets of sums no longer fit) still
-    serves a tf32 call with its tiles as TF32 runs them; an fp32 call gets the default."""
+    """A float32 gemm_wgmma record from before 3xTF32 summed stages apart (wgmmas in flight, which
+    3xTF32 no longer allows) still serves a tf32 call with its tiles as TF32 runs them; an fp32 call
+    gets the default."""
     fp32, tf32 = gemm_problem(800, 1000, 784), gemm_problem(800, 1000, 784, precision="tf32")
-    old = dict(WGMMA, math="3xtf32", inflight=1, producer=1, stages=4)
+    old = dict(WGMMA, math="3xtf32", inflight=1)
     write_store(tuned, [record(fam="gemm_wgmma", config=old, median_us=40.0)])
     lookup.reload()
     served = lookup.choose("gemm_wgmma", tf32, H100)

@@ -159,9 +159,9 @@ CONSTRAINTS = (
     ("persistent blocks take their tiles' stages from a producer, K unsplit: persistent needs producer 1 and split_k 1",
      lambda c, p, d: not c.persistent or (c.producer and c.split_k == 1)),
     ("at most 128 accumulators per thread (BM/warpgroups/64 * BN/2)", lambda c, p, d: accumulators(c) <= 128),
-    ("3xtf32 sums a stage apart beside the accumulators, two stages' sums with one in flight: at most 64 "
-     "accumulators per thread, 32 with a stage in flight beside a producer (255 registers a thread)",
-     lambda c, p, d: c.math != "3xtf32" or accumulators(c) <= (32 if c.inflight and c.producer else 64)),
+    ("3xtf32 sums a stage apart and adds it to the accumulators once its wgmmas are done: inflight 0, "
+     "at most 64 accumulators per thread (as many sums beside them)",
+     lambda c, p, d: c.math != "3xtf32" or (c.inflight == 0 and accumulators(c) <= 64)),
     ("bulk tensor copies (tma) are issued by the producer warpgroup: tma needs producer 1",
      lambda c, p, d: c.producer or not c.tma),
     ("clusters share tiles by multicast bulk tensor copies: cluster_m or cluster_n 2 needs tma 1 and split_k 1",

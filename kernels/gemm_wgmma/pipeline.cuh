@@ -24,15 +24,10 @@
             multiply(kt);
             if (kt + 1 < k_tiles) land_and_prepare(kt + 1);
             wgmma_wait<INFLIGHT>();
-{% if math == "3xtf32" and not inflight %}
+{% if math == "3xtf32" %}
             add_parts();   // INFLIGHT is 0: this stage's wgmmas are done
-{% elif math == "3xtf32" %}
-            if (kt >= 1) add_parts_of(kt - 1);   // stage kt - 1's wgmmas are done
 {% endif %}
             __syncthreads();         // stage kt + 1 is ready; every warpgroup is done with stage kt - INFLIGHT
         }
         wgmma_wait<0>();
-{% if math == "3xtf32" and inflight %}
-        if (k_tiles > 0) add_parts_of(k_tiles - 1);
-{% endif %}
         finish_tile(tile_m0(0), tile_n0(0));

@@ -88,10 +88,8 @@
                 fence_async_proxy();
                 multiply(g);
                 wgmma_wait<INFLIGHT>();
-{% if math == "3xtf32" and not inflight %}
+{% if math == "3xtf32" %}
                 add_parts();   // INFLIGHT is 0: this stage's wgmmas are done
-{% elif math == "3xtf32" %}
-                if (kt >= 1) add_parts_of(g - 1);   // stage g - 1's wgmmas are done
 {% endif %}
                 if (kt >= INFLIGHT) release((g - INFLIGHT) % STAGES);
             }
@@ -100,9 +98,6 @@
                 if (t % 32 == 0) mbarrier_arrive(turn + (wg + 1) % WARPGROUPS);
             }
             wgmma_wait<0>();
-{% if math == "3xtf32" and inflight %}
-            if (k_tiles > 0) add_parts_of(i * k_tiles + k_tiles - 1);
-{% endif %}
             if constexpr (PERSISTENT)    // the stages whose wgmmas were still in flight, for the next tiles
                 for (int kt = max(0, k_tiles - INFLIGHT); kt < k_tiles; ++kt) release((i * k_tiles + kt) % STAGES);
             finish_tile(tile_m0(i), tile_n0(i));
