@@ -50,7 +50,7 @@ PARAMS = {
     "stages": (2, 3, 4, 5),                          # shared-memory buffers of K (k_step each)
     "math": ("3xtf32", "tf32", "bf16"),              # FP32-accurate, TF32 or BF16 products (MATH_PRECISION)
     "inflight": (0, 1),                              # wgmma groups left running across a k-tile
-    "split_k": (1, 2, 3, 4, 6, 8, 16),               # slices of K, reduced by the last block of each tile
+    "split_k": (1, 2, 3, 4, 6),                      # slices of K, reduced by the last block of each tile
     "producer": (0, 1),                              # 1: a producer warpgroup copies and prepares stages
     "tma": (0, 1),                                   # 1: the producer copies by TMA (bulk tensor copies)
     "pretranspose": (0, 1),                          # 1: M/N-major operands copied K-major first (kernel_problem)
