@@ -1,8 +1,8 @@
 """Helpers for the store, lookup, search and CLI tests: records, metadata and fake measures."""
 import json
 import math
-import threading
 import os
+import threading
 import time
 from pathlib import Path
 

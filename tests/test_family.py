@@ -553,8 +553,8 @@ def test_gemm_wgmma_says_at_once_which_problems_no_config_can_run():
 
 def test_unaligned_float32_rows_are_copied_where_that_lets_gemm_wgmma_serve_a_tf32_or_bf16_call():
     """Rows of float32 operands not a multiple of 16 bytes, at precision tf32 or bf16: copied into
-    aligned rows first (gemm_wgmma then reads them, a bfloat16 D too); never at fp32 (gemm_wgmma
-    serves no fp32 call), never for aligned rows or M/N-major ones gemm_wgmma pretransposes, never
+    aligned rows first (gemm_wgmma then reads them, a bfloat16 D too); never at fp32 (the tiled
+    family's FP32-accurate kernels run them), never for aligned rows or M/N-major ones gemm_wgmma pretransposes, never
     for a small GEMM or one whose output is small against the operands (copying them would cost
     more than it gains), nor before Hopper."""
     import dataclasses

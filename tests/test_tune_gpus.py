@@ -62,19 +62,22 @@ def test_the_largest_problems_are_handed_out_first():
 
 def test_each_worker_takes_a_share_of_the_cores_for_its_blas_threads(tmp_path, monkeypatch):
     """The variables sizing numeric libraries' thread pools, each worker a 1/GPUs share of the
-    cores (at least 1), where the user has not set them; the parent's environment is left as it was."""
+    cores (at least 1), unless the user sized any of them (OpenBLAS reads its own before OpenMP's:
+    setting the rest would undo the user's cap); the parent's environment is left as it was."""
     for name in gpus.THREAD_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     assert gpus.worker_environment(4, cpus=64) == dict.fromkeys(gpus.THREAD_VARIABLES, "16")
     assert gpus.worker_environment(4, cpus=2) == dict.fromkeys(gpus.THREAD_VARIABLES, "1")
-    monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    assert "OMP_NUM_THREADS" not in gpus.worker_environment(2, cpus=64)
+    monkeypatch.setenv("OMP_NUM_THREADS", "")                      # empty: sizes nothing
+    assert gpus.worker_environment(2, cpus=64) == dict.fromkeys(gpus.THREAD_VARIABLES, "32")
     events = list(gpus.tune_on_gpus(TARGETS, (0, 1), job(tmp_path, context=thread_telling_gpu_context)))
     errors = {e.outcome.error for e in events if isinstance(e, gpus.Finished)}
     share = max(1, len(os.sched_getaffinity(0)) // 2)
     assert errors == {f"no GPU was left to tune it (GPU 0: RuntimeError: OPENBLAS_NUM_THREADS={share}; "
                       f"GPU 1: RuntimeError: OPENBLAS_NUM_THREADS={share})"}
-    assert "OPENBLAS_NUM_THREADS" not in os.environ and os.environ["OMP_NUM_THREADS"] == "3"
+    assert "OPENBLAS_NUM_THREADS" not in os.environ and os.environ["OMP_NUM_THREADS"] == ""
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert gpus.worker_environment(2, cpus=64) == {}
 
 
 def test_the_targets_are_spread_over_the_gpus_and_saved_into_one_file_per_model(tmp_path):

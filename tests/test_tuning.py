@@ -217,6 +217,7 @@ def test_fp32_calls_are_not_tuned_or_run_on_a_family_that_is_not_fp32_accurate(m
     from autogemm.ops.kernels import implementation
     from autogemm.runtime.device import H100
     from autogemm.runtime.family import family
+    from autogemm.store import lookup
     from autogemm.store.keys import Target
     from autogemm.tuning.tune import runnable_targets
     from kernels.gemm.call import Problem
@@ -229,5 +230,8 @@ def test_fp32_calls_are_not_tuned_or_run_on_a_family_that_is_not_fp32_accurate(m
     assert [t.family for t in runnable_targets(targets, "float32", H100)[0]] == ["gemm"]
     assert [t.family for t in runnable_targets(targets, "tf32", H100)[0]] == ["gemm", "gemm_wgmma"]
     assert not family("gemm_wgmma").serves(fp32) and family("gemm_wgmma").serves(tf32)
-    unseen = Problem.contiguous(3000, 2000, 1008, "float32", False, True)     # a shape no other test asks for
-    assert implementation("gemm", unseen, None, H100) == "gemm"
+    unseen = Problem.contiguous(3000, 2000, 1008, "float32", False, True)
+    try:
+        assert implementation("gemm", unseen, None, H100) == "gemm"
+    finally:
+        lookup.reload()              # forget the choice made under the patch

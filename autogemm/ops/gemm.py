@@ -286,7 +286,9 @@ def aligned_copies_pay(problem: Problem, device: DeviceInfo) -> bool:
     A and B (M N >= 64 (M + N)). On an H200, 1023x1025x1027 and 777x555x333 (2^31 and 2^28 flops)
     ran on the tiled family's TF32 MMAs at 2.27x and 1.36x cuBLAS TF32's time, its tuned configs at
     1.87x and 0.87x; on copies, gemm_wgmma's defaults at 1.12x and 0.78x (benchmarks/issue40-h200).
-    A network's small GEMMs (K = 10 of a 10-class output layer) are left as they are."""
+    A network's small GEMMs (K = 10 of a 10-class output layer) are left as they are, and fp32
+    calls: the tiled family's FP32-accurate defaults run those two at 1.07x and 1.14x cuBLAS
+    FP32's time (H100, benchmarks/issue40-h100); copies at fp32 are not measured."""
     m, n, k = problem.m, problem.n, problem.k
     if problem.dtype != "float32" or problem.bf16_operands or problem.precision == "fp32" \
             or min(problem.vec_a, problem.vec_b) == 4 or 2 * m * n * k < 2**27 or m * n < 64 * (m + n):

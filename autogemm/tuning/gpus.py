@@ -154,27 +154,36 @@ def _work_of(group: list[Target], dtype: str) -> int:
 
 
 # The thread pools of a worker's numeric libraries (the float64 references' BLAS): a share of the
-# cores each, unless the user set them; every worker's taking all of them slowed the NVRTC compiles.
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+# cores each, so that four workers' BLAS do not each take every core beside their NVRTC threads
+# (with the problems largest first, 2.82x -> 3.21x on four H100s: benchmarks/issue40-h100x4).
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def worker_environment(workers: int, cpus: int | None = None) -> dict[str, str]:
     """The variables a worker starts with beside the parent's: each thread pool a 1/workers share
-    of the cores this process may use, where the environment does not size it already."""
-    cpus = cpus if cpus is not None else len(os.sched_getaffinity(0))
-    share = str(max(1, cpus // workers))
-    return {name: share for name in THREAD_VARIABLES if name not in os.environ}
+    of the cores this process may use; none where the user sized any of them (an empty value
+    sizes nothing)."""
+    if any(os.environ.get(name) for name in THREAD_VARIABLES):
+        return {}
+    if cpus is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return dict.fromkeys(THREAD_VARIABLES, str(max(1, cpus // max(1, workers))))
 
 
 @contextlib.contextmanager
 def _environment(variables: dict[str, str]):
-    """os.environ with `variables` set (spawned processes started meanwhile inherit them)."""
+    """os.environ with `variables` set (spawned processes started meanwhile inherit them), then as
+    it was."""
+    before = {name: os.environ.get(name) for name in variables}
     os.environ.update(variables)
     try:
         yield
     finally:
-        for name in variables:
-            os.environ.pop(name, None)
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @dataclass

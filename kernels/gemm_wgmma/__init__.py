@@ -31,7 +31,7 @@ COMPILE_OPTIONS = ("-arch=sm_90a",)   # wgmma exists on sm_90a only
 # The precision each math computes (gemm.PRECISIONS): what its own kernels offer tune --precision.
 MATH_PRECISION = {"3xtf32": "fp32", "tf32": "tf32", "bf16": "bf16"}
 # Its 3xTF32 sums each stage apart and adds it by rounding FADDs (the tensor cores' own adder
-# truncates): on an H100, within 0.24x-1.45x cuBLAS FP32's max-norm error on random normal data, K up
+# truncates): on an H100, within 0.24x-1.73x cuBLAS FP32's max-norm error on random normal data, K up
 # to 16384 (benchmarks/issue40-h100/wgmma-parts), inside the tuner's bound (autogemm.tuning.verify).
 FP32_ACCURATE = True
 # Untuned fp32 calls of at least this many outputs run here first: on the 12 such shapes measured,
