@@ -143,13 +143,15 @@ def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs:
 
     graphs = {}
     if graph:  # one graph per batch size (full, last partial), static inputs copied in each step
+        sizes = sorted({min(net.batch, len(y) - s) for s in starts})
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            for _ in range(3):
-                step(xd[:net.batch], yd[:net.batch])
+            for rows in sizes:        # each size warmed: cuDNN's algorithm search cannot run inside a capture
+                for _ in range(3):
+                    step(xd[:rows], yd[:rows])
         torch.cuda.current_stream().wait_stream(side)
-        for rows in sorted({min(net.batch, len(y) - s) for s in starts}):
+        for rows in sizes:
             xs, ys = xd[:rows].clone(), yd[:rows].clone()
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):

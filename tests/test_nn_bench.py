@@ -145,3 +145,22 @@ def test_a_stop_signal_is_one_line_naming_it_and_leaves_the_earlier_json(tmp_pat
     words = "interrupted" if sig == signal.SIGINT else f"interrupted by {signal.Signals(sig).name}"
     assert (status, capsys.readouterr().err) == (128 + sig, words + "\n")
     assert (tmp_path / "old.json").read_text() == earlier
+
+
+@pytest.mark.gpu
+def test_pytorchs_graphed_cnn_row_warms_every_batch_size_before_capture():
+    """lenet-b128 on 300 images: batches of 128 and a last one of 44. cuDNN's algorithm search
+    cannot run inside a CUDA graph capture, so each size is warmed first (the last one once crashed
+    the row: FIND was unable to find an engine)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs PyTorch with CUDA")
+    import numpy as np
+
+    from nn.bench import time_torch
+
+    rng = np.random.default_rng(0)
+    x = rng.random((300, 784), dtype=np.float32)
+    y = rng.integers(0, 10, 300)
+    result = time_torch(cnn_networks()["lenet-b128"], x, y, epochs=1, graph=True)
+    assert result.backend == "torch-graph" and result.ms_per_epoch > 0 and result.images == 300
