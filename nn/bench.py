@@ -2,9 +2,10 @@
 
     python -m nn.bench                      # every network below, every backend that runs here
     python -m nn.bench --networks cme213,lenet --backends cupy-tuned,torch-graph --json out.json --png out.png
+    python -m nn.bench --layers conv32x5,pool2,conv64x5,pool2,dense1024 --backends cupy-tuned,torch-graph
 
 The networks: MLPs (784-hidden-10, SGD) and the LeNet-like CNN (nn.layers.LENET, Adam) at batch
-1000 and 128. Data: the first N Fashion-MNIST training images (unit-scaled), resident on the GPU.
+1000 and 128, or with --layers any CNN nn.train --layers trains (Adam, batch 1000 or --batch). Data: the first N Fashion-MNIST training images (unit-scaled), resident on the GPU.
 Each backend runs one untimed epoch (compiles, captures), then `--epochs` timed ones; the median is
 reported. The NumPy trainer runs a CNN on a slice of the images, its time scaled to the epoch.
 """
@@ -30,7 +31,7 @@ from nn.dist import rank_rows
 from nn.errors import ArgumentParser, NNError, exit_status, shown
 from nn.layers import parse_layers
 from nn.mlp import MLP, Epoch, Step, init_params
-from nn.networks import ConvNetwork, Network, cnn_networks, networks
+from nn.networks import ConvNetwork, Network, cnn_networks, cnn_of, networks
 from nn.outputs import claim, claim_json, write_json
 
 
@@ -285,7 +286,10 @@ def main(argv=None) -> int:
     known = networks() | cnn_networks()
     p = ArgumentParser(prog="python -m nn.bench", description=__doc__.splitlines()[0] + " The numpy backend runs "
                        "anywhere; the others need a CUDA GPU and CuPy (torch-*: PyTorch with CUDA).")
-    p.add_argument("--networks", default=",".join(known), help=f"comma list of {', '.join(known)} (default: all)")
+    p.add_argument("--networks", help=f"comma list of {', '.join(known)} (default: all, or none with --layers)")
+    p.add_argument("--layers", metavar="SPEC", help="a CNN of these layers too, as nn.train --layers "
+                                                    "(e.g. conv32x5,pool2,conv64x5,pool2,dense1024)")
+    p.add_argument("--batch", type=int, help="the --layers CNN's batch (default: 1000)")
     p.add_argument("--backends", help="comma list (default: all that run here: numpy, cublas, cupy-default, "
                                       "cupy-tuned, cupy-tuned-tf32, cupy-tuned-bf16, torch-eager, torch-graph, "
                                       "torch-graph-tf32, torch-graph-bf16; -tf32, -bf16: the GEMMs at that precision, "
@@ -298,9 +302,14 @@ def main(argv=None) -> int:
 
     def command():
         args = p.parse_args(argv)
-        unknown = [n for n in args.networks.split(",") if n not in known]
+        if args.batch is not None and args.layers is None:
+            raise NNError("--batch is the --layers CNN's; the named networks have their own")
+        names = (args.networks if args.networks is not None else "" if args.layers else ",".join(known)).split(",")
+        names = [] if names == [""] and args.layers else names
+        unknown = [n for n in names if n not in known]
         if unknown:
             raise NNError(f"--networks: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(known)}")
+        nets = [known[n] for n in names] + ([cnn_of(args.layers, args.batch)] if args.layers is not None else [])
         if args.epochs < 1:
             raise NNError("--epochs must be >= 1")
         backends = args.backends.split(",") if args.backends is not None else available_backends()
@@ -319,7 +328,7 @@ def main(argv=None) -> int:
                 raise NNError(f"--png {args.png}: the chart's file name must end in .png")
             _matplotlib()
             claim("--png", args.png, lambda path: path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n")
-        results = run([known[n] for n in args.networks.split(",")], backends, args.epochs, args.data_dir)
+        results = run(nets, backends, args.epochs, args.data_dir)
         print(table(results))
         if args.json:
             write_json("--json", args.json, {"command": line, "results": [asdict(r) for r in results]})

@@ -1,8 +1,12 @@
 """The named networks that nn's tools benchmark, profile, scale and model: MLPs 784-hidden-10 with
-SGD, and the LeNet-like CNN (nn.layers.LENET) with Adam at batch 1000 and 128."""
+SGD, the LeNet-like CNN (nn.layers.LENET) with Adam at batch 1000 and 128, and any CNN of an
+nn.train --layers spec (`cnn_of`)."""
 from dataclasses import dataclass
 
-from nn.layers import LENET
+from nn.errors import NNError
+from nn.layers import LENET, canonical, parse_layers
+
+CNN_BATCH = 1000    # a --layers CNN's batch unless given
 
 
 @dataclass(frozen=True)
@@ -35,4 +39,15 @@ def networks() -> dict[str, Network]:
 
 
 def cnn_networks() -> dict[str, ConvNetwork]:
-    return {n.name: n for n in (ConvNetwork("lenet", LENET, 1000), ConvNetwork("lenet-b128", LENET, 128))}
+    return {n.name: n for n in (ConvNetwork("lenet", LENET, CNN_BATCH), ConvNetwork("lenet-b128", LENET, 128))}
+
+
+def cnn_of(spec: str, batch: int | None = None) -> ConvNetwork:
+    """The CNN of `spec` (nn.train --layers) at `batch`, named by its canonical spec; NNError (one
+    line) where the spec cannot run on 28 x 28 images or the batch is not 1..images."""
+    layers = canonical(spec)
+    parse_layers(layers)
+    net = ConvNetwork(layers, layers, CNN_BATCH if batch is None else batch)
+    if not 1 <= net.batch <= net.images:
+        raise NNError(f"--batch {net.batch}: give 1 to {net.images}")
+    return net

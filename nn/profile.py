@@ -3,6 +3,7 @@
     python -m nn.profile                                  # the CME 213 network, tuned kernels, on the GPU
     python -m nn.profile --network grading --backend cupy-default --json profile.json
     python -m nn.profile --network lenet                  # the LeNet-like CNN, batch 1000
+    python -m nn.profile --layers conv32x5,pool2,conv64x5,pool2,dense1024 --batch 1000   # any CNN
     python -m nn.profile --network large --ranks 4 --parallel model   # rank 0's step of 4 ranks' split
 
 The step's operations are recorded as the step enqueues them: one rank's, whose weight updates are
@@ -30,16 +31,15 @@ from nn.backends.storage import launched_operands
 from nn.bench import BACKEND_NAMES, available_backends, make_backend
 from nn.cnn import CNN, CNNStep, init_cnn_params
 from nn.errors import ArgumentParser, NNError, exit_status
-from nn.layers import LENET, parse_layers
+from nn.layers import parse_layers
 from nn.mlp import MLP, Step, init_params
 from nn.model_parallel import ShardedMLP, ShardedStep, check_split
-from nn.networks import networks
+from nn.networks import ConvNetwork, Network, cnn_networks, cnn_of, networks
 from nn.outputs import claim_json, write_json
 from nn.train import positive_int
 
 OPERATIONS = ("gemm", "linear_xent", "linear_backward", "softmax_xent", "column_sums", "sgd_update", "conv2d",
               "conv2d_backward_data", "conv2d_backward_weights", "maxpool2x2", "maxpool2x2_backward", "adam_update")
-LENET_BATCH = 1000
 
 
 @dataclass
@@ -128,22 +128,29 @@ def time_calls(what: str, backend, fn, reps: int, replays: int) -> Timed:
     return Timed(what, statistics.median(times), pick(0.1), pick(0.9))
 
 
-def profile(network: str, backend_name: str, reps: int, replays: int, dtype: str = "float32", ranks: int = 1,
-            parallel: str = "data"):
+def network_named(name: str) -> Network | ConvNetwork:
+    """An MLP of nn.networks, or lenet (batch 1000); NNError (one line) for another name."""
+    known = networks() | {"lenet": cnn_networks()["lenet"]}
+    if name not in known:
+        raise NNError(f"--network: unknown {name}; choose from {', '.join(known)} (or --layers SPEC)")
+    return known[name]
+
+
+def profile(net: Network | ConvNetwork, backend_name: str, reps: int, replays: int, dtype: str = "float32",
+            ranks: int = 1, parallel: str = "data"):
     """(each operation of rank 0's step of `ranks` ranks timed alone, the whole step timed the same
     way); the all-reduce of a split is left out."""
     backend = make_backend(backend_name, dtype)
     rng = np.random.default_rng(0)
-    batch = LENET_BATCH if network == "lenet" else networks()[network].batch
+    batch = net.batch
     rows = batch if parallel == "model" else -(-batch // ranks)        # rank 0's share: the largest
     x = backend.read_only(backend.asarray(rng.random((rows, 784))))  # X: (rows, 784) dtype, the data as the trainer keeps it
     labels = backend.asarray(rng.integers(0, 10, rows))              # (rows,) int
     reduce = None if ranks == 1 else (lambda buf: buf)               # the sum over ranks, left out
-    if network == "lenet":
-        layers = parse_layers(LENET)
+    if isinstance(net, ConvNetwork):
+        layers = parse_layers(net.layers)
         step = CNNStep(CNN(backend, layers, "relu", init_cnn_params(layers)), rows, batch)
     else:
-        net = networks()[network]
         sizes = (784, net.hidden, 10)
         params = init_params(sizes, "he" if net.activation == "relu" else "cme213")
         if parallel == "model":
@@ -156,17 +163,18 @@ def profile(network: str, backend_name: str, reps: int, replays: int, dtype: str
     return operations, time_calls("whole step", backend, lambda: step.train_batch(x, labels, reduce), reps, replays)
 
 
-def report(network: str, backend_name: str, operations: list[Timed], whole: Timed, ranks: int = 1,
+def report(net: Network | ConvNetwork, backend_name: str, operations: list[Timed], whole: Timed, ranks: int = 1,
            parallel: str = "data") -> str:
-    if network == "lenet":
-        shape, steps = f"{LENET}, batch {LENET_BATCH}", 54000 / LENET_BATCH
+    steps = net.images / net.batch
+    if isinstance(net, ConvNetwork):
+        shape = f"{net.layers}, batch {net.batch}"
     else:
-        net = networks()[network]
-        shape, steps = f"784-{net.hidden}-10, batch {net.batch}", net.images / net.batch
+        shape = f"784-{net.hidden}-10, batch {net.batch}"
     total = sum(t.median_us for t in operations)
     width = max(len(t.operation) for t in operations + [whole])
     split = f", rank 0 of {ranks} ({parallel} split, the all-reduce left out)" if ranks > 1 else ""
-    lines = [f"{network} ({shape}{split}) on {backend_name}: µs per call, median [p10, p90]"]
+    name = "CNN" if net.name == getattr(net, "layers", None) else net.name
+    lines = [f"{name} ({shape}{split}) on {backend_name}: µs per call, median [p10, p90]"]
     for t in operations:
         lines.append(f"  {t.operation:<{width}}  {t.median_us:9.2f}  [{t.p10_us:.2f}, {t.p90_us:.2f}]  "
                      f"{100 * t.median_us / total:5.1f}%")
@@ -179,7 +187,10 @@ def report(network: str, backend_name: str, operations: list[Timed], whole: Time
 def main(argv=None) -> int:
     p = ArgumentParser(prog="python -m nn.profile", description=__doc__.splitlines()[0] + " On a CUDA GPU with "
                        "CuPy where there is one; --backend numpy (the default without one) runs on the CPU.")
-    p.add_argument("--network", default="cme213", help=f"one of {', '.join(networks())}, lenet (default: cme213)")
+    p.add_argument("--network", help=f"one of {', '.join(networks())}, lenet (default: cme213)")
+    p.add_argument("--layers", metavar="SPEC", help="instead of --network: the CNN of these layers, as nn.train --layers "
+                                                    "(e.g. conv32x5,pool2,conv64x5,pool2,dense1024)")
+    p.add_argument("--batch", type=positive_int, help="the --layers CNN's batch (default: 1000)")
     p.add_argument("--backend", help="numpy, cublas, cupy-default, cupy-tuned, cupy-tuned-tf32 or cupy-tuned-bf16 "
                                      "(default: cupy-tuned on a GPU, else numpy)")
     p.add_argument("--reps", type=positive_int, default=20, help="calls in a row per replay (default: 20)")
@@ -192,24 +203,26 @@ def main(argv=None) -> int:
 
     def command():
         args = p.parse_args(argv)
-        if args.network not in networks() and args.network != "lenet":
-            raise NNError(f"--network: unknown {args.network}; choose from {', '.join(networks())}, lenet")
+        if args.network is not None and args.layers is not None:
+            raise NNError("--network and --layers both name the network; give one")
+        if args.batch is not None and args.layers is None:
+            raise NNError("--batch is the --layers CNN's; a named network has its own")
+        net = cnn_of(args.layers, args.batch) if args.layers is not None else network_named(args.network or "cme213")
         backend = args.backend or ("cupy-tuned" if "cupy-tuned" in available_backends() else "numpy")
         ours = [name for name in BACKEND_NAMES if not name.startswith("torch")]
         if backend not in ours:
             raise NNError(f"--backend: unknown {backend!r}; choose from {', '.join(ours)}")
         if args.ranks > 1024:
             raise NNError(f"--ranks {args.ranks}: give 1 to 1024")
-        if args.parallel == "model" and args.network == "lenet":
+        if args.parallel == "model" and isinstance(net, ConvNetwork):
             raise NNError("--parallel model splits the MLP's hidden layer; a CNN is split by data")
         parallel = args.parallel if args.ranks > 1 else "data"    # one rank splits nothing, as in nn.train
         if args.json:
             claim_json("--json", args.json, "python -m nn.profile")
-        operations, whole = profile(args.network, backend, args.reps, args.replays, ranks=args.ranks,
-                                    parallel=parallel)
-        print(report(args.network, backend, operations, whole, args.ranks, parallel))
+        operations, whole = profile(net, backend, args.reps, args.replays, ranks=args.ranks, parallel=parallel)
+        print(report(net, backend, operations, whole, args.ranks, parallel))
         if args.json:
-            write_json("--json", args.json, {"command": line, "network": args.network, "backend": backend,
+            write_json("--json", args.json, {"command": line, "network": net.name, "batch": net.batch, "backend": backend,
                                              "ranks": args.ranks, "parallel": parallel,
                                              "operations": [asdict(t) for t in operations], "step": asdict(whole)})
 

@@ -62,6 +62,20 @@ def test_the_numpy_cnn_row_times_a_slice_and_scales_it_to_the_epoch(tmp_path):
 
 
 @needs_data
+def test_any_cnn_of_a_layers_spec_alone_or_beside_named_networks(tmp_path):
+    """--layers SPEC --batch N times the CNN nn.train --layers trains, named by its spec; alone
+    unless --networks names others too."""
+    out = tmp_path / "bench.json"
+    assert main(["--layers", "conv2x3,pool2,dense8", "--batch", "500", "--backends", "numpy", "--epochs", "1",
+                 "--json", str(out)]) == 0
+    (result,) = json.loads(out.read_text())["results"]
+    assert (result["network"], result["images"]) == ("conv2x3,pool2,dense8", NUMPY_CNN_IMAGES)
+    assert main(["--networks", "relu-h32-b128", "--layers", "conv2x3,dense8", "--backends", "numpy", "--epochs", "1",
+                 "--json", str(out)]) == 0
+    assert [r["network"] for r in json.loads(out.read_text())["results"]] == ["relu-h32-b128", "conv2x3,dense8"]
+
+
+@needs_data
 def test_a_cnn_skips_the_reduced_precision_gpu_backends(monkeypatch, capsys):
     """nn.train refuses tf32 and bf16 for a CNN (its kernels compute in fp32 alone): nn.bench skips
     those rows rather than time an fp32 run under a tf32 name."""
@@ -80,6 +94,10 @@ def test_a_cnn_skips_the_reduced_precision_gpu_backends(monkeypatch, capsys):
     (["--backends", ""], "--backends: unknown ''"),
     (["--epochs", "0"], "--epochs must be >= 1"),
     (["--epochs", "x"], "argument --epochs: invalid int value: 'x'"),
+    (["--batch", "5"], "--batch is the --layers CNN's"),
+    (["--layers", "conv2x30"], "--layers: layer 1 ('conv2x30'): a 30x30 filter does not fit"),
+    (["--layers", "conv2x3,nope"], "--layers: layer 2 ('nope') is not convCxK"),
+    (["--layers", "conv2x3", "--batch", "0"], "--batch 0: give 1 to 54000"),
 ])
 def test_bad_arguments_are_one_line(args, message):
     result = subprocess.run([sys.executable, "-m", "nn.bench", *args], cwd=ROOT, capture_output=True, text=True)

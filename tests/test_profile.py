@@ -24,6 +24,20 @@ def test_the_step_of_the_grading_network_is_its_six_operations(tmp_path, capsys)
     assert "whole step" in printed and "67.5 steps an epoch" in printed
 
 
+def test_any_cnn_of_a_layers_spec_at_its_batch(tmp_path, capsys):
+    """--layers SPEC --batch N: the step of the CNN nn.train --layers would train, its forward,
+    backward and Adam operations, named by its spec in the JSON."""
+    out = tmp_path / "profile.json"
+    assert profile.main(["--layers", "conv4x3, pool2,dense16", "--batch", "50", "--backend", "numpy", "--reps", "1",
+                         "--replays", "1", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert (doc["network"], doc["batch"]) == ("conv4x3,pool2,dense16", 50)
+    operations = [t["operation"] for t in doc["operations"]]
+    assert operations[0].startswith("conv2d 50x1x28x28 by 4x1x3x3") and operations[-1] == "adam_update 11042"
+    assert "maxpool2x2_backward 50x4x13x13" in operations
+    assert "CNN (conv4x3,pool2,dense16, batch 50) on numpy" in capsys.readouterr().out
+
+
 def test_composed_operations_count_once():
     """The NumPy backend's linear_xent calls its own gemm and softmax_xent: one operation recorded."""
     from nn.bench import make_backend
@@ -60,6 +74,14 @@ def test_bad_arguments_are_one_line_errors(capsys):
     assert capsys.readouterr().err.startswith("error: --network: unknown huge")
     assert profile.main(["--backend", "torch-graph"]) == 2
     assert profile.main(["--reps", "0", "--backend", "numpy"]) == 2
+    capsys.readouterr()
+    for args, message in ((["--network", "lenet", "--layers", "conv2x3"], "--network and --layers both name"),
+                          (["--batch", "3"], "--batch is the --layers CNN's"),
+                          (["--layers", "conv2x30"], "--layers: layer 1 ('conv2x30'): a 30x30 filter does not fit"),
+                          (["--layers", "conv2x3", "--batch", "60000"], "--batch 60000: give 1 to 54000"),
+                          (["--layers", "conv2x3", "--parallel", "model", "--ranks", "2"], "--parallel model splits")):
+        assert profile.main([*args, "--backend", "numpy"]) == 2
+        assert capsys.readouterr().err.startswith(f"error: {message}")
 
 
 def test_json_never_replaces_a_file_of_another_kind(tmp_path, capsys):
