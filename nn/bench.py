@@ -46,6 +46,7 @@ class Result:
     epochs: int
     accuracy: float      # training-set accuracy after the timed epochs (a sanity check, not a score)
     images: int          # images an epoch timed: all of the network's, or the NumPy trainer's slice
+    batch: int = 0       # the network's batch
 
 
 def make_backend(backend_name: str, dtype: str = "float32"):
@@ -81,7 +82,7 @@ def time_backend(net: Network | ConvNetwork, backend_name: str, x: np.ndarray, y
             times.append((time.perf_counter() - start) * 1e3)
     accuracy = model.count_correct(xd, y) / len(y)
     return Result(net.name, backend_name, statistics.median(times) * net.images / len(y), epochs, accuracy,
-                  len(y))
+                  len(y), net.batch)
 
 
 def torch_cnn(net: ConvNetwork, torch):
@@ -181,8 +182,7 @@ def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs:
     with torch.no_grad():
         accuracy = float((model(xd).argmax(1) == yd).float().mean())
     name = ("torch-graph" if graph else "torch-eager") + (f"-{precision}" if precision != "fp32" else "")
-    return Result(net.name, name, statistics.median(times), epochs, accuracy,
-                  len(y))
+    return Result(net.name, name, statistics.median(times), epochs, accuracy, len(y), net.batch)
 
 
 def run(nets: list[Network | ConvNetwork], backends: list[str], epochs: int, data_dir=None) -> list[Result]:
@@ -197,15 +197,17 @@ def run(nets: list[Network | ConvNetwork], backends: list[str], epochs: int, dat
         for name in backends:
             cnn = isinstance(net, ConvNetwork)
             if name == "numpy" and not cnn and net.hidden * net.images > 256 * 54000:
-                continue  # minutes per epoch on a CPU: not worth the wait
+                print(f"{net.name:>14}  {name:>12}  skipped: minutes an epoch on the CPU", flush=True)
+                continue
             if cnn and not name.startswith("torch") and precision_of(name) != "fp32":
                 print(f"{net.name:>14}  {name:>12}  skipped: a CNN's kernels compute in fp32 only", flush=True)
                 continue
             if name.startswith("torch"):
                 result = time_torch(net, x, y, epochs, graph=name.startswith("torch-graph"),
                                     precision=precision_of(name))
-            elif name == "numpy" and cnn:
-                result = time_backend(net, name, x[:NUMPY_CNN_IMAGES], y[:NUMPY_CNN_IMAGES], 1)
+            elif name == "numpy" and cnn:         # a slice, of at least a batch
+                images = max(NUMPY_CNN_IMAGES, net.batch)
+                result = time_backend(net, name, x[:images], y[:images], 1)
             else:
                 result = time_backend(net, name, x, y, epochs if name != "numpy" else 1)
             results.append(result)
@@ -321,6 +323,8 @@ def main(argv=None) -> int:
             raise NNError(f"--backends: {missing[0]} does not run here (it needs "
                           f"{'PyTorch with CUDA' if missing[0].startswith('torch') else 'CuPy and a CUDA device'}); "
                           f"these do: {', '.join(available_backends())}")
+        if "" in (args.json, args.png):
+            raise NNError(f"{'--json' if args.json == '' else '--png'}: an empty path; give a file name")
         if args.json:
             claim_json("--json", args.json, "python -m nn.bench")
         if args.png:

@@ -31,7 +31,8 @@ class ArgumentParser(argparse.ArgumentParser):
 
 def exit_status(command) -> int:
     """Run `command()`, a command's body: 0, or one line on stderr and 2 for a bad input
-    (``error: ...``: NNError, autogemm's errors, a file that cannot be written) or 128 + N for a stop
+    (``error: ...``: NNError, autogemm's errors, a file that cannot be written, memory that cannot
+    be had) or 128 + N for a stop
     signal (Ctrl-C: 130, SIGTERM: 143, SIGHUP: 129)."""
     from autogemm import AutogemmError, signals
 
@@ -43,6 +44,10 @@ def exit_status(command) -> int:
         return 2
     except OSError as e:
         print(f"error: cannot write {shown(e.filename)}: {e.strerror}", file=sys.stderr)
+        return 2
+    except MemoryError as e:             # NumPy's and CuPy's: the network or batch is too large here
+        print(f"error: out of memory: {one_line(e) or 'an allocation failed'}; choose a smaller network or batch",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt as stop:
         print(signals.interrupted(signals.signum_of(stop)), file=sys.stderr)

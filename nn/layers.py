@@ -52,10 +52,10 @@ def _items(spec: str) -> list[tuple[str, str, list[int]]]:
     if not spec.strip() or any(not item for item in items):
         raise NNError(f"--layers {spec!r}: empty layer; give e.g. {LENET}")
     if len(items) >= MAX_LAYERS:
-        raise NNError(f"--layers: {len(items)} layers; at most {MAX_LAYERS - 1}")
+        raise NNError(f"--layers: {len(items)} layers; give at most {MAX_LAYERS - 1}")
     parsed = []
     for position, item in enumerate(items, start=1):
-        where = f"--layers: layer {position} ({item!r})"
+        where = f"--layers: layer {position} ({item if len(item) <= 40 else item[:37] + '...'!r})"
         match = _LAYER.match(item)
         if not match:
             raise NNError(f"{where} is not convCxK, poolP or denseN (e.g. conv16x5, pool2, dense128)")

@@ -190,7 +190,7 @@ def main(argv=None) -> int:
     p.add_argument("--network", help=f"one of {', '.join(networks())}, lenet (default: cme213)")
     p.add_argument("--layers", metavar="SPEC", help="instead of --network: the CNN of these layers, as nn.train --layers "
                                                     "(e.g. conv32x5,pool2,conv64x5,pool2,dense1024)")
-    p.add_argument("--batch", type=positive_int, help="the --layers CNN's batch (default: 1000)")
+    p.add_argument("--batch", type=int, help="the --layers CNN's batch (default: 1000)")
     p.add_argument("--backend", help="numpy, cublas, cupy-default, cupy-tuned, cupy-tuned-tf32 or cupy-tuned-bf16 "
                                      "(default: cupy-tuned on a GPU, else numpy)")
     p.add_argument("--reps", type=positive_int, default=20, help="calls in a row per replay (default: 20)")
@@ -217,6 +217,8 @@ def main(argv=None) -> int:
         if args.parallel == "model" and isinstance(net, ConvNetwork):
             raise NNError("--parallel model splits the MLP's hidden layer; a CNN is split by data")
         parallel = args.parallel if args.ranks > 1 else "data"    # one rank splits nothing, as in nn.train
+        if args.json == "":
+            raise NNError("--json: an empty path; give a file name")
         if args.json:
             claim_json("--json", args.json, "python -m nn.profile")
         operations, whole = profile(net, backend, args.reps, args.replays, ranks=args.ranks, parallel=parallel)

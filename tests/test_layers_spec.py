@@ -33,7 +33,7 @@ def test_a_spec_of_the_issue_and_odd_sides():
     ("dense10,conv6x3", r"layer 2 \('conv6x3'\): a conv layer cannot follow a dense layer"),
     ("conv6x3x3", "is not convCxK, poolP or denseN"),
     ("relu", "is not convCxK, poolP or denseN"),
-    (",".join(["pool2"] * 40), "40 layers; at most 31"),
+    (",".join(["pool2"] * 40), "40 layers; give at most 31"),
     ("dense" + "9" * 5000, "every size must be in 1..65536"),      # int() raised past 4,300 digits
     ("conv6x" + "9" * 5000, "every size must be in 1..65536"),
     ("dense00000000065537", "every size must be in 1..65536"),

@@ -61,6 +61,17 @@ def test_the_numpy_cnn_row_times_a_slice_and_scales_it_to_the_epoch(tmp_path):
     assert result["ms_per_epoch"] > 0 and 0 < result["accuracy"] <= 1
 
 
+def test_memory_that_cannot_be_had_is_one_line(capsys):
+    """A network too large for the host (NumPy) or the GPU (CuPy): one line naming what to shrink."""
+    from nn.errors import exit_status
+
+    def too_large():
+        raise MemoryError("Unable to allocate 191. GiB for an array with shape (1000, 65536, 28, 28)")
+    assert exit_status(too_large) == 2
+    assert capsys.readouterr().err == ("error: out of memory: Unable to allocate 191. GiB for an array with shape "
+                                       "(1000, 65536, 28, 28); choose a smaller network or batch\n")
+
+
 @needs_data
 def test_any_cnn_of_a_layers_spec_alone_or_beside_named_networks(tmp_path):
     """--layers SPEC --batch N times the CNN nn.train --layers trains, named by its spec; alone
@@ -73,6 +84,10 @@ def test_any_cnn_of_a_layers_spec_alone_or_beside_named_networks(tmp_path):
     assert main(["--networks", "relu-h32-b128", "--layers", "conv2x3,dense8", "--backends", "numpy", "--epochs", "1",
                  "--json", str(out)]) == 0
     assert [r["network"] for r in json.loads(out.read_text())["results"]] == ["relu-h32-b128", "conv2x3,dense8"]
+    assert main(["--layers", "conv2x3,dense8", "--batch", "2500", "--backends", "numpy", "--epochs", "1",
+                 "--json", str(out)]) == 0          # NumPy's slice holds a batch at least
+    (result,) = json.loads(out.read_text())["results"]
+    assert (result["batch"], result["images"]) == (2500, 2500)
 
 
 @needs_data
@@ -98,6 +113,7 @@ def test_a_cnn_skips_the_reduced_precision_gpu_backends(monkeypatch, capsys):
     (["--layers", "conv2x30"], "--layers: layer 1 ('conv2x30'): a 30x30 filter does not fit"),
     (["--layers", "conv2x3,nope"], "--layers: layer 2 ('nope') is not convCxK"),
     (["--layers", "conv2x3", "--batch", "0"], "--batch 0: give 1 to 54000"),
+    (["--json", ""], "--json: an empty path; give a file name"),
 ])
 def test_bad_arguments_are_one_line(args, message):
     result = subprocess.run([sys.executable, "-m", "nn.bench", *args], cwd=ROOT, capture_output=True, text=True)
