@@ -28,7 +28,7 @@ from nn.backends.numpy_cnn import ADAM
 from nn.cnn import CNN, CNNStep, init_cnn_params
 from nn.data import load_dataset
 from nn.dist import rank_rows
-from nn.errors import ArgumentParser, NNError, exit_status, shown
+from nn.errors import ArgumentParser, NNError, exit_status, output_path, shown
 from nn.layers import parse_layers
 from nn.mlp import MLP, Epoch, Step, init_params
 from nn.networks import ConvNetwork, Network, cnn_networks, cnn_of, networks
@@ -298,16 +298,18 @@ def main(argv=None) -> int:
                                       "PyTorch's bf16 under autocast)")
     p.add_argument("--epochs", type=int, default=5, help="timed epochs per run, after one warm-up (default: 5)")
     p.add_argument("--data-dir", help="Fashion-MNIST directory (default: the usual search)")
-    p.add_argument("--json", metavar="PATH", help="write the results as JSON")
-    p.add_argument("--png", metavar="PATH", help="draw a bar chart (needs matplotlib)")
+    p.add_argument("--json", metavar="PATH", type=output_path, help="write the results as JSON")
+    p.add_argument("--png", metavar="PATH", type=output_path, help="draw a bar chart (needs matplotlib)")
     line = " ".join(["python -m nn.bench", *(argv or sys.argv[1:])])
 
     def command():
         args = p.parse_args(argv)
         if args.batch is not None and args.layers is None:
             raise NNError("--batch is the --layers CNN's; the named networks have their own")
-        names = (args.networks if args.networks is not None else "" if args.layers else ",".join(known)).split(",")
-        names = [] if names == [""] and args.layers else names
+        if args.networks is None:
+            names = [] if args.layers else list(known)
+        else:
+            names = [] if args.networks == "" and args.layers else args.networks.split(",")
         unknown = [n for n in names if n not in known]
         if unknown:
             raise NNError(f"--networks: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(known)}")
@@ -323,8 +325,6 @@ def main(argv=None) -> int:
             raise NNError(f"--backends: {missing[0]} does not run here (it needs "
                           f"{'PyTorch with CUDA' if missing[0].startswith('torch') else 'CuPy and a CUDA device'}); "
                           f"these do: {', '.join(available_backends())}")
-        if "" in (args.json, args.png):
-            raise NNError(f"{'--json' if args.json == '' else '--png'}: an empty path; give a file name")
         if args.json:
             claim_json("--json", args.json, "python -m nn.bench")
         if args.png:

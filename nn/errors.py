@@ -1,4 +1,5 @@
-"""The one error type the trainer's commands show to users, their argument parser, and how a command shows it."""
+"""The one error type the trainer's commands show to users, their argument parser (and its type of an
+output's path), and how a command shows it."""
 import argparse
 import sys
 
@@ -27,6 +28,13 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message):
         raise NNError(message)
+
+
+def output_path(text: str) -> str:
+    """The argument type of an output's path: an empty one is an error, not the output left out."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; give a file name")
+    return text
 
 
 def exit_status(command) -> int:

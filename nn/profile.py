@@ -30,7 +30,7 @@ import autogemm
 from nn.backends.storage import launched_operands
 from nn.bench import BACKEND_NAMES, available_backends, make_backend
 from nn.cnn import CNN, CNNStep, init_cnn_params
-from nn.errors import ArgumentParser, NNError, exit_status
+from nn.errors import ArgumentParser, NNError, exit_status, output_path
 from nn.layers import parse_layers
 from nn.mlp import MLP, Step, init_params
 from nn.model_parallel import ShardedMLP, ShardedStep, check_split
@@ -198,7 +198,7 @@ def main(argv=None) -> int:
     p.add_argument("--ranks", type=positive_int, default=1, help="profile rank 0's step of this many ranks (default: 1)")
     p.add_argument("--parallel", choices=("data", "model"), default="data",
                    help="what the ranks split, as nn.train --parallel (default: data)")
-    p.add_argument("--json", metavar="PATH", help="write the times as JSON")
+    p.add_argument("--json", metavar="PATH", type=output_path, help="write the times as JSON")
     line = " ".join(["python -m nn.profile", *(argv or sys.argv[1:])])
 
     def command():
@@ -217,8 +217,6 @@ def main(argv=None) -> int:
         if args.parallel == "model" and isinstance(net, ConvNetwork):
             raise NNError("--parallel model splits the MLP's hidden layer; a CNN is split by data")
         parallel = args.parallel if args.ranks > 1 else "data"    # one rank splits nothing, as in nn.train
-        if args.json == "":
-            raise NNError("--json: an empty path; give a file name")
         if args.json:
             claim_json("--json", args.json, "python -m nn.profile")
         operations, whole = profile(net, backend, args.reps, args.replays, ranks=args.ranks, parallel=parallel)
