@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 40, item 2 (FP32-accurate is FP32's error) on one GPU. From the repository root:
-#   source .device/env.sh && bash benchmarks/issue40-visit.sh variants [VARIANT...]|retune|bench|wgmma-parts|profile-misses|wgmma-fp32|pretranspose
+#   source .device/env.sh && bash benchmarks/issue40-visit.sh variants [VARIANT...]|retune|bench|wgmma-parts|profile-misses|wgmma-fp32|pretranspose|tiled-tf32
 # variants: each variant of kernels/gemm/3xtf32.cuh (chunk16u1: the tree's, 16 k summed apart, the
 # steps not unrolled; base, chunk16, chunk8: the tree's with benchmarks/issue40-fp32-error/3xtf32-
 # <variant>.patch applied: all of K summed on the tensor cores, 16 k apart unrolled, 8 k apart) runs
@@ -19,6 +19,9 @@
 # kernel of the untuned call (copies and transposes too) and cuBLAS's on the same arrays
 # (benchmarks/issue40_first_calls_profile.py), the speed-of-light, launch, occupancy and warp-state
 # sections; a table of each kernel's time and throughputs last.
+# tiled-tf32: the tiled family's tensor-core fragment reads (ldmatrix, vectors of rows): its gpu
+# tests, then benchmarks/issue40_tiled_tf32.py at tf32 (the public set and the CME 213 shapes) and at
+# fp32 (where the tiled 3xTF32 serves) on this tree and on .device/base, the same visit.
 # bench: nn.bench of the trainer on this tree against .device/base (`git archive <commit before>
 # kernels nn autogemm tuned`), before, after, before again, the same visit; after with $AUTOGEMM_TUNED
 # at $AFTER_TUNED where that is set (wgmma-fp32's store).
@@ -78,6 +81,22 @@ if [ "$phase" = pretranspose ]; then
     echo "pretranspose: exit $?"
     tar czf "$out/issue40.tar.gz" -C "$out" issue40
     cat "$work/pretranspose.txt"
+    exit 0
+fi
+
+if [ "$phase" = tiled-tf32 ]; then
+    timeout -s INT 120 python -m pytest -q -rf -m gpu tests/test_gemm_gpu.py -k "not wgmma" > "$work/pytest-tiled.txt" 2>&1
+    tail -4 "$work/pytest-tiled.txt"
+    fp32_shapes=777x555x333:nt,1023x1025x1027:nn,1000x784x800:tn,800x784x1000:nn,256x256x8192:tn,3072x96x768:tn
+    for tree in after before; do   # before: .device/base's packages first on the path
+        dir=$PWD; [ $tree = before ] && dir=$PWD/.device/base
+        PYTHONPATH="$dir:$PYTHONPATH" timeout 140 python benchmarks/issue40_tiled_tf32.py --precision tf32 \
+            --json "$work/tiled-tf32-$tree.json" > "$work/tiled-tf32-$tree.txt" 2>&1
+        PYTHONPATH="$dir:$PYTHONPATH" timeout 60 python benchmarks/issue40_tiled_tf32.py --precision fp32 \
+            --shapes $fp32_shapes --json "$work/tiled-fp32-$tree.json" > "$work/tiled-fp32-$tree.txt" 2>&1
+    done
+    tar czf "$out/issue40.tar.gz" -C "$out" issue40
+    for f in "$work"/tiled-*.txt; do echo "== $(basename $f)"; cat "$f"; done
     exit 0
 fi
 
