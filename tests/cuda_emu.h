@@ -13,8 +13,7 @@
 // The PTX the GEMM uses: cp.async copies are queued per thread and done at the wait_group that
 // requires them (the latest a GPU may land them, so a missing wait reads stale shared memory); the
 // warp's mma.sync m16n8k8 gathers the 32 lanes' fragments in the warp's slots, like a shuffle, and
-// sums the products of their TF32 values (the top 19 bits) in double; ldmatrix hands each lane its
-// words of the rows that the lanes name, the same way. A warpgroup's wgmma reads
+// sums the products of their TF32 values (the top 19 bits) in double. A warpgroup's wgmma reads
 // its operands (TF32 or bfloat16) from shared memory through their descriptors (start, stride of
 // 8-row atoms, the 128- or 64-byte swizzle; for transposed bfloat16, 64-row blocks of 128-byte k
 // rows) as it is issued, each thread summing its own accumulators of the 64 x N tile:
@@ -310,29 +309,6 @@ inline void mma_sync_aligned_m16n8k8_row_col_f32_tf32_tf32_f32(float& d0, float&
         *d[i] = float(sum);
     }
     warp.arrive_and_wait();
-}
-
-// ldmatrix.sync.aligned.m8n8.x{2,4}.shared.b16: lane 8m + r gives the shared address of row r of
-// matrix m (16 bytes, 8 16-bit elements); lane (g, t) = (lane / 4, lane % 4) receives the 32-bit word t
-// of row g of each matrix m in r_m. Addresses pass between the lanes as a shuffle's values do.
-template <size_t X>
-void ldmatrix(const std::array<unsigned*, X>& r, unsigned address) {
-    const unsigned t = emu_thread(), lane = t % 32, base = t - lane;
-    Barrier& warp = *block->warps[t / 32];
-    block->slots[t] = address;
-    warp.arrive_and_wait();
-    for (unsigned m = 0; m < X; ++m) {
-        const uint64_t row = block->slots[base + 8 * m + lane / 4];
-        if (row % 16 != 0) throw std::runtime_error("emulated ldmatrix: a row address not 16-byte aligned");
-        std::memcpy(r[m], dynamic_smem + row + 4 * (lane % 4), 4);
-    }
-    warp.arrive_and_wait();
-}
-inline void ldmatrix_sync_aligned_m8n8_x4_shared_b16(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned address) {
-    ldmatrix<4>({&r0, &r1, &r2, &r3}, address);
-}
-inline void ldmatrix_sync_aligned_m8n8_x2_shared_b16(unsigned& r0, unsigned& r1, unsigned address) {
-    ldmatrix<2>({&r0, &r1}, address);
 }
 
 // mbarriers, by their shared address: a phase completes when its `count` arrivals are in; a wait

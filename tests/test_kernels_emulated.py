@@ -235,13 +235,6 @@ FMA = {"math": ("fma",), "ty": (1, 2, 4, 8, 16), "tx": (1, 2, 4, 8, 16)}   # at 
 WAVE_TILES = {"bm": (48, 80, 96, 112), "bn": (48, 80, 96, 112)}          # tiles that are not powers of two
 
 
-def tc_config(bm, bn, ty, tx, math="tf32", bk=16):
-    """One tensor-core config of the tiled GEMM: warp tiles (bm * 8 / ty) x (bn * 4 / tx)."""
-    values = dict(bm=bm, bn=bn, bk=bk, ty=ty, tx=tx, tm=1, tn=2, vec=4, copy="async", stages=3, split_k=1, pad=True,
-                  math=math)
-    return lambda problem: [family("gemm").config(values)]
-
-
 def sampled(restrictions: dict, count: int):
     """`count` random configs of the restricted GEMM space that can run a problem."""
     def configs(problem):
@@ -270,13 +263,6 @@ GEMMS = [
     (70, 45, 50, "float32", False, True, "bias_sigmoid", False, sampled(TF32, 1), "tf32"),
     (45, 70, 40, "float32", True, False, None, True, sampled(TF32, 1), "tf32"),
     (70, 45, 150, "float32", True, True, "drelu", False, sampled({**TF32, "split_k": (2, 3)}, 1), "bf16"),
-    # Each fragment read of 3xtf32.cuh: K-major tiles by ldmatrix (x4, and x2 for an odd N tile),
-    # [k][row] tiles by 4-, 2- and 1-wide vectors (MT even or odd, NT a multiple of 4, even, odd).
-    (68, 100, 48, "float32", False, False, "bias", False, tc_config(64, 64, 16, 8), "tf32"),       # MT 2, NT 4
-    (68, 100, 48, "float32", True, False, None, True, tc_config(32, 48, 16, 8, "3xtf32")),        # MT 1, NT 3
-    (100, 70, 40, "float32", False, True, "drelu", False, tc_config(64, 48, 16, 8), "tf32"),      # NT 3: x2
-    (100, 40, 40, "float32", True, True, None, False, tc_config(96, 32, 16, 8, "3xtf32")),        # MT 3, NT 2
-    (100, 116, 40, "float32", True, False, "bias_sigmoid", False, tc_config(96, 96, 16, 8), "tf32"),   # MT 3, NT 6
 ]
 
 

@@ -35,8 +35,8 @@ KERNEL_PRECISIONS = tuple(dict.fromkeys(MATH_PRECISION.values()))
 # math="3xtf32" splits each float32 x into a TF32 part hi = tf32(x) and the exact rest lo = x - hi
 # (the MMA reads lo's top 19 bits), and sums lo*hi + hi*lo + hi*hi with mma.sync m16n8k8, 16 k at
 # a time, each part added to the float32 accumulators by a rounding FADD (the tensor cores' own
-# sums truncate): as accurate as FP32 FMAs (3xtf32.cuh). math="tf32" sums one MMA a k step into
-# the accumulators, on each operand's top 19 bits.
+# sums truncate): as accurate as FP32 FMAs (3xtf32.cuh). math="tf32" rounds each operand to TF32
+# and sums one MMA a k step into the accumulators.
 # A warp is then an 8 x 4 patch of the TY x TX threads (the mma's lane grid) and owns a
 # (8*RM) x (4*RN) tile of MMA tiles 16 x 8; each thread's accumulators are the MMA fragment's,
 # 1 x 2 micro-tiles (TM = 1, TN = 2) in rows g, g+8 of each MMA tile.
@@ -64,14 +64,17 @@ def k_chunk(c, p: Problem) -> int:
 def pads(c, p: Problem) -> tuple[int, int]:
     """Row padding (elements) of op(A)'s and op(B)'s shared tiles where c.pad asks for it: under fma
     4 (a multiple of every vector width, so vector reads stay aligned); on tensor cores what makes
-    their fragment reads conflict-free (see 3xtf32.cuh): a K-major tile's rows 4 (mod 8) words long
-    (BK + 4: ldmatrix's 8 rows on distinct banks), a [k][row] tile's 8 or 24 (mod 32) (BM or BN + 8,
-    the tiles being multiples of 16: the 4 k rows of a vector read on distinct banks)."""
+    their fragment reads conflict-free (see 3xtf32.cuh): rows 16 (mod 32) words long where both operands are
+    K-major (16-byte reads along k), 8 or 24 (mod 32) for a [k][row] tile (BM + 8 or BN + 8, the
+    tiles being multiples of 16; A's rows are then read in pairs), and BK + 4 for single reads
+    along k."""
     if not c.pad:
         return 0, 0
     if c.math == "fma":
         return 4, 4
     a_k, b_k = k_major(c, p)
+    if a_k and b_k:
+        return (16 - c.bk) % 32, (16 - c.bk) % 32
     return 4 if a_k else 8, 4 if b_k else 8
 
 
