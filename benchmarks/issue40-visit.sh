@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 40, item 2 (FP32-accurate is FP32's error) on one GPU. From the repository root:
-#   source .device/env.sh && bash benchmarks/issue40-visit.sh variants [VARIANT...]|retune|bench|wgmma-parts|profile-misses|wgmma-fp32|pretranspose|tiled-tf32
+#   source .device/env.sh && bash benchmarks/issue40-visit.sh variants [VARIANT...]|retune|bench|wgmma-parts|profile-misses|wgmma-fp32|pretranspose|tiled-tf32|reg-a
 # variants: each variant of kernels/gemm/3xtf32.cuh (chunk16u1: the tree's, 16 k summed apart, the
 # steps not unrolled; base, chunk16, chunk8: the tree's with benchmarks/issue40-fp32-error/3xtf32-
 # <variant>.patch applied: all of K summed on the tensor cores, 16 k apart unrolled, 8 k apart) runs
@@ -22,6 +22,8 @@
 # tiled-tf32: the tiled family's tensor-core fragment reads (ldmatrix, vectors of rows): its gpu
 # tests, then benchmarks/issue40_tiled_tf32.py at tf32 (the public set and the CME 213 shapes) and at
 # fp32 (where the tiled 3xTF32 serves) on this tree and on .device/base, the same visit.
+# reg-a: gemm_wgmma reading an M-major op(A) into registers: its gpu tests and the untuned ones,
+# then benchmarks/issue40_reg_a.py at tf32 and fp32 (the default against reg_a's first candidates).
 # bench: nn.bench of the trainer on this tree against .device/base (`git archive <commit before>
 # kernels nn autogemm tuned`), before, after, before again, the same visit; after with $AUTOGEMM_TUNED
 # at $AFTER_TUNED where that is set (wgmma-fp32's store).
@@ -97,6 +99,19 @@ if [ "$phase" = tiled-tf32 ]; then
     done
     tar czf "$out/issue40.tar.gz" -C "$out" issue40
     for f in "$work"/tiled-*.txt; do echo "== $(basename $f)"; cat "$f"; done
+    exit 0
+fi
+
+if [ "$phase" = reg-a ]; then
+    timeout -s INT 150 python -m pytest -q -rf -m gpu tests/test_gemm_gpu.py \
+        -k "register_a or untuned or as_accurate or refuses" > "$work/pytest-reg-a.txt" 2>&1
+    tail -4 "$work/pytest-reg-a.txt"
+    for precision in tf32 fp32; do
+        timeout 170 python benchmarks/issue40_reg_a.py --precision $precision --json "$work/reg-a-$precision.json" \
+            > "$work/reg-a-$precision.txt" 2>&1
+    done
+    tar czf "$out/issue40.tar.gz" -C "$out" issue40
+    for f in "$work"/reg-a-*.txt; do echo "== $(basename $f)"; cat "$f"; done
     exit 0
 fi
 

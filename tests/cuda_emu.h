@@ -16,7 +16,8 @@
 // sums the products of their TF32 values (the top 19 bits) in double. A warpgroup's wgmma reads
 // its operands (TF32 or bfloat16) from shared memory through their descriptors (start, stride of
 // 8-row atoms, the 128- or 64-byte swizzle; for transposed bfloat16, 64-row blocks of 128-byte k
-// rows) as it is issued, each thread summing its own accumulators of the 64 x N tile:
+// rows) as it is issued, or A from registers, gathered from the warp's lanes as mma.sync's
+// fragments are, each thread summing its own accumulators of the 64 x N tile:
 // it checks the kernel's shared layout against the descriptor's meaning, not the hardware's timing
 // (the kernels wait for each group before touching its memory). mbarriers count arrivals per
 // phase, and a thread waiting on one yields until the phase completes; cp.async.mbarrier.arrive
@@ -486,15 +487,41 @@ void wgmma(Operand operand, const WgmmaOperand* ops, bool trans_a = false, bool 
 inline double tf32_operand(uint64_t desc, unsigned row, unsigned k, bool) {
     return std::bit_cast<float>(std::bit_cast<uint32_t>(wgmma_operand(desc, row, k)) & 0xffffe000u);
 }
+// wgmma.mma_async m64nNk8 .f32.tf32.tf32 with A from registers: this thread's N/2 accumulators, its
+// 4 registers of A (each warp's 16 rows as mma.sync's A fragment: lane (g, t) holds rows g, g + 8 at
+// k t, then at k t + 4), B's descriptor, scale-d where an operand. A row's values come from the lanes of
+// the warp that owns it, passed as mma.sync's fragments are.
+template <unsigned N>
+void wgmma_register_a(const WgmmaOperand* ops, bool scale_d) {
+    const unsigned thread = emu_thread(), lane = thread % 32, base = thread - lane;
+    Barrier& warp_barrier = *block->warps[thread / 32];
+    block->fragments[thread] = {uint32_t(ops[N / 2].value), uint32_t(ops[N / 2 + 1].value), uint32_t(ops[N / 2 + 2].value),
+                                uint32_t(ops[N / 2 + 3].value), 0, 0};
+    warp_barrier.arrive_and_wait();
+    const uint64_t b = ops[N / 2 + 4].value;
+    auto a = [&](unsigned r, unsigned k) {   // r: the row within the warp's 16
+        return std::bit_cast<float>(block->fragments[base + r % 8 * 4 + k % 4][(r >= 8) + 2 * (k >= 4)] & 0xffffe000u);
+    };
+    for (unsigned r = 0; r < N / 2; ++r) {
+        const unsigned row = lane / 4 + 8 * (r % 4 / 2), col = 8 * (r / 4) + 2 * (lane % 4) + r % 2;
+        double sum = scale_d ? *ops[r].acc : 0.0;
+        for (unsigned k = 0; k < 8; ++k) sum += double(a(row, k)) * tf32_operand(b, col, k, false);
+        *ops[r].acc = float(sum);
+    }
+    warp_barrier.arrive_and_wait();
+}
 #define EMU_WGMMA(N)                                                                                  \
     template <class... Args>                                                                               \
     void wgmma_mma_async_sync_aligned_m64n##N##k8_f32_tf32_tf32(Args&&... args) {                          \
-        static_assert(sizeof...(Args) == N / 2 + 2 || sizeof...(Args) == N / 2 + 3,                        \
-                      "wgmma m64n" #N "k8: N/2 accumulators, 2 descriptors, scale-d where not 1");          \
+        constexpr size_t count = sizeof...(Args);                                                          \
+        static_assert(count == N / 2 + 2 || count == N / 2 + 3 || count == N / 2 + 5 || count == N / 2 + 6, \
+                      "wgmma m64n" #N "k8: N/2 accumulators, 2 descriptors or A's 4 registers and B's "    \
+                      "descriptor, scale-d where not 1");                                                  \
         const WgmmaOperand ops[] = {WgmmaOperand(args)...};                                                \
-        bool scale_d = true;                                                                               \
-        if constexpr (sizeof...(Args) == N / 2 + 3) scale_d = ops[N / 2 + 2].value != 0;                   \
-        wgmma<N, 8>(tf32_operand, ops, false, false, scale_d);                                             \
+        if constexpr (count >= N / 2 + 5)                                                                  \
+            wgmma_register_a<N>(ops, count == N / 2 + 5 || ops[N / 2 + 5].value != 0);                     \
+        else                                                                                               \
+            wgmma<N, 8>(tf32_operand, ops, false, false, count == N / 2 + 2 || ops[N / 2 + 2].value != 0); \
     }                                                                                                      \
     template <class... Args>                                                                               \
     void wgmma_mma_async_sync_aligned_m64n##N##k16_f32_bf16_bf16(Args&&... args) {                         \

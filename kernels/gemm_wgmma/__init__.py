@@ -3,10 +3,11 @@
 
 The same call as the gemm family (its Problem, keys, epilogues and reference): D = epi(alpha * op(A)
 @ op(B) + beta * C), every op, float32 or bfloat16 operands, float32 or bfloat16 D, on compute capability 9.0
-(sm_90a). wgmma reads TF32 operands K-major, so an operand with M or N contiguous (op(A) = A^T,
-op(B) = B) is transposed in shared memory as each stage lands, or (`pretranspose`) copied K-major
-into scratch by the transpose family before the kernel runs; bfloat16 operands are read as they
-land, M/N-major ones by wgmma's transposing form. Stages are copied and prepared either by every
+(sm_90a). wgmma reads TF32 operands K-major from shared memory, so an operand with M or N
+contiguous (op(A) = A^T, op(B) = B) is transposed in shared memory as each stage lands, or
+(`pretranspose`) copied K-major into scratch by the transpose family before the kernel runs; such an
+op(A) may instead (`reg_a`) be read from its landed tile into registers, wgmma's register operand,
+with no transpose. bfloat16 operands are read as they land, M/N-major ones by wgmma's transposing form. Stages are copied and prepared either by every
 thread, one block-wide synchronization a k-tile, or by a producer warpgroup handing them to the
 computing ones through mbarriers (warp specialization), which copies by cp.async or, one thread
 for the block, by bulk tensor copies (TMA) through tensor maps of A and B that every launch passes.
@@ -54,6 +55,7 @@ PARAMS = {
     "producer": (0, 1),                              # 1: a producer warpgroup copies and prepares stages
     "tma": (0, 1),                                   # 1: the producer copies by TMA (bulk tensor copies)
     "pretranspose": (0, 1),                          # 1: M/N-major operands copied K-major first (kernel_problem)
+    "reg_a": (0, 1),                                 # 1: an M-major float32 op(A) read into registers, not transposed
     "cluster_m": (1, 2),                             # blocks of a cluster along M, sharing their B tile (TMA)
     "cluster_n": (1, 2),                             # blocks of a cluster along N, sharing their A tile (TMA)
     "persistent": (0, 1),                            # 1: a block an SM, its warpgroups taking whole tiles in turn
@@ -87,13 +89,15 @@ def mn_major(p: Problem) -> tuple[bool, bool]:
 
 def kernel_problem(c, p: Problem) -> Problem:
     """The problem that c's kernel computes: under `pretranspose` each M/N-major float32 operand
-    is first copied K-major into scratch whose rows are 16-byte aligned (the transpose family), so
-    the kernel reads both K-major, with nothing to transpose in shared memory."""
+    (but an op(A) read into registers, `reg_a`) is first copied K-major into scratch whose rows are
+    16-byte aligned (the transpose family), so the kernel reads it K-major, with nothing to transpose
+    in shared memory."""
     if not c.pretranspose:
         return p
     a_mn, b_mn = mn_major(p)
+    a_mn = a_mn and not c.reg_a
     vec = 16 // p.operand_itemsize
-    return dataclasses.replace(p, trans_a=False, trans_b=True, vec_a=vec if a_mn else p.vec_a,
+    return dataclasses.replace(p, trans_a=p.trans_a and not a_mn, trans_b=True, vec_a=vec if a_mn else p.vec_a,
                                vec_b=vec if b_mn else p.vec_b)
 
 
@@ -106,7 +110,7 @@ def may_run(p: Problem, d) -> bool:
     """Whether any config could run `p` on `d` (the constraints' checks that no config changes):
     Hopper, float32 results, and 16-byte copies of the operands as the kernel reads them, the
     M/N-major float32 ones at best pretransposed (bfloat16 ones are read as they are)."""
-    lenient = SimpleNamespace(pretranspose=int(any(mn_major(p)) and not p.bf16_operands))
+    lenient = SimpleNamespace(pretranspose=int(any(mn_major(p)) and not p.bf16_operands), reg_a=0)
     return d.compute_capability == "9.0" and p.dtype == "float32" and aligned_copies(kernel_problem(lenient, p))
 
 
@@ -118,24 +122,32 @@ def k_step(p: Problem) -> int:
 def smem_bytes(c, p: Problem) -> int:
     """STAGES stages of the A and B tiles; prepared buffers (one a stage under a producer, else
     2 + INFLIGHT) holding, of each operand, its transposed tile if it is M/N-major and its lo part
-    under 3xTF32, or under BF16 its bfloat16 tile where it is float32 (bfloat16 operands are read as
-    they land); a producer's three 8-byte mbarriers a stage, and a persistent block's one a computing
-    warpgroup; room to align them to 1024 bytes."""
+    under 3xTF32 (of A, nothing where it is read into registers), or under BF16 its bfloat16 tile
+    where it is float32 (bfloat16 operands are read as they land); a producer's three 8-byte
+    mbarriers a stage, and a persistent block's one a computing warpgroup; room to align them to
+    1024 bytes."""
     a_mn, b_mn = mn_major(p)
     split = c.math == "3xtf32"
     if c.math == "bf16":
         prepared = 0 if p.bf16_operands else (c.bm + c.bn) * k_step(p) * 2
     else:
-        prepared = ((a_mn + split) * c.bm + (b_mn + split) * c.bn) * k_step(p) * p.itemsize
+        a_prepared = 0 if c.reg_a else a_mn + split
+        prepared = (a_prepared * c.bm + (b_mn + split) * c.bn) * k_step(p) * p.itemsize
     buffers = c.stages if c.producer else 2 + c.inflight
     barriers = 24 * c.stages + 8 * c.warpgroups * c.persistent if c.producer else 0
     return c.stages * (c.bm + c.bn) * STAGE_ROW_BYTES + buffers * prepared + barriers + SWIZZLE_ALIGN
 
 
+def m_tiles(c) -> int:
+    """64-row wgmma tiles a computing warpgroup holds: its share of the block tile's rows, or under
+    `persistent` the whole tile's."""
+    return c.bm // (1 if c.persistent else c.warpgroups) // 64
+
+
 def accumulators(c) -> int:
     """float32 accumulators a thread holds: BN/2 per 64-row wgmma tile of its warpgroup (its share
     of the block tile's rows, or under `persistent` the whole tile's)."""
-    return c.bm // (1 if c.persistent else c.warpgroups) // 64 * c.bn // 2
+    return m_tiles(c) * c.bn // 2
 
 
 CONSTRAINTS = (
@@ -145,8 +157,13 @@ CONSTRAINTS = (
     ("math tf32 and bf16 round the operands: for calls at that precision or a lower one",
      lambda c, p, d: serves(MATH_PRECISION[c.math], p.precision)),
     ("bfloat16 operands are multiplied by math bf16", lambda c, p, d: not p.bf16_operands or c.math == "bf16"),
-    ("pretranspose copies float32 operands with M or N contiguous for TF32 products: an op with one, math tf32 or 3xtf32",
-     lambda c, p, d: not c.pretranspose or (any(mn_major(p)) and c.math != "bf16")),
+    ("pretranspose copies float32 operands with M or N contiguous for TF32 products: an op with one "
+     "(besides an A read into registers), math tf32 or 3xtf32",
+     lambda c, p, d: not c.pretranspose or (mn_major(p)[1] or (mn_major(p)[0] and not c.reg_a)) and c.math != "bf16"),
+    ("reg_a reads an M-major float32 op(A) (A transposed) into registers for TF32 products: math tf32 or 3xtf32, "
+     "wgmmas waited for each stage (inflight 0), one or an even number of 64-row tiles a warpgroup",
+     lambda c, p, d: not c.reg_a or (p.trans_a and not p.bf16_operands and c.math != "bf16" and c.inflight == 0
+                                     and m_tiles(c) in (1, 2, 4))),
     ("bfloat16 B with N contiguous (op(B) = B) is read in blocks of 64 columns: BN a multiple of 64",
      lambda c, p, d: not (p.bf16_operands and mn_major(p)[1]) or c.bn % 64 == 0),
     ("a k-tile's wgmmas in flight need a stage beside those loading and computing: stages >= 3",
@@ -162,10 +179,15 @@ CONSTRAINTS = (
     ("3xtf32 sums a stage apart and adds it to the accumulators once its wgmmas are done: inflight 0, "
      "at most 64 accumulators per thread (as many sums beside them)",
      lambda c, p, d: c.math != "3xtf32" or (c.inflight == 0 and accumulators(c) <= 64)),
+    ("reg_a holds a stage's A fragments beside the accumulators (3xtf32: twice each): at most 128 such registers "
+     "a thread beside a producer and two computing warpgroups, 192 in fewer threads",
+     lambda c, p, d: not c.reg_a or reg_a_registers(c) <= (128 if threads(c) > 256 else 192)),
     ("bulk tensor copies (tma) are issued by the producer warpgroup: tma needs producer 1",
      lambda c, p, d: c.producer or not c.tma),
     ("clusters share tiles by multicast bulk tensor copies: cluster_m or cluster_n 2 needs tma 1 and split_k 1",
      lambda c, p, d: clustered(c) <= 1 or (c.tma and c.split_k == 1)),
+    ("split-K's reduction beside 128 accumulators a thread spills (nvcc 13.0): at most 96 with split_k > 1",
+     lambda c, p, d: c.split_k == 1 or accumulators(c) <= 96),
     ("split-K beside a producer and two computing warpgroups (168 registers a thread): at most 64 accumulators",
      lambda c, p, d: not (c.split_k > 1 and c.producer and c.warpgroups == 2) or accumulators(c) <= 64),
     ("shared memory must fit the device's per-block limit",
@@ -173,6 +195,12 @@ CONSTRAINTS = (
     ("grid rows ceil(M/BM) must be at most 65535", lambda c, p, d: ceil_div(p.m, c.bm) <= 65535),
     ("every split-K slice must have some of K", lambda c, p, d: (c.split_k - 1) * k_slice(c, p) < p.k),
 )
+
+
+def reg_a_registers(c) -> int:
+    """Registers a thread holds for its accumulators and, under reg_a, a stage's A fragments (4 a
+    64-row tile and k8 step; 3xtf32 doubles both: its sums, A's hi and lo)."""
+    return (accumulators(c) + 16 * m_tiles(c)) * (2 if c.math == "3xtf32" else 1)
 
 
 def clustered(c) -> int:
@@ -194,17 +222,19 @@ def output_vector(p: Problem) -> int:
 def tile_maps(c, p: Problem) -> tuple[TileMap, TileMap]:
     """The tensor maps of A's and B's tiles, as each stage holds them, by the part that one block of
     the `parts` sharing it copies (A's shared along N, B's along M): a K-major operand's tile rows
-    of BK k in the 128-byte swizzle, a float32 M/N-major one's BK k-rows of its tile unswizzled, a
-    bfloat16 M/N-major one's 64-row blocks of BK k-rows in the 128-byte swizzle; K-major tiles are
-    parted by rows, M/N-major ones by k-rows."""
+    of BK k in the 128-byte swizzle, a float32 M/N-major one's BK k-rows of its tile unswizzled; a
+    bfloat16 M/N-major one's, or a float32 op(A)'s read into registers, blocks of 128 bytes of rows
+    by BK k-rows in the 128-byte swizzle; K-major tiles are parted by rows, M/N-major ones by k-rows."""
     bk = k_step(p)
 
-    def tile(operand: str, rows: int, mn: bool, parts: int) -> TileMap:
+    def tile(operand: str, rows: int, mn: bool, swizzled: bool, parts: int) -> TileMap:
         if not mn:
             return TileMap(operand, (bk, rows // parts), 128)
-        return TileMap(operand, (64, bk // parts), 128) if p.bf16_operands else TileMap(operand, (rows, bk // parts), 0)
+        return TileMap(operand, (128 // p.operand_itemsize, bk // parts), 128) if swizzled else \
+            TileMap(operand, (rows, bk // parts), 0)
     a_mn, b_mn = mn_major(p)
-    return tile("a", c.bm, a_mn, c.cluster_n), tile("b", c.bn, b_mn, c.cluster_m)
+    return (tile("a", c.bm, a_mn, p.bf16_operands or c.reg_a, c.cluster_n),
+            tile("b", c.bn, b_mn, p.bf16_operands, c.cluster_m))
 
 
 def template_args(c, p: Problem) -> dict:
@@ -218,6 +248,8 @@ def instance_name(c, p: Problem) -> str:
     p = kernel_problem(c, p)
     name = (f"gemm_wgmma_{'bf16' if p.bf16_operands else 'f32'}_{p.op}_bm{c.bm}_bn{c.bn}_wg{c.warpgroups}_s{c.stages}"
             f"_if{c.inflight}_sk{c.split_k}_p{c.producer}_t{c.tma}_{c.math}")
+    if c.reg_a:
+        name += "_ra"
     if c.persistent:
         name += "_persistent"
     if clustered(c) > 1:
@@ -231,6 +263,7 @@ def instance_name(c, p: Problem) -> str:
 
 def geometry(c, p: Problem):
     a_mn, b_mn = mn_major(p) if c.pretranspose else (False, False)
+    a_mn = a_mn and not c.reg_a              # an A read into registers is not copied
     p = kernel_problem(c, p)
     columns, rows = ceil_div(p.n, c.bn), ceil_div(p.m, c.bm)
     split = c.split_k > 1

@@ -10,10 +10,13 @@ __host__ __device__ constexpr int swizzled(int row, int chunk) { return row * 12
 // The 64-byte swizzle of 64-byte rows (prepared bfloat16 tiles): in each 8-row, 512-byte atom,
 // chunk c of row r sits at chunk c ^ (r / 2 % 4) (address bits 4-5 ^ 7-8).
 __host__ __device__ constexpr int swizzled64(int row, int chunk) { return row * 64 + ((chunk ^ ((row >> 1) & 3)) << 4); }
-// Where chunk `chunk` (8 rows) of k-row k of an M/N-major bfloat16 tile sits: blocks of 64 rows,
-// BK k-rows of 128 bytes each (MN_BLOCK bytes), in the 128-byte swizzle.
-constexpr int MN_BLOCK = BK * 128;
-__host__ __device__ constexpr int landed_mn(int k, int row) { return row / 64 * MN_BLOCK + swizzled(k, row % 64 / 8); }
+// Where element (k, row) of an M/N-major tile landed swizzled (bfloat16 operands, a float32 A read
+// into registers) sits: blocks of MN_ROWS rows (128 bytes), BK k-rows of 128 bytes each (MN_BLOCK
+// bytes), each k-row in the 128-byte swizzle.
+constexpr int MN_ROWS = 128 / sizeof(TIn), MN_BLOCK = BK * 128;
+__host__ __device__ constexpr int landed_mn(int k, int row) {
+    return row / MN_ROWS * MN_BLOCK + swizzled(k, row % MN_ROWS / PER_COPY) + row % PER_COPY * sizeof(TIn);
+}
 
 // The shared-memory address of a pointer into shared memory.
 __device__ __forceinline__ unsigned smem_address(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
@@ -141,6 +144,29 @@ __device__ __forceinline__ void wgmma_tf32_first(float (&d)[ACC], unsigned long 
                  : {% for i in range(bn // 2) %}"+f"(d[{{ i }}]){{ ", " if not loop.last }}{% endfor %}
                  : "l"(a), "l"(b), "n"(0));
 }
+
+{% endif %}
+{% if reg_a %}
+// d (64 x BN) += A (64 x 8, TF32, from registers: each warp's 16 rows as mma.sync's A fragment) *
+// B (BN x 8, TF32, K-major)^T.
+__device__ __forceinline__ void wgmma_tf32_rs(float (&d)[ACC], const unsigned (&a)[4], unsigned long long b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n{{ bn }}k8.f32.tf32.tf32 "
+                 "{ {% for i in range(bn // 2) %}%{{ i }}{{ ", " if not loop.last }}{% endfor %} }, "
+                 "{ %{{ bn // 2 }}, %{{ bn // 2 + 1 }}, %{{ bn // 2 + 2 }}, %{{ bn // 2 + 3 }} }, %{{ bn // 2 + 4 }}, 1, 1, 1;\n"
+                 : {% for i in range(bn // 2) %}"+f"(d[{{ i }}]){{ ", " if not loop.last }}{% endfor %}
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+{% if math == "3xtf32" %}
+// The same with d's values before not read (scale-d 0): the first wgmma of a sum.
+__device__ __forceinline__ void wgmma_tf32_rs_first(float (&d)[ACC], const unsigned (&a)[4], unsigned long long b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n{{ bn }}k8.f32.tf32.tf32 "
+                 "{ {% for i in range(bn // 2) %}%{{ i }}{{ ", " if not loop.last }}{% endfor %} }, "
+                 "{ %{{ bn // 2 }}, %{{ bn // 2 + 1 }}, %{{ bn // 2 + 2 }}, %{{ bn // 2 + 3 }} }, %{{ bn // 2 + 4 }}, "
+                 "%{{ bn // 2 + 5 }}, 1, 1;\n"
+                 : {% for i in range(bn // 2) %}"+f"(d[{{ i }}]){{ ", " if not loop.last }}{% endfor %}
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(0));
+}
+{% endif %}
 
 {% endif %}
 // d += A (64 x 16, bfloat16) * B (BN x 16, bfloat16)^T, each K-major or, transposed (TA, TB),

@@ -72,13 +72,18 @@ def _one_tile_a_block(p, d, params: dict, constraints: tuple, math_precision: di
     # 15 records of the networks' GEMMs (benchmarks/issue18-h100/tma); then the one loop.
     pipelines = ((1, 1), (0, 0), (1, 0))
     # M/N-major operands pretransposed first under TF32 products, last under 3xTF32, whose
-    # producer has the split to prepare anyway (benchmarks/issue18-h100/pretranspose).
+    # producer has the split to prepare anyway (benchmarks/issue18-h100/pretranspose); then an
+    # M-major float32 op(A) read into registers (reg_a), the rest as before.
     pretransposes = {"tf32": (1, 0), "3xtf32": (0, 1), "bf16": (0,)} if any(mn_major) else {}
     for math in maths:
-        for pretranspose in pretransposes.get(math, (0,)):
+        operand_paths = [(pretranspose, 0) for pretranspose in pretransposes.get(math, (0,))]
+        if mn_major[0] and not p.bf16_operands and math != "bf16":
+            operand_paths += [(pretranspose, 1) for pretranspose in pretransposes[math]]
+        for pretranspose, reg_a in operand_paths:
             configs = [[{"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math,
                          "inflight": inflight, "split_k": splits[bm, bn], "producer": producer, "tma": tma,
-                         "pretranspose": pretranspose, "cluster_m": 1, "cluster_n": 1, "persistent": 0}
+                         "pretranspose": pretranspose, "reg_a": reg_a, "cluster_m": 1, "cluster_n": 1,
+                         "persistent": 0}
                         for warpgroups, (producer, tma), stages, inflight in itertools.product(
                             (2, 1), pipelines, reversed(params["stages"]), (1, 0))]
                        for bm, bn in tiles]
