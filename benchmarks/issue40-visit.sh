@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 40, item 2 (FP32-accurate is FP32's error) on one GPU. From the repository root:
-#   source .device/env.sh && bash benchmarks/issue40-visit.sh variants [VARIANT...]|retune|bench|wgmma-parts|profile-misses|wgmma-fp32|pretranspose|tiled-tf32|reg-a
+#   source .device/env.sh && bash benchmarks/issue40-visit.sh variants [VARIANT...]|retune|bench|wgmma-parts|profile-misses|wgmma-fp32|pretranspose|tiled-tf32|reg-a|retune-stale
 # variants: each variant of kernels/gemm/3xtf32.cuh (chunk16u1: the tree's, 16 k summed apart, the
 # steps not unrolled; base, chunk16, chunk8: the tree's with benchmarks/issue40-fp32-error/3xtf32-
 # <variant>.patch applied: all of K summed on the tensor cores, 16 k apart unrolled, 8 k apart) runs
@@ -24,6 +24,9 @@
 # fp32 (where the tiled 3xTF32 serves) on this tree and on .device/base, the same visit.
 # reg-a: gemm_wgmma reading an M-major op(A) into registers: its gpu tests and the untuned ones,
 # then benchmarks/issue40_reg_a.py at tf32 and fp32 (the default against reg_a's first candidates).
+# retune-stale: `autogemm tune --stale` of this GPU's file into a copy of tuned/ at $TUNED_STALE
+# (default /tmp/tuned-stale, kept on the machine: a second call goes on where a first one stopped,
+# SIGTERM at 540 s), the file copied out.
 # bench: nn.bench of the trainer on this tree against .device/base (`git archive <commit before>
 # kernels nn autogemm tuned`), before, after, before again, the same visit; after with $AUTOGEMM_TUNED
 # at $AFTER_TUNED where that is set (wgmma-fp32's store).
@@ -112,6 +115,19 @@ if [ "$phase" = reg-a ]; then
     done
     tar czf "$out/issue40.tar.gz" -C "$out" issue40
     for f in "$work"/reg-a-*.txt; do echo "== $(basename $f)"; cat "$f"; done
+    exit 0
+fi
+
+if [ "$phase" = retune-stale ]; then
+    store=${TUNED_STALE:-/tmp/tuned-stale}
+    [ -d "$store" ] || cp -r tuned "$store"
+    file=$(python -c "from autogemm.runtime.device import this_device; print(this_device().slug)").json
+    log="$work/tune-stale-$(date +%H%M%S).txt"
+    timeout -s TERM 540 python -m autogemm.cli tune --stale --trials 30 --timeout 10 --out "$store" < /dev/null > "$log" 2>&1
+    echo "tune --stale: exit $?"
+    cp "$store/$file" "$work/$file"
+    tar czf "$out/issue40.tar.gz" -C "$out" issue40
+    tail -6 "$log"
     exit 0
 fi
 

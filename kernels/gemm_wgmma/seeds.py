@@ -14,8 +14,8 @@ def candidates(p, d, params: dict, constraints: tuple, math_precision: dict, mn_
     seeds itself with the first few: tiles, not stage counts, matter most).
     A tile's configs: the most stages that fit first, two warpgroups before one, a producer copying
     by TMA before the one loop before a producer copying by cp.async, wgmmas in flight before not,
-    K unsplit unless its tiles leave most SMs idle (split_for), M/N-major float32 operands pretransposed or not as the
-    math prefers; bfloat16 operands take bf16 products, float32 ones the maths their precision
+    K unsplit unless its tiles leave most SMs idle (split_for), an M-major float32 op(A) read into registers
+    first, M/N-major float32 operands pretransposed or not as the math prefers; bfloat16 operands take bf16 products, float32 ones the maths their precision
     allows, fastest first as measured (bf16's rounding pass costs more than its k16 products save:
     benchmarks/issue18-h100/ops-bf16). Where 128 x 128 tiles outnumber the SMs, persistent blocks
     of them follow the first few (alone, in 1 x 2 and 2 x 1 clusters), which won with a fused
@@ -72,20 +72,25 @@ def _one_tile_a_block(p, d, params: dict, constraints: tuple, math_precision: di
     # 15 records of the networks' GEMMs (benchmarks/issue18-h100/tma); then the one loop.
     pipelines = ((1, 1), (0, 0), (1, 0))
     # M/N-major operands pretransposed first under TF32 products, last under 3xTF32, whose
-    # producer has the split to prepare anyway (benchmarks/issue18-h100/pretranspose); then an
-    # M-major float32 op(A) read into registers (reg_a), the rest as before.
+    # producer has the split to prepare anyway (benchmarks/issue18-h100/pretranspose). Before both,
+    # an M-major float32 op(A) read into registers (reg_a), beside a producer only: on 11 such
+    # shapes its first candidates took 0.49x-1.22x cuBLAS FP32's time against the default's
+    # 0.63x-1.61x under 3xTF32, under TF32 0.64x-1.68x against 0.84x-2.06x (slower on 4096^3 alone,
+    # whose 128 x 256 tiles cannot hold the fragments beside their accumulators), and the one loop
+    # 1.2x-2.2x slower than a producer (benchmarks/issue40-h200/reg-a).
     pretransposes = {"tf32": (1, 0), "3xtf32": (0, 1), "bf16": (0,)} if any(mn_major) else {}
     for math in maths:
         operand_paths = [(pretranspose, 0) for pretranspose in pretransposes.get(math, (0,))]
         if mn_major[0] and not p.bf16_operands and math != "bf16":
-            operand_paths += [(pretranspose, 1) for pretranspose in pretransposes[math]]
+            operand_paths = [(pretranspose, 1) for pretranspose in pretransposes[math]] + operand_paths
         for pretranspose, reg_a in operand_paths:
             configs = [[{"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math,
                          "inflight": inflight, "split_k": splits[bm, bn], "producer": producer, "tma": tma,
                          "pretranspose": pretranspose, "reg_a": reg_a, "cluster_m": 1, "cluster_n": 1,
                          "persistent": 0}
                         for warpgroups, (producer, tma), stages, inflight in itertools.product(
-                            (2, 1), pipelines, reversed(params["stages"]), (1, 0))]
+                            (2, 1), pipelines[:1] + pipelines[2:] if reg_a else pipelines, reversed(params["stages"]),
+                            (1, 0))]
                        for bm, bn in tiles]
             firsts = [_first_fitting(tile, p, d, constraints) for tile in configs]
             yield from (c for c in firsts if c is not None)
