@@ -24,9 +24,9 @@
 # fp32 (where the tiled 3xTF32 serves) on this tree and on .device/base, the same visit.
 # reg-a: gemm_wgmma reading an M-major op(A) into registers: its gpu tests and the untuned ones,
 # then benchmarks/issue40_reg_a.py at tf32 and fp32 (the default against reg_a's first candidates).
-# retune-stale: `autogemm tune --stale` of this GPU's file into a copy of tuned/ at $TUNED_STALE
-# (default /tmp/tuned-stale, kept on the machine: a second call goes on where a first one stopped,
-# SIGTERM at 540 s), the file copied out.
+# retune-stale: `autogemm tune --stale` of this GPU's file at each arithmetic into a copy of tuned/ at
+# $TUNED_STALE (default /tmp/tuned-stale, kept on the machine: a second call goes on where a first
+# one stopped, SIGTERM at 540 s in all), the file copied out.
 # bench: nn.bench of the trainer on this tree against .device/base (`git archive <commit before>
 # kernels nn autogemm tuned`), before, after, before again, the same visit; after with $AUTOGEMM_TUNED
 # at $AFTER_TUNED where that is set (wgmma-fp32's store).
@@ -122,12 +122,16 @@ if [ "$phase" = retune-stale ]; then
     store=${TUNED_STALE:-/tmp/tuned-stale}
     [ -d "$store" ] || cp -r tuned "$store"
     file=$(python -c "from autogemm.runtime.device import this_device; print(this_device().slug)").json
-    log="$work/tune-stale-$(date +%H%M%S).txt"
-    timeout -s TERM 540 python -m autogemm.cli tune --stale --trials 30 --timeout 10 --out "$store" < /dev/null > "$log" 2>&1
-    echo "tune --stale: exit $?"
+    end=$((SECONDS + 540))
+    for arithmetic in "--precision fp32" "--precision tf32" "--precision bf16" "--dtype bfloat16"; do
+        log="$work/tune-stale-${arithmetic##* }.txt"
+        [ $SECONDS -lt $end ] && timeout -s TERM $((end - SECONDS)) python -m autogemm.cli tune --stale $arithmetic \
+            --trials 30 --timeout 20 --out "$store" < /dev/null > "$log" 2>&1
+        echo "tune --stale $arithmetic: exit $?"
+        grep -h "autogemm tune: \[" "$log" | tail -3
+    done
     cp "$store/$file" "$work/$file"
     tar czf "$out/issue40.tar.gz" -C "$out" issue40
-    tail -6 "$log"
     exit 0
 fi
 
