@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 40, item 2 (FP32-accurate is FP32's error) on one GPU. From the repository root:
-#   source .device/env.sh && bash benchmarks/issue40-visit.sh variants [VARIANT...]|retune|bench|wgmma-parts|profile-misses|wgmma-fp32|pretranspose|tiled-tf32|reg-a|retune-stale
+#   source .device/env.sh && bash benchmarks/issue40-visit.sh variants [VARIANT...]|retune|bench|wgmma-parts|profile-misses|wgmma-fp32|pretranspose|tiled-tf32|reg-a|retune-stale|swap
 # variants: each variant of kernels/gemm/3xtf32.cuh (chunk16u1: the tree's, 16 k summed apart, the
 # steps not unrolled; base, chunk16, chunk8: the tree's with benchmarks/issue40-fp32-error/3xtf32-
 # <variant>.patch applied: all of K summed on the tensor cores, 16 k apart unrolled, 8 k apart) runs
@@ -24,6 +24,8 @@
 # fp32 (where the tiled 3xTF32 serves) on this tree and on .device/base, the same visit.
 # reg-a: gemm_wgmma reading an M-major op(A) into registers: its gpu tests and the untuned ones,
 # then benchmarks/issue40_reg_a.py at tf32 and fp32 (the default against reg_a's first candidates).
+# swap: gemm_wgmma computing D^T (an N-major op(B) read into registers): its gpu tests, then
+# benchmarks/issue40_swap.py at tf32 and fp32, then issue 40's first calls at fp32 and tf32.
 # retune-stale: `autogemm tune --stale` of this GPU's file at each arithmetic into a copy of tuned/ at
 # $TUNED_STALE (default /tmp/tuned-stale, kept on the machine: a second call goes on where a first
 # one stopped, SIGTERM at 540 s in all), the file copied out.
@@ -115,6 +117,19 @@ if [ "$phase" = reg-a ]; then
     done
     tar czf "$out/issue40.tar.gz" -C "$out" issue40
     for f in "$work"/reg-a-*.txt; do echo "== $(basename $f)"; cat "$f"; done
+    exit 0
+fi
+
+if [ "$phase" = swap ]; then
+    timeout -s INT 150 python -m pytest -q -rf -m gpu tests/test_gemm_gpu.py -k "swap or register_a or untuned" \
+        > "$work/pytest-swap.txt" 2>&1
+    tail -4 "$work/pytest-swap.txt"
+    for precision in tf32 fp32; do
+        timeout 150 python benchmarks/issue40_swap.py --precision $precision --json "$work/swap-$precision.json" \
+            > "$work/swap-$precision.txt" 2>&1
+    done
+    tar czf "$out/issue40.tar.gz" -C "$out" issue40
+    for f in "$work"/swap-*.txt; do echo "== $(basename $f)"; cat "$f"; done
     exit 0
 fi
 

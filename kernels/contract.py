@@ -40,6 +40,7 @@ class Geometry(NamedTuple):
     transposed: tuple[str, ...] = ()   # operands ("a", "b") a launch first copies transposed into scratch
     cluster: tuple[int, int, int] = (1, 1, 1)   # blocks of a thread-block cluster (the kernel's __cluster_dims__)
     persistent: bool = False   # grid[0] counts tiles, which at most one block an SM takes in turn
+    swapped: bool = False      # the kernel computes D^T = op(B)^T op(A)^T: its A, M are the call's B, N
 
     def launch_grid(self, sm_count: int) -> tuple[int, int, int]:
         """The grid to launch on a GPU of `sm_count` SMs: a persistent kernel's whole clusters, as many

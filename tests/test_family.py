@@ -524,7 +524,7 @@ def test_gemm_wgmma_runs_float32_gemms_with_16_byte_rows_on_hopper_alone():
     assert implementation("gemm", bf16, None, H100) == implementation("gemm", bf16, "default", H100) == "gemm_wgmma"
     assert not wgmma.can_run(dataclasses.replace(bf16, vec_a=4), H100)      # rows not a multiple of 16 bytes
     wgmma_config = dict(bm=128, bn=128, warpgroups=2, stages=3, math="3xtf32", inflight=0, split_k=1, producer=0, tma=0,
-                        pretranspose=0, cluster_m=1, cluster_n=1, persistent=0, reg_a=0)
+                        pretranspose=0, cluster_m=1, cluster_n=1, persistent=0, reg_a=0, swap=0)
     assert implementation("gemm", nt, wgmma_config, H100) == "gemm_wgmma"
     assert implementation("gemm", nt, "default", H100) == "gemm"
 
@@ -582,7 +582,7 @@ def test_tf32_and_bf16_products_serve_calls_at_their_precision_or_lower():
     fp32 = gemm.Problem.contiguous(800, 1000, 784, "float32", False, True)
     tf32 = gemm.Problem.contiguous(800, 1000, 784, "float32", False, True, precision="tf32")
     single = wgmma.config(dict(bm=128, bn=128, warpgroups=2, stages=3, math="tf32", inflight=1, split_k=1, producer=0, tma=0,
-                               pretranspose=0, cluster_m=1, cluster_n=1, persistent=0, reg_a=0))
+                               pretranspose=0, cluster_m=1, cluster_n=1, persistent=0, reg_a=0, swap=0))
     bf16 = gemm.Problem.contiguous(800, 1000, 784, "float32", False, True, precision="bf16")
     rounding = ["math tf32 and bf16 round the operands: for calls at that precision or a lower one"]
     assert wgmma.violations(single, fp32, H100) == rounding

@@ -248,7 +248,7 @@ def test_an_untuned_tf32_call_on_rows_gemm_wgmma_cannot_read_copies_them_aligned
 
 # gemm_wgmma's 3xTF32 on one 64 x 128 wgmma tile a warpgroup, a producer copying by TMA
 WGMMA_3XTF32 = dict(bm=64, bn=128, warpgroups=1, stages=4, math="3xtf32", inflight=0, split_k=1, producer=1, tma=1,
-                    pretranspose=0, cluster_m=1, cluster_n=1, persistent=0, reg_a=0)
+                    pretranspose=0, cluster_m=1, cluster_n=1, persistent=0, reg_a=0, swap=0)
 
 
 @pytest.mark.parametrize("m, n, k, ta, tb, family_name, config", [
@@ -399,7 +399,7 @@ def test_wgmma_tf32_products_every_epilogue(epilogue):
 
 
 WGMMA_TILES = dict(bm=128, bn=128, warpgroups=2, stages=4, inflight=1, split_k=1, producer=0, tma=0, pretranspose=0,
-                   cluster_m=1, cluster_n=1, persistent=0, reg_a=0)
+                   cluster_m=1, cluster_n=1, persistent=0, reg_a=0, swap=0)
 
 
 @pytest.mark.parametrize("ta,tb", OPS)
@@ -486,6 +486,22 @@ def test_wgmma_register_a_every_pipeline_and_math(ta, tb):
             ((4000, 1000, 784), dict(bm=128, bn=64, stages=3, persistent=1), "tf32", False),
             ((256, 256, 8192), dict(bm=64, bn=64, warpgroups=1, stages=4, split_k=4), "3xtf32", False),
         ] + [((1000, 784, 800), dict(bm=128, bn=64, warpgroups=1, stages=4, pretranspose=1), "tf32", False)] * (not tb))
+
+
+@pytest.mark.parametrize("ta", (False, True))
+def test_wgmma_swap_every_pipeline_and_math(ta):
+    """D^T computed (swap), an N-major op(B) read into registers: ops nn and tn (op(A) transposed in
+    shared memory, or pretransposed), both maths of TF32 products, each pipeline, split-K, persistent
+    blocks, C read and D written transposed: within each precision's bound, each call twice."""
+    if not hopper():
+        pytest.skip("gemm_wgmma needs a Hopper GPU (sm_90a)")
+    check_wgmma_cases(ta, False, dict(reg_a=1, swap=1, inflight=0, producer=1, tma=1), [
+            ((800, 1000, 784), dict(bm=128, bn=128, stages=3), "tf32", False),
+            ((1000, 784, 800), dict(bm=128, bn=64, warpgroups=1, stages=4), "3xtf32", False),
+            ((780, 556, 336), dict(bm=64, bn=128, warpgroups=1, stages=3, producer=0, tma=0), "3xtf32", False),
+            ((256, 256, 8192), dict(bm=64, bn=64, warpgroups=1, stages=4, split_k=4), "tf32", False),
+            ((1000, 4000, 784), dict(bm=128, bn=64, stages=3, persistent=1), "tf32", False),
+        ] + [((1000, 784, 800), dict(bm=128, bn=64, warpgroups=1, stages=4, pretranspose=1), "3xtf32", False)] * ta)
 
 
 @pytest.mark.parametrize("ta,tb", OPS)

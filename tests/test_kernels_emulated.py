@@ -363,10 +363,10 @@ def test_gemm_every_math_path_every_layout_on_the_cpu(tmp_path, monkeypatch):
 
 
 def wgmma_config(bm, bn, warpgroups, stages, math="3xtf32", inflight=0, split_k=1, producer=0, tma=0, pretranspose=0,
-                 cluster=(1, 1), persistent=0, reg_a=0):
+                 cluster=(1, 1), persistent=0, reg_a=0, swap=0):
     values = dict(bm=bm, bn=bn, warpgroups=warpgroups, stages=stages, math=math, inflight=inflight, split_k=split_k,
                   producer=producer, tma=tma, pretranspose=pretranspose, cluster_m=cluster[0], cluster_n=cluster[1],
-                  persistent=persistent, reg_a=reg_a)
+                  persistent=persistent, reg_a=reg_a, swap=swap)
     return lambda problem: [family("gemm_wgmma").config(values)]
 
 
@@ -466,12 +466,22 @@ WGMMAS = [
     (132, 70, 100, "float32", True, True, "bias_sigmoid", False, wgmma_config(128, 64, 1, 3, reg_a=1)),
     (136, 72, 164, "float32", True, False, "dsigmoid", True, wgmma_config(128, 64, 2, 3, "tf32", reg_a=1), "tf32"),
     (68, 96, 200, "float32", True, True, None, False, wgmma_config(64, 96, 1, 4, "tf32", producer=1, reg_a=1), "tf32"),
-    (200, 40, 420, "float32", True, False, "bias", False, wgmma_config(256, 32, 1, 4, producer=1, tma=1, reg_a=1)),
+    (200, 40, 420, "float32", True, False, "bias", False, wgmma_config(256, 32, 1, 4, "tf32", producer=1, tma=1, reg_a=1),
+     "tf32"),
     (132, 130, 200, "float32", True, True, None, True,
      wgmma_config(64, 64, 1, 3, "tf32", producer=1, tma=1, cluster=(1, 2), reg_a=1), "tf32"),
     (260, 130, 100, "float32", True, True, "drelu", False,
      wgmma_config(128, 64, 2, 3, "tf32", producer=1, tma=1, persistent=1, reg_a=1), "tf32"),
     (72, 40, 400, "float32", True, True, "dsigmoid", False, wgmma_config(64, 32, 1, 4, split_k=4, reg_a=1)),
+    # D^T computed (swap), op(B) N-major read into registers: ops nn and tn (op(A) then transposed in
+    # shared memory), every epilogue's coordinates (bias by D's column, aux and C by D's element),
+    # ragged M and N, each pipeline, split-K.
+    (134, 72, 100, "float32", False, False, "bias_sigmoid", False, wgmma_config(64, 64, 1, 3, reg_a=1, swap=1)),
+    (100, 136, 164, "float32", False, False, "dsigmoid", True,
+     wgmma_config(128, 64, 2, 3, "tf32", producer=1, tma=1, reg_a=1, swap=1), "tf32"),
+    (68, 132, 200, "float32", True, False, "bias", False, wgmma_config(64, 96, 1, 4, producer=1, reg_a=1, swap=1)),
+    (42, 72, 400, "float32", False, False, "drelu", True,
+     wgmma_config(64, 32, 1, 4, "tf32", split_k=4, producer=1, tma=1, reg_a=1, swap=1), "tf32"),
 ]
 
 
@@ -526,6 +536,8 @@ PRETRANSPOSED = [
      wgmma_config(64, 96, 1, 4, "tf32", producer=1, tma=1, pretranspose=1, cluster=(2, 1)), "tf32"),
     (132, 72, 164, "float32", True, False, "bias", False,                # B copied, A read into registers
      wgmma_config(128, 64, 1, 4, producer=1, tma=1, pretranspose=1, reg_a=1)),
+    (132, 200, 164, "float32", True, False, "bias_relu", True,           # swap: A copied, B read into registers
+     wgmma_config(64, 64, 1, 4, producer=1, tma=1, pretranspose=1, reg_a=1, swap=1)),
 ]
 
 
@@ -534,7 +546,7 @@ def test_gemm_wgmma_pretransposed_operands_on_the_cpu(tmp_path, monkeypatch):
     the K-major call (autogemm.ops.gemm.staged_operands: the staging a GemmCall launches first)."""
     staging = []
     launches = gemm_launches(monkeypatch, PRETRANSPOSED, "gemm_wgmma", staging)
-    assert len(staging) == 8 and all("_nt_" in launch.instance.name or "_ra" in launch.instance.name
+    assert len(staging) == 9 and all("_nt_" in launch.instance.name or "_ra" in launch.instance.name
                                      for launch, *_ in launches)
     run(staging, tmp_path / "staging")
     run_and_check(launches, tmp_path)

@@ -122,7 +122,7 @@ def test_a_family_of_thousands_of_candidates_leaves_trials_to_the_local_search()
     wgmma = family("gemm_wgmma")
     problem = gemm.Problem.contiguous(4096, 784, 8192, "float32", False, False, precision="tf32")
     start = wgmma.config(dict(bm=64, bn=224, warpgroups=1, stages=2, math="tf32", inflight=0, split_k=1, producer=0,
-                              tma=0, pretranspose=1, cluster_m=1, cluster_n=1, persistent=0, reg_a=0))
+                              tma=0, pretranspose=1, cluster_m=1, cluster_n=1, persistent=0, reg_a=0, swap=0))
     better = Config(dict(start, producer=1, tma=1))          # a step repaired by a second (tma needs a producer)
     candidates = wgmma.candidates(problem, H100)
     assert len(candidates) > 1000 and candidates.index(start) > 100
@@ -335,7 +335,7 @@ def test_a_step_that_breaks_a_constraint_is_repaired_by_a_second():
     wgmma = family("gemm_wgmma")
     problem = gemm.Problem.contiguous(4096, 784, 8192, "float32", True, False, precision="tf32")
     cfg = wgmma.config(dict(bm=128, bn=128, warpgroups=2, stages=3, math="tf32", inflight=0, split_k=1, producer=0,
-                            tma=0, pretranspose=0, cluster_m=1, cluster_n=1, persistent=0, reg_a=0))
+                            tma=0, pretranspose=0, cluster_m=1, cluster_n=1, persistent=0, reg_a=0, swap=0))
     around = valid_neighbours(wgmma, cfg, problem, H100)
     assert Config(dict(cfg, producer=1, tma=1)) in around
     assert not any(wgmma.violations(c, problem, H100) for c in around)

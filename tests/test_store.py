@@ -301,7 +301,7 @@ def test_a_stale_record_from_before_pad_was_a_bool_reads_in_todays_spelling(tmp_
     assert family("gemm").holds(old.config) == Config(dict(GEMM, pad=pad))
 
 
-CLUSTER = dict(cluster_m=1, cluster_n=1, persistent=0, reg_a=0)
+CLUSTER = dict(cluster_m=1, cluster_n=1, persistent=0, reg_a=0, swap=0)
 
 
 @pytest.mark.parametrize("gained", [dict(split_k=1, producer=0, tma=0, pretranspose=0, **CLUSTER),

@@ -17,7 +17,7 @@ def test_a_wgmma_launch_binds_a_and_b_with_their_leading_dimensions():
     problem = gemm.Problem.contiguous(200, 136, 300, "float32", True, False)   # A^T, B: both M/N-major
     instance = family("gemm_wgmma").instance(family("gemm_wgmma").config(dict(
         bm=128, bn=64, warpgroups=2, stages=3, math="3xtf32", inflight=1, split_k=1, producer=1, tma=1, pretranspose=0,
-        cluster_m=1, cluster_n=1, persistent=0, reg_a=0)), problem)
+        cluster_m=1, cluster_n=1, persistent=0, reg_a=0, swap=0)), problem)
     a, b = np.ones((300, 208), np.float32)[:, :200], np.ones((300, 136), np.float32)   # A: (K, M) in rows of 208
     d = np.zeros((200, 136), np.float32)
     args = launch_args(instance, a, b, d, d, None, None, (200, 136, 300, 208, 136, 136, 136, 136), 1.0, 0.0)
@@ -38,7 +38,7 @@ def test_a_pretransposed_launch_binds_the_k_major_copies_in_rows_of_16_bytes(mon
     problem = gemm.Problem.contiguous(200, 136, 301, "float32", True, False)
     instance = family("gemm_wgmma").instance(family("gemm_wgmma").config(dict(
         bm=128, bn=64, warpgroups=2, stages=3, math="tf32", inflight=1, split_k=1, producer=1, tma=1, pretranspose=1,
-        cluster_m=1, cluster_n=1, persistent=0, reg_a=0)), problem)
+        cluster_m=1, cluster_n=1, persistent=0, reg_a=0, swap=0)), problem)
     a, b = np.ones((301, 200), np.float32), np.ones((301, 136), np.float32)      # A: (K, M), B: (K, N)
     (a_t, lda), (b_t, ldb), staging = entry.staged_operands(instance, a, 200, b, 136, H100)
     assert "_nt_" in instance.name and instance.geometry.transposed == ("a", "b")

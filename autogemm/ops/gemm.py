@@ -149,8 +149,11 @@ def transpose(x, out=None, config=None):
 
 def staged_operands(instance: Instance, a, lda: int, b, ldb: int, device: DeviceInfo):
     """The operands that `instance`'s kernel reads, ((a, lda), (b, ldb)), and the launches that
-    stage them first, ((Instance, args), ...): each operand its geometry names in `transposed` is
-    copied K-major into scratch, its rows padded to 16 bytes (gemm_wgmma's pretranspose)."""
+    stage them first, ((Instance, args), ...): the call's B first where the kernel computes D^T
+    (its geometry `swapped`), then each operand its geometry names in `transposed` copied K-major
+    into scratch, its rows padded to 16 bytes (gemm_wgmma's pretranspose)."""
+    if instance.geometry.swapped:
+        (a, lda), (b, ldb) = (b, ldb), (a, lda)
     operands, launches = {"a": (a, lda), "b": (b, ldb)}, []
     for name in instance.geometry.transposed:
         x, ld = operands[name]
@@ -328,8 +331,11 @@ def _bf16_to_f32_bits():
 
 def launch_args(instance: Instance, a, b, c, d, bias, aux, sizes, alpha, beta) -> tuple:
     """The kernel arguments of a GEMM-family instance, scratch for split-K and the tensor maps of A
-    and B (where its kernel takes them) included."""
+    and B (where its kernel takes them) included; `a`, `b` and their leading dimensions are the
+    kernel's (staged_operands'), M and N the call's (exchanged for a `swapped` kernel)."""
     g = instance.geometry
+    if g.swapped:
+        sizes = (sizes[1], sizes[0], *sizes[2:])
     scalar = np.float64 if d.dtype == np.float64 else np.float32         # D float32 or bfloat16: float32 sums
     workspace = scratch("workspace", scalar, g.workspace_elems) if g.workspace_elems else None
     counters = scratch("counters", np.int32, g.counters) if g.counters else None

@@ -224,7 +224,7 @@ class Family:
         """Up to `count` distinct valid configs drawn at random (rejection sampling)."""
         rng = random.Random(seed)
         found: dict[Config, None] = {}
-        for _ in range(count * 1000):
+        for _ in range(count * 3000):
             cfg = Config({k: rng.choice(v) for k, v in self.params.items()})
             if cfg not in found and self.fits(cfg, problem, device):
                 found[cfg] = None

@@ -7,7 +7,8 @@ The same call as the gemm family (its Problem, keys, epilogues and reference): D
 contiguous (op(A) = A^T, op(B) = B) is transposed in shared memory as each stage lands, or
 (`pretranspose`) copied K-major into scratch by the transpose family before the kernel runs; such an
 op(A) may instead (`reg_a`) be read from its landed tile into registers, wgmma's register operand,
-with no transpose. bfloat16 operands are read as they land, M/N-major ones by wgmma's transposing form. Stages are copied and prepared either by every
+with no transpose, and an N-major op(B) becomes one (`swap`: the kernel computes D^T = op(B)^T
+op(A)^T and writes D transposed). bfloat16 operands are read as they land, M/N-major ones by wgmma's transposing form. Stages are copied and prepared either by every
 thread, one block-wide synchronization a k-tile, or by a producer warpgroup handing them to the
 computing ones through mbarriers (warp specialization), which copies by cp.async or, one thread
 for the block, by bulk tensor copies (TMA) through tensor maps of A and B that every launch passes.
@@ -56,6 +57,7 @@ PARAMS = {
     "tma": (0, 1),                                   # 1: the producer copies by TMA (bulk tensor copies)
     "pretranspose": (0, 1),                          # 1: M/N-major operands copied K-major first (kernel_problem)
     "reg_a": (0, 1),                                 # 1: an M-major float32 op(A) read into registers, not transposed
+    "swap": (0, 1),                                  # 1: D^T = op(B)^T op(A)^T computed, D written transposed
     "cluster_m": (1, 2),                             # blocks of a cluster along M, sharing their B tile (TMA)
     "cluster_n": (1, 2),                             # blocks of a cluster along N, sharing their A tile (TMA)
     "persistent": (0, 1),                            # 1: a block an SM, its warpgroups taking whole tiles in turn
@@ -87,11 +89,21 @@ def mn_major(p: Problem) -> tuple[bool, bool]:
     return p.trans_a, not p.trans_b
 
 
+def operands_problem(c, p: Problem) -> Problem:
+    """The problem as c's kernel takes its operands: under `swap`, D^T = op(B)^T op(A)^T (M and N,
+    A and B exchanged: an N-major op(B) is its M-major op(A))."""
+    if not c.swap:
+        return p
+    return dataclasses.replace(p, m=p.n, n=p.m, trans_a=not p.trans_b, trans_b=not p.trans_a, vec_a=p.vec_b,
+                               vec_b=p.vec_a)
+
+
 def kernel_problem(c, p: Problem) -> Problem:
-    """The problem that c's kernel computes: under `pretranspose` each M/N-major float32 operand
-    (but an op(A) read into registers, `reg_a`) is first copied K-major into scratch whose rows are
-    16-byte aligned (the transpose family), so the kernel reads it K-major, with nothing to transpose
-    in shared memory."""
+    """The problem that c's kernel computes (its operands as operands_problem says): under
+    `pretranspose` each M/N-major float32 operand (but an op(A) read into registers, `reg_a`) is
+    first copied K-major into scratch whose rows are 16-byte aligned (the transpose family), so the
+    kernel reads it K-major, with nothing to transpose in shared memory."""
+    p = operands_problem(c, p)
     if not c.pretranspose:
         return p
     a_mn, b_mn = mn_major(p)
@@ -110,7 +122,7 @@ def may_run(p: Problem, d) -> bool:
     """Whether any config could run `p` on `d` (the constraints' checks that no config changes):
     Hopper, float32 results, and 16-byte copies of the operands as the kernel reads them, the
     M/N-major float32 ones at best pretransposed (bfloat16 ones are read as they are)."""
-    lenient = SimpleNamespace(pretranspose=int(any(mn_major(p)) and not p.bf16_operands), reg_a=0)
+    lenient = SimpleNamespace(pretranspose=int(any(mn_major(p)) and not p.bf16_operands), reg_a=0, swap=0)
     return d.compute_capability == "9.0" and p.dtype == "float32" and aligned_copies(kernel_problem(lenient, p))
 
 
@@ -159,11 +171,14 @@ CONSTRAINTS = (
     ("bfloat16 operands are multiplied by math bf16", lambda c, p, d: not p.bf16_operands or c.math == "bf16"),
     ("pretranspose copies float32 operands with M or N contiguous for TF32 products: an op with one "
      "(besides an A read into registers), math tf32 or 3xtf32",
-     lambda c, p, d: not c.pretranspose or (mn_major(p)[1] or (mn_major(p)[0] and not c.reg_a)) and c.math != "bf16"),
-    ("reg_a reads an M-major float32 op(A) (A transposed) into registers for TF32 products: math tf32 or 3xtf32, "
-     "wgmmas waited for each stage (inflight 0), one or an even number of 64-row tiles a warpgroup",
-     lambda c, p, d: not c.reg_a or (p.trans_a and not p.bf16_operands and c.math != "bf16" and c.inflight == 0
-                                     and m_tiles(c) in (1, 2, 4))),
+     lambda c, p, d: not c.pretranspose or c.math != "bf16" and (
+         mn_major(operands_problem(c, p))[1] or (mn_major(operands_problem(c, p))[0] and not c.reg_a))),
+    ("reg_a reads an M-major float32 op(A) (A transposed, or B not under swap) into registers for TF32 products: "
+     "math tf32 or 3xtf32, wgmmas waited for each stage (inflight 0), one or an even number of 64-row tiles a warpgroup",
+     lambda c, p, d: not c.reg_a or (operands_problem(c, p).trans_a and not p.bf16_operands and c.math != "bf16"
+                                     and c.inflight == 0 and m_tiles(c) in (1, 2, 4))),
+    ("swap makes an N-major op(B) (B not transposed) the register A operand: it needs reg_a",
+     lambda c, p, d: not c.swap or (c.reg_a and not p.trans_b)),
     ("bfloat16 B with N contiguous (op(B) = B) is read in blocks of 64 columns: BN a multiple of 64",
      lambda c, p, d: not (p.bf16_operands and mn_major(p)[1]) or c.bn % 64 == 0),
     ("a k-tile's wgmmas in flight need a stage beside those loading and computing: stages >= 3",
@@ -180,8 +195,8 @@ CONSTRAINTS = (
      "at most 64 accumulators per thread (as many sums beside them)",
      lambda c, p, d: c.math != "3xtf32" or (c.inflight == 0 and accumulators(c) <= 64)),
     ("reg_a holds a stage's A fragments beside the accumulators (3xtf32: twice each): at most 128 such registers "
-     "a thread beside a producer and two computing warpgroups, 192 in fewer threads",
-     lambda c, p, d: not c.reg_a or reg_a_registers(c) <= (128 if threads(c) > 256 else 192)),
+     "a thread beside a producer and two computing warpgroups or in persistent blocks, 192 otherwise",
+     lambda c, p, d: not c.reg_a or reg_a_registers(c) <= (128 if threads(c) > 256 or c.persistent else 192)),
     ("bulk tensor copies (tma) are issued by the producer warpgroup: tma needs producer 1",
      lambda c, p, d: c.producer or not c.tma),
     ("clusters share tiles by multicast bulk tensor copies: cluster_m or cluster_n 2 needs tma 1 and split_k 1",
@@ -192,7 +207,8 @@ CONSTRAINTS = (
      lambda c, p, d: not (c.split_k > 1 and c.producer and c.warpgroups == 2) or accumulators(c) <= 64),
     ("shared memory must fit the device's per-block limit",
      lambda c, p, d: smem_bytes(c, kernel_problem(c, p)) <= d.smem_per_block),
-    ("grid rows ceil(M/BM) must be at most 65535", lambda c, p, d: ceil_div(p.m, c.bm) <= 65535),
+    ("grid rows ceil(M/BM) (N's under swap) must be at most 65535",
+     lambda c, p, d: ceil_div(operands_problem(c, p).m, c.bm) <= 65535),
     ("every split-K slice must have some of K", lambda c, p, d: (c.split_k - 1) * k_slice(c, p) < p.k),
 )
 
@@ -238,9 +254,10 @@ def tile_maps(c, p: Problem) -> tuple[TileMap, TileMap]:
 
 
 def template_args(c, p: Problem) -> dict:
+    """Under swap, D is written an element at a time (a thread's column pairs are D's rows)."""
     p = kernel_problem(c, p)
     return dict(dict(c), trans_a=p.trans_a, trans_b=p.trans_b, bf16_operands=p.bf16_operands, epilogue=p.epilogue,
-                use_c=p.use_c, out_vec=output_vector(p), bf16_out=p.bf16_out)
+                use_c=p.use_c, out_vec=1 if c.swap else output_vector(p), bf16_out=p.bf16_out)
 
 
 def instance_name(c, p: Problem) -> str:
@@ -250,6 +267,8 @@ def instance_name(c, p: Problem) -> str:
             f"_if{c.inflight}_sk{c.split_k}_p{c.producer}_t{c.tma}_{c.math}")
     if c.reg_a:
         name += "_ra"
+    if c.swap:
+        name += "_sw"
     if c.persistent:
         name += "_persistent"
     if clustered(c) > 1:
@@ -258,11 +277,11 @@ def instance_name(c, p: Problem) -> str:
         name += f"_{p.epilogue}"
     if p.use_c:
         name += "_c"
-    return name + f"_o{output_vector(p)}" + ("_d16" if p.bf16_out else "")
+    return name + f"_o{1 if c.swap else output_vector(p)}" + ("_d16" if p.bf16_out else "")
 
 
 def geometry(c, p: Problem):
-    a_mn, b_mn = mn_major(p) if c.pretranspose else (False, False)
+    a_mn, b_mn = mn_major(operands_problem(c, p)) if c.pretranspose else (False, False)
     a_mn = a_mn and not c.reg_a              # an A read into registers is not copied
     p = kernel_problem(c, p)
     columns, rows = ceil_div(p.n, c.bn), ceil_div(p.m, c.bm)
@@ -276,7 +295,7 @@ def geometry(c, p: Problem):
     return Geometry(grid=grid, block=(threads(c), 1, 1), cluster=cluster, persistent=c.persistent,
                     smem_bytes=smem_bytes(c, p), workspace_elems=c.split_k * p.m * p.n if split else 0,
                     counters=columns * rows if split else 0, tensor_maps=tile_maps(c, p),
-                    transposed=("a",) * a_mn + ("b",) * b_mn)
+                    transposed=("a",) * a_mn + ("b",) * b_mn, swapped=bool(c.swap))
 
 
 def default_candidates(p: Problem, d):

@@ -1,6 +1,7 @@
 """Hopper GEMM's untuned configs: the default, and the search's first trials (the family's module
 declares the space and the constraints; the heuristics that pick points of it live here, apart).
 """
+import dataclasses
 import itertools
 
 from kernels.contract import ceil_div, keeps, split_for
@@ -63,9 +64,12 @@ def busiest_sm_cost(bm: int, bn: int, p, d, split: int = 1) -> float:
 
 def _one_tile_a_block(p, d, params: dict, constraints: tuple, math_precision: dict, mn_major: tuple[bool, bool]):
     """candidates' configs of blocks that take one tile each, in its order."""
-    splits = {(bm, bn): split_for(bm, bn, p, d, params["split_k"])
-              for bm, bn in itertools.product(params["bm"], params["bn"])}
-    tiles = sorted(splits, key=lambda t: (busiest_sm_cost(*t, p, d, splits[t]), -t[0] * t[1]))
+    def tiles_of(q):   # the block tiles of problem q, cheapest first, and each one's split of K
+        splits = {(bm, bn): split_for(bm, bn, q, d, params["split_k"])
+                  for bm, bn in itertools.product(params["bm"], params["bn"])}
+        return sorted(splits, key=lambda t: (busiest_sm_cost(*t, q, d, splits[t]), -t[0] * t[1])), splits
+    # a swapped kernel's tiles cover its M, the call's N
+    tiles_splits = {0: tiles_of(p), 1: tiles_of(dataclasses.replace(p, m=p.n, n=p.m))}
     maths = ["bf16"] if p.bf16_operands else [m for m in ("tf32", "bf16", "3xtf32")
                                               if serves(math_precision[m], p.precision)]
     # (producer, tma): a producer copying by TMA first, faster than both other pipelines on 13 of the
@@ -78,16 +82,23 @@ def _one_tile_a_block(p, d, params: dict, constraints: tuple, math_precision: di
     # 0.63x-1.61x under 3xTF32, under TF32 0.64x-1.68x against 0.84x-2.06x (slower on 4096^3 alone,
     # whose 128 x 256 tiles cannot hold the fragments beside their accumulators), and the one loop
     # 1.2x-2.2x slower than a producer (benchmarks/issue40-h200/reg-a).
+    # An N-major op(B) likewise, the kernel computing D^T (swap): first where op(A) is K-major,
+    # and where both are M/N-major whichever leaves the smaller operand to transpose.
     pretransposes = {"tf32": (1, 0), "3xtf32": (0, 1), "bf16": (0,)} if any(mn_major) else {}
     for math in maths:
-        operand_paths = [(pretranspose, 0) for pretranspose in pretransposes.get(math, (0,))]
-        if mn_major[0] and not p.bf16_operands and math != "bf16":
-            operand_paths = [(pretranspose, 1) for pretranspose in pretransposes[math]] + operand_paths
-        for pretranspose, reg_a in operand_paths:
+        operand_paths = [(pretranspose, 0, 0) for pretranspose in pretransposes.get(math, (0,))]
+        if not p.bf16_operands and math != "bf16":
+            in_registers = [[(pretranspose, 1, swap) for pretranspose in pretransposes[math]]
+                            for swap, mn in enumerate(mn_major) if mn]
+            if len(in_registers) == 2 and p.m < p.n:
+                in_registers.reverse()
+            operand_paths = [path for paths in in_registers for path in paths] + operand_paths
+        for pretranspose, reg_a, swap in operand_paths:
+            tiles, splits = tiles_splits[swap]
             configs = [[{"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math,
                          "inflight": inflight, "split_k": splits[bm, bn], "producer": producer, "tma": tma,
-                         "pretranspose": pretranspose, "reg_a": reg_a, "cluster_m": 1, "cluster_n": 1,
-                         "persistent": 0}
+                         "pretranspose": pretranspose, "reg_a": reg_a, "swap": swap, "cluster_m": 1,
+                         "cluster_n": 1, "persistent": 0}
                         for warpgroups, (producer, tma), stages, inflight in itertools.product(
                             (2, 1), pipelines[:1] + pipelines[2:] if reg_a else pipelines, reversed(params["stages"]),
                             (1, 0))]
