@@ -318,6 +318,25 @@ def test_an_untuned_gemm_runs_on_hopper_tensor_cores(tuned):
         assert family(want).default(problem, H100).math in (("3xtf32",) if want == "gemm_wgmma" else ("3xtf32", "fma"))
 
 
+# How gemm_wgmma's untuned default reads each M/N-major float32 operand of the public shapes on an
+# H100 (kernels/gemm_wgmma/seeds.py): (pretranspose, reg_a, swap) at tf32 and at fp32. An M-major
+# op(A) goes into registers; an N-major op(B) too, the kernel computing D^T (swap), but under TF32 on
+# outputs past 2^22 elements, where it is copied K-major first (pretranspose); with both M/N-major,
+# the larger operand goes into registers.
+OPERAND_PATHS = {"1024x1024x1024:nn": ((0, 1, 1), (0, 1, 1)), "4096x4096x4096:nn": ((1, 0, 0), (0, 1, 1)),
+                 "8192x8192x256:nn": ((1, 0, 0), (0, 1, 1)), "512x4096x1024:tn": ((1, 1, 1), (0, 1, 1)),
+                 "256x256x8192:tn": ((1, 1, 0), (0, 1, 0)), "3072x96x768:tn": ((1, 1, 0), (0, 1, 0)),
+                 "1000x1000x1000:tt": ((0, 1, 0), (0, 1, 0)), "2048x2048x2048:nt": ((0, 0, 0), (0, 0, 0))}
+
+
+def test_untuned_wgmma_reads_m_and_n_major_operands_as_measured_best():
+    for shape, paths in OPERAND_PATHS.items():
+        sizes, op = shape.split(":")
+        for precision, want in zip(("tf32", "fp32"), paths):
+            c = family("gemm_wgmma").default(gemm_problem(*map(int, sizes.split("x")), op, precision=precision), H100)
+            assert (c.pretranspose, c.reg_a, c.swap) == want, (shape, precision)
+
+
 def test_a_record_beats_an_untuned_preference(tuned):
     """A tf32 call served by the tiled family's record (a float32 one of its shape) keeps it: a record's
     rank comes before any untuned preference."""

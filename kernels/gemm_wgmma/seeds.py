@@ -83,7 +83,11 @@ def _one_tile_a_block(p, d, params: dict, constraints: tuple, math_precision: di
     # whose 128 x 256 tiles cannot hold the fragments beside their accumulators), and the one loop
     # 1.2x-2.2x slower than a producer (benchmarks/issue40-h200/reg-a).
     # An N-major op(B) likewise, the kernel computing D^T (swap): first where op(A) is K-major,
-    # and where both are M/N-major whichever leaves the smaller operand to transpose.
+    # and where both are M/N-major whichever leaves the smaller operand to transpose; but last under
+    # TF32 products on outputs of more than 2^22 elements, where writing D transposed and the smaller
+    # tiles that hold the fragments cost more than the copy saves (4096^3 and 8192x8192x256 nn:
+    # 1.43x cuBLAS TF32's time against 1.28x and 1.23x; 1024^3 nn 1.02x against 1.29x; 3xTF32 faster
+    # on every nn shape measured: benchmarks/issue40-h100/swap).
     pretransposes = {"tf32": (1, 0), "3xtf32": (0, 1), "bf16": (0,)} if any(mn_major) else {}
     for math in maths:
         operand_paths = [(pretranspose, 0, 0) for pretranspose in pretransposes.get(math, (0,))]
@@ -92,7 +96,10 @@ def _one_tile_a_block(p, d, params: dict, constraints: tuple, math_precision: di
                             for swap, mn in enumerate(mn_major) if mn]
             if len(in_registers) == 2 and p.m < p.n:
                 in_registers.reverse()
-            operand_paths = [path for paths in in_registers for path in paths] + operand_paths
+            swap_last = math == "tf32" and p.m * p.n > 2**22
+            operand_paths = ([path for paths in in_registers for path in paths if not (swap_last and path[2])]
+                             + operand_paths + [path for paths in in_registers for path in paths
+                                                if swap_last and path[2]])
         for pretranspose, reg_a, swap in operand_paths:
             tiles, splits = tiles_splits[swap]
             configs = [[{"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math,
