@@ -502,6 +502,20 @@ def test_every_registered_family_has_a_float64_reference():
 
 
 # ---- a call's implementations -------------------------------------------------------------------
+def test_a_config_of_an_older_space_names_what_it_lacks():
+    """A gemm_wgmma config written before the space gained parameters goes to gemm_wgmma (the family
+    whose parameters hold all it names), whose error names the missing ones, not to the tiled
+    family with a list of parameters it does not know."""
+    from autogemm.ops.kernels import implementation
+
+    older = dict(bm=128, bn=128, warpgroups=2, stages=3, math="3xtf32", inflight=0, split_k=1, producer=0, tma=0,
+                 pretranspose=0, cluster_m=1, cluster_n=1, persistent=0)
+    problem = gemm.Problem.contiguous(800, 1000, 784, "float32", False, True)
+    assert implementation("gemm", problem, older, H100) == "gemm_wgmma"
+    with pytest.raises(InvalidConfig, match=r"missing gemm_wgmma parameter\(s\) reg_a, swap"):
+        family("gemm_wgmma").config(older)
+
+
 def test_gemm_wgmma_runs_float32_gemms_with_16_byte_rows_on_hopper_alone():
     import dataclasses
 

@@ -463,7 +463,7 @@ WGMMAS = [
     # op(A) read into registers (reg_a): one, two and four 64-row tiles a warpgroup (8- and 16-byte
     # reads of the landed tile), both maths, B K-major or transposed in shared memory, each pipeline,
     # TMA's swizzled boxes alone and parted in a cluster along N, persistent blocks, split-K.
-    (132, 70, 100, "float32", True, True, "bias_sigmoid", False, wgmma_config(128, 64, 1, 3, reg_a=1)),
+    (132, 70, 100, "float32", True, True, "bias_sigmoid", False, wgmma_config(128, 64, 1, 3, "tf32", reg_a=1), "tf32"),
     (136, 72, 164, "float32", True, False, "dsigmoid", True, wgmma_config(128, 64, 2, 3, "tf32", reg_a=1), "tf32"),
     (68, 96, 200, "float32", True, True, None, False, wgmma_config(64, 96, 1, 4, "tf32", producer=1, reg_a=1), "tf32"),
     (200, 40, 420, "float32", True, False, "bias", False, wgmma_config(256, 32, 1, 4, "tf32", producer=1, tma=1, reg_a=1),
@@ -475,13 +475,21 @@ WGMMAS = [
     (72, 40, 400, "float32", True, True, "dsigmoid", False, wgmma_config(64, 32, 1, 4, split_k=4, reg_a=1)),
     # D^T computed (swap), op(B) N-major read into registers: ops nn and tn (op(A) then transposed in
     # shared memory), every epilogue's coordinates (bias by D's column, aux and C by D's element),
-    # ragged M and N, each pipeline, split-K.
+    # ragged M and N, each pipeline, split-K, one, two and four 64-row tiles a warpgroup, clusters
+    # sharing the register operand's tile (1 x 2) and B's (2 x 1, reg_a alone).
     (134, 72, 100, "float32", False, False, "bias_sigmoid", False, wgmma_config(64, 64, 1, 3, reg_a=1, swap=1)),
     (100, 136, 164, "float32", False, False, "dsigmoid", True,
      wgmma_config(128, 64, 2, 3, "tf32", producer=1, tma=1, reg_a=1, swap=1), "tf32"),
     (68, 132, 200, "float32", True, False, "bias", False, wgmma_config(64, 96, 1, 4, producer=1, reg_a=1, swap=1)),
     (42, 72, 400, "float32", False, False, "drelu", True,
      wgmma_config(64, 32, 1, 4, "tf32", split_k=4, producer=1, tma=1, reg_a=1, swap=1), "tf32"),
+    (70, 140, 100, "float32", False, False, "bias", True, wgmma_config(128, 64, 1, 3, producer=1, reg_a=1, swap=1)),
+    (40, 264, 164, "float32", True, False, None, False,
+     wgmma_config(256, 32, 1, 3, "tf32", producer=1, tma=1, reg_a=1, swap=1), "tf32"),
+    (100, 136, 200, "float32", False, False, "bias_relu", False,
+     wgmma_config(64, 64, 1, 3, "tf32", producer=1, tma=1, cluster=(1, 2), reg_a=1, swap=1), "tf32"),
+    (136, 100, 200, "float32", True, True, "dsigmoid", True,
+     wgmma_config(64, 64, 1, 3, producer=1, tma=1, cluster=(2, 1), reg_a=1)),
 ]
 
 

@@ -55,12 +55,14 @@ def implementation(call: str, problem, config: Mapping | str | None, device: Dev
     `untuned_first`), among those that can run `problem` on `device` and serve it untold
     (Family.serves: no family that is not FP32-accurate for an FP32-accurate call; the first listed
     where none can: its error says why); "default": the first listed that can;
-    a mapping: the family whose parameters it names."""
+    a mapping: the family whose parameters it names (all of them, else the first whose parameters
+    include every one it names: its error then says which it lacks)."""
     names = IMPLEMENTATIONS.get(call, (call,))
     if len(names) == 1:
         return names[0]
     if config is not None and config != "default":
-        return next((n for n in names if set(config) == set(family(n).params)), names[0])
+        named = [n for n in names if set(config) <= set(family(n).params)]
+        return next((n for n in named if set(config) == set(family(n).params)), (named or names)[0])
     _follow_lookup()
     key = (call, problem, device, config)
     if key not in _implementations:

@@ -5,10 +5,11 @@ The same call as the gemm family (its Problem, keys, epilogues and reference): D
 @ op(B) + beta * C), every op, float32 or bfloat16 operands, float32 or bfloat16 D, on compute capability 9.0
 (sm_90a). wgmma reads TF32 operands K-major from shared memory, so an operand with M or N
 contiguous (op(A) = A^T, op(B) = B) is transposed in shared memory as each stage lands, or
-(`pretranspose`) copied K-major into scratch by the transpose family before the kernel runs; such an
-op(A) may instead (`reg_a`) be read from its landed tile into registers, wgmma's register operand,
-with no transpose, and an N-major op(B) becomes one (`swap`: the kernel computes D^T = op(B)^T
-op(A)^T and writes D transposed). bfloat16 operands are read as they land, M/N-major ones by wgmma's transposing form. Stages are copied and prepared either by every
+(`pretranspose`) copied K-major into scratch by the transpose family before the kernel runs;
+such an op(A) may instead (`reg_a`) be read from its landed tile into registers, wgmma's
+register operand, with no transpose, and an N-major op(B) becomes one (`swap`: the kernel computes
+D^T = op(B)^T op(A)^T and writes D transposed). bfloat16 operands are read as they land,
+M/N-major ones by wgmma's transposing form. Stages are copied and prepared either by every
 thread, one block-wide synchronization a k-tile, or by a producer warpgroup handing them to the
 computing ones through mbarriers (warp specialization), which copies by cp.async or, one thread
 for the block, by bulk tensor copies (TMA) through tensor maps of A and B that every launch passes.
@@ -178,7 +179,7 @@ CONSTRAINTS = (
      lambda c, p, d: not c.reg_a or (operands_problem(c, p).trans_a and not p.bf16_operands and c.math != "bf16"
                                      and c.inflight == 0 and m_tiles(c) in (1, 2, 4))),
     ("swap makes an N-major op(B) (B not transposed) the register A operand: it needs reg_a",
-     lambda c, p, d: not c.swap or (c.reg_a and not p.trans_b)),
+     lambda c, p, d: not c.swap or c.reg_a),
     ("bfloat16 B with N contiguous (op(B) = B) is read in blocks of 64 columns: BN a multiple of 64",
      lambda c, p, d: not (p.bf16_operands and mn_major(p)[1]) or c.bn % 64 == 0),
     ("a k-tile's wgmmas in flight need a stage beside those loading and computing: stages >= 3",
@@ -195,8 +196,8 @@ CONSTRAINTS = (
      "at most 64 accumulators per thread (as many sums beside them)",
      lambda c, p, d: c.math != "3xtf32" or (c.inflight == 0 and accumulators(c) <= 64)),
     ("reg_a holds a stage's A fragments beside the accumulators (3xtf32: twice each): at most 128 such registers "
-     "a thread beside a producer and two computing warpgroups or in persistent blocks, 192 otherwise",
-     lambda c, p, d: not c.reg_a or reg_a_registers(c) <= (128 if threads(c) > 256 or c.persistent else 192)),
+     "a thread in 384 threads, 192 in 256, 160 in 128, 16 fewer in persistent blocks (ptxas spills past them)",
+     lambda c, p, d: not c.reg_a or reg_a_registers(c) <= reg_a_budget(c)),
     ("bulk tensor copies (tma) are issued by the producer warpgroup: tma needs producer 1",
      lambda c, p, d: c.producer or not c.tma),
     ("clusters share tiles by multicast bulk tensor copies: cluster_m or cluster_n 2 needs tma 1 and split_k 1",
@@ -217,6 +218,12 @@ def reg_a_registers(c) -> int:
     """Registers a thread holds for its accumulators and, under reg_a, a stage's A fragments (4 a
     64-row tile and k8 step; 3xtf32 doubles both: its sums, A's hi and lo)."""
     return (accumulators(c) + 16 * m_tiles(c)) * (2 if c.math == "3xtf32" else 1)
+
+
+def reg_a_budget(c) -> int:
+    """The most registers reg_a_registers may take without ptxas spilling (nvcc 13.0, sm_90a): by the
+    block's threads, less in persistent blocks, which keep their tiles' state beside them."""
+    return {128: 160, 256: 192}.get(threads(c), 128) - 16 * c.persistent
 
 
 def clustered(c) -> int:
@@ -254,7 +261,8 @@ def tile_maps(c, p: Problem) -> tuple[TileMap, TileMap]:
 
 
 def template_args(c, p: Problem) -> dict:
-    """Under swap, D is written an element at a time (a thread's column pairs are D's rows)."""
+    """The config and its kernel's problem (kernel_problem); under swap D is written an element at a
+    time (a thread's column pairs are D's rows)."""
     p = kernel_problem(c, p)
     return dict(dict(c), trans_a=p.trans_a, trans_b=p.trans_b, bf16_operands=p.bf16_operands, epilogue=p.epilogue,
                 use_c=p.use_c, out_vec=1 if c.swap else output_vector(p), bf16_out=p.bf16_out)

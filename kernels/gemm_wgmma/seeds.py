@@ -15,9 +15,9 @@ def candidates(p, d, params: dict, constraints: tuple, math_precision: dict, mn_
     seeds itself with the first few: tiles, not stage counts, matter most).
     A tile's configs: the most stages that fit first, two warpgroups before one, a producer copying
     by TMA before the one loop before a producer copying by cp.async, wgmmas in flight before not,
-    K unsplit unless its tiles leave most SMs idle (split_for), an M-major float32 op(A) read into registers
-    first, M/N-major float32 operands pretransposed or not as the math prefers; bfloat16 operands take bf16 products, float32 ones the maths their precision
-    allows, fastest first as measured (bf16's rounding pass costs more than its k16 products save:
+    K unsplit unless its tiles leave most SMs idle (split_for), M/N-major float32 operands read into
+    registers first (reg_a, swap), then pretransposed or not as the math prefers; bfloat16 operands
+    take bf16 products, float32 ones the maths their precision allows, fastest first as measured (bf16's rounding pass costs more than its k16 products save:
     benchmarks/issue18-h100/ops-bf16). Where 128 x 128 tiles outnumber the SMs, persistent blocks
     of them follow the first few (alone, in 1 x 2 and 2 x 1 clusters), which won with a fused
     epilogue (benchmarks/issue18-h100/persistent). Whole waves: on 4096 x 784 the default is
@@ -34,7 +34,10 @@ def candidates(p, d, params: dict, constraints: tuple, math_precision: dict, mn_
 
 
 def _persistent_seeds(like: dict, p, d, params: dict, constraints: tuple):
-    """Persistent 128 x 128 blocks with `like`'s math and operands, each with the most stages that fit."""
+    """Persistent 128 x 128 blocks with `like`'s math and copies of operands, each with the most
+    stages that fit; no operand in registers (their fragments do not fit beside 128 x 128 tiles'
+    accumulators in two warpgroups)."""
+    like = dict(like, reg_a=0, swap=0)
     for (cluster_m, cluster_n), inflight in itertools.product(((1, 2), (1, 1), (2, 1)), (1, 0)):
         seed = _first_fitting((dict(like, bm=128, bn=128, warpgroups=2, stages=stages, inflight=inflight, producer=1,
                                     tma=1, cluster_m=cluster_m, cluster_n=cluster_n, persistent=1)

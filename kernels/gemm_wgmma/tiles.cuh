@@ -124,8 +124,9 @@ __device__ __forceinline__ void prepare_bf16(const unsigned char* tile, unsigned
 // warp's rows 16w + g + 8h): slots s = 2 mt + h. Which row of the warpgroup's 64 M_TILES fills a
 // slot is free (its accumulators then hold that row of D), so each lane takes whole 16-byte chunks
 // of the landed tile's 128-byte k-rows (32 rows each, landed_mn), 4 rows each (or 2 under one wgmma
-// tile), chunk indices chosen so that the lanes of one read, 4 k-rows (t) apart by the swizzle,
-// meet every bank once: where lanes g and g + 1 read together, their chunks differ by 4.
+// tile), chunk indices chosen so that the lanes of one read, on 4 k-rows (q = lane % 4) that the
+// swizzle shifts apart, meet every bank once: where lanes g and g + 1 read together, their chunks
+// differ by 4.
 __device__ __forceinline__ int reg_a_row(int w, int g, int s) {
     if constexpr (M_TILES == 1)    // 16 rows a warp, 2 a lane: half of a 32-row block, 8 bytes a read
         return 32 * (w / 2) + 4 * (2 * (w % 2) + g / 4 + 4 * (g % 2)) + 2 * (g / 2 % 2) + s;
