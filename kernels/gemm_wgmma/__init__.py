@@ -99,16 +99,22 @@ def operands_problem(c, p: Problem) -> Problem:
                                vec_b=p.vec_a)
 
 
+def copied_operands(c, p: Problem) -> tuple[bool, bool]:
+    """Which of c's kernel's operands `pretranspose` copies K-major (where it is on): the M/N-major
+    ones of operands_problem, but an op(A) read into registers (`reg_a`)."""
+    a_mn, b_mn = mn_major(operands_problem(c, p))
+    return a_mn and not c.reg_a, b_mn
+
+
 def kernel_problem(c, p: Problem) -> Problem:
     """The problem that c's kernel computes (its operands as operands_problem says): under
-    `pretranspose` each M/N-major float32 operand (but an op(A) read into registers, `reg_a`) is
-    first copied K-major into scratch whose rows are 16-byte aligned (the transpose family), so the
-    kernel reads it K-major, with nothing to transpose in shared memory."""
+    `pretranspose` each operand of copied_operands is first copied K-major into scratch whose rows
+    are 16-byte aligned (the transpose family), so the kernel reads it K-major, with nothing to
+    transpose in shared memory."""
+    a_mn, b_mn = copied_operands(c, p)
     p = operands_problem(c, p)
     if not c.pretranspose:
         return p
-    a_mn, b_mn = mn_major(p)
-    a_mn = a_mn and not c.reg_a
     vec = 16 // p.operand_itemsize
     return dataclasses.replace(p, trans_a=p.trans_a and not a_mn, trans_b=True, vec_a=vec if a_mn else p.vec_a,
                                vec_b=vec if b_mn else p.vec_b)
@@ -172,8 +178,7 @@ CONSTRAINTS = (
     ("bfloat16 operands are multiplied by math bf16", lambda c, p, d: not p.bf16_operands or c.math == "bf16"),
     ("pretranspose copies float32 operands with M or N contiguous for TF32 products: an op with one "
      "(besides an A read into registers), math tf32 or 3xtf32",
-     lambda c, p, d: not c.pretranspose or c.math != "bf16" and (
-         mn_major(operands_problem(c, p))[1] or (mn_major(operands_problem(c, p))[0] and not c.reg_a))),
+     lambda c, p, d: not c.pretranspose or (any(copied_operands(c, p)) and c.math != "bf16")),
     ("reg_a reads an M-major float32 op(A) (A transposed, or B not under swap) into registers for TF32 products: "
      "math tf32 or 3xtf32, wgmmas waited for each stage (inflight 0), one or an even number of 64-row tiles a warpgroup",
      lambda c, p, d: not c.reg_a or (operands_problem(c, p).trans_a and not p.bf16_operands and c.math != "bf16"
@@ -289,8 +294,7 @@ def instance_name(c, p: Problem) -> str:
 
 
 def geometry(c, p: Problem):
-    a_mn, b_mn = mn_major(operands_problem(c, p)) if c.pretranspose else (False, False)
-    a_mn = a_mn and not c.reg_a              # an A read into registers is not copied
+    a_mn, b_mn = copied_operands(c, p) if c.pretranspose else (False, False)
     p = kernel_problem(c, p)
     columns, rows = ceil_div(p.n, c.bn), ceil_div(p.m, c.bm)
     split = c.split_k > 1
