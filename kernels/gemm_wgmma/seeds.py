@@ -95,14 +95,13 @@ def _one_tile_a_block(p, d, params: dict, constraints: tuple, math_precision: di
     for math in maths:
         operand_paths = [(pretranspose, 0, 0) for pretranspose in pretransposes.get(math, (0,))]
         if not p.bf16_operands and math != "bf16":
-            in_registers = [[(pretranspose, 1, swap) for pretranspose in pretransposes[math]]
-                            for swap, mn in enumerate(mn_major) if mn]
-            if len(in_registers) == 2 and p.m < p.n:
-                in_registers.reverse()
-            swap_last = math == "tf32" and p.m * p.n > 2**22
-            operand_paths = ([path for paths in in_registers for path in paths if not (swap_last and path[2])]
-                             + operand_paths + [path for paths in in_registers for path in paths
-                                                if swap_last and path[2]])
+            swaps = [swap for swap, mn in enumerate(mn_major) if mn]   # 0: op(A) in registers, 1: op(B)
+            if p.m < p.n:
+                swaps.reverse()
+            late = math == "tf32" and p.m * p.n > 2**22                 # swap after the copies
+            registers = [(pretranspose, 1, swap) for swap in swaps for pretranspose in pretransposes[math]]
+            operand_paths = ([path for path in registers if not (late and path[2])] + operand_paths
+                             + [path for path in registers if late and path[2]])
         for pretranspose, reg_a, swap in operand_paths:
             tiles, splits = tiles_splits[swap]
             configs = [[{"bm": bm, "bn": bn, "warpgroups": warpgroups, "stages": stages, "math": math,
