@@ -289,9 +289,17 @@ inline void cvt_rn_bf16x2_f32(unsigned& r, float a, float b) {
     r = bf16(a) << 16 | bf16(b);
 }
 
+// The TF32 value (the top 19 bits) of a 32-bit fragment register.
+inline double tf32_value(uint32_t u) { return std::bit_cast<float>(u & 0xffffe000u); }
+// Element (r, k) of a warp's 16 x 8 A fragment (mma.sync's, and wgmma's register A per warp), the
+// warp's first lane `base` having published its lanes' registers in block->fragments: lane (g, t)
+// holds rows g, g+8 at k t, t+4 (a0 a1 a2 a3 = (g,t) (g+8,t) (g,t+4) (g+8,t+4)).
+inline double fragment_a(unsigned base, unsigned r, unsigned k) {
+    return tf32_value(block->fragments[base + r % 8 * 4 + k % 4][(r >= 8) + 2 * (k >= 4)]);
+}
+
 // D (16 x 8) = A (16 x 8, row-major) B (8 x 8, column-major) + C, C = D, for the lane (g, t) =
-// (lane / 4, lane % 4): A rows g, g+8 at k t, t+4 (a0 a1 a2 a3 = (g,t) (g+8,t) (g,t+4) (g+8,t+4));
-// B k t, t+4 of column g; D rows g, g+8 at columns 2t, 2t+1.
+// (lane / 4, lane % 4): A as fragment_a says; B k t, t+4 of column g; D rows g, g+8 at columns 2t, 2t+1.
 inline void mma_sync_aligned_m16n8k8_row_col_f32_tf32_tf32_f32(float& d0, float& d1, float& d2, float& d3,
                                                                 unsigned a0, unsigned a1, unsigned a2, unsigned a3,
                                                                 unsigned b0, unsigned b1) {
@@ -299,14 +307,12 @@ inline void mma_sync_aligned_m16n8k8_row_col_f32_tf32_tf32_f32(float& d0, float&
     Barrier& warp = *block->warps[t / 32];
     block->fragments[t] = {a0, a1, a2, a3, b0, b1};
     warp.arrive_and_wait();
-    auto tf32 = [](uint32_t u) { return double(std::bit_cast<float>(u & 0xffffe000u)); };
-    auto a = [&](unsigned r, unsigned k) { return tf32(block->fragments[base + r % 8 * 4 + k % 4][(r >= 8) + 2 * (k >= 4)]); };
-    auto b = [&](unsigned k, unsigned n) { return tf32(block->fragments[base + n * 4 + k % 4][4 + (k >= 4)]); };
+    auto b = [&](unsigned k, unsigned n) { return tf32_value(block->fragments[base + n * 4 + k % 4][4 + (k >= 4)]); };
     float* d[4] = {&d0, &d1, &d2, &d3};
     for (unsigned i = 0; i < 4; ++i) {
         const unsigned row = lane / 4 + 8 * (i / 2), col = lane % 4 * 2 + i % 2;
         double sum = *d[i];
-        for (unsigned k = 0; k < 8; ++k) sum += a(row, k) * b(k, col);
+        for (unsigned k = 0; k < 8; ++k) sum += fragment_a(base, row, k) * b(k, col);
         *d[i] = float(sum);
     }
     warp.arrive_and_wait();
@@ -485,12 +491,12 @@ void wgmma(Operand operand, const WgmmaOperand* ops, bool trans_a = false, bool 
     }
 }
 inline double tf32_operand(uint64_t desc, unsigned row, unsigned k, bool) {
-    return std::bit_cast<float>(std::bit_cast<uint32_t>(wgmma_operand(desc, row, k)) & 0xffffe000u);
+    return tf32_value(std::bit_cast<uint32_t>(wgmma_operand(desc, row, k)));
 }
 // wgmma.mma_async m64nNk8 .f32.tf32.tf32 with A from registers: this thread's N/2 accumulators, its
-// 4 registers of A (each warp's 16 rows as mma.sync's A fragment: lane (g, t) holds rows g, g + 8 at
-// k t, then at k t + 4), B's descriptor, scale-d where an operand. A row's values come from the lanes of
-// the warp that owns it, passed as mma.sync's fragments are.
+// 4 registers of A (each warp's 16 rows as mma.sync's A fragment, fragment_a), B's descriptor,
+// scale-d where an operand. A row's values come from the lanes of the warp that owns it, passed as
+// mma.sync's fragments are.
 template <unsigned N>
 void wgmma_register_a(const WgmmaOperand* ops, bool scale_d) {
     const unsigned thread = emu_thread(), lane = thread % 32, base = thread - lane;
@@ -499,13 +505,10 @@ void wgmma_register_a(const WgmmaOperand* ops, bool scale_d) {
                                 uint32_t(ops[N / 2 + 3].value), 0, 0};
     warp_barrier.arrive_and_wait();
     const uint64_t b = ops[N / 2 + 4].value;
-    auto a = [&](unsigned r, unsigned k) {   // r: the row within the warp's 16
-        return std::bit_cast<float>(block->fragments[base + r % 8 * 4 + k % 4][(r >= 8) + 2 * (k >= 4)] & 0xffffe000u);
-    };
     for (unsigned r = 0; r < N / 2; ++r) {
         const unsigned row = lane / 4 + 8 * (r % 4 / 2), col = 8 * (r / 4) + 2 * (lane % 4) + r % 2;
         double sum = scale_d ? *ops[r].acc : 0.0;
-        for (unsigned k = 0; k < 8; ++k) sum += double(a(row, k)) * tf32_operand(b, col, k, false);
+        for (unsigned k = 0; k < 8; ++k) sum += fragment_a(base, row, k) * tf32_operand(b, col, k, false);
         *ops[r].acc = float(sum);
     }
     warp_barrier.arrive_and_wait();
