@@ -304,8 +304,7 @@ def main(argv=None) -> int:
 
     def command():
         args = p.parse_args(argv)
-        if args.batch is not None and args.layers is None:
-            raise NNError("--batch is the --layers CNN's; the named networks have their own")
+        layered = cnn_of(args.layers, args.batch)
         if args.networks is None:
             names = [] if args.layers else list(known)
         else:
@@ -313,7 +312,7 @@ def main(argv=None) -> int:
         unknown = [n for n in names if n not in known]
         if unknown:
             raise NNError(f"--networks: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(known)}")
-        nets = [known[n] for n in names] + ([cnn_of(args.layers, args.batch)] if args.layers is not None else [])
+        nets = [known[n] for n in names] + ([layered] if layered else [])
         if args.epochs < 1:
             raise NNError("--epochs must be >= 1")
         backends = args.backends.split(",") if args.backends is not None else available_backends()

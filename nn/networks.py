@@ -42,9 +42,14 @@ def cnn_networks() -> dict[str, ConvNetwork]:
     return {n.name: n for n in (ConvNetwork("lenet", LENET, CNN_BATCH), ConvNetwork("lenet-b128", LENET, 128))}
 
 
-def cnn_of(spec: str, batch: int | None = None) -> ConvNetwork:
-    """The CNN of `spec` (nn.train --layers) at `batch`, named by its canonical spec; NNError (one
-    line) where the spec cannot run on 28 x 28 images or the batch is not 1..images."""
+def cnn_of(spec: str | None, batch: int | None = None) -> ConvNetwork | None:
+    """The CNN of `spec` (a command's --layers) at `batch` (its --batch), named by its canonical
+    spec, or None without a spec; NNError (one line) for a batch without a spec, a spec that cannot
+    run on 28 x 28 images or a batch not 1..images."""
+    if spec is None:
+        if batch is not None:
+            raise NNError("--batch is the --layers CNN's; a named network has its own")
+        return None
     layers = canonical(spec)
     parse_layers(layers)
     net = ConvNetwork(layers, layers, CNN_BATCH if batch is None else batch)

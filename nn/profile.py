@@ -205,9 +205,7 @@ def main(argv=None) -> int:
         args = p.parse_args(argv)
         if args.network is not None and args.layers is not None:
             raise NNError("--network and --layers both name the network; give one")
-        if args.batch is not None and args.layers is None:
-            raise NNError("--batch is the --layers CNN's; a named network has its own")
-        net = cnn_of(args.layers, args.batch) if args.layers is not None else network_named(args.network or "cme213")
+        net = cnn_of(args.layers, args.batch) or network_named(args.network or "cme213")
         backend = args.backend or ("cupy-tuned" if "cupy-tuned" in available_backends() else "numpy")
         ours = [name for name in BACKEND_NAMES if not name.startswith("torch")]
         if backend not in ours:
