@@ -107,29 +107,24 @@ if [ "$phase" = tiled-tf32 ]; then
     exit 0
 fi
 
-if [ "$phase" = reg-a ]; then
-    timeout -s INT 150 python -m pytest -q -rf -m gpu tests/test_gemm_gpu.py \
-        -k "register_a or untuned or as_accurate or refuses" > "$work/pytest-reg-a.txt" 2>&1
-    tail -4 "$work/pytest-reg-a.txt"
+# reg-a, swap: the GEMM gpu tests matching $2, then benchmarks/issue40_<phase>.py at tf32 and fp32
+# ($3 seconds each), the tables last.
+compare() {   # NAME TESTS SECONDS
+    timeout -s INT 150 python -m pytest -q -rf -m gpu tests/test_gemm_gpu.py -k "$2" > "$work/pytest-$1.txt" 2>&1
+    tail -4 "$work/pytest-$1.txt"
     for precision in tf32 fp32; do
-        timeout 170 python benchmarks/issue40_reg_a.py --precision $precision --json "$work/reg-a-$precision.json" \
-            > "$work/reg-a-$precision.txt" 2>&1
+        timeout "$3" python "benchmarks/issue40_${1//-/_}.py" --precision $precision --json "$work/$1-$precision.json" \
+            > "$work/$1-$precision.txt" 2>&1
     done
     tar czf "$out/issue40.tar.gz" -C "$out" issue40
-    for f in "$work"/reg-a-*.txt; do echo "== $(basename $f)"; cat "$f"; done
+    for f in "$work/$1"-*.txt; do echo "== $(basename "$f")"; cat "$f"; done
+}
+if [ "$phase" = reg-a ]; then
+    compare reg-a "register_a or untuned or as_accurate or refuses" 170
     exit 0
 fi
-
 if [ "$phase" = swap ]; then
-    timeout -s INT 150 python -m pytest -q -rf -m gpu tests/test_gemm_gpu.py -k "swap or register_a or untuned" \
-        > "$work/pytest-swap.txt" 2>&1
-    tail -4 "$work/pytest-swap.txt"
-    for precision in tf32 fp32; do
-        timeout 150 python benchmarks/issue40_swap.py --precision $precision --json "$work/swap-$precision.json" \
-            > "$work/swap-$precision.txt" 2>&1
-    done
-    tar czf "$out/issue40.tar.gz" -C "$out" issue40
-    for f in "$work"/swap-*.txt; do echo "== $(basename $f)"; cat "$f"; done
+    compare swap "swap or register_a or untuned" 150
     exit 0
 fi
 

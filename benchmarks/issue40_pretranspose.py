@@ -14,18 +14,10 @@ import json
 
 from autogemm.runtime.device import this_device
 from autogemm.runtime.family import family
-from autogemm.store.keys import key_of
-from autogemm.tuning.measures import measure_for
-from kernels.gemm.call import Problem
+from issue40_timing import best, problem_of, ratio, timed_rows
 
 SHAPES = ["1024x1024x1024:nn", "512x4096x1024:tn", "256x256x8192:tn", "3072x96x768:tn", "4096x4096x4096:nn",
           "8192x8192x256:nn", "1000x1000x1000:tt", "96x3072x768:nt", "2048x2048x2048:nt", "1000x784x800:tn"]
-
-
-def problem_of(text: str) -> Problem:
-    sizes, op = text.split(":")
-    m, n, k = map(int, sizes.split("x"))
-    return Problem.contiguous(m, n, k, "float32", op[0] == "t", op[1] == "t", precision="tf32")
 
 
 def main():
@@ -39,33 +31,18 @@ def main():
     wgmma = family("gemm_wgmma").restricted({"math": ("tf32",)})
     print(f"{'shape':20} {'default':>16} {'best copied':>12} {'best in smem':>12}   (time over cuBLAS TF32's)")
     for text in args.shapes.split(","):
-        problem = problem_of(text)
+        problem = problem_of(text, "tf32")
         default = family("gemm_wgmma").default(problem, device)
-        candidates = wgmma.candidates(problem, device)
         runs = {0: [], 1: []}
-        for c in candidates:
+        for c in wgmma.candidates(problem, device):
             if len(runs[c.pretranspose]) < args.each:
                 runs[c.pretranspose].append(c)
         configs = [default] + [c for c in runs[1] + runs[0] if c != default]
-        measure = measure_for(key_of("gemm_wgmma", problem), device)
-        measure.prepare(configs)
-        base = measure.baseline(args.reps).median_us
-        timed = []
-        for cfg in configs:
-            row = dict(shape=text, kernel=family("gemm_wgmma").instance_name(cfg, problem), config=dict(cfg),
-                       default=cfg == default, cublas_us=base)
-            try:
-                row["median_us"] = measure(cfg, args.reps).median_us
-                row["vs_cublas"] = row["median_us"] / base
-                timed.append(row)
-            except Exception as exc:      # a mismatch or launch failure is a result too
-                row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-            rows.append(row)
-        best = {p: min((r["vs_cublas"] for r in timed if r["config"]["pretranspose"] == p), default=float("nan"))
-                for p in (1, 0)}
-        first = next((r for r in timed if r["default"]), {})
-        print(f"{text:20} {first.get('vs_cublas', float('nan')):6.2f}x (pt {default.pretranspose}) "
-              f"{best[1]:11.2f}x {best[0]:11.2f}x", flush=True)
+        timed = timed_rows("gemm_wgmma", configs, problem, device, args.reps, shape=text)
+        rows += timed
+        copied = {p: best([r for r in timed if r["config"]["pretranspose"] == p]) for p in (1, 0)}
+        print(f"{text:20} {ratio(timed[0]):6.2f}x (pt {default.pretranspose}) {copied[1]:11.2f}x {copied[0]:11.2f}x",
+              flush=True)
     json.dump(rows, open(args.json, "w"), indent=1)
 
 

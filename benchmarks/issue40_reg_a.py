@@ -13,19 +13,11 @@ import json
 
 from autogemm.runtime.device import this_device
 from autogemm.runtime.family import family
-from autogemm.store.keys import key_of
-from autogemm.tuning.measures import measure_for
-from kernels.gemm.call import Problem
+from issue40_timing import best, problem_of, ratio, timed_rows
 
 SHAPES = ["512x4096x1024:tn", "3072x96x768:tn", "256x256x8192:tn", "1000x1000x1000:tt", "1024x1024x1024:tt",
           "1024x1024x1024:tn", "4096x4096x4096:tt", "4096x4096x4096:tn", "1000x784x800:tn", "4096x784x8192:tn",
           "8192x8192x256:tt"]
-
-
-def problem_of(text: str, precision: str) -> Problem:
-    sizes, op = text.split(":")
-    m, n, k = map(int, sizes.split("x"))
-    return Problem.contiguous(m, n, k, "float32", op[0] == "t", op[1] == "t", precision=precision)
 
 
 def main():
@@ -44,25 +36,11 @@ def main():
         default = wgmma.default(problem, device)
         in_registers = wgmma.restricted({"reg_a": (1,)}).candidates(problem, device)[:args.each]
         configs = [default] + [c for c in in_registers if c != default]
-        measure = measure_for(key_of("gemm_wgmma", problem), device)
-        measure.prepare(configs)
-        base = measure.baseline(args.reps).median_us
-        timed = []
-        for i, cfg in enumerate(configs):
-            row = dict(shape=text, precision=args.precision, kernel=wgmma.instance_name(cfg, problem),
-                       config=dict(cfg), default=i == 0, cublas_us=base)
-            try:
-                row["median_us"] = measure(cfg, args.reps).median_us
-                row["vs_cublas"] = row["median_us"] / base
-                timed.append(row)
-            except Exception as exc:      # a mismatch or launch failure is a result too
-                row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-            rows.append(row)
-        first = next((r["vs_cublas"] for r in timed if r["default"]), float("nan"))
-        ra = [r for r in rows if r["shape"] == text and r["config"]["reg_a"]]
-        ra_first = ra[0].get("vs_cublas", float("nan")) if ra else float("nan")
-        ra_best = min((r["vs_cublas"] for r in ra if "vs_cublas" in r), default=float("nan"))
-        print(f"{text:20} {first:7.2f}x {ra_first:10.2f}x {ra_best:9.2f}x", flush=True)
+        timed = timed_rows("gemm_wgmma", configs, problem, device, args.reps, shape=text, precision=args.precision)
+        rows += timed
+        in_registers = [r for r in timed if r["config"]["reg_a"]]
+        print(f"{text:20} {ratio(timed[0]):7.2f}x {ratio(in_registers[0] if in_registers else None):10.2f}x "
+              f"{best(in_registers):9.2f}x", flush=True)
     json.dump(rows, open(args.json, "w"), indent=1)
 
 

@@ -13,19 +13,11 @@ import json
 
 from autogemm.runtime.device import this_device
 from autogemm.runtime.family import family
-from autogemm.store.keys import key_of
-from autogemm.tuning.measures import measure_for
-from kernels.gemm.call import Problem
+from issue40_timing import best, problem_of, ratio, timed_rows
 
 SHAPES = ["1024x1024x1024:nn", "4096x4096x4096:nn", "8192x8192x256:nn", "1023x1024x1024:nn", "800x1000x784:nn",
           "512x4096x1024:tn", "256x256x8192:tn", "1024x1024x1024:tn", "4096x4096x4096:tn", "2048x4096x784:nn",
           "800x784x1000:nn"]
-
-
-def problem_of(text: str, precision: str) -> Problem:
-    sizes, op = text.split(":")
-    m, n, k = map(int, sizes.split("x"))
-    return Problem.contiguous(m, n, k, "float32", op[0] == "t", op[1] == "t", precision=precision)
 
 
 def main():
@@ -45,25 +37,12 @@ def main():
         default = wgmma.default(problem, device)
         groups = {swap: wgmma.restricted({"swap": (swap,)}).candidates(problem, device)[:args.each] for swap in (1, 0)}
         configs = list(dict.fromkeys([default, *groups[1], *groups[0]]))
-        measure = measure_for(key_of("gemm_wgmma", problem), device)
-        measure.prepare(configs)
-        base = measure.baseline(args.reps).median_us
-        for cfg in configs:
-            row = dict(shape=text, precision=args.precision, kernel=wgmma.instance_name(cfg, problem),
-                       config=dict(cfg), default=cfg == default, cublas_us=base)
-            try:
-                row["median_us"] = measure(cfg, args.reps).median_us
-                row["vs_cublas"] = row["median_us"] / base
-            except Exception as exc:      # a mismatch or launch failure is a result too
-                row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-            rows.append(row)
-        ratio = {wgmma.instance_name(r_cfg, problem): next((r.get("vs_cublas", float("nan")) for r in rows
-                                                             if r["shape"] == text and r["config"] == dict(r_cfg)),
-                                                            float("nan")) for r_cfg in configs}
-        of = lambda cfgs: [ratio[wgmma.instance_name(c, problem)] for c in cfgs] or [float("nan")]  # noqa: E731
-        swap, without = of(groups[1]), of(groups[0])
-        print(f"{text:20} {'swap' if default.swap else 'without':>7} {of([default])[0]:7.2f}x {swap[0]:9.2f}x "
-              f"{min(swap):8.2f}x {without[0]:12.2f}x {min(without):11.2f}x", flush=True)
+        timed = timed_rows("gemm_wgmma", configs, problem, device, args.reps, shape=text, precision=args.precision)
+        rows += timed
+        of = {swap: [r for r in timed if r["config"]["swap"] == swap] for swap in (1, 0)}
+        print(f"{text:20} {'swap' if default.swap else 'without':>7} {ratio(timed[0]):7.2f}x "
+              f"{ratio(of[1][0] if of[1] else None):9.2f}x {best(of[1]):8.2f}x "
+              f"{ratio(of[0][0] if of[0] else None):12.2f}x {best(of[0]):11.2f}x", flush=True)
     json.dump(rows, open(args.json, "w"), indent=1)
 
 

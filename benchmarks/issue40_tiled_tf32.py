@@ -13,9 +13,7 @@ import json
 
 from autogemm.runtime.device import this_device
 from autogemm.runtime.family import family
-from autogemm.store.keys import key_of
-from autogemm.tuning.measures import measure_for
-from kernels.gemm.call import Problem
+from issue40_timing import best, problem_of, ratio, timed_rows
 
 SHAPES = ["1024x1024x1024:nn", "2048x2048x2048:nt", "4096x4096x4096:nn", "512x4096x1024:tn", "4096x512x1024:nt",
           "256x256x8192:tn", "8192x8192x256:nn", "1000x1000x1000:tt", "777x555x333:nt", "96x3072x768:nt",
@@ -24,30 +22,6 @@ MATH = {"tf32": "tf32", "fp32": "3xtf32"}
 # Larger block tiles than the seeds' 128 x 64 (bm, bn, ty, tx): warp tiles of 64 x 32 in 8 and 16
 # warps, 32 x 64, 64 x 64; timed after the seeds where they can run.
 EXTRA_TILES = ((128, 128, 16, 16), (128, 128, 32, 8), (256, 128, 32, 16), (128, 256, 16, 32), (128, 128, 16, 8))
-
-
-def problem_of(text: str, precision: str) -> Problem:
-    sizes, op = text.split(":")
-    m, n, k = map(int, sizes.split("x"))
-    return Problem.contiguous(m, n, k, "float32", op[0] == "t", op[1] == "t", precision=precision)
-
-
-def timed(fam: str, configs: list, problem: Problem, device, reps: int, shape: str) -> tuple[float, list[dict]]:
-    """cuBLAS's median µs and a row per config (its median and ratio, or the error it raised)."""
-    measure = measure_for(key_of(fam, problem), device)
-    measure.prepare(configs)
-    base = measure.baseline(reps).median_us
-    rows = []
-    for i, cfg in enumerate(configs):
-        row = dict(shape=shape, family=fam, kernel=family(fam).instance_name(cfg, problem), config=dict(cfg),
-                   rank=i, cublas_us=base)
-        try:
-            row["median_us"] = measure(cfg, reps).median_us
-            row["vs_cublas"] = row["median_us"] / base
-        except Exception as exc:      # a mismatch or launch failure is a result too
-            row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-        rows.append(row)
-    return base, rows
 
 
 def main():
@@ -68,16 +42,14 @@ def main():
             extra = family("gemm").config(dict(configs[0], bm=bm, bn=bn, ty=ty, tx=tx, split_k=1))
             if extra not in configs and family("gemm").fits(extra, problem, device):
                 configs.append(extra)
-        _, tiled_rows = timed("gemm", configs, problem, device, args.reps, text)
+        tiled_rows = timed_rows("gemm", configs, problem, device, args.reps, shape=text)
         wgmma_rows = []
         if family("gemm_wgmma").can_run(problem, device):
-            _, wgmma_rows = timed("gemm_wgmma", [family("gemm_wgmma").default(problem, device)], problem, device,
-                                  args.reps, text)
+            wgmma_rows = timed_rows("gemm_wgmma", [family("gemm_wgmma").default(problem, device)], problem, device,
+                                    args.reps, shape=text)
         rows += tiled_rows + wgmma_rows
-        ratios = [r.get("vs_cublas", float("nan")) for r in tiled_rows]
-        best = min((r for r in ratios if r == r), default=float("nan"))
-        wgmma = wgmma_rows[0].get("vs_cublas", float("nan")) if wgmma_rows else float("nan")
-        print(f"{text:20} {ratios[0] if ratios else float('nan'):10.2f}x {best:9.2f}x {wgmma:12.2f}x", flush=True)
+        print(f"{text:20} {ratio(tiled_rows[0]):10.2f}x {best(tiled_rows):9.2f}x "
+              f"{ratio(wgmma_rows[0] if wgmma_rows else None):12.2f}x", flush=True)
     json.dump(rows, open(args.json, "w"), indent=1)
 
 
