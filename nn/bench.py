@@ -199,9 +199,6 @@ def run(nets: list[Network | ConvNetwork], backends: list[str], epochs: int, dat
             if name == "numpy" and not cnn and net.hidden * net.images > 256 * 54000:
                 print(f"{net.name:>14}  {name:>12}  skipped: minutes an epoch on the CPU", flush=True)
                 continue
-            if cnn and not name.startswith("torch") and precision_of(name) != "fp32":
-                print(f"{net.name:>14}  {name:>12}  skipped: a CNN's kernels compute in fp32 only", flush=True)
-                continue
             if name.startswith("torch"):
                 result = time_torch(net, x, y, epochs, graph=name.startswith("torch-graph"),
                                     precision=precision_of(name))

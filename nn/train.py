@@ -157,7 +157,7 @@ def _gpu_flags(g):
                    help="use the autogemm-tuned GPU kernels; without a CUDA device, fall back to NumPy "
                         "(unless --backend cupy is given too)")
     g.add_argument("--precision", choices=PRECISIONS,
-                   help="the MLP's GEMMs on a GPU backend: fp32 (FP32-accurate), tf32 or bf16 (operands rounded "
+                   help="the GEMMs and convolutions on a GPU backend: fp32 (FP32-accurate), tf32 or bf16 (operands rounded "
                         "to TF32 or bfloat16 in each product, float32 sums and weights, where a faster kernel does "
                         f"so); NumPy computes fp32 (default: {d['precision']})")
     g.add_argument("--no-graph", action="store_true",
@@ -211,11 +211,11 @@ def resolve(args) -> Config:
         raise NNError("--optimizer adam is for CNNs (--model lenet or --layers); the MLP trains with sgd")
     if len(values["hidden"]) >= checkpoint.MAX_LAYERS:
         raise NNError(f"--hidden: {len(values['hidden'])} hidden layers; at most {checkpoint.MAX_LAYERS - 1}")
-    if values["precision"] != "fp32" and (is_cnn or values["dtype"] != "float32"):
+    if values["precision"] != "fp32" and values["dtype"] != "float32":
         preset_flag = f"--preset {args.preset}" if args.preset else f"--grading-mode {args.grading_mode}"
         why = f" ({preset_flag} sets it: add --dtype float32, or drop --precision)" if args.dtype is None else ""
-        raise NNError(f"--precision {values['precision']} rounds the MLP's float32 GEMM operands; "
-                      + ("a CNN's kernels compute in fp32 only" if is_cnn else f"this run is {values['dtype']}{why}"))
+        raise NNError(f"--precision {values['precision']} rounds float32 GEMM and convolution operands; "
+                      f"this run is {values['dtype']}{why}")
     if args.use_tuned:
         if args.backend not in (None, "cupy"):
             raise NNError(f"--use-tuned runs the autogemm kernels; it cannot be combined with --backend {args.backend}")

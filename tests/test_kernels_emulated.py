@@ -731,7 +731,7 @@ def test_conv2d_dgrad_matches_float64_on_the_cpu(name, tmp_path):
 
 
 @pytest.mark.parametrize("name, split, sampled", [
-    ("conv2d_wgrad", dict(bm=4, bn=16, bk=8, ty=4, tx=8, tm=1, tn=2, pad=False, split_k=4), {}),   # 4 ragged slices
+    ("conv2d_wgrad", dict(bm=4, bn=16, bk=8, ty=4, tx=8, tm=1, tn=2, pad=False, split_k=4, math="fma"), {}),   # 4 ragged slices
     # sampled blocks of at most 4 warps: the emulator runs each warp shuffle of 512 threads' sums slowly
     ("conv2d_wgrad_direct", dict(threads=64, fpt=2, split_k=4), {"threads": (64, 128)})])
 def test_conv2d_wgrad_matches_float64_on_the_cpu(name, split, sampled, tmp_path):
@@ -759,6 +759,69 @@ def test_conv2d_wgrad_matches_float64_on_the_cpu(name, split, sampled, tmp_path)
             launch = Launch(inst, args)
             cases += [(launch, dw, want["dw"][:2], p.depth, dtype), (launch, db, want["db"][:2], p.depth, dtype)]
     assert any(launch.instance.config.split_k > 1 for launch, *_ in cases)
+    run_and_check(cases, tmp_path)
+
+
+# The tensor-core maths of the three implicit-GEMM directions: ragged M, filters and depth against
+# their 16 x 8 MMA tiles and 16-deep k steps, odd channels, every fused epilogue, split-K slices.
+TENSOR_CORE_CONVS = [((6, 3, 9, 7, 20, 3), "relu", "fp32"),      # M = 210, F = 20, depth 27: all ragged
+                     ((1, 5, 6, 6, 33, 2), "sigmoid", "tf32"),   # F = 33: a third, one-column N tile
+                     ((3, 17, 5, 4, 16, 3), None, "fp32")]       # 17 channels: depths 153 and 144
+
+
+def tensor_core_configs(fam, p, seed):
+    """The family's first candidate (tensor cores, where the problem is wide enough) and two sampled
+    configs of the call's tensor-core math."""
+    math = "3xtf32" if p.precision == "fp32" else "tf32"
+    space = {"math": (math,), "tm": (1,), "tn": (2,), "pad": (True,), "bk": (16, 32)}
+    if "split_k" in fam.params:             # backward weights: 210 pixels in 4 slices
+        space["split_k"] = (1, 4)
+    configs = fam.candidates(p, H100)[:1] + fam.restricted(space).sample(p, H100, 2, seed=seed)
+    assert all(c.math == math for c in configs[1:])
+    return configs
+
+
+def test_convolutions_on_tensor_cores_match_float64_on_the_cpu(tmp_path):
+    """Forward (bias and each activation), backward data (each activation's derivative) and
+    backward weights (split-K too), each on mma.sync's 3xTF32 and TF32 paths."""
+    from kernels import conv2d, conv2d_dgrad, conv2d_wgrad
+
+    rng, cases = np.random.default_rng(17), []
+    for seed, (sizes, activation, precision) in enumerate(TENSOR_CORE_CONVS):
+        n, c, h, w, f, k = sizes
+        x = rng.uniform(0, 1, (n, c, h, w)).astype(np.float32)              # X: (N, C, H, W)
+        wt = (rng.standard_normal((f, c, k, k)) / k).astype(np.float32)      # W: (F, C, K, K)
+        b = rng.standard_normal(f).astype(np.float32)                        # b: (F,)
+        p = conv2d.Problem(*sizes, "float32", activation, precision)
+        g = rng.standard_normal((n, f, p.out_h, p.out_w)).astype(np.float32)  # G: (N, F, OH, OW)
+        aux = saved_output(rng, activation, (n, c, h, w), np.float32)
+        value, magnitude, depth = conv2d.reference(p, x, wt, b)["z"]
+        for cfg in tensor_core_configs(family("conv2d"), p, seed):
+            z = np.full((n, f, p.out_h, p.out_w), np.nan, np.float32)        # Z, poisoned
+            launch = Launch(family("conv2d").instance(cfg, p), [x, wt, b, z, np.int32(n)])
+            cases.append((launch, z, (value, magnitude), depth, "float32", precision))
+        pd = conv2d_dgrad.Problem(*sizes, "float32", activation, precision)
+        value, magnitude, depth = conv2d_dgrad.reference(pd, g, wt, aux)["dx"]
+        for cfg in tensor_core_configs(family("conv2d_dgrad"), pd, seed):
+            dx = np.full((n, c, h, w), np.nan, np.float32)                   # dX, poisoned
+            args = [g, wt, aux if activation else np.uint64(0), dx, np.int32(n)]
+            cases.append((Launch(family("conv2d_dgrad").instance(cfg, pd), args), dx, (value, magnitude), depth,
+                          "float32", precision))
+        pw = conv2d_wgrad.Problem(*sizes, "float32", precision=precision)
+        want = conv2d_wgrad.reference(pw, g, x)
+        wgrad = family("conv2d_wgrad")
+        for cfg in tensor_core_configs(wgrad, pw, seed):
+            inst = wgrad.instance(cfg, pw)
+            dw, db = np.full((f, c, k, k), np.nan, np.float32), np.full(f, np.nan, np.float32)   # dW, db
+            geo = inst.geometry
+            args = [g, x, dw, db, np.zeros(max(geo.workspace_elems, 1), np.float32),
+                    np.zeros(max(geo.counters, 1), np.int32), np.int32(n)]
+            launch = Launch(inst, args)
+            cases += [(launch, dw, want["dw"][:2], pw.depth, "float32", precision),
+                      (launch, db, want["db"][:2], pw.depth, "float32", precision)]
+    maths = {launch.instance.config.math for launch, *_ in cases}
+    assert {"3xtf32", "tf32"} <= maths, maths
+    assert any(getattr(launch.instance.config, "split_k", 1) > 1 for launch, *_ in cases)
     run_and_check(cases, tmp_path)
 
 

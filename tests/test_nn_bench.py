@@ -90,18 +90,6 @@ def test_any_cnn_of_a_layers_spec_alone_or_beside_named_networks(tmp_path):
     assert (result["batch"], result["images"]) == (2500, 2500)
 
 
-@needs_data
-def test_a_cnn_skips_the_reduced_precision_gpu_backends(monkeypatch, capsys):
-    """nn.train refuses tf32 and bf16 for a CNN (its kernels compute in fp32 alone): nn.bench skips
-    those rows rather than time an fp32 run under a tf32 name."""
-    from nn import bench
-
-    monkeypatch.setattr(bench, "time_backend", lambda *args: pytest.fail("a CNN row ran at a reduced precision"))
-    with pytest.raises(NNError, match="nothing ran"):
-        bench.run([bench.cnn_networks()["lenet"]], ["cupy-tuned-tf32", "cupy-tuned-bf16"], 1)
-    assert capsys.readouterr().out.count("skipped: a CNN's kernels compute in fp32 only") == 2
-
-
 @pytest.mark.parametrize("args,message", [
     (["--networks", "nope"], "--networks: unknown 'nope'"),
     (["--networks", "grading,"], "--networks: unknown ''"),

@@ -598,9 +598,6 @@ def test_out_files_of_another_kind_are_refused_before_any_run_and_its_own_are_re
     (["--ranks", "1,100000"], "--ranks: 100000 ranks; at most 1024"),
     (["--layers", "conv4x5", "--extra-args", "--hidden 8"],
      "nn.train would refuse cnn-conv4x5-f32-r1: --hidden is for the MLP; a CNN takes --layers, He init"),
-    (["--network", "lenet", "--extra-args", "--precision tf32"],
-     "nn.train would refuse lenet-f32-r1: --precision tf32 rounds the MLP's float32 GEMM operands; a CNN's kernels "
-     "compute in fp32 only"),
     (["--extra-args", "--optimizer adam"], "nn.train would refuse cme213-f32-r1: --optimizer adam is for CNNs"),
     (["--parallel", "data,model", "--allreduce", "mpi", "--extra-args=--no-overlap"],
      "nn.train would refuse cme213-f32-r2-mpi-model: --no-overlap is for --parallel data on a GPU backend"),

@@ -316,9 +316,12 @@ def test_cnn_settings_and_what_does_not_apply():
     (["--optimizer", "adam"], "--optimizer adam is for CNNs"),
     (["--model", "lenet", "--parallel", "model"], "--parallel model splits the MLP's hidden layer"),
     (["--no-overlap"], "--no-overlap is for --parallel data on a GPU backend"),
-    (["--precision", "tf32", "--dtype", "float64"], "--precision tf32 rounds the MLP's float32 GEMM operands; this run is float64"),
-    (["--model", "lenet", "--precision", "tf32"], "a CNN's kernels compute in fp32 only"),
-    (["--precision", "bf16", "--dtype", "float64"], "--precision bf16 rounds the MLP's float32 GEMM operands; this run is float64"),
+    (["--precision", "tf32", "--dtype", "float64"], "--precision tf32 rounds float32 GEMM and convolution operands; "
+                                                    "this run is float64"),
+    (["--model", "lenet", "--precision", "tf32", "--dtype", "float64"], "--precision tf32 rounds float32 GEMM and "
+                                                                        "convolution operands; this run is float64"),
+    (["--precision", "bf16", "--dtype", "float64"], "--precision bf16 rounds float32 GEMM and convolution operands; "
+                                                    "this run is float64"),
     (["--no-overlap", "--allreduce", "nccl", "--parallel", "model"], "--no-overlap is for --parallel data"),
     (["--layers", ""], "--layers '': empty layer"),                  # not LeNet
     (["--layers", "dense" + "9" * 5000], "every size must be in 1..65536"),

@@ -45,26 +45,30 @@ def _conv_sizes(what: str, x_shape, w) -> tuple:
     return n, c, h, width, f, k
 
 
-def _problem(family, sizes, dtype, activation):
+def _problem(family, sizes, dtype, activation, precision):
     try:
-        return family.Problem(*sizes, str(np.dtype(dtype)), activation)
+        return family.Problem(*sizes, str(np.dtype(dtype)), activation, precision)
     except ValueError as exc:
         raise BadArguments(f"{family.NAME}: {exc}") from None
 
 
-def conv2d(x, w, b, out, activation=None, config=None):
+# Each convolution's `precision` is what its products may round float32 operands to, as a GEMM's
+# (autogemm.gemm): "fp32" (FP32-accurate), "tf32" or "bf16" (served by TF32 products, or FP32-accurate).
+
+
+def conv2d(x, w, b, out, activation=None, config=None, precision="fp32"):
     """out (N, F, H-K+1, W-K+1) = act(x (N, C, H, W) correlated with w (F, C, K, K), plus b (F,));
     activation None, "relu" or "sigmoid"."""
     sizes = _conv_sizes("conv2d", x.shape, w)
     n, c, h, width, f, k = sizes
     _check("conv2d", {"x": x, "w": w, "b": b, "out": out},
            {"x": x.shape, "w": w.shape, "b": (f,), "out": (n, f, h - k + 1, width - k + 1)}, x.dtype)
-    problem = _problem(conv_family, sizes, x.dtype, activation)
+    problem = _problem(conv_family, sizes, x.dtype, activation, precision)
     launch("conv2d", problem, config, lambda g: (x, w, b, out, np.int32(n)))
     return out
 
 
-def conv2d_backward_data(g, w, out, aux=None, activation=None, config=None):
+def conv2d_backward_data(g, w, out, aux=None, activation=None, config=None, precision="fp32"):
     """out (N, C, H, W) = dL/dx from g = dL/dz (N, F, H-K+1, W-K+1) and the filters w (F, C, K, K),
     times act'(aux) with an activation: aux (N, C, H, W) the saved output of the layer below's."""
     sizes = _conv_sizes("conv2d_backward_data", out.shape, w)
@@ -72,19 +76,19 @@ def conv2d_backward_data(g, w, out, aux=None, activation=None, config=None):
     arrays = {"g": g, "w": w, "out": out} | ({"aux": aux} if activation else {})
     _check("conv2d_backward_data", arrays,
            {"g": (n, f, h - k + 1, width - k + 1), "w": w.shape, "out": out.shape, "aux": out.shape}, out.dtype)
-    problem = _problem(dgrad_family, sizes, out.dtype, activation)
+    problem = _problem(dgrad_family, sizes, out.dtype, activation, precision)
     launch("conv2d_dgrad", problem, config, lambda geo: (g, w, aux if activation else _NULL, out, np.int32(n)))
     return out
 
 
-def conv2d_backward_weights(g, x, dw, db, config=None):
+def conv2d_backward_weights(g, x, dw, db, config=None, precision="fp32"):
     """dw (F, C, K, K) and db (F,) from g = dL/dz (N, F, H-K+1, W-K+1) and the input x (N, C, H, W):
     sums over the batch and the output pixels, split-K across the GPU and reduced in a fixed order."""
     sizes = _conv_sizes("conv2d_backward_weights", x.shape, dw)
     n, c, h, width, f, k = sizes
     _check("conv2d_backward_weights", {"g": g, "x": x, "dw": dw, "db": db},
            {"g": (n, f, h - k + 1, width - k + 1), "x": x.shape, "dw": dw.shape, "db": (f,)}, x.dtype)
-    problem = _problem(wgrad_family, sizes, x.dtype, None)
+    problem = _problem(wgrad_family, sizes, x.dtype, None, precision)
 
     def args(geo):
         workspace = scratch("workspace", x.dtype, geo.workspace_elems) if geo.workspace_elems else _NULL

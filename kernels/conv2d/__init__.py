@@ -2,7 +2,9 @@
 
 z[n, f, oh, ow] = act(b[f] + sum_{c,i,j} x[n, c, oh+i, ow+j] w[f, c, i, j]), NCHW, valid, stride 1:
 a GEMM of M = N*OH*OW output pixels by F filters over C*K*K, whose A operand (the im2col matrix)
-is never formed: the tile loader gathers it from x.
+is never formed: the tile loader gathers it from x. The tiles' product is the GEMM family's math:
+FP32 FMAs, or float32 on tensor cores by mma.sync (3xTF32, FP32-accurate; or TF32 products, for
+calls at precision tf32 or bf16), which conv2d_dgrad and conv2d_wgrad share.
 """
 from dataclasses import dataclass
 
@@ -10,6 +12,8 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from kernels.contract import DTYPES, ITEMSIZE, MAX_SIZE, NO_OP, SHORT, Geometry, ceil_div, check_problem
+# Precisions as the GEMM call's: which records serve a call, and a 3xTF32 record's config at tf32.
+from kernels.gemm.call import PRECISIONS, at_precision, served_by, serves  # noqa: F401
 
 NAME = "conv2d"
 TEMPLATE = "conv2d/conv2d.cu.j2"
@@ -17,6 +21,8 @@ TEMPLATE = "conv2d/conv2d.cu.j2"
 ACTIVATIONS = (None, "relu", "sigmoid")
 KEY_SIZES = ("n", "c", "h", "w", "f", "k")
 KEY_OPS = (NO_OP,)                  # one config serves every activation
+# A key's arithmetic: a dtype, or float32 data at precision tf32 or bf16 (kernels.gemm.call).
+KEY_DTYPES = ("float32", "float64", "tf32", "bf16")
 
 PARAMS = {
     "bm": (16, 32, 64, 128),        # block tile: output pixels (M)
@@ -26,8 +32,13 @@ PARAMS = {
     "tx": (1, 2, 4, 8, 16, 32),
     "tm": (1, 2, 4, 8),             # register micro-tile TM x TN, repeated over the block tile
     "tn": (1, 2, 4, 8),
-    "pad": (False, True),           # pad shared-memory rows by 4 elements against bank conflicts
+    "pad": (False, True),           # pad shared-memory rows against bank conflicts (by pad_elements)
+    # the tiles' product, as the GEMM family's (gemm/fma.cuh, gemm/3xtf32.cuh): FP32/FP64 FMAs;
+    # float32 on tensor cores as three TF32 MMAs (FP32-accurate); or as one (TF32 products)
+    "math": ("fma", "3xtf32", "tf32"),
 }
+MATH_PRECISION = {"fma": "fp32", "3xtf32": "fp32", "tf32": "tf32"}
+KERNEL_PRECISIONS = ("fp32", "tf32")
 
 
 @dataclass(frozen=True)
@@ -42,15 +53,25 @@ class Problem:
     k: int
     dtype: str = "float32"
     activation: str | None = None
+    precision: str = "fp32"         # what its products may round float32 operands to (kernels.gemm.call)
 
     def __post_init__(self):
         check_problem(self, KEY_SIZES, "conv2d")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision {self.precision!r} is not one of {', '.join(PRECISIONS)}")
+        if self.precision != "fp32" and self.dtype != "float32":
+            raise ValueError(f"precision {self.precision} multiplies float32 data; this convolution is {self.dtype}")
         if self.k > min(self.h, self.w):
             raise ValueError(f"a {self.k}x{self.k} filter does not fit a {self.h}x{self.w} image")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation {self.activation!r} is not one of relu, sigmoid or None")
         if self.n * self.c * self.h * self.w > MAX_SIZE or self.n * self.f * self.h * self.w > MAX_SIZE:
             raise ValueError(f"conv2d of {self.n} images: more than {MAX_SIZE} elements in x or z")
+
+    @property
+    def arithmetic(self) -> str:
+        """The dtype field of its tuned key: the precision of a tf32 or bf16 call, else the dtype."""
+        return self.dtype if self.precision == "fp32" else self.precision
 
     @property
     def out_h(self) -> int:
@@ -75,15 +96,30 @@ def threads(c) -> int:
     return c.ty * c.tx
 
 
+def pad_elements(c) -> int:
+    """Row padding of both [k][row] tiles where c.pad asks for it: under fma 4 (a multiple of every
+    vector width); on tensor cores 8, which makes mma.sync's fragment reads conflict-free (as the
+    GEMM family's [k][row] tiles, kernels.gemm.pads)."""
+    return 0 if not c.pad else 4 if c.math == "fma" else 8
+
+
 def smem_bytes(c, p: Problem) -> int:
-    pad = 4 if c.pad else 0
+    pad = pad_elements(c)
     return c.bk * (c.bm + pad + c.bn + pad) * ITEMSIZE[p.dtype]
 
 
 def registers_estimate(c, p: Problem) -> int:
-    """32-bit registers a thread needs: accumulators, one k of fragments, ~48 for addresses and loop state."""
+    """32-bit registers a thread needs: accumulators, fragments (under fma one k; on tensor cores
+    the GEMM family's: two k steps of raw fragments, under 3xtf32 their hi and lo parts too), ~48
+    for addresses and loop state."""
     rm, rn = c.bm // c.ty, c.bn // c.tx
-    return ITEMSIZE[p.dtype] // 4 * (rm * rn + rm + rn) + 48
+    fragments = {"fma": rm + rn, "3xtf32": 6 * rm + 3 * rn, "tf32": 4 * rm + 2 * rn}[c.math]
+    return ITEMSIZE[p.dtype] // 4 * (rm * rn + fragments) + 48
+
+
+def _mma(check):
+    """A constraint on the tensor-core maths (3xtf32, tf32) only (FMA configs pass it)."""
+    return lambda c, p, d: c.math == "fma" or check(c, p, d)
 
 
 CONSTRAINTS = (
@@ -98,31 +134,66 @@ CONSTRAINTS = (
      lambda c, p, d: (c.bm + c.bn) * c.bk <= 16 * threads(c)),
     ("grid rows ceil(M/BM) (M: the implicit GEMM's rows) must be at most 65535",
      lambda c, p, d: ceil_div(p.m, c.bm) <= 65535),
+    # math="3xtf32" or "tf32": the GEMM family's mma.sync m16n8k8 paths (gemm/3xtf32.cuh)
+    ("3xtf32 and tf32 are float32 math on tensor cores of compute capability 8.0 or newer",
+     _mma(lambda c, p, d: p.dtype == "float32" and float(d.compute_capability) >= 8.0)),
+    ("tf32's products are TF32's: it computes calls at precision tf32 or bf16 only",
+     lambda c, p, d: serves(MATH_PRECISION[c.math], p.precision)),
+    ("3xtf32 and tf32 need TM=1, TN=2 (each thread owns the MMA fragment's 1 x 2 micro-tiles)",
+     _mma(lambda c, p, d: (c.tm, c.tn) == (1, 2))),
+    ("3xtf32 and tf32 make warps of 8 x 4 threads: TY must be a multiple of 8 and TX of 4",
+     _mma(lambda c, p, d: c.ty % 8 == 0 and c.tx % 4 == 0)),
+    ("3xtf32 and tf32 warp tiles need a whole number of 16-row MMA tiles: BM/TY must be even",
+     _mma(lambda c, p, d: (c.bm // c.ty) % 2 == 0)),
+    ("3xtf32 and tf32 read K 16 at a time from padded tiles: BK must be 16 or 32, and pad true",
+     _mma(lambda c, p, d: c.bk % 16 == 0 and c.pad)),
 )
 
 
 def default_candidates(p: Problem, d):
-    """Sound untuned configs, best guess first: 64 output pixels by the fewest filters that cover F
-    (up to 64) per block, then other tiles; register tiles of 4 x 4 down to 2 x 1."""
+    """Sound untuned configs, best guess first: on tensor cores where the GEMM is wide enough for
+    their 16 x 8 tiles (float32, at least 16 filters and 32 of depth; the constraints drop them on
+    GPUs without), then FMAs: 64 output pixels by the fewest filters that cover F (up to 64) per
+    block, then other tiles; register tiles of 4 x 4 down to 2 x 1."""
     widths = PARAMS["bn"]
     covering = next((bn for bn in widths if bn >= p.f), widths[-1])
+    if p.dtype == "float32" and p.f >= 16 and p.depth >= 32:
+        yield from _mma_candidates(p, max(covering, 16))
     for bm, bn, bk in ((64, covering, 8), (32, covering, 8), (128, covering, 8), (64, 16, 8), (64, 32, 16)):
         for tm, tn in ((4, 4), (4, 2), (2, 2), (2, 1), (1, 1)):
             ty, tx = bm // tm, bn // tn
             if ty in PARAMS["ty"] and tx in PARAMS["tx"] and ty * tx in (32, 64, 128, 256):
-                yield dict(bm=bm, bn=bn, bk=bk, ty=ty, tx=tx, tm=tm, tn=tn, pad=True)
+                yield dict(bm=bm, bn=bn, bk=bk, ty=ty, tx=tx, tm=tm, tn=tn, pad=True, math="fma")
+
+
+def _mma_candidates(p: Problem, bn: int):
+    """Tensor-core configs of BN = bn columns, 3xTF32 for an FP32-accurate call, else TF32: 128 or
+    64 rows, 256 or 128 threads, each warp 8 x 4 threads of 16 x 8 MMA tiles (RM x RN accumulators
+    a thread, both even); the widest BK that the gather's bound allows."""
+    math = "3xtf32" if p.precision == "fp32" else "tf32"
+    for bm in (128, 64):
+        for threads in (256, 128):
+            for tx in (bn // 4, bn // 2, bn // 8):
+                ty = threads // max(tx, 1)
+                if tx not in PARAMS["tx"] or ty not in PARAMS["ty"] or tx % 4 or ty % 8 or bm % ty or (bm // ty) % 2:
+                    continue
+                for bk in (32, 16):
+                    if (bm + bn) * bk <= 16 * threads:
+                        yield dict(bm=bm, bn=bn, bk=bk, ty=ty, tx=tx, tm=1, tn=2, pad=True, math=math)
 
 
 def template_args(c, p: Problem) -> dict:
     widest = 16 // ITEMSIZE[p.dtype]
     epilogue = "bias" if p.activation is None else f"bias_{p.activation}"
     return dict(c, ctype=DTYPES[p.dtype], channels=p.c, height=p.h, width=p.w, filters=p.f, kernel=p.k,
-                epilogue=epilogue, smem_vec_a=min(c.tm, widest), smem_vec_b=min(c.tn, widest))
+                epilogue=epilogue, pad_elements=pad_elements(c), smem_vec_a=min(c.tm, widest),
+                smem_vec_b=min(c.tn, widest))
 
 
 def instance_name(c, p: Problem, family: str = NAME) -> str:
+    math = "" if c.math == "fma" else f"_{c.math}"
     return (f"{family}_{SHORT[p.dtype]}_c{p.c}_h{p.h}_w{p.w}_f{p.f}_k{p.k}_{p.activation or 'linear'}"
-            f"_bm{c.bm}_bn{c.bn}_bk{c.bk}_ty{c.ty}_tx{c.tx}_tm{c.tm}_tn{c.tn}_p{int(c.pad)}")
+            f"_bm{c.bm}_bn{c.bn}_bk{c.bk}_ty{c.ty}_tx{c.tx}_tm{c.tm}_tn{c.tn}_p{int(c.pad)}{math}")
 
 
 def geometry(c, p: Problem) -> Geometry:
@@ -138,8 +209,12 @@ def key_of(p: Problem) -> tuple[tuple[int, ...], str]:
     return (p.n, p.c, p.h, p.w, p.f, p.k), NO_OP
 
 
-def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
-    return Problem(*sizes, dtype)
+def problem_of(sizes: tuple[int, ...], op: str, dtype: str, problem: type = Problem) -> Problem:
+    """`dtype` is a key's arithmetic (KEY_DTYPES): "tf32" and "bf16" are float32 data at that precision.
+    `problem`: the Problem class (each direction's)."""
+    if dtype in PRECISIONS[1:]:
+        return problem(*sizes, "float32", precision=dtype)
+    return problem(*sizes, dtype)
 
 
 def reference(p: Problem, x, w, b) -> dict:

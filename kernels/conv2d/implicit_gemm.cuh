@@ -1,9 +1,9 @@
-// The main loop of an implicit GEMM on the FMA math path (gemm/fma.cuh, whose constants the
+// The main loop of an implicit GEMM on the GEMM's math path (conv2d/math.cuh, whose constants the
 // template defines): acc = A B over depths [k_begin, k_end) for the block's BM rows and BN columns,
 // where a(i, kd) is A's element at the block's row i and depth kd and b(j, kd) is B's at column j:
 // each gathers from memory that holds neither matrix, and returns zero past its rows or columns
 // (depths past k_end are zeroed here). Each BK slice is gathered into shared memory, As [BK][LDS_A]
-// and Bs [BK][LDS_B], stored [k][row] as the FMA path reads it. Consecutive threads take consecutive
+// and Bs [BK][LDS_B], stored [k][row] as the math path reads it. Consecutive threads take consecutive
 // depths of a column of B, and consecutive rows of A, or with A_ALONG_K consecutive depths of a row
 // (whichever is contiguous in memory).
 template <bool A_ALONG_K, class GatherA, class GatherB>

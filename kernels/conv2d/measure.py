@@ -51,7 +51,8 @@ class Measure(KernelMeasure):
 
 def cudnn_convolution(measure: Measure):
     """(run, run_into_outputs): `measure`'s convolution call through cuDNN (PyTorch, with
-    cudnn.benchmark's algorithm search and TF32 off), the baseline every convolution is compared
+    cudnn.benchmark's algorithm search; TF32 allowed for a call at precision tf32 or bf16, else
+    off), the baseline every convolution is compared
     with; the second also copies the result into measure.out, for checking. Both on CuPy's current
     stream. AutogemmError when PyTorch with CUDA is not importable."""
     import cupy
@@ -63,7 +64,7 @@ def cudnn_convolution(measure: Measure):
     if not torch.cuda.is_available():
         raise AutogemmError("cuDNN is timed through PyTorch, which sees no CUDA device here")
     torch.backends.cudnn.benchmark = True
-    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = measure.precision != "fp32"
     p, call = measure.problem, measure.call
     a = {name: torch.from_dlpack(x) for name, x in measure.args.items()}
     out = {name: torch.from_dlpack(x) for name, x in measure.out.items()}

@@ -18,7 +18,9 @@ TEMPLATE = "conv2d_dgrad/conv2d_dgrad.cu.j2"
 
 KEY_SIZES = conv2d.KEY_SIZES              # (n, c, h, w, f, k) of the forward convolution
 KEY_OPS = conv2d.KEY_OPS
+KEY_DTYPES, served_by, at_precision = conv2d.KEY_DTYPES, conv2d.served_by, conv2d.at_precision
 PARAMS = conv2d.PARAMS                    # the same tiles: bm input pixels by bn channels, bk of F*K*K
+MATH_PRECISION, KERNEL_PRECISIONS = conv2d.MATH_PRECISION, conv2d.KERNEL_PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,7 @@ key_of = conv2d.key_of
 
 def default_candidates(p: Problem, d):
     """As the forward convolution's, with the channels C in place of the filters."""
-    forward = conv2d.Problem(p.n, p.f, p.h, p.w, p.c, p.k, p.dtype)   # C and F swapped
+    forward = conv2d.Problem(p.n, p.f, p.h, p.w, p.c, p.k, p.dtype, precision=p.precision)   # C and F swapped
     return conv2d.default_candidates(forward, d)
 
 
@@ -66,7 +68,7 @@ def flops(p: Problem) -> int:
 
 
 def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
-    return Problem(*sizes, dtype)
+    return conv2d.problem_of(sizes, op, dtype, Problem)
 
 
 def reference(p: Problem, g, w, aux=None) -> dict:

@@ -14,6 +14,7 @@ CALL = "conv2d_dgrad"   # another implementation of conv2d_dgrad's call (few cha
 
 KEY_SIZES = conv2d_dgrad.KEY_SIZES
 KEY_OPS = conv2d_dgrad.KEY_OPS
+KEY_DTYPES, served_by = conv2d_dgrad.KEY_DTYPES, conv2d_dgrad.served_by   # FP32 FMAs: serve every precision
 Problem = conv2d_dgrad.Problem
 
 PARAMS = {

@@ -14,6 +14,7 @@ CALL = "conv2d"   # another implementation of conv2d's call (few channels)
 
 KEY_SIZES = conv2d.KEY_SIZES
 KEY_OPS = conv2d.KEY_OPS
+KEY_DTYPES, served_by = conv2d.KEY_DTYPES, conv2d.served_by   # FP32 FMAs: serve every precision
 Problem = conv2d.Problem
 
 PARAMS = {

@@ -18,6 +18,7 @@ TEMPLATE = "conv2d_wgrad/conv2d_wgrad.cu.j2"
 
 KEY_SIZES = conv2d.KEY_SIZES              # (n, c, h, w, f, k) of the forward convolution
 KEY_OPS = conv2d.KEY_OPS
+KEY_DTYPES, served_by, at_precision = conv2d.KEY_DTYPES, conv2d.served_by, conv2d.at_precision
 
 PARAMS = {
     "bm": (4, 8, 16, 32, 64),       # block tile: filters (M)
@@ -27,9 +28,11 @@ PARAMS = {
     "tx": (1, 2, 4, 8, 16, 32),
     "tm": (1, 2, 4),                # register micro-tile TM x TN, repeated over the block tile
     "tn": (1, 2, 4, 8),
-    "pad": (False, True),           # pad shared-memory rows by 4 elements against bank conflicts
+    "pad": (False, True),           # pad shared-memory rows against bank conflicts (conv2d.pad_elements)
     "split_k": (1, 4, 16, 32, 64, 128, 256, 512, 1024),   # slices of the reduction over output pixels
+    "math": conv2d.PARAMS["math"],  # the tiles' product (conv2d's)
 }
+MATH_PRECISION, KERNEL_PRECISIONS = conv2d.MATH_PRECISION, conv2d.KERNEL_PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -65,27 +68,44 @@ CONSTRAINTS = conv2d.CONSTRAINTS + (
 
 
 def default_candidates(p: Problem, d):
-    """Sound untuned configs, best guess first: the fewest filters and columns (up to 64) that cover
-    F and the taps, then smaller tiles; 32 pixels a step, and enough slices for two blocks an SM."""
+    """Sound untuned configs, best guess first: on tensor cores where both sides are wide enough for
+    their 16 x 8 tiles (float32, at least 16 filters and 32 columns), then FMAs: the fewest filters
+    and columns (up to 64) that cover F and the taps, then smaller tiles; 32 pixels a step. Each
+    with enough slices for two blocks an SM."""
     def covering(size, choices):
         return next((v for v in choices if v >= size), choices[-1])
 
-    first = covering(p.f, PARAMS["bm"]), covering(p.cols, PARAMS["bn"][:4])
-    for bm, bn in (first, (min(first[0], 16), min(first[1], 32)), (8, 16)):
+    def split(bm, bn, bk):
         tiles = ceil_div(p.f, bm) * ceil_div(p.cols, bn)
+        slices = sorted(PARAMS["split_k"], key=lambda s: abs(np.log(s * tiles / (2 * d.sm_count))))
+        return next(s for s in slices + [1] if (s - 1) * ceil_div(p.depth, s * bk) * bk < p.depth)
+
+    first = covering(p.f, PARAMS["bm"]), covering(p.cols, PARAMS["bn"][:4])
+    if p.dtype == "float32" and p.f >= 16 and p.cols >= 32:
+        math = "3xtf32" if p.precision == "fp32" else "tf32"
+        for bm, bn in ((first[0], first[1]), (16, first[1]), (first[0], 32)):
+            for threads in (128, 256):
+                for ty in (8, 16, 32):
+                    tx = threads // ty
+                    if tx not in PARAMS["tx"] or bm % ty or (bm // ty) % 2 or bn % tx or (bn // tx) % 2 or tx % 4:
+                        continue
+                    for bk in (32, 16):
+                        if (bm + bn) * bk <= 16 * threads:
+                            yield dict(bm=bm, bn=bn, bk=bk, ty=ty, tx=tx, tm=1, tn=2, pad=True,
+                                       split_k=split(bm, bn, bk), math=math)
+    for bm, bn in (first, (min(first[0], 16), min(first[1], 32)), (8, 16)):
         for bk in (32, 16, 8):
-            slices = sorted(PARAMS["split_k"], key=lambda s: abs(np.log(s * tiles / (2 * d.sm_count))))
-            split = next(s for s in slices + [1] if (s - 1) * ceil_div(p.depth, s * bk) * bk < p.depth)
             for tm, tn in ((2, 4), (1, 4), (2, 2), (1, 2), (1, 1)):
                 ty, tx = bm // tm, bn // tn
                 if ty in PARAMS["ty"] and tx in PARAMS["tx"] and ty * tx in (32, 64, 128, 256):
-                    yield dict(bm=bm, bn=bn, bk=bk, ty=ty, tx=tx, tm=tm, tn=tn, pad=True, split_k=split)
+                    yield dict(bm=bm, bn=bn, bk=bk, ty=ty, tx=tx, tm=tm, tn=tn, pad=True, split_k=split(bm, bn, bk),
+                               math="fma")
 
 
 def template_args(c, p: Problem) -> dict:
     widest = 16 // ITEMSIZE[p.dtype]
     return dict(c, ctype=DTYPES[p.dtype], channels=p.c, height=p.h, width=p.w, filters=p.f, kernel=p.k,
-                smem_vec_a=min(c.tm, widest), smem_vec_b=min(c.tn, widest))
+                pad_elements=conv2d.pad_elements(c), smem_vec_a=min(c.tm, widest), smem_vec_b=min(c.tn, widest))
 
 
 def instance_name(c, p: Problem) -> str:
@@ -108,7 +128,7 @@ key_of = conv2d.key_of
 
 
 def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
-    return Problem(*sizes, dtype)
+    return conv2d.problem_of(sizes, op, dtype, Problem)
 
 
 def reference(p: Problem, g, x) -> dict:

@@ -15,6 +15,7 @@ CALL = "conv2d_wgrad"   # another implementation of conv2d_wgrad's call (few cha
 
 KEY_SIZES = conv2d_wgrad.KEY_SIZES
 KEY_OPS = conv2d_wgrad.KEY_OPS
+KEY_DTYPES, served_by = conv2d_wgrad.KEY_DTYPES, conv2d_wgrad.served_by   # FP32 FMAs: serve every precision
 Problem = conv2d_wgrad.Problem
 
 PARAMS = {

@@ -103,12 +103,12 @@ class GpuBackend(Backend):
 
     def conv2d(self, x, w, b, out, activation=None):
         if out.size:
-            autogemm.conv2d(x, w, b, out, activation, config=self.config)
+            autogemm.conv2d(x, w, b, out, activation, config=self.config, precision=self.precision)
         return out
 
     def conv2d_backward_data(self, g, w, out, aux=None, activation=None):
         if out.size:
-            autogemm.conv2d_backward_data(g, w, out, aux, activation, config=self.config)
+            autogemm.conv2d_backward_data(g, w, out, aux, activation, config=self.config, precision=self.precision)
         return out
 
     def conv2d_backward_weights(self, g, x, dw, db):
@@ -116,7 +116,7 @@ class GpuBackend(Backend):
             dw.fill(0)
             db.fill(0)
         else:
-            autogemm.conv2d_backward_weights(g, x, dw, db, config=self.config)
+            autogemm.conv2d_backward_weights(g, x, dw, db, config=self.config, precision=self.precision)
 
     def maxpool2x2(self, x, out, where):
         if out.size:

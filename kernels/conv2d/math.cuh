@@ -1,0 +1,12 @@
+// The implicit GEMM's math path (math="{{ math }}"): the GEMM family's, on tiles both stored
+// [k][row] (A_KMAJOR, B_KMAJOR false): FMAs with one k per fragment read (gemm/fma.cuh), or on
+// tensor cores mma.sync's fragments read from them (gemm/3xtf32.cuh, under tf32 one MMA a k step).
+constexpr bool A_KMAJOR = false, B_KMAJOR = false;
+constexpr int KC = 1;
+constexpr int LDS_A = BM + PAD, LDS_B = BN + PAD;
+
+{% if math == "fma" %}
+{% include "gemm/fma.cuh" %}
+{% else %}
+{% include "gemm/3xtf32.cuh" %}
+{% endif %}
