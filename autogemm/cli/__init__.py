@@ -108,8 +108,12 @@ def cmd_bench(args) -> int:
     arithmetic = _arithmetic(args)           # tf32 or bf16 with float64 fails here, in one line
     bf16_operands = arithmetic == "bfloat16"
     precision = "bf16" if bf16_operands else args.precision
-    shapes = parse_shapes(args.shapes, args.batch, args.hidden, precision)
-    convolutions = network_convolutions(args.shapes, args.batch)
+    if args.layers is not None:
+        if args.shapes not in ("nn", "lenet"):
+            raise AutogemmError(f"--layers builds a CNN in place of lenet's layers; it takes no --shapes {args.shapes}")
+        args.shapes = "lenet"
+    shapes = parse_shapes(args.shapes, args.batch, args.hidden, precision, args.layers)
+    convolutions = network_convolutions(args.shapes, args.batch, args.layers)
     configs = {f"config{i}": _config_json(text) for i, text in enumerate(args.config, 1)}
     _claim_json(args.json, "autogemm bench", early=True)
     if bf16_operands and convolutions:
@@ -154,11 +158,13 @@ def _bench_all(args, shapes, convolutions, configs, dtype, precision, bf16_opera
         records += _add_bench_rows(gemms, shown, "cublas")
     Console().print(gemms)
     if convolutions:
-        convs = _bench_table(f"autogemm bench on {dev.name}: convolutions, {args.dtype} (FP32-accurate), {timer}",
+        accuracy = "FP32-accurate" if precision == "fp32" else f"precision {precision}, cuDNN with TF32"
+        convs = _bench_table(f"autogemm bench on {dev.name}: convolutions, {args.dtype} ({accuracy}), {timer}",
                              "cuDNN")
         for target in convolutions:
             records += _add_bench_rows(convs, bench_convolution(target, dtype, reps=args.reps,
-                                                                flush_l2=args.l2 == "flush"), "cudnn")
+                                                                flush_l2=args.l2 == "flush", precision=precision),
+                                       "cudnn")
         Console().print(convs)
     print("*: what the call runs now (autogemm.gemm, or the convolution's call, given no config)")
     return records
@@ -566,6 +572,8 @@ def _bench_parser(sub):
                             "convolutions, these against cuDNN) or MxNxK[:op],... with op nn|nt|tn|tt, +epilogue "
                             "for a fused one (nt+bias_sigmoid; cuBLAS then runs autogemm's elementwise pass) "
                             "(default: nn)")
+    bench.add_argument("--layers", metavar="SPEC",
+                       help="the CNN of these layers (python -m nn.train's --layers) in place of lenet's")
     bench.add_argument("--batch", type=_size, help="batch size of a network (default: 800 for nn, 1000 for lenet)")
     bench.add_argument("--hidden", **arguments.size_list(_size), default=(1000,),
                        help="hidden sizes for --shapes nn: 100,10 or 100 10 (default: 1000)")

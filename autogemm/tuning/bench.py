@@ -127,10 +127,12 @@ def _variant(choice) -> str:
     return f"{name} as {choice.record.key.op}" if choice.other_op else name
 
 
-def bench_convolution(target: Target, dtype=np.float32, reps: int = 50, flush_l2: bool = True) -> list[Row]:
-    """Time a convolution call (target.family: conv2d, conv2d_dgrad or conv2d_wgrad) by each of its
-    algorithms, default and best-known configs, against cuDNN's, after checking every output
-    (cuDNN's too) against float64 NumPy; timed interleaved, as bench_shape."""
+def bench_convolution(target: Target, dtype=np.float32, reps: int = 50, flush_l2: bool = True,
+                      precision: str = "fp32") -> list[Row]:
+    """Time a convolution call (target.family: conv2d, conv2d_dgrad or conv2d_wgrad) at `precision`
+    by each of its algorithms, default and best-known configs, against cuDNN's (with TF32 where the
+    precision allows it), after checking every output (cuDNN's too) against float64 NumPy; timed
+    interleaved, as bench_shape."""
     import cupy
 
     from autogemm.ops.kernels import kernel
@@ -139,7 +141,7 @@ def bench_convolution(target: Target, dtype=np.float32, reps: int = 50, flush_l2
     from autogemm.store import lookup
 
     device = this_device()
-    measure = measure_for(target.key(np.dtype(dtype).name), device)
+    measure = measure_for(target.key(np.dtype(dtype).name if precision == "fp32" else precision), device)
     problem, flops = measure.problem, measure.family.flops(measure.problem)
     configs = {}
     for name in IMPLEMENTATIONS[target.family]:

@@ -44,16 +44,17 @@ class Shape:
 
 
 def parse_shapes(text: str, batch: int | None = None, hidden: tuple[int, ...] = (1000,),
-                 precision: str = "fp32") -> list[Shape]:
+                 precision: str = "fp32", layers: str | None = None) -> list[Shape]:
     """A comma-separated list of MxNxK[:op] (op nn, nt, tn, tt, each with +epilogue or not: the
     GEMM's fused epilogue, as nt+bias_sigmoid), or a network's name (`nn`,
-    `lenet`) for the GEMMs of its training step at `precision` on a full batch (None: its
-    default), one rank."""
+    `lenet`, whose `layers` may be given) for the GEMMs of its training step at `precision` on a
+    full batch (None: its default), one rank."""
     shapes = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         if item in networks():
             shapes += [Shape(*t.sizes, t.op, t.role)
-                       for t in network_targets(item, batch, hidden, train_size=None, precision=precision)
+                       for t in network_targets(item, batch, hidden, train_size=None, precision=precision,
+                                                layers=layers if item == "lenet" else None)
                        if t.family == "gemm"]
             continue
         match = _SHAPE.match(item)
@@ -78,13 +79,15 @@ def parse_shapes(text: str, batch: int | None = None, hidden: tuple[int, ...] = 
 CONVOLUTIONS = tuple(call for call in IMPLEMENTATIONS if call.startswith("conv2d"))
 
 
-def network_convolutions(text: str, batch: int | None = None) -> list[Target]:
+def network_convolutions(text: str, batch: int | None = None, layers: str | None = None) -> list[Target]:
     """The convolution calls (conv2d, conv2d_dgrad, conv2d_wgrad: kernels.IMPLEMENTATIONS) of the
-    training steps of the networks named in `text` (others are skipped), on a full batch, one rank."""
+    training steps of the networks named in `text` (others are skipped; lenet's of `layers` where
+    given), on a full batch, one rank."""
     targets = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         if item in networks():
-            targets += [t for t in network_targets(item, batch, train_size=None) if t.family in CONVOLUTIONS]
+            targets += [t for t in network_targets(item, batch, train_size=None, layers=layers if item == "lenet" else None)
+                        if t.family in CONVOLUTIONS]
     return _unique(targets)
 
 
