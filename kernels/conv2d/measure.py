@@ -35,12 +35,13 @@ class Measure(KernelMeasure):
     def launcher(self, cfg: Config):
         from autogemm.ops import conv
 
-        a, out = self.args, self.out
+        a, out, precision = self.args, self.out, self.precision
         if self.call == "conv2d":
-            return lambda: conv.conv2d(a["x"], a["w"], a["b"], out["z"], config=cfg)
+            return lambda: conv.conv2d(a["x"], a["w"], a["b"], out["z"], config=cfg, precision=precision)
         if self.call == "conv2d_dgrad":
-            return lambda: conv.conv2d_backward_data(a["g"], a["w"], out["dx"], config=cfg)
-        return lambda: conv.conv2d_backward_weights(a["g"], a["x"], out["dw"], out["db"], config=cfg)
+            return lambda: conv.conv2d_backward_data(a["g"], a["w"], out["dx"], config=cfg, precision=precision)
+        return lambda: conv.conv2d_backward_weights(a["g"], a["x"], out["dw"], out["db"], config=cfg,
+                                                    precision=precision)
 
     def verify(self, run) -> float:
         for out in self.out.values():
