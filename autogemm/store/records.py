@@ -339,7 +339,8 @@ ADDED = {("gemm_wgmma", "split_k"): 1, ("gemm_wgmma", "producer"): 0, ("gemm_wgm
          ("gemm_wgmma", "pretranspose"): 0, ("gemm_wgmma", "cluster_m"): 1, ("gemm_wgmma", "cluster_n"): 1,
          ("gemm_wgmma", "persistent"): 0, ("gemm_wgmma", "reg_a"): 0, ("gemm_wgmma", "swap"): 0,
          ("linear_backward", "prefetch"): 0,
-         ("conv2d", "math"): "fma", ("conv2d_dgrad", "math"): "fma", ("conv2d_wgrad", "math"): "fma"}
+         **{(name, "math"): "fma" for name in ("conv2d", "conv2d_dgrad", "conv2d_wgrad")},
+         **{(name, "stages"): 1 for name in ("conv2d", "conv2d_dgrad", "conv2d_wgrad")}}
 
 
 def _config(family_name: str, obj, where: str) -> Config:

@@ -36,6 +36,9 @@ PARAMS = {
     # the tiles' product, as the GEMM family's (gemm/fma.cuh, gemm/3xtf32.cuh): FP32/FP64 FMAs;
     # float32 on tensor cores as three TF32 MMAs (FP32-accurate); or as one (TF32 products)
     "math": ("fma", "3xtf32", "tf32"),
+    # shared-memory stages: 1, gather then multiply; 2, the next slice gathered into registers while
+    # this one is multiplied (implicit_gemm.cuh)
+    "stages": (1, 2),
 }
 MATH_PRECISION = {"fma": "fp32", "3xtf32": "fp32", "tf32": "tf32"}
 KERNEL_PRECISIONS = ("fp32", "tf32")
@@ -105,7 +108,7 @@ def pad_elements(c) -> int:
 
 def smem_bytes(c, p: Problem) -> int:
     pad = pad_elements(c)
-    return c.bk * (c.bm + pad + c.bn + pad) * ITEMSIZE[p.dtype]
+    return c.stages * c.bk * (c.bm + pad + c.bn + pad) * ITEMSIZE[p.dtype]
 
 
 def registers_estimate(c, p: Problem) -> int:
@@ -114,7 +117,8 @@ def registers_estimate(c, p: Problem) -> int:
     for addresses and loop state."""
     rm, rn = c.bm // c.ty, c.bn // c.tx
     fragments = {"fma": rm + rn, "3xtf32": 6 * rm + 3 * rn, "tf32": 4 * rm + 2 * rn}[c.math]
-    return ITEMSIZE[p.dtype] // 4 * (rm * rn + fragments) + 48
+    staged = ceil_div(c.bm * c.bk, threads(c)) + ceil_div(c.bn * c.bk, threads(c)) if c.stages > 1 else 0
+    return ITEMSIZE[p.dtype] // 4 * (rm * rn + fragments + staged) + 48
 
 
 def _mma(check):
@@ -163,7 +167,7 @@ def default_candidates(p: Problem, d):
         for tm, tn in ((4, 4), (4, 2), (2, 2), (2, 1), (1, 1)):
             ty, tx = bm // tm, bn // tn
             if ty in PARAMS["ty"] and tx in PARAMS["tx"] and ty * tx in (32, 64, 128, 256):
-                yield dict(bm=bm, bn=bn, bk=bk, ty=ty, tx=tx, tm=tm, tn=tn, pad=True, math="fma")
+                yield dict(bm=bm, bn=bn, bk=bk, ty=ty, tx=tx, tm=tm, tn=tn, pad=True, math="fma", stages=1)
 
 
 def _mma_candidates(p: Problem, bn: int):
@@ -179,7 +183,7 @@ def _mma_candidates(p: Problem, bn: int):
                     continue
                 for bk in (32, 16):
                     if (bm + bn) * bk <= 16 * threads:
-                        yield dict(bm=bm, bn=bn, bk=bk, ty=ty, tx=tx, tm=1, tn=2, pad=True, math=math)
+                        yield dict(bm=bm, bn=bn, bk=bk, ty=ty, tx=tx, tm=1, tn=2, pad=True, math=math, stages=2)
 
 
 def template_args(c, p: Problem) -> dict:
@@ -191,7 +195,7 @@ def template_args(c, p: Problem) -> dict:
 
 
 def instance_name(c, p: Problem, family: str = NAME) -> str:
-    math = "" if c.math == "fma" else f"_{c.math}"
+    math = ("" if c.math == "fma" else f"_{c.math}") + ("" if c.stages == 1 else f"_s{c.stages}")
     return (f"{family}_{SHORT[p.dtype]}_c{p.c}_h{p.h}_w{p.w}_f{p.f}_k{p.k}_{p.activation or 'linear'}"
             f"_bm{c.bm}_bn{c.bn}_bk{c.bk}_ty{c.ty}_tx{c.tx}_tm{c.tm}_tn{c.tn}_p{int(c.pad)}{math}")
 

@@ -6,6 +6,7 @@
 // and Bs [BK][LDS_B], stored [k][row] as the math path reads it. Consecutive threads take consecutive
 // depths of a column of B, and consecutive rows of A, or with A_ALONG_K consecutive depths of a row
 // (whichever is contiguous in memory).
+{% if stages == 1 %}
 template <bool A_ALONG_K, class GatherA, class GatherB>
 __device__ __forceinline__ void multiply_implicit(GatherA a, GatherB b, int k_begin, int k_end, T* As, T* Bs,
                                                   T (&acc)[RM][RN], int tid) {
@@ -27,3 +28,56 @@ __device__ __forceinline__ void multiply_implicit(GatherA a, GatherB b, int k_be
         __syncthreads();
     }
 }
+{% else %}
+// Two stages: each thread gathers the next slice into registers while the block multiplies this one
+// (its loads in flight under the MMAs), then stores them into the other stage's tiles; one barrier a
+// slice. The second stage's tiles follow the first's: [As][Bs][As'][Bs'].
+constexpr int A_LOADS = (BM * BK + THREADS - 1) / THREADS, B_LOADS = (BN * BK + THREADS - 1) / THREADS;
+constexpr int STAGE_ELEMS = BK * (LDS_A + LDS_B);
+
+template <bool A_ALONG_K, class GatherA, class GatherB>
+__device__ __forceinline__ void multiply_implicit(GatherA a, GatherB b, int k_begin, int k_end, T* As, T* Bs,
+                                                  T (&acc)[RM][RN], int tid) {
+#pragma unroll
+    for (int i = 0; i < RM; ++i)
+#pragma unroll
+        for (int j = 0; j < RN; ++j) acc[i][j] = T(0);
+    T ra[A_LOADS], rb[B_LOADS];
+    auto gather = [&](int k0) {
+#pragma unroll
+        for (int l = 0; l < A_LOADS; ++l) {
+            const int idx = tid + l * THREADS;
+            const int i = A_ALONG_K ? idx / BK : idx % BM, k = A_ALONG_K ? idx % BK : idx / BM;
+            ra[l] = idx < BM * BK && k0 + k < k_end ? a(i, k0 + k) : T(0);
+        }
+#pragma unroll
+        for (int l = 0; l < B_LOADS; ++l) {
+            const int idx = tid + l * THREADS, j = idx / BK, k = idx % BK;
+            rb[l] = idx < BN * BK && k0 + k < k_end ? b(j, k0 + k) : T(0);
+        }
+    };
+    auto put = [&](T* as, T* bs) {
+#pragma unroll
+        for (int l = 0; l < A_LOADS; ++l) {
+            const int idx = tid + l * THREADS;
+            const int i = A_ALONG_K ? idx / BK : idx % BM, k = A_ALONG_K ? idx % BK : idx / BM;
+            if (idx < BM * BK) as[k * LDS_A + i] = ra[l];
+        }
+#pragma unroll
+        for (int l = 0; l < B_LOADS; ++l) {
+            const int idx = tid + l * THREADS;
+            if (idx < BN * BK) bs[idx % BK * LDS_B + idx / BK] = rb[l];
+        }
+    };
+    gather(k_begin);
+    int stage = 0;
+    for (int k0 = k_begin; k0 < k_end; k0 += BK, stage ^= 1) {
+        T* as = As + stage * STAGE_ELEMS;
+        T* bs = Bs + stage * STAGE_ELEMS;
+        put(as, bs);          // the other stage was last read before the barrier of the slice before
+        __syncthreads();
+        if (k0 + BK < k_end) gather(k0 + BK);
+        multiply_tiles(as, bs, acc, tid);
+    }
+}
+{% endif %}

@@ -31,6 +31,7 @@ PARAMS = {
     "pad": (False, True),           # pad shared-memory rows against bank conflicts (conv2d.pad_elements)
     "split_k": (1, 4, 16, 32, 64, 128, 256, 512, 1024),   # slices of the reduction over output pixels
     "math": conv2d.PARAMS["math"],  # the tiles' product (conv2d's)
+    "stages": conv2d.PARAMS["stages"],   # the gather's pipeline (conv2d's)
 }
 MATH_PRECISION, KERNEL_PRECISIONS = conv2d.MATH_PRECISION, conv2d.KERNEL_PRECISIONS
 
@@ -92,14 +93,14 @@ def default_candidates(p: Problem, d):
                     for bk in (32, 16):
                         if (bm + bn) * bk <= 16 * threads:
                             yield dict(bm=bm, bn=bn, bk=bk, ty=ty, tx=tx, tm=1, tn=2, pad=True,
-                                       split_k=split(bm, bn, bk), math=math)
+                                       split_k=split(bm, bn, bk), math=math, stages=2)
     for bm, bn in (first, (min(first[0], 16), min(first[1], 32)), (8, 16)):
         for bk in (32, 16, 8):
             for tm, tn in ((2, 4), (1, 4), (2, 2), (1, 2), (1, 1)):
                 ty, tx = bm // tm, bn // tn
                 if ty in PARAMS["ty"] and tx in PARAMS["tx"] and ty * tx in (32, 64, 128, 256):
                     yield dict(bm=bm, bn=bn, bk=bk, ty=ty, tx=tx, tm=tm, tn=tn, pad=True, split_k=split(bm, bn, bk),
-                               math="fma")
+                               math="fma", stages=1)
 
 
 def template_args(c, p: Problem) -> dict:
