@@ -15,7 +15,6 @@ work=$out/issue41
 mkdir -p "$work"
 nvidia-smi -L > "$work/machine.txt" 2>&1
 head -1 "$work/machine.txt"
-git rev-parse --short HEAD > "$work/commit.txt" 2>/dev/null || true
 phase=${1:-check}
 shift || true
 stacks=("$@")
