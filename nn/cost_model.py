@@ -266,8 +266,6 @@ def main(argv=None) -> int:
             raise NNError(f"--gpu {args.gpu!r}: no tuned file for it (autogemm show lists them)")
         net = mlps.get(args.network) or cnns[args.network]
         cnn = args.network in cnns
-        if cnn and args.precision != "fp32":     # as nn.train refuses it: the numbers would be fp32's
-            raise NNError(f"--precision {args.precision}: {args.network} is a CNN, whose kernels compute in fp32 only")
         sizes, activation = ((784, 10), "relu") if cnn else ((784, net.hidden, 10), net.activation)
         link = links[args.link]
         print(f"{args.network}, batch {net.batch}{' a rank' if args.weak else ''}, {args.precision}, on {args.gpu} "

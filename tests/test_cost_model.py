@@ -108,12 +108,13 @@ def test_the_command_predicts_each_split_without_a_gpu(capsys):
     assert out[2].strip().startswith("4 ranks: data ") and out[2].endswith("-> auto: data")
     assert cost_model.main(["--network", "lenet", "--link", "infiniband", "--ranks", "8"]) == 0
     assert "model" not in capsys.readouterr().out.splitlines()[1]      # a CNN is split by data alone
+    assert cost_model.main(["--network", "lenet", "--precision", "tf32"]) == 0      # its calls at TF32 too
+    assert ", tf32, on " in capsys.readouterr().out.splitlines()[0]
 
 
 @pytest.mark.parametrize("argv", [["--network", "nope"], ["--ranks", "2,x"], ["--ranks", "0"],
                                   ["--gpu", "NVIDIA A100"], ["--link", "carrier-pigeon"],
-                                  ["--ranks", "\u0662"], ["--ranks", "1_0"], ["--ranks", ""],  # int() took '٢', '1_0'
-                                  ["--network", "lenet", "--precision", "tf32"]])    # a CNN computes fp32 alone
+                                  ["--ranks", "\u0662"], ["--ranks", "1_0"], ["--ranks", ""]])  # int() took '٢', '1_0'
 def test_the_commands_bad_inputs_are_one_line(capsys, argv):
     assert cost_model.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
