@@ -821,6 +821,9 @@ def test_convolutions_on_tensor_cores_match_float64_on_the_cpu(tmp_path):
                       (launch, db, want["db"][:2], pw.depth, "float32", precision)]
     maths = {launch.instance.config.math for launch, *_ in cases}
     assert {"3xtf32", "tf32"} <= maths, maths
+    for name in ("conv2d", "conv2d_dgrad", "conv2d_wgrad"):        # each direction's gathers, both loops
+        stages = {launch.instance.config.stages for launch, *_ in cases if launch.instance.name.startswith(name + "_f")}
+        assert stages == {1, 2}, (name, stages)
     assert any(getattr(launch.instance.config, "split_k", 1) > 1 for launch, *_ in cases)
     run_and_check(cases, tmp_path)
 
