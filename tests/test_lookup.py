@@ -318,6 +318,28 @@ def test_an_untuned_gemm_runs_on_hopper_tensor_cores(tuned):
         assert family(want).default(problem, H100).math in (("3xtf32",) if want == "gemm_wgmma" else ("3xtf32", "fma"))
 
 
+def test_an_untuned_wide_convolution_runs_on_tensor_cores(tuned):
+    """With no record of its shape, a float32 convolution of 512 taps and 32 filters or more runs the
+    implicit GEMM (its default on tensor cores: 3xTF32, or TF32 at tf32), in every direction; LeNet's
+    and the 16-32-channel 3 x 3 layers the direct kernels (benchmarks/issue41-h100)."""
+    from autogemm.ops.kernels import implementation
+    from kernels import conv2d, conv2d_dgrad, conv2d_wgrad
+
+    lookup.reload()
+    directions = (("conv2d", conv2d.Problem), ("conv2d_dgrad", conv2d_dgrad.Problem), ("conv2d_wgrad", conv2d_wgrad.Problem))
+    for sizes, wide in (((1000, 32, 12, 12, 64, 5), True), ((1000, 64, 13, 13, 128, 3), True),
+                        ((1000, 32, 10, 10, 32, 3), False), ((1000, 16, 26, 26, 16, 3), False),
+                        ((1000, 6, 13, 13, 10, 3), False)):
+        for precision, math in (("fp32", "3xtf32"), ("tf32", "tf32")):
+            for call, problem_class in directions:
+                problem = problem_class(*sizes, "float32", precision=precision)
+                chosen = implementation(call, problem, None, H100)
+                assert chosen == (call if wide else f"{call}_direct"), (call, sizes)
+                if wide:
+                    assert family(chosen).default(problem, H100).math == math
+    assert implementation("conv2d", conv2d.Problem(1000, 32, 12, 12, 64, 5, "float64"), None, H100) == "conv2d_direct"
+
+
 # How gemm_wgmma's untuned default reads each M/N-major float32 operand of the public shapes on an
 # H100 (kernels/gemm_wgmma/seeds.py): (pretranspose, reg_a, swap) at tf32 and at fp32. An M-major
 # op(A) goes into registers; an N-major op(B) too, the kernel computing D^T (swap), but under TF32 on

@@ -95,6 +95,18 @@ class Problem:
         return self.c * self.k * self.k
 
 
+# Where an untuned call runs on tensor cores rather than the direct kernels listed first: float32
+# layers of at least this many taps (C*K*K) and 32 filters. On an H100 the two-stage TF32 and 3xTF32
+# seeds beat the direct kernels in every direction on 32 -> 64 channels 5 x 5 and 64 -> 128 3 x 3
+# (depths 800, 576), and lost to them on 16 and 32 channels 3 x 3 (144, 288): benchmarks/issue41-h100.
+UNTUNED_MIN_TAPS = 512
+
+
+def untuned_first(p: Problem) -> bool:
+    """A convolution that no record serves runs here, before the direct kernels, where it is wide."""
+    return p.dtype == "float32" and p.c * p.k * p.k >= UNTUNED_MIN_TAPS and p.f >= 32
+
+
 def threads(c) -> int:
     return c.ty * c.tx
 

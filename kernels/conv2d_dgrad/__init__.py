@@ -19,6 +19,7 @@ TEMPLATE = "conv2d_dgrad/conv2d_dgrad.cu.j2"
 KEY_SIZES = conv2d.KEY_SIZES              # (n, c, h, w, f, k) of the forward convolution
 KEY_OPS = conv2d.KEY_OPS
 KEY_DTYPES, served_by, at_precision = conv2d.KEY_DTYPES, conv2d.served_by, conv2d.at_precision
+untuned_first = conv2d.untuned_first     # the forward convolution's sizes decide
 PARAMS = conv2d.PARAMS                    # the same tiles: bm input pixels by bn channels, bk of F*K*K
 MATH_PRECISION, KERNEL_PRECISIONS = conv2d.MATH_PRECISION, conv2d.KERNEL_PRECISIONS
 

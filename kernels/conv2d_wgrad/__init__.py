@@ -19,6 +19,7 @@ TEMPLATE = "conv2d_wgrad/conv2d_wgrad.cu.j2"
 KEY_SIZES = conv2d.KEY_SIZES              # (n, c, h, w, f, k) of the forward convolution
 KEY_OPS = conv2d.KEY_OPS
 KEY_DTYPES, served_by, at_precision = conv2d.KEY_DTYPES, conv2d.served_by, conv2d.at_precision
+untuned_first = conv2d.untuned_first     # the forward convolution's sizes decide
 
 PARAMS = {
     "bm": (4, 8, 16, 32, 64),       # block tile: filters (M)
