@@ -84,7 +84,7 @@ def small_families() -> list:
     input gradient and its bfloat16 copy, K with and without a ragged last slice, the float64 defaults
     of 10 x 4096, whose W does not fit shared memory), linear_backward
     (both activations, 10 and 32 classes, the bfloat16 copy beside float32 and alone, transposed), the
-    convolutions (LeNet's layers, odd sizes), pooling both ways and Adam, both dtypes, sampled
+    convolutions (a one-channel layer, LeNet-5's second, odd sizes), pooling both ways and Adam, both dtypes, sampled
     configs; the bfloat16 rounding's every vector width."""
     out = []
     for dtype in DTYPES:
@@ -125,7 +125,9 @@ def small_families() -> list:
         for name in ("conv2d", "conv2d_dgrad", "conv2d_wgrad", "conv2d_direct", "conv2d_dgrad_direct",
                      "conv2d_wgrad_direct"):
             cv = family(name)
-            for sizes, activation in (((1000, 1, 28, 28, 6, 3), "relu"), ((1000, 6, 13, 13, 10, 3), "sigmoid"),
+            # one channel of 32 filters 5 x 5 (the direct kernel's unrolled loop), LeNet-5's second
+            # layer (tensor cores), odd sizes
+            for sizes, activation in (((1000, 1, 28, 28, 32, 5), "relu"), ((1000, 6, 12, 12, 16, 5), "sigmoid"),
                                       ((3, 5, 9, 7, 33, 5), None)):
                 problem = cv.Problem(*sizes, dtype, activation)
                 out += [cv.instance(cfg, problem) for cfg in cv.candidates(problem, H100)[:2] + cv.sample(problem, H100, 2)]

@@ -34,9 +34,11 @@ CONSTRAINTS = (
     ("a thread's accumulators must fit its registers (FPT at most 32)", lambda c, p, d: c.fpt <= 32),
     ("FPT must not exceed the filters rounded up to a choice", lambda c, p, d: c.fpt < 2 * p.f or c.fpt == 1),
     ("grid rows ceil(F/FPT) at most 65535", lambda c, p, d: ceil_div(p.f, c.fpt) <= 65535),
-    ("a channel's FMAs (FPT x K x K, unrolled) at most 256: more and ptxas 13 left the taps' loop rolled, "
-     "the accumulators in local memory (16 filters of 5 x 5: 3 KB spilled, 8.4x cuDNN's time)",
-     lambda c, p, d: c.fpt * p.k * p.k <= 256),
+    ("one channel, several pixels a thread: the group's FPT x K x K taps, which the pixels share, must fit "
+     "in registers beside the accumulators (ptxas 13 holds them there, and spilled 1-3 KB past: 16 filters "
+     "of 5 x 5 ran 8.4x cuDNN's time)",
+     lambda c, p, d: p.c > 1 or c.ppt == 1 or ITEMSIZE[p.dtype] // 4 * c.fpt * (p.k * p.k + c.ppt) + 32
+     <= min(255, d.regs_per_block // c.threads)),
     ("float64: at most 8 filters a thread and 256 threads (ptxas 13 capped such threads at 128 registers and spilled)",
      lambda c, p, d: ITEMSIZE[p.dtype] == 4 or (c.fpt <= 8 and c.threads <= 256)),
 )
