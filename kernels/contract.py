@@ -132,7 +132,7 @@ class KernelFamily(Protocol):
     compute at precisions beyond fp32 declares KERNEL_PRECISIONS (what tune --precision tunes); one
     whose configs launch other templates' kernels too declares helper_templates(cfg), their files
     (their code is part of a tuned record's hash); another implementation of a call declares CALL,
-    that call's name, and may declare untuned_first(problem): whether it runs a call that no record
+    that call's name, and may declare untuned_first(problem, device): whether it runs a call that no record
     serves before the implementations listed before it, and at_precision(cfg, precision): a config of
     a more accurate arithmetic's record made fit for a call at `precision` (the GEMMs: 3xTF32's
     tiles with TF32 products), and FP32_ACCURATE = False where its float32

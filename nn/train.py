@@ -330,7 +330,8 @@ def _start_line(trainer: Trainer) -> str:
     optimizer = f", {cfg.optimizer}" if trainer.layers is not None else ""
     precision = ""
     if cfg.precision != "fp32":
-        precision = (f" ({cfg.precision} GEMMs)" if cfg.backend in ("cupy", "cublas")
+        computed = "GEMMs and convolutions" if trainer.layers is not None else "GEMMs"
+        precision = (f" ({cfg.precision} {computed})" if cfg.backend in ("cupy", "cublas")
                      else f" (--precision {cfg.precision} ignored: the NumPy backend is float32)")
     return (f"{network} {cfg.activation}{optimizer}, {cfg.dtype}{precision}, {trainer.backend.name} backend, "
             f"{dist.size} rank{'s' * (dist.size > 1)}"

@@ -1,4 +1,5 @@
 """autogemm.store.lookup: exact record, nearest usable record, default; stale and corrupted files."""
+import dataclasses
 import logging
 import os
 from pathlib import Path
@@ -338,6 +339,11 @@ def test_an_untuned_wide_convolution_runs_on_tensor_cores(tuned):
                 if wide:
                     assert family(chosen).default(problem, H100).math == math
     assert implementation("conv2d", conv2d.Problem(1000, 32, 12, 12, 64, 5, "float64"), None, H100) == "conv2d_direct"
+    # 12 channels of 7 x 7: forward on tensor cores; backward data, whose N is the channels, too narrow for them
+    assert implementation("conv2d", conv2d.Problem(1000, 12, 20, 20, 64, 7), None, H100) == "conv2d"
+    assert implementation("conv2d_dgrad", conv2d_dgrad.Problem(1000, 12, 20, 20, 64, 7), None, H100) == "conv2d_dgrad_direct"
+    turing = dataclasses.replace(H100, name="Turing", compute_capability="7.5")      # no TF32 MMAs: FMA seeds
+    assert implementation("conv2d", conv2d.Problem(1000, 32, 12, 12, 64, 5), None, turing) == "conv2d_direct"
 
 
 # How gemm_wgmma's untuned default reads each M/N-major float32 operand of the public shapes on an

@@ -108,10 +108,9 @@ def cmd_bench(args) -> int:
     arithmetic = _arithmetic(args)           # tf32 or bf16 with float64 fails here, in one line
     bf16_operands = arithmetic == "bfloat16"
     precision = "bf16" if bf16_operands else args.precision
-    if args.layers is not None:
-        if args.shapes not in ("nn", "lenet"):
-            raise AutogemmError(f"--layers builds a CNN in place of lenet's layers; it takes no --shapes {args.shapes}")
-        args.shapes = "lenet"
+    if args.layers is not None and args.shapes not in (None, "lenet"):
+        raise AutogemmError(f"--layers builds a CNN in place of lenet's layers; it takes no --shapes {brief(args.shapes)}")
+    args.shapes = "lenet" if args.layers is not None else "nn" if args.shapes is None else args.shapes
     shapes = parse_shapes(args.shapes, args.batch, args.hidden, precision, args.layers)
     convolutions = network_convolutions(args.shapes, args.batch, args.layers)
     configs = {f"config{i}": _config_json(text) for i, text in enumerate(args.config, 1)}
@@ -567,7 +566,7 @@ def _bench_parser(sub):
         description="Time the GEMMs of a network's training step (and a CNN's convolutions) or of given shapes: "
                     "the default config, the tuned ones, optionally the naive kernel, given and random configs, "
                     f"and cuBLAS (cuDNN), each checked against float64 first; one process, one timer. {_GPU}")
-    bench.add_argument("--shapes", default="nn",
+    bench.add_argument("--shapes",
                        help="'nn' (the GEMMs of the MLP's training step), 'lenet' (the CNN's GEMMs and "
                             "convolutions, these against cuDNN) or MxNxK[:op],... with op nn|nt|tn|tt, +epilogue "
                             "for a fused one (nt+bias_sigmoid; cuBLAS then runs autogemm's elementwise pass) "

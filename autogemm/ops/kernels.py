@@ -72,7 +72,7 @@ def implementation(call: str, problem, config: Mapping | str | None, device: Dev
             _implementations[key] = runnable[0]
         else:
             choices = [(name, lookup.choose(name, problem, device)) for name in runnable]
-            untuned_first = {name: family(name).untuned_first(problem) for name in runnable}
+            untuned_first = {name: family(name).untuned_first(problem, device) for name in runnable}
             _implementations[key] = min(choices, key=lambda nc: (nc[1].rank, nc[1].source != "default"
                                                                  or not untuned_first[nc[0]]))[0]
     return _implementations[key]

@@ -110,9 +110,10 @@ class Family:
         (its arithmetic "float32": FP32-accurate) where the module says FP32_ACCURATE = False."""
         return getattr(problem, "arithmetic", None) != "float32" or getattr(self.module, "FP32_ACCURATE", True)
 
-    def untuned_first(self, problem) -> bool:
-        """Whether, untuned, this family runs `problem`'s call before those listed before it (kernels.contract)."""
-        return getattr(self.module, "untuned_first", lambda p: False)(problem)
+    def untuned_first(self, problem, device: DeviceInfo) -> bool:
+        """Whether, untuned, this family runs `problem`'s call on `device` before those listed before it
+        (kernels.contract)."""
+        return getattr(self.module, "untuned_first", lambda p, d: False)(problem, device)
 
     def at_precision(self, cfg: Config, problem) -> Config:
         """`cfg`, a config of a more accurate arithmetic's record, as the module would run it for

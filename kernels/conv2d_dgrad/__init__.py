@@ -19,7 +19,6 @@ TEMPLATE = "conv2d_dgrad/conv2d_dgrad.cu.j2"
 KEY_SIZES = conv2d.KEY_SIZES              # (n, c, h, w, f, k) of the forward convolution
 KEY_OPS = conv2d.KEY_OPS
 KEY_DTYPES, served_by, at_precision = conv2d.KEY_DTYPES, conv2d.served_by, conv2d.at_precision
-untuned_first = conv2d.untuned_first     # the forward convolution's sizes decide
 PARAMS = conv2d.PARAMS                    # the same tiles: bm input pixels by bn channels, bk of F*K*K
 MATH_PRECISION, KERNEL_PRECISIONS = conv2d.MATH_PRECISION, conv2d.KERNEL_PRECISIONS
 
@@ -42,6 +41,11 @@ class Problem(conv2d.Problem):
 
 CONSTRAINTS = conv2d.CONSTRAINTS
 key_of = conv2d.key_of
+
+
+def untuned_first(p: Problem, d) -> bool:
+    """As the forward convolution's, where its tensor-core seeds apply: 16 channels or more (its N)."""
+    return conv2d.untuned_first(p, d) and p.c >= 16
 
 
 def default_candidates(p: Problem, d):

@@ -67,7 +67,7 @@ STAGE_ROW_BYTES = 128  # a stage's K-major tile row: BK k (k_step) of the operan
 SWIZZLE_ALIGN = 1024  # the dynamic shared memory is aligned up to this in the kernel
 
 
-def untuned_first(p: Problem) -> bool:
+def untuned_first(p: Problem, d) -> bool:
     """A call that no record serves runs here before the tiled family at tf32 or bf16 (products at
     its precision on warpgroup MMAs, against mma.sync's), and at fp32 where its output is large
     (UNTUNED_FP32_OUTPUTS): the tiled family then runs the calls this family cannot read."""
