@@ -12,8 +12,10 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from kernels.contract import DTYPES, ITEMSIZE, MAX_SIZE, NO_OP, SHORT, Geometry, ceil_div, check_problem
+# The GEMM family's maths: which precision each computes, what its tensor-core paths ask, their registers.
+from kernels.gemm import KERNEL_PRECISIONS, MATH_PRECISION, MMA_CONSTRAINTS, fragment_registers  # noqa: F401
 # Precisions as the GEMM call's: which records serve a call, and a 3xTF32 record's config at tf32.
-from kernels.gemm.call import PRECISIONS, at_precision, served_by, serves  # noqa: F401
+from kernels.gemm.call import PRECISIONS, at_precision, served_by  # noqa: F401
 
 NAME = "conv2d"
 TEMPLATE = "conv2d/conv2d.cu.j2"
@@ -40,8 +42,6 @@ PARAMS = {
     # this one is multiplied (implicit_gemm.cuh)
     "stages": (1, 2),
 }
-MATH_PRECISION = {"fma": "fp32", "3xtf32": "fp32", "tf32": "tf32"}
-KERNEL_PRECISIONS = ("fp32", "tf32")
 
 
 @dataclass(frozen=True)
@@ -132,14 +132,9 @@ def registers_estimate(c, p: Problem) -> int:
     the GEMM family's: two k steps of raw fragments, under 3xtf32 their hi and lo parts too), ~48
     for addresses and loop state."""
     rm, rn = c.bm // c.ty, c.bn // c.tx
-    fragments = {"fma": rm + rn, "3xtf32": 6 * rm + 3 * rn, "tf32": 4 * rm + 2 * rn}[c.math]
+    fragments = fragment_registers(c.math, rm, rn)
     staged = ceil_div(c.bm * c.bk, threads(c)) + ceil_div(c.bn * c.bk, threads(c)) if c.stages > 1 else 0
     return ITEMSIZE[p.dtype] // 4 * (rm * rn + fragments + staged) + 48
-
-
-def _mma(check):
-    """A constraint on the tensor-core maths (3xtf32, tf32) only (FMA configs pass it)."""
-    return lambda c, p, d: c.math == "fma" or check(c, p, d)
 
 
 CONSTRAINTS = (
@@ -155,18 +150,7 @@ CONSTRAINTS = (
     ("grid rows ceil(M/BM) (M: the implicit GEMM's rows) must be at most 65535",
      lambda c, p, d: ceil_div(p.m, c.bm) <= 65535),
     # math="3xtf32" or "tf32": the GEMM family's mma.sync m16n8k8 paths (gemm/3xtf32.cuh)
-    ("3xtf32 and tf32 are float32 math on tensor cores of compute capability 8.0 or newer",
-     _mma(lambda c, p, d: p.dtype == "float32" and float(d.compute_capability) >= 8.0)),
-    ("tf32's products are TF32's: it computes calls at precision tf32 or bf16 only",
-     lambda c, p, d: serves(MATH_PRECISION[c.math], p.precision)),
-    ("3xtf32 and tf32 need TM=1, TN=2 (each thread owns the MMA fragment's 1 x 2 micro-tiles)",
-     _mma(lambda c, p, d: (c.tm, c.tn) == (1, 2))),
-    ("3xtf32 and tf32 make warps of 8 x 4 threads: TY must be a multiple of 8 and TX of 4",
-     _mma(lambda c, p, d: c.ty % 8 == 0 and c.tx % 4 == 0)),
-    ("3xtf32 and tf32 warp tiles need a whole number of 16-row MMA tiles: BM/TY must be even",
-     _mma(lambda c, p, d: (c.bm // c.ty) % 2 == 0)),
-    ("3xtf32 and tf32 read K 16 at a time from padded tiles: BK must be 16 or 32, and pad true",
-     _mma(lambda c, p, d: c.bk % 16 == 0 and c.pad)),
+    *MMA_CONSTRAINTS,
 )
 
 

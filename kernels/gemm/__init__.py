@@ -96,9 +96,16 @@ def registers_estimate(c, p: Problem) -> int:
     rm, rn = c.bm // c.ty, c.bn // c.tx
     loads = ceil_div(c.bm * c.bk // c.vec, threads(c)) + ceil_div(c.bn * c.bk // c.vec, threads(c))
     staged = loads * c.vec if c.copy == "regs" else 0
-    fragments = {"fma": k_chunk(c, p) * (rm + rn), "3xtf32": 6 * rm + 3 * rn, "tf32": 4 * rm + 2 * rn}[c.math]
+    fragments = fragment_registers(c.math, rm, rn, k_chunk(c, p))
     reduction = rm * rn if c.split_k > 1 else 0
     return words * (rm * rn + fragments + staged + reduction) + 2 * loads + 64
+
+
+def fragment_registers(math: str, rm: int, rn: int, k_values: int = 1) -> int:
+    """Registers of a thread's operand fragments (4-byte elements) for its RM x RN accumulators:
+    under fma k_values k of each; under 3xtf32 the raw values of two k steps of MMA fragments and
+    the hi and lo parts of one; under tf32 two k steps, rounded in place. Any family on these maths."""
+    return {"fma": k_values * (rm + rn), "3xtf32": 6 * rm + 3 * rn, "tf32": 4 * rm + 2 * rn}[math]
 
 
 def k_slice(c, k: int) -> int:
@@ -110,6 +117,24 @@ def _mma(check):
     """A constraint on the tensor-core maths (3xtf32, tf32) only (FMA configs pass it)."""
     return lambda c, p, d: c.math == "fma" or check(c, p, d)
 
+
+# What the tensor-core maths (math="3xtf32" or "tf32": mma.sync m16n8k8, 3xtf32.cuh) ask of any
+# family that includes them (its bm, bn, bk, ty, tx, tm, tn, pad and math; its problem's dtype and
+# precision): this one's, and the implicit-GEMM convolutions'.
+MMA_CONSTRAINTS = (
+    ("3xtf32 and tf32 are float32 math on tensor cores of compute capability 8.0 or newer",
+     _mma(lambda c, p, d: p.dtype == "float32" and float(d.compute_capability) >= 8.0)),
+    ("tf32's products are TF32's: it computes calls at precision tf32 or bf16 only",
+     lambda c, p, d: c.math != "tf32" or p.precision != "fp32"),
+    ("3xtf32 and tf32 need TM=1, TN=2 (each thread owns the MMA fragment's 1 x 2 micro-tiles)",
+     _mma(lambda c, p, d: (c.tm, c.tn) == (1, 2))),
+    ("3xtf32 and tf32 make warps of 8 x 4 threads: TY must be a multiple of 8 and TX of 4",
+     _mma(lambda c, p, d: c.ty % 8 == 0 and c.tx % 4 == 0)),
+    ("3xtf32 and tf32 warp tiles need a whole number of 16-row MMA tiles: BM/TY must be even",
+     _mma(lambda c, p, d: (c.bm // c.ty) % 2 == 0)),
+    ("3xtf32 and tf32 read K 16 at a time from padded tiles: BK must be 16 or 32, and pad true",
+     _mma(lambda c, p, d: c.bk % 16 == 0 and c.pad)),
+)
 
 CONSTRAINTS = (
     ("bfloat16 operands are read by gemm_wgmma alone", lambda c, p, d: not p.bf16_operands),
@@ -131,20 +156,9 @@ CONSTRAINTS = (
     ("every split-K slice must hold at least one BK step of K",
      lambda c, p, d: (c.split_k - 1) * k_slice(c, p.k) < p.k),
     ("grid rows ceil(M/BM) must be at most 65535", lambda c, p, d: ceil_div(p.m, c.bm) <= 65535),
-    # math="3xtf32" or "tf32": mma.sync m16n8k8 on float32 data in cp.async tiles
-    ("3xtf32 and tf32 are float32 math on tensor cores of compute capability 8.0 or newer",
-     _mma(lambda c, p, d: p.dtype == "float32" and float(d.compute_capability) >= 8.0)),
-    ("tf32's products are TF32's: it computes calls at precision tf32 or bf16 only",
-     lambda c, p, d: c.math != "tf32" or p.precision != "fp32"),
+    # math="3xtf32" or "tf32": mma.sync m16n8k8 on float32 data, here in cp.async tiles
+    *MMA_CONSTRAINTS,
     ("3xtf32 and tf32 read their fragments from cp.async tiles (copy=async)", _mma(lambda c, p, d: c.copy == "async")),
-    ("3xtf32 and tf32 need TM=1, TN=2 (each thread owns the MMA fragment's 1 x 2 micro-tiles)",
-     _mma(lambda c, p, d: (c.tm, c.tn) == (1, 2))),
-    ("3xtf32 and tf32 make warps of 8 x 4 threads: TY must be a multiple of 8 and TX of 4",
-     _mma(lambda c, p, d: c.ty % 8 == 0 and c.tx % 4 == 0)),
-    ("3xtf32 and tf32 warp tiles need a whole number of 16-row MMA tiles: BM/TY must be even",
-     _mma(lambda c, p, d: (c.bm // c.ty) % 2 == 0)),
-    ("3xtf32 and tf32 read K 16 at a time from padded tiles: BK must be 16 or 32, and pad true",
-     _mma(lambda c, p, d: c.bk % 16 == 0 and c.pad)),
 )
 
 
