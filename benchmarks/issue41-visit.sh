@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Issue 41 (CNNs on tensor cores) on one GPU. From the repository root:
-#   source .device/env.sh && bash benchmarks/issue41-visit.sh check|layers|train [STACK...]
+#   source .device/env.sh && bash benchmarks/issue41-visit.sh check|gather|layers|train [STACK...]
 # check: the gpu tests of the convolutions (every direction on tensor cores) and of the CNN trainer.
+# gather: benchmarks/issue41_gather.py on the wide layers (GATHER_LAYERS), and the same in the tree
+# at $BASE (an older commit's files) where given, for a before/after of the implicit GEMMs.
 # layers: `autogemm bench --layers STACK` at fp32 and tf32: each convolution call of the step (the
 # default and best-known configs of each algorithm) against cuDNN at the same precision, L2 warm.
 # train: nn.bench of each stack (and LeNet at batch 1000 and 128, unless LENET=0): the tuned trainer
@@ -31,6 +33,42 @@ check)
         > "$work/pytest-gpu.txt" 2>&1
     echo "pytest: exit $?"
     tail -5 "$work/pytest-gpu.txt"
+    ;;
+gather)
+    layers=${GATHER_LAYERS:-1000x32x12x12x64x5,1000x64x13x13x128x3,1000x16x26x26x16x3}
+    timeout -s INT 400 python benchmarks/issue41_gather.py --layers "$layers" --json "$work/gather.json" \
+        > "$work/gather.txt" 2>&1
+    echo "gather: exit $?"
+    if [ -n "${BASE:-}" ]; then
+        (cd "$BASE" && PYTHONPATH="/tmp/site:$BASE" timeout -s INT 400 python benchmarks/issue41_gather.py \
+            --layers "$layers" --json "$work/gather-base.json" > "$work/gather-base.txt" 2>&1)
+        echo "gather at $BASE: exit $?"
+    fi
+    python3 - "$work" <<'PY'
+import json, pathlib, sys
+work = pathlib.Path(sys.argv[1])
+def best(path):
+    """{(layer, precision, direction): (best two-stage candidate's µs, cuDNN's µs)}"""
+    if not path.exists():
+        return {}
+    out = {}
+    for r in json.loads(path.read_text())["rows"]:
+        key = (r["layer"], r["precision"], r["direction"])
+        mine, cudnn = out.get(key, (None, None))
+        if r["variant"] == "cudnn":
+            cudnn = r.get("median_us")
+        elif r["variant"].startswith("cand") and "stage" not in r["variant"] and r.get("median_us"):
+            mine = min(mine or 1e30, r["median_us"])
+        out[key] = (mine, cudnn)
+    return out
+new, base = best(work / "gather.json"), best(work / "gather-base.json")
+print(f"{'layer':22} {'prec':4} {'direction':13} {'base':>8} {'now':>8} {'cuDNN':>8} {'now/cuDNN':>9}")
+for key, (mine, cudnn) in new.items():
+    before = base.get(key, (None, None))[0]
+    cells = [f"{v:8.1f}" if v else f"{'-':>8}" for v in (before, mine, cudnn)]
+    ratio = f"{mine / cudnn:9.2f}" if mine and cudnn else ""
+    print(f"{key[0]:22} {key[1]:4} {key[2]:13} {' '.join(cells)} {ratio}")
+PY
     ;;
 layers)
     i=0
@@ -76,7 +114,7 @@ train)
     cat "$work"/train-*.txt | grep "ms/epoch\|skipped\|rror" | sort -k1,1 -s
     ;;
 *)
-    echo "unknown phase $phase (check, layers, train)" >&2
+    echo "unknown phase $phase (check, gather, layers, train)" >&2
     exit 2
     ;;
 esac

@@ -766,7 +766,8 @@ def test_conv2d_wgrad_matches_float64_on_the_cpu(name, split, sampled, tmp_path)
 # their 16 x 8 MMA tiles and 16-deep k steps, odd channels, every fused epilogue, split-K slices.
 TENSOR_CORE_CONVS = [((6, 3, 9, 7, 20, 3), "relu", "fp32"),      # M = 210, F = 20, depth 27: all ragged
                      ((1, 5, 6, 6, 33, 2), "sigmoid", "tf32"),   # F = 33: a third, one-column N tile
-                     ((3, 17, 5, 4, 16, 3), None, "fp32")]       # 17 channels: depths 153 and 144
+                     ((3, 17, 5, 4, 16, 3), None, "fp32"),       # 17 channels: depths 153 and 144
+                     ((2, 2, 8, 9, 16, 6), "relu", "tf32")]      # 36 taps: backward data's 64-bit tap masks
 
 
 def tensor_core_configs(fam, p, seed):

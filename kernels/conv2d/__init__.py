@@ -7,6 +7,7 @@ FP32 FMAs, or float32 on tensor cores by mma.sync (3xTF32, FP32-accurate; or TF3
 calls at precision tf32 or bf16), which conv2d_dgrad and conv2d_wgrad share.
 """
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -57,6 +58,9 @@ class Problem:
     dtype: str = "float32"
     activation: str | None = None
     precision: str = "fp32"         # what its products may round float32 operands to (kernels.gemm.call)
+    # bytes of shared memory a depth takes in the two-stage gather's tables (implicit_gemm.cuh):
+    # x's offset of each tap (c, i, j)
+    DEPTH_TABLE_BYTES: ClassVar[int] = 4
 
     def __post_init__(self):
         check_problem(self, KEY_SIZES, "conv2d")
@@ -123,8 +127,10 @@ def pad_elements(c) -> int:
 
 
 def smem_bytes(c, p: Problem) -> int:
+    """Each stage's two tiles; with two stages, the depth tables after them."""
     pad = pad_elements(c)
-    return c.stages * c.bk * (c.bm + pad + c.bn + pad) * ITEMSIZE[p.dtype]
+    tables = p.DEPTH_TABLE_BYTES * p.depth if c.stages > 1 else 0
+    return c.stages * c.bk * (c.bm + pad + c.bn + pad) * ITEMSIZE[p.dtype] + tables
 
 
 def registers_estimate(c, p: Problem) -> int:

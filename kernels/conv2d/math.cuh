@@ -8,5 +8,8 @@ constexpr int LDS_A = BM + PAD, LDS_B = BN + PAD;
 {% if math == "fma" %}
 {% include "gemm/fma.cuh" %}
 {% else %}
+{% if math == "tf32" and stages > 1 %}
+{% set rounded_tiles = true %}{# the two-stage gather stores TF32 values: implicit_gemm.cuh #}
+{% endif %}
 {% include "gemm/3xtf32.cuh" %}
 {% endif %}

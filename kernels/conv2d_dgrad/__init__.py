@@ -6,6 +6,7 @@ A operand (the output gradient, gathered backwards through each filter tap) is n
 an activation, aux is the layer below's saved output, and act' its derivative there (ReLU', sigma').
 """
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -28,6 +29,9 @@ class Problem(conv2d.Problem):
     """The backward pass to x of the forward convolution (n, c, h, w, f, k); `activation` names the
     layer below's, whose derivative dx takes (None: dx alone)."""
 
+    # the two-stage gather's tables: g's offset and the tap i*K + j of each (f, i, j), and w's offset
+    DEPTH_TABLE_BYTES: ClassVar[int] = 8 + 4
+
     @property
     def m(self) -> int:
         """The implicit GEMM's rows: input pixels of every image."""
@@ -39,7 +43,10 @@ class Problem(conv2d.Problem):
         return self.f * self.k * self.k
 
 
-CONSTRAINTS = conv2d.CONSTRAINTS
+CONSTRAINTS = conv2d.CONSTRAINTS + (
+    ("the two-stage gather keeps a pixel's taps in 64 bits: K at most 8",
+     lambda c, p, d: c.stages == 1 or p.k * p.k <= 64),
+)
 key_of = conv2d.key_of
 
 

@@ -6,6 +6,7 @@ output pixel of the batch, N*OH*OW, which is long: split-K slices it across the 
 slices in a fixed order, so the sums are the same on every run.
 """
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -41,6 +42,8 @@ MATH_PRECISION, KERNEL_PRECISIONS = conv2d.MATH_PRECISION, conv2d.KERNEL_PRECISI
 class Problem(conv2d.Problem):
     """The weight and bias gradients of the forward convolution (n, c, h, w, f, k); `activation` is
     unused (the output gradient g already holds the activation's derivative)."""
+
+    DEPTH_TABLE_BYTES: ClassVar[int] = 0    # its depths, the batch's output pixels, are not tabulated
 
     @property
     def m(self) -> int:

@@ -6,6 +6,7 @@
 // a warp is an 8 x 4 patch of the TY x TX threads and owns a WM x WN tile of 16 x 8 MMA tiles.
 // TF32 (math="tf32"): the same fragments and tiles, each operand rounded to TF32 once and one MMA a
 // k step, summed straight into the accumulators (a call at precision tf32 or bf16 allows that error).
+// An includer whose tiles hold TF32 values already (rounded as stored) sets rounded_tiles.
 
 constexpr int WARPS_M = TY / 8, WARPS_N = TX / 4;   // a warp is 8 x 4 threads of the block
 constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N; // its tile: (WM/16) x (WN/8) MMA tiles
@@ -112,12 +113,21 @@ __device__ __forceinline__ void multiply_tiles(const T* __restrict__ as, const T
         for (int st = 0; st < 2; ++st) {
 #pragma unroll
             for (int i = 0; i < MT; ++i)
+{% if rounded_tiles is defined %}
+#pragma unroll
+                for (int r = 0; r < 4; ++r) a_tf32[st][i][r] = __float_as_uint(a[st][i][r]);   // rounded as stored
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) b_tf32[st][j][r] = __float_as_uint(b[st][j][r]);
+{% else %}
 #pragma unroll
                 for (int r = 0; r < 4; ++r) a_tf32[st][i][r] = round_tf32(a[st][i][r]);
 #pragma unroll
             for (int j = 0; j < NT; ++j)
 #pragma unroll
                 for (int r = 0; r < 2; ++r) b_tf32[st][j][r] = round_tf32(b[st][j][r]);
+{% endif %}
         }
 #pragma unroll
         for (int st = 0; st < 2; ++st)
