@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Issue 41 (CNNs on tensor cores) on one GPU. From the repository root:
-#   source .device/env.sh && bash benchmarks/issue41-visit.sh check|gather|layers|train [STACK...]
+#   source .device/env.sh && bash benchmarks/issue41-visit.sh check|gather|layers|accuracy|train [STACK...]
 # check: the gpu tests of the convolutions (every direction on tensor cores) and of the CNN trainer.
 # gather: benchmarks/issue41_gather.py on the wide layers (GATHER_LAYERS), and the same in the tree
 # at $BASE (an older commit's files) where given, for a before/after of the implicit GEMMs.
 # layers: `autogemm bench --layers STACK` at fp32 and tf32: each convolution call of the step (the
 # default and best-known configs of each algorithm) against cuDNN at the same precision, L2 warm.
+# accuracy: `nn.train --use-tuned --layers STACK` for the default 20 epochs at fp32, tf32 and bf16:
+# each one's test accuracy (tf32 and bf16 should stay within 0.3 points of fp32).
 # train: nn.bench of each stack (and LeNet at batch 1000 and 128, unless LENET=0): the tuned trainer
 # at fp32, tf32 and bf16 against PyTorch + cuDNN in a CUDA graph at the same precision, the same visit.
 # STACK: issue 41's public stacks by default (s1..s4 below), or given specs (numbered s1.. in order).
@@ -96,6 +98,17 @@ for path in sorted(work.glob("layers-*.json")):
                   f"{base['median_us']:8.1f} {now['median_us'] / base['median_us']:6.2f}")
 PY
     ;;
+accuracy)
+    i=0
+    for stack in "${stacks[@]}"; do
+        i=$((i + 1))
+        for precision in fp32 tf32 bf16; do
+            timeout -s INT 200 python -m nn.train --use-tuned --layers "$stack" --precision "$precision" --no-log \
+                > "$work/accuracy-s$i-$precision.txt" 2>&1
+            echo "s$i $precision: exit $? $(grep -o 'test accuracy [0-9.]*%' "$work/accuracy-s$i-$precision.txt")"
+        done
+    done
+    ;;
 train)
     i=0
     for stack in "${stacks[@]}"; do
@@ -114,7 +127,7 @@ train)
     cat "$work"/train-*.txt | grep "ms/epoch\|skipped\|rror" | sort -k1,1 -s
     ;;
 *)
-    echo "unknown phase $phase (check, gather, layers, train)" >&2
+    echo "unknown phase $phase (check, gather, layers, accuracy, train)" >&2
     exit 2
     ;;
 esac

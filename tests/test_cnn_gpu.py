@@ -91,6 +91,26 @@ def test_lenet_in_float64_equals_the_numpy_trainer_after_two_epochs(tmp_path, da
     assert max_rel_diff(gpu, ref) <= 1e-7
 
 
+# Issue 41's public stacks: 5 x 5 and 3 x 3 convolutions of 1 to 128 channels
+PUBLIC_STACKS = ["conv32x5,pool2,conv64x5,pool2,dense1024",
+                 "conv16x3,conv16x3,pool2,conv32x3,conv32x3,pool2,dense256",
+                 "conv64x3,pool2,conv128x3,pool2,dense256",
+                 "conv6x5,pool2,conv16x5,pool2,dense120,dense84"]
+
+
+@pytest.mark.parametrize("stack", PUBLIC_STACKS)
+def test_public_stacks_in_float64_equal_numpy_and_four_ranks_one_process(stack, tmp_path, data_dir):
+    """Two epochs on 6,000 images in float64: the GPU's weights are NumPy's, and four ranks' one
+    process's, to 1e-12."""
+    common = ("--layers", stack, "--dtype", "float64", "--epochs", 2, "--train-size", 6000, "--data-dir", data_dir)
+    ref, _ = _train(tmp_path, "numpy", *common, "--backend", "numpy")
+    gpu, _ = _train(tmp_path, "cupy", *common, "--backend", "cupy")
+    four, _ = _train(tmp_path, "four", *common, "--backend", "cupy", ranks=4)
+    print(f"{stack}: GPU against NumPy {max_rel_diff(gpu, ref):.1e}, four ranks against one {max_rel_diff(four, gpu):.1e}")
+    assert max_rel_diff(gpu, ref) <= 1e-12
+    assert max_rel_diff(four, gpu) <= 1e-12
+
+
 def test_lenet_graph_replay_equals_eager_steps_and_four_ranks_one_process(tmp_path, data_dir):
     common = ("--model", "lenet", "--dtype", "float64", "--epochs", 2, "--train-size", 3000, "--batch", 250,
               "--data-dir", data_dir, "--backend", "cupy")
