@@ -288,6 +288,36 @@ def test_a_stale_record_competes_on_time_with_an_exact_one(monkeypatch):
     assert implementation("conv2d", problem, None, H100) == "conv2d"
 
 
+def test_a_nearest_record_chooses_between_families_only_against_one_of_the_same_shape(monkeypatch):
+    """A nearest record's time is another shape's: it beats another family's default no more than a
+    default does (the untuned order decides: on an H100 an untuned layer near LeNet's ran the implicit
+    GEMM's nearest config at 147 µs where the direct kernel's default takes 33); between two
+    families' nearest records of one shape, the faster there runs."""
+    from types import SimpleNamespace
+
+    from autogemm.ops.kernels import implementation
+    from kernels import conv2d_wgrad
+
+    problem = conv2d_wgrad.Problem(1000, 1, 28, 28, 6, 5)      # untuned: the direct kernel first
+    known = {}
+    monkeypatch.setattr(lookup, "choose", lambda name, p, device: lookup.Choice(
+        None, known[name][0], SimpleNamespace(median_us=known[name][2], key=SimpleNamespace(shape=known[name][1]))
+        if known[name][0] != "default" else None, 0.3))
+    cases = [({"conv2d_wgrad_direct": ("default", None, 0), "conv2d_wgrad": ("nearest", "1000x1x28x28x6x3", 9.0)},
+              "conv2d_wgrad_direct"),
+             ({"conv2d_wgrad_direct": ("nearest", "1000x1x28x28x6x3", 30.0),
+               "conv2d_wgrad": ("nearest", "1000x1x28x28x6x3", 9.0)}, "conv2d_wgrad"),
+             ({"conv2d_wgrad_direct": ("nearest", "1000x1x28x28x6x3", 30.0),
+               "conv2d_wgrad": ("nearest", "1000x6x13x13x10x3", 9.0)}, "conv2d_wgrad_direct"),
+             ({"conv2d_wgrad_direct": ("nearest", "1000x1x28x28x6x3", 30.0),
+               "conv2d_wgrad": ("exact", "1000x1x28x28x6x5", 40.0)}, "conv2d_wgrad")]
+    for choices, want in cases:
+        known.clear()
+        known.update(choices)
+        lookup.reload()
+        assert implementation("conv2d_wgrad", problem, None, H100) == want, choices
+
+
 # Issue 40's public shapes at fp32, untuned on an H100: the family that runs each. gemm_wgmma's
 # 3xTF32 where the output has 2^18 elements or more and its rows are 16-byte aligned.
 FIRST_CALLS_FP32 = {"1024x1024x1024:nn": "gemm_wgmma", "2048x2048x2048:nt": "gemm_wgmma",

@@ -47,14 +47,15 @@ def kernel(family_name: str, problem, config: Mapping | str | None, device: Devi
 
 
 def implementation(call: str, problem, config: Mapping | str | None, device: DeviceInfo) -> str:
-    """The family that runs `call` (a key of kernels.IMPLEMENTATIONS, else the family itself): with
-    config None, the one whose lookup is best known (a record of this shape, exact or stale, then
-    nearest, then default), the faster record between two of this shape (for a GEMM with an
-    epilogue, timed with it where each family has such a record: `autogemm tune` tunes every
-    family with it), the first listed on a tie (untuned: the first whose module puts it first,
-    `untuned_first`), among those that can run `problem` on `device` and serve it untold
-    (Family.serves: no family that is not FP32-accurate for an FP32-accurate call; the first listed
-    where none can: its error says why); "default": the first listed that can;
+    """The family that runs `call` (a key of kernels.IMPLEMENTATIONS, else the family itself), among
+    those that can run `problem` on `device` and serve it untold (Family.serves: no family that is
+    not FP32-accurate for an FP32-accurate call; the first listed where none can: its error says
+    why). With config None, the best known: of the families with a record of this shape (exact or
+    stale), the faster (for a GEMM with an epilogue, timed with it where each family has such a
+    record: `autogemm tune` tunes every family with it); else, where every family's nearest record
+    is of one other shape, the faster there; else (no shape measured them all) the untuned order: the
+    first whose module puts it first (`untuned_first`), else the first listed, each on the config
+    lookup gives it (a nearest record's, or its default). "default": the first listed that can;
     a mapping: the family whose parameters it names (all of them, else the first whose parameters
     include every one it names: its error then says which it lacks)."""
     names = IMPLEMENTATIONS.get(call, (call,))
@@ -68,14 +69,22 @@ def implementation(call: str, problem, config: Mapping | str | None, device: Dev
     if key not in _implementations:
         runnable = [name for name in names if family(name).serves(problem) and family(name).can_run(problem, device)]
         runnable = runnable or names[:1]
-        if config == "default":
-            _implementations[key] = runnable[0]
-        else:
-            choices = [(name, lookup.choose(name, problem, device)) for name in runnable]
-            untuned_first = {name: family(name).untuned_first(problem, device) for name in runnable}
-            _implementations[key] = min(choices, key=lambda nc: (nc[1].rank, nc[1].source != "default"
-                                                                 or not untuned_first[nc[0]]))[0]
+        _implementations[key] = runnable[0] if config == "default" else _best_known(runnable, problem, device)
     return _implementations[key]
+
+
+def _best_known(names: list[str], problem, device: DeviceInfo) -> str:
+    """implementation's choice among `names` by what lookup knows of each (its docstring says how):
+    a nearest record's time is another shape's, evidence between families only where all were
+    measured there."""
+    choices = {name: lookup.choose(name, problem, device) for name in names}
+    here = [name for name in names if choices[name].source in ("exact", "stale")]
+    if here:
+        return min(here, key=lambda name: choices[name].rank)
+    shapes = {choices[n].record.key.shape if choices[n].source == "nearest" else None for n in names}
+    if len(shapes) == 1 and None not in shapes:
+        return min(names, key=lambda name: choices[name].rank)
+    return next((name for name in names if family(name).untuned_first(problem, device)), names[0])
 
 
 _scratch: dict[tuple, object] = {}
