@@ -368,6 +368,21 @@ def test_tune_stale_retunes_only_the_stale_records_starting_from_their_configs(f
     assert "no stale float32 records" in capsys.readouterr().out and len(fake_gpu) == 1
 
 
+def test_tune_stale_names_the_stale_records_of_other_arithmetics_it_leaves(fake_gpu, tmp_path, capsys):
+    """--stale tunes one arithmetic's records; it says how many of the others' are stale and how to tune them."""
+    out = tmp_path / "tuned"
+    write_store(out, [record((400, 1000, 784), median_us=30.0, template_hash="0" * 16),
+                      record((400, 1000, 784), dtype="tf32", median_us=20.0, template_hash="0" * 16),
+                      record((800, 1000, 784), dtype="tf32", median_us=20.0, template_hash="0" * 16)])
+    assert cli.main(["tune", "--stale", "--trials", "4", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "2 stale tf32 record(s) too, which this run leaves: autogemm tune --stale --precision tf32 tunes them" in printed
+    assert len(fake_gpu) == 1                                     # the float32 one alone
+    assert cli.main(["tune", "--stale", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "2 stale tf32 record(s) too" in printed and "no stale float32 records" in printed
+
+
 def test_an_installed_autogemm_tunes_into_the_user_store_and_never_the_shipped_file(fake_gpu, tmp_path, capsys,
                                                                                     monkeypatch):
     """Stale shipped records are re-tuned into the user store, which lookup then reads first."""

@@ -217,7 +217,7 @@ def cmd_tune(args) -> int:
     from autogemm.tuning import gpus as gpus_module
     from autogemm.tuning import measures
     from autogemm.tuning.search import Settings
-    from autogemm.tuning.tune import runnable_targets, stale_targets, tune_targets
+    from autogemm.tuning.tune import runnable_targets, stale_elsewhere, stale_targets, tune_targets
 
     if args.model is not None and args.shapes is not None:
         raise AutogemmError("--model and --shapes both name what to tune; give one")
@@ -264,6 +264,10 @@ def cmd_tune(args) -> int:
     also = () if files.same_file(shipped, path) else (shipped,)      # read-only: starting points, stale records
     if args.stale:
         targets = stale_targets([path, *also], arithmetic, args.families)
+        for other, count in stale_elsewhere([path, *also], arithmetic, args.families).items():
+            flags = f"--dtype {other}" if other in ("float32", "float64", "bfloat16") else f"--precision {other}"
+            print(f"autogemm tune --stale: {count} stale {other} record(s) too, which this run leaves: "
+                  f"autogemm tune --stale {flags} tunes them")
         if not targets:
             print(f"autogemm tune --stale: no stale {arithmetic} records in {' or '.join(map(str, [path, *also]))}: "
                   "nothing to tune")

@@ -132,6 +132,16 @@ def stale_targets(paths: list[Path], dtype: str, families: tuple[str, ...]) -> l
             if r.key.dtype == dtype and r.key.family in families]
 
 
+def stale_elsewhere(paths: list[Path], dtype: str, families: tuple[str, ...]) -> dict[str, int]:
+    """{arithmetic: how many} of the stale records (of `families`) that stale_targets at `dtype`
+    leaves: another run's, with that arithmetic's flags."""
+    counts: dict[str, int] = {}
+    for r in _index(paths).stale_serving().values():
+        if r.key.dtype != dtype and r.key.family in families:
+            counts[r.key.dtype] = counts.get(r.key.dtype, 0) + 1
+    return counts
+
+
 def _known(existing: dict, key: Key, device: DeviceInfo, fam, nearby: int = 3) -> tuple:
     """Configs to try first: the store's records of this shape and arithmetic that serve this key
     (its own, then a GEMM's layout's without the epilogue; stale ones too, if their configs are
