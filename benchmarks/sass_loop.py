@@ -38,7 +38,7 @@ def main_loop(sass: str) -> collections.Counter:
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("layer", help="NxCxHxWxFxK: the forward convolution's sizes")
-    p.add_argument("precision", choices=("fp32", "tf32"))
+    p.add_argument("precision", choices=("fp32", "tf32", "bf16"))
     args = p.parse_args()
     sizes = tuple(int(s) for s in args.layer.split("x"))
     with tempfile.TemporaryDirectory() as tmp:

@@ -70,12 +70,12 @@ def test_conv2d_dgrad_configs_match_float64(name, n, c, h, w, f, k, activation, 
 WIDE_CONVS = [(128, 32, 12, 12, 64, 5), (128, 16, 26, 26, 16, 3), (128, 64, 13, 13, 128, 3), (37, 6, 12, 12, 16, 5)]
 
 
-@pytest.mark.parametrize("precision", ["fp32", "tf32"])
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16"])
 @pytest.mark.parametrize("sizes", WIDE_CONVS)
 @pytest.mark.parametrize("name", ["conv2d", "conv2d_dgrad", "conv2d_wgrad"])
 def test_convolutions_on_tensor_cores_match_float64(name, sizes, precision):
     """The default (tensor cores where the layer is wide enough) and sampled configs of the call's
-    tensor-core math (3xTF32 at fp32, TF32 at tf32), through the entry points as tuning runs them
+    tensor-core math (3xTF32 at fp32, TF32 at tf32, BF16 at bf16), through the entry points as tuning runs them
     (the forward pass with bias, backward weights split-K; the emulator checks each activation),
     within the precision's bound (autogemm.tuning.verify)."""
     from autogemm.runtime.device import this_device
@@ -83,11 +83,14 @@ def test_convolutions_on_tensor_cores_match_float64(name, sizes, precision):
     from autogemm.store.keys import make_key
     from autogemm.tuning.measure import Mismatch
     from autogemm.tuning.measures import measure_for
+    from kernels.conv2d import MMA_MATH
 
     device = this_device()
     measure = measure_for(make_key(name, sizes, "-", "float32" if precision == "fp32" else precision), device)
-    fam, math = family(name), "3xtf32" if precision == "fp32" else "tf32"
+    fam, math = family(name), MMA_MATH[precision]
     space = {"math": (math,), "tm": (1,), "tn": (2,), "pad": (True,), "bk": (16, 32)}
+    if math == "bf16":                      # its gather in two stages only
+        space["stages"] = (2,)
     configs = fam.candidates(measure.problem, device)[:2] + fam.restricted(space).sample(measure.problem, device, 2)
     assert any(c.math == math for c in configs)
     for cfg in configs:

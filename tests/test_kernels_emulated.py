@@ -767,14 +767,19 @@ def test_conv2d_wgrad_matches_float64_on_the_cpu(name, split, sampled, tmp_path)
 TENSOR_CORE_CONVS = [((6, 3, 9, 7, 20, 3), "relu", "fp32"),      # M = 210, F = 20, depth 27: all ragged
                      ((1, 5, 6, 6, 33, 2), "sigmoid", "tf32"),   # F = 33: a third, one-column N tile
                      ((3, 17, 5, 4, 16, 3), None, "fp32"),       # 17 channels: depths 153 and 144
-                     ((2, 2, 8, 9, 16, 6), "relu", "tf32")]      # 36 taps: backward data's 64-bit tap masks
+                     ((2, 2, 8, 9, 16, 6), "relu", "tf32"),      # 36 taps: backward data's 64-bit tap masks
+                     ((4, 5, 7, 6, 24, 3), "sigmoid", "bf16")]   # BF16 MMAs: depth 45, odd channels
 
 
 def tensor_core_configs(fam, p, seed):
     """The family's first candidate (tensor cores, where the problem is wide enough) and two sampled
     configs of the call's tensor-core math."""
-    math = "3xtf32" if p.precision == "fp32" else "tf32"
+    from kernels.conv2d import MMA_MATH
+
+    math = MMA_MATH[p.precision]
     space = {"math": (math,), "tm": (1,), "tn": (2,), "pad": (True,), "bk": (16, 32)}
+    if math == "bf16":
+        space["stages"] = (2,)
     if "split_k" in fam.params:             # backward weights: 210 pixels in 4 slices
         space["split_k"] = (1, 4)
     configs = fam.candidates(p, H100)[:1] + fam.restricted(space).sample(p, H100, 2, seed=seed)
@@ -784,7 +789,7 @@ def tensor_core_configs(fam, p, seed):
 
 def test_convolutions_on_tensor_cores_match_float64_on_the_cpu(tmp_path):
     """Forward (bias and each activation), backward data (each activation's derivative) and
-    backward weights (split-K too), each on mma.sync's 3xTF32 and TF32 paths."""
+    backward weights (split-K too), each on mma.sync's 3xTF32, TF32 and BF16 paths."""
     from kernels import conv2d, conv2d_dgrad, conv2d_wgrad
 
     rng, cases = np.random.default_rng(17), []
@@ -821,7 +826,7 @@ def test_convolutions_on_tensor_cores_match_float64_on_the_cpu(tmp_path):
             cases += [(launch, dw, want["dw"][:2], pw.depth, "float32", precision),
                       (launch, db, want["db"][:2], pw.depth, "float32", precision)]
     maths = {launch.instance.config.math for launch, *_ in cases}
-    assert {"3xtf32", "tf32"} <= maths, maths
+    assert {"3xtf32", "tf32", "bf16"} <= maths, maths
     for name in ("conv2d", "conv2d_dgrad", "conv2d_wgrad"):        # each direction's gathers, both loops
         stages = {launch.instance.config.stages for launch, *_ in cases if launch.instance.name.startswith(name + "_f")}
         assert stages == {1, 2}, (name, stages)

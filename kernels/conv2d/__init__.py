@@ -14,9 +14,11 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from kernels.contract import DTYPES, ITEMSIZE, MAX_SIZE, NO_OP, SHORT, Geometry, ceil_div, check_problem
 # The GEMM family's maths: which precision each computes, what its tensor-core paths ask, their registers.
-from kernels.gemm import KERNEL_PRECISIONS, MATH_PRECISION, MMA_CONSTRAINTS, fragment_registers  # noqa: F401
-# Precisions as the GEMM call's: which records serve a call, and a 3xTF32 record's config at tf32.
-from kernels.gemm.call import PRECISIONS, at_precision, served_by  # noqa: F401
+from kernels.gemm import MATH_PRECISION as GEMM_MATH_PRECISION
+from kernels.gemm import MMA_CONSTRAINTS, fragment_registers
+# Precisions as the GEMM call's: which records serve a call.
+from kernels.gemm.call import PRECISIONS, served_by  # noqa: F401
+from kernels.gemm.call import at_precision as gemm_at_precision
 
 NAME = "conv2d"
 TEMPLATE = "conv2d/conv2d.cu.j2"
@@ -37,12 +39,20 @@ PARAMS = {
     "tn": (1, 2, 4, 8),
     "pad": (False, True),           # pad shared-memory rows against bank conflicts (by pad_elements)
     # the tiles' product, as the GEMM family's (gemm/fma.cuh, gemm/3xtf32.cuh): FP32/FP64 FMAs;
-    # float32 on tensor cores as three TF32 MMAs (FP32-accurate); or as one (TF32 products)
-    "math": ("fma", "3xtf32", "tf32"),
+    # float32 on tensor cores as three TF32 MMAs (FP32-accurate); or as one (TF32 products); or
+    # BF16 MMAs (bf16_mma.cuh: bfloat16 products, two stages)
+    "math": ("fma", "3xtf32", "tf32", "bf16"),
     # shared-memory stages: 1, gather then multiply; 2, the next slice gathered into registers while
     # this one is multiplied (implicit_gemm.cuh)
     "stages": (1, 2),
 }
+
+# The precision each math computes (PRECISIONS): what its kernels offer tune --precision.
+MATH_PRECISION = {**GEMM_MATH_PRECISION, "bf16": "bf16"}
+KERNEL_PRECISIONS = tuple(dict.fromkeys(MATH_PRECISION.values()))
+# The tensor-core math of a call at each precision: its seeds', and a more accurate record's config
+# made fit for it (at_precision).
+MMA_MATH = {"fp32": "3xtf32", "tf32": "tf32", "bf16": "bf16"}
 
 
 @dataclass(frozen=True)
@@ -134,11 +144,11 @@ def smem_bytes(c, p: Problem) -> int:
 
 
 def registers_estimate(c, p: Problem) -> int:
-    """32-bit registers a thread needs: accumulators, fragments (under fma one k; on tensor cores
-    the GEMM family's: two k steps of raw fragments, under 3xtf32 their hi and lo parts too), ~48
-    for addresses and loop state."""
+    """32-bit registers a thread needs: accumulators, fragments (under fma one k; on TF32 tensor
+    cores the GEMM family's: two k steps of raw fragments, under 3xtf32 their hi and lo parts too;
+    under bf16 one step's bfloat16 pairs), ~48 for addresses and loop state."""
     rm, rn = c.bm // c.ty, c.bn // c.tx
-    fragments = fragment_registers(c.math, rm, rn)
+    fragments = 2 * rm + rn if c.math == "bf16" else fragment_registers(c.math, rm, rn)
     staged = ceil_div(c.bm * c.bk, threads(c)) + ceil_div(c.bn * c.bk, threads(c)) if c.stages > 1 else 0
     return ITEMSIZE[p.dtype] // 4 * (rm * rn + fragments + staged) + 48
 
@@ -155,8 +165,11 @@ CONSTRAINTS = (
      lambda c, p, d: (c.bm + c.bn) * c.bk <= 16 * threads(c)),
     ("grid rows ceil(M/BM) (M: the implicit GEMM's rows) must be at most 65535",
      lambda c, p, d: ceil_div(p.m, c.bm) <= 65535),
-    # math="3xtf32" or "tf32": the GEMM family's mma.sync m16n8k8 paths (gemm/3xtf32.cuh)
+    # math="3xtf32", "tf32" or "bf16": the GEMM family's mma.sync m16n8k8 paths (gemm/3xtf32.cuh),
+    # whose tiles and warps bf16_mma.cuh's m16n8k16 keeps
     *MMA_CONSTRAINTS,
+    ("bf16's products are BF16's: it computes calls at precision bf16 only, its gather in two stages",
+     lambda c, p, d: c.math != "bf16" or (p.precision == "bf16" and c.stages == 2)),
 )
 
 
@@ -177,10 +190,11 @@ def default_candidates(p: Problem, d):
 
 
 def _mma_candidates(p: Problem, bn: int):
-    """Tensor-core configs of BN = bn columns, 3xTF32 for an FP32-accurate call, else TF32: 128 or
+    """Tensor-core configs of BN = bn columns, 3xTF32 for an FP32-accurate call, TF32 or BF16 for
+    one at those precisions (MMA_MATH): 128 or
     64 rows, 256 or 128 threads, each warp 8 x 4 threads of 16 x 8 MMA tiles (RM x RN accumulators
     a thread, both even); the widest BK that the gather's bound allows."""
-    math = "3xtf32" if p.precision == "fp32" else "tf32"
+    math = MMA_MATH[p.precision]
     for bm in (128, 64):
         for threads in (256, 128):
             for tx in (bn // 4, bn // 2, bn // 8):
@@ -190,6 +204,15 @@ def _mma_candidates(p: Problem, bn: int):
                 for bk in (32, 16):
                     if (bm + bn) * bk <= 16 * threads:
                         yield dict(bm=bm, bn=bn, bk=bk, ty=ty, tx=tx, tm=1, tn=2, pad=True, math=math, stages=2)
+
+
+def at_precision(cfg: dict, precision: str) -> dict:
+    """A config of a more accurate arithmetic's record, for a call at `precision`: 3xTF32's tiles
+    with TF32 products at tf32 (as the GEMM's), either's with BF16 products at bf16 (the constraints
+    keep a one-stage config's math)."""
+    if precision == "bf16" and cfg["math"] in ("3xtf32", "tf32") and cfg["stages"] > 1:
+        return dict(cfg, math="bf16")
+    return gemm_at_precision(cfg, precision)
 
 
 def template_args(c, p: Problem) -> dict:

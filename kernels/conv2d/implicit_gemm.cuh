@@ -38,7 +38,8 @@ __device__ __forceinline__ void multiply_implicit(GatherA a, GatherB b, int k_be
 // thread's elements share their row (depth), decoded once. An operand whose depth state costs
 // divisions (TABULATED) has it decoded once a block for every depth of [k_begin, k_end), into a
 // table in shared memory that each gather reads. Under TF32 each element is rounded as it is stored,
-// once, not at each fragment read (the MMAs take the tiles' bits as they are: rounded_tiles).
+// once, not at each fragment read (the MMAs take the tiles' bits as they are: rounded_tiles); under
+// BF16 rounded to bfloat16 and stored in k pairs (bf16_mma.cuh's store_tile).
 
 constexpr int A_LOADS = (BM * BK + THREADS - 1) / THREADS, B_LOADS = (BN * BK + THREADS - 1) / THREADS;
 constexpr int STAGE_ELEMS = BK * (LDS_A + LDS_B);
@@ -119,6 +120,17 @@ __device__ __forceinline__ void multiply_implicit(const OperandA& a, const Opera
             rb[l] = in_tile(l, BN * BK) && in_depth(kd) ? b.at(b_rows[l], b_depth(kd)) : T(0);
         }
     };
+{% if math == "bf16" %}
+    auto put = [&](T* as, T* bs) {        // bfloat16 pairs (bf16_mma.cuh)
+#pragma unroll
+        for (int l = 0; l < A_LOADS; ++l)
+            if (in_tile(l, BM * BK))
+                store_tile(as, LDS_A, load_depth<A_ALONG_K, BM>(tid, l), load_row<A_ALONG_K, BM>(tid, l), ra[l]);
+#pragma unroll
+        for (int l = 0; l < B_LOADS; ++l)
+            if (in_tile(l, BN * BK)) store_tile(bs, LDS_B, load_depth<true, BN>(tid, l), load_row<true, BN>(tid, l), rb[l]);
+    };
+{% else %}
 {% if math == "tf32" %}
     auto stored = [](T x) { return __uint_as_float(round_tf32(x)); };
 {% else %}
@@ -134,6 +146,7 @@ __device__ __forceinline__ void multiply_implicit(const OperandA& a, const Opera
             if (in_tile(l, BN * BK))
                 bs[load_depth<true, BN>(tid, l) * LDS_B + load_row<true, BN>(tid, l)] = stored(rb[l]);
     };
+{% endif %}
     gather(k_begin);
     int stage = 0;
     for (int k0 = k_begin; k0 < k_end; k0 += BK, stage ^= 1) {

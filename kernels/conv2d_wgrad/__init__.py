@@ -87,7 +87,7 @@ def default_candidates(p: Problem, d):
 
     first = covering(p.f, PARAMS["bm"]), covering(p.cols, PARAMS["bn"][:4])
     if p.dtype == "float32" and p.f >= 16 and p.cols >= 32:
-        math = "3xtf32" if p.precision == "fp32" else "tf32"
+        math = conv2d.MMA_MATH[p.precision]
         for bm, bn in ((first[0], first[1]), (16, first[1]), (first[0], 32)):
             for threads in (128, 256):
                 for ty in (8, 16, 32):
