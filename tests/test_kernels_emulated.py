@@ -768,7 +768,8 @@ TENSOR_CORE_CONVS = [((6, 3, 9, 7, 20, 3), "relu", "fp32"),      # M = 210, F = 
                      ((1, 5, 6, 6, 33, 2), "sigmoid", "tf32"),   # F = 33: a third, one-column N tile
                      ((3, 17, 5, 4, 16, 3), None, "fp32"),       # 17 channels: depths 153 and 144
                      ((2, 2, 8, 9, 16, 6), "relu", "tf32"),      # 36 taps: backward data's 64-bit tap masks
-                     ((4, 5, 7, 6, 24, 3), "sigmoid", "bf16")]   # BF16 MMAs: depth 45, odd channels
+                     ((4, 5, 7, 6, 24, 3), "sigmoid", "bf16"),   # BF16 MMAs: depth 45, odd channels
+                     ((2, 8, 6, 6, 16, 2), None, "tf32")]        # depths 32 and 64: whole slices, no K check
 
 
 def tensor_core_configs(fam, p, seed):
