@@ -13,7 +13,8 @@
 // The PTX the GEMM uses: cp.async copies are queued per thread and done at the wait_group that
 // requires them (the latest a GPU may land them, so a missing wait reads stale shared memory); the
 // warp's mma.sync m16n8k8 gathers the 32 lanes' fragments in the warp's slots, like a shuffle, and
-// sums the products of their TF32 values (the top 19 bits) in double (m16n8k16's of bfloat16 pairs alike). A warpgroup's wgmma reads
+// sums the products of their TF32 values (the top 19 bits) in double (m16n8k16 its bfloat16 pairs'
+// alike). A warpgroup's wgmma reads
 // its operands (TF32 or bfloat16) from shared memory through their descriptors (start, stride of
 // 8-row atoms, the 128- or 64-byte swizzle; for transposed bfloat16, 64-row blocks of 128-byte k
 // rows) as it is issued, or A from registers, gathered from the warp's lanes as mma.sync's
@@ -321,9 +322,9 @@ inline void mma_sync_aligned_m16n8k8_row_col_f32_tf32_tf32_f32(float& d0, float&
 // The bfloat16 value of the low (half 0) or high (half 1) 16 bits of a 32-bit fragment register.
 inline double bf16_value(uint32_t u, unsigned half) { return std::bit_cast<float>((u >> (16 * half)) << 16); }
 
-// D (16 x 8) = A (16 x 16, row-major) B (16 x 8, column-major) + C in bfloat16, C = D, for the lane
-// (g, t): A's registers a0 a1 a2 a3 hold rows g, g+8, g, g+8 at k 2t, 2t+1 (low half first), then
-// a2, a3 at k 2t+8, 2t+9; B's b0, b1 column g at k 2t, 2t+1 and 2t+8, 2t+9; D as m16n8k8's.
+// D (16 x 8, float32) = A (16 x 16, bfloat16, row-major) B (16 x 8, bfloat16, column-major) + C,
+// C = D, for the lane (g, t): a0, a1 hold rows g, g+8 at k 2t, 2t+1 (the lower k in the low half);
+// a2, a3 the same rows at k 2t+8, 2t+9; b0, b1 column g at k 2t, 2t+1 and 2t+8, 2t+9; D as m16n8k8's.
 inline void mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32(float& d0, float& d1, float& d2, float& d3,
                                                                  unsigned a0, unsigned a1, unsigned a2, unsigned a3,
                                                                  unsigned b0, unsigned b1) {
@@ -334,7 +335,9 @@ inline void mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32(float& d0, float
     auto a = [&](unsigned r, unsigned k) {
         return bf16_value(block->fragments[base + r % 8 * 4 + k % 8 / 2][(r >= 8) + 2 * (k >= 8)], k % 2);
     };
-    auto b = [&](unsigned k, unsigned n) { return bf16_value(block->fragments[base + n * 4 + k % 8 / 2][4 + (k >= 8)], k % 2); };
+    auto b = [&](unsigned k, unsigned n) {
+        return bf16_value(block->fragments[base + n * 4 + k % 8 / 2][4 + (k >= 8)], k % 2);
+    };
     float* d[4] = {&d0, &d1, &d2, &d3};
     for (unsigned i = 0; i < 4; ++i) {
         const unsigned row = lane / 4 + 8 * (i / 2), col = lane % 4 * 2 + i % 2;

@@ -769,7 +769,8 @@ TENSOR_CORE_CONVS = [((6, 3, 9, 7, 20, 3), "relu", "fp32"),      # M = 210, F = 
                      ((3, 17, 5, 4, 16, 3), None, "fp32"),       # 17 channels: depths 153 and 144
                      ((2, 2, 8, 9, 16, 6), "relu", "tf32"),      # 36 taps: backward data's 64-bit tap masks
                      ((4, 5, 7, 6, 24, 3), "sigmoid", "bf16"),   # BF16 MMAs: depth 45, odd channels
-                     ((2, 8, 6, 6, 16, 2), None, "tf32")]        # depths 32 and 64: whole slices, no K check
+                     ((2, 8, 6, 6, 16, 2), None, "tf32"),        # depths 32 and 64: whole slices, no K check
+                     ((1, 16, 4, 4, 512, 3), "relu", "tf32")]    # backward data's 4608 taps: too many to tabulate
 
 
 def tensor_core_configs(fam, p, seed):
@@ -828,6 +829,9 @@ def test_convolutions_on_tensor_cores_match_float64_on_the_cpu(tmp_path):
                       (launch, db, want["db"][:2], pw.depth, "float32", precision)]
     maths = {launch.instance.config.math for launch, *_ in cases}
     assert {"3xtf32", "tf32", "bf16"} <= maths, maths
+    tables = {"TABULATED = true" in launch.instance.source for launch, *_ in cases
+              if launch.instance.name.startswith("conv2d_dgrad_f") and launch.instance.config.stages == 2}
+    assert tables == {True, False}, tables                  # backward data's gather with and without depth tables
     for name in ("conv2d", "conv2d_dgrad", "conv2d_wgrad"):        # each direction's gathers, both loops
         stages = {launch.instance.config.stages for launch, *_ in cases if launch.instance.name.startswith(name + "_f")}
         assert stages == {1, 2}, (name, stages)

@@ -136,10 +136,20 @@ def pad_elements(c) -> int:
     return 0 if not c.pad else 4 if c.math == "fma" else 8
 
 
+# The two-stage gather's depth tables take at most this much shared memory; past it (a layer of
+# thousands of taps) the gather decodes each depth instead (implicit_gemm.cuh: TABULATED).
+MAX_TABLE_BYTES = 48 * 1024
+
+
+def depth_tables(c, p: Problem) -> bool:
+    """Whether `c`'s gather reads its depth states from tables in shared memory."""
+    return c.stages > 1 and p.DEPTH_TABLE_BYTES * p.depth <= MAX_TABLE_BYTES
+
+
 def smem_bytes(c, p: Problem) -> int:
-    """Each stage's two tiles; with two stages, the depth tables after them."""
+    """Each stage's two tiles; then the depth tables, where the gather has them."""
     pad = pad_elements(c)
-    tables = p.DEPTH_TABLE_BYTES * p.depth if c.stages > 1 else 0
+    tables = p.DEPTH_TABLE_BYTES * p.depth if depth_tables(c, p) else 0
     return c.stages * c.bk * (c.bm + pad + c.bn + pad) * ITEMSIZE[p.dtype] + tables
 
 
@@ -191,9 +201,9 @@ def default_candidates(p: Problem, d):
 
 def _mma_candidates(p: Problem, bn: int):
     """Tensor-core configs of BN = bn columns, 3xTF32 for an FP32-accurate call, TF32 or BF16 for
-    one at those precisions (MMA_MATH): 128 or
-    64 rows, 256 or 128 threads, each warp 8 x 4 threads of 16 x 8 MMA tiles (RM x RN accumulators
-    a thread, both even); the widest BK that the gather's bound allows."""
+    one at those precisions (MMA_MATH): 128 or 64 rows, 256 or 128 threads, each warp 8 x 4
+    threads of 16 x 8 MMA tiles (RM x RN accumulators a thread, both even); the widest BK that the
+    gather's bound allows."""
     math = MMA_MATH[p.precision]
     for bm in (128, 64):
         for threads in (256, 128):
@@ -208,8 +218,8 @@ def _mma_candidates(p: Problem, bn: int):
 
 def at_precision(cfg: dict, precision: str) -> dict:
     """A config of a more accurate arithmetic's record, for a call at `precision`: 3xTF32's tiles
-    with TF32 products at tf32 (as the GEMM's), either's with BF16 products at bf16 (the constraints
-    keep a one-stage config's math)."""
+    with TF32 products at tf32 (as the GEMM's); at bf16 either's with BF16 products where its gather
+    has two stages (BF16's only), else TF32's."""
     if precision == "bf16" and cfg["math"] in ("3xtf32", "tf32") and cfg["stages"] > 1:
         return dict(cfg, math="bf16")
     return gemm_at_precision(cfg, precision)
@@ -220,7 +230,7 @@ def template_args(c, p: Problem) -> dict:
     epilogue = "bias" if p.activation is None else f"bias_{p.activation}"
     return dict(c, ctype=DTYPES[p.dtype], channels=p.c, height=p.h, width=p.w, filters=p.f, kernel=p.k,
                 epilogue=epilogue, pad_elements=pad_elements(c), smem_vec_a=min(c.tm, widest),
-                smem_vec_b=min(c.tn, widest))
+                smem_vec_b=min(c.tn, widest), depth_tables=depth_tables(c, p))
 
 
 def instance_name(c, p: Problem, family: str = NAME) -> str:

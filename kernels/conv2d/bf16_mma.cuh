@@ -23,7 +23,7 @@ __device__ __forceinline__ void mma_bf16(float& d0, float& d1, float& d2, float&
 // Stores x, element (k, row) of a tile of leading dimension ld (words), rounded to bfloat16 into
 // its k pair's word.
 __device__ __forceinline__ void store_tile(T* tile, int ld, int k, int row, T x) {
-    reinterpret_cast<unsigned short*>(tile)[((k >> 1) * ld + row) * 2 + (k & 1)] = bf16x2(x, 0.0f) & 0xffffu;
+    store_bf16<1>(reinterpret_cast<unsigned short*>(tile) + ((k >> 1) * ld + row) * 2 + (k & 1), Vec<1>{x});
 }
 
 // acc += this BK slice of the A tile x B tile. Lane (g, t) = (lane / 4, lane % 4) holds, of MMA tile
@@ -36,7 +36,7 @@ __device__ __forceinline__ void multiply_tiles(const T* __restrict__ as, const T
     const int wm = (warp / WARPS_N) * WM, wn = (warp % WARPS_N) * WN;
     const unsigned* a_words = reinterpret_cast<const unsigned*>(as);
     const unsigned* b_words = reinterpret_cast<const unsigned*>(bs);
-#pragma unroll 1
+#pragma unroll 1                            // one step's fragments live at a time, as in 3xtf32.cuh
     for (int kc = 0; kc < BK; kc += 16) {
         const int p0 = kc / 2 + t, p1 = p0 + 4;     // the pairs (2t, 2t+1) and (2t+8, 2t+9) of the step
         unsigned a[MT][4], b[NT][2];

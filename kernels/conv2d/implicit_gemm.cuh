@@ -36,10 +36,11 @@ __device__ __forceinline__ void multiply_implicit(GatherA a, GatherB b, int k_be
 // thread (row(i), fixed across slices), a depth state (depth(kd)), and at(row, depth), the element
 // (zero past the operand's rows). Where the block's threads are a multiple of BM (of BK along K) a
 // thread's elements share their row (depth), decoded once. An operand whose depth state costs
-// divisions (TABULATED) has it decoded once a block for every depth of [k_begin, k_end), into a
-// table in shared memory that each gather reads. Under TF32 each element is rounded as it is stored,
-// once, not at each fragment read (the MMAs take the tiles' bits as they are: rounded_tiles); under
-// BF16 rounded to bfloat16 and stored in k pairs (bf16_mma.cuh's store_tile).
+// divisions (TABULATED, where the table fits: conv2d.MAX_TABLE_BYTES) has it decoded once a block
+// for every depth of [k_begin, k_end), into a table in shared memory that each gather reads.
+// Under TF32 each element is rounded as it is stored, once, not at each fragment read (the MMAs
+// take the tiles' bits as they are: rounded_tiles); under BF16 rounded to bfloat16 and stored in k
+// pairs (bf16_mma.cuh's store_tile).
 
 constexpr int A_LOADS = (BM * BK + THREADS - 1) / THREADS, B_LOADS = (BN * BK + THREADS - 1) / THREADS;
 constexpr int STAGE_ELEMS = BK * (LDS_A + LDS_B);
@@ -128,7 +129,8 @@ __device__ __forceinline__ void multiply_implicit(const OperandA& a, const Opera
                 store_tile(as, LDS_A, load_depth<A_ALONG_K, BM>(tid, l), load_row<A_ALONG_K, BM>(tid, l), ra[l]);
 #pragma unroll
         for (int l = 0; l < B_LOADS; ++l)
-            if (in_tile(l, BN * BK)) store_tile(bs, LDS_B, load_depth<true, BN>(tid, l), load_row<true, BN>(tid, l), rb[l]);
+            if (in_tile(l, BN * BK))
+                store_tile(bs, LDS_B, load_depth<true, BN>(tid, l), load_row<true, BN>(tid, l), rb[l]);
     };
 {% else %}
 {% if math == "tf32" %}

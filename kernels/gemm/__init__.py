@@ -122,17 +122,17 @@ def _mma(check):
 # family that includes them (its bm, bn, bk, ty, tx, tm, tn, pad and math; its problem's dtype and
 # precision): this one's, and the implicit-GEMM convolutions'.
 MMA_CONSTRAINTS = (
-    ("3xtf32 and tf32 are float32 math on tensor cores of compute capability 8.0 or newer",
+    ("the tensor-core maths are float32 math on tensor cores of compute capability 8.0 or newer",
      _mma(lambda c, p, d: p.dtype == "float32" and float(d.compute_capability) >= 8.0)),
     ("tf32's products are TF32's: it computes calls at precision tf32 or bf16 only",
      lambda c, p, d: c.math != "tf32" or p.precision != "fp32"),
-    ("3xtf32 and tf32 need TM=1, TN=2 (each thread owns the MMA fragment's 1 x 2 micro-tiles)",
+    ("the tensor-core maths need TM=1, TN=2 (each thread owns the MMA fragment's 1 x 2 micro-tiles)",
      _mma(lambda c, p, d: (c.tm, c.tn) == (1, 2))),
-    ("3xtf32 and tf32 make warps of 8 x 4 threads: TY must be a multiple of 8 and TX of 4",
+    ("the tensor-core maths make warps of 8 x 4 threads: TY must be a multiple of 8 and TX of 4",
      _mma(lambda c, p, d: c.ty % 8 == 0 and c.tx % 4 == 0)),
-    ("3xtf32 and tf32 warp tiles need a whole number of 16-row MMA tiles: BM/TY must be even",
+    ("the tensor-core maths' warp tiles need a whole number of 16-row MMA tiles: BM/TY must be even",
      _mma(lambda c, p, d: (c.bm // c.ty) % 2 == 0)),
-    ("3xtf32 and tf32 read K 16 at a time from padded tiles: BK must be 16 or 32, and pad true",
+    ("the tensor-core maths read K 16 at a time from padded tiles: BK must be 16 or 32, and pad true",
      _mma(lambda c, p, d: c.bk % 16 == 0 and c.pad)),
 )
 
