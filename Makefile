@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 FASHION = /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: train test test-gpu bench tune gpu-check scaling data install clean
+.PHONY: train test test-gpu bench tune tune-cnn gpu-check scaling data install clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,15 @@ tune:  ## on a GPU: tune the kernels of the default, grading and large networks'
 	$(PYTHON) -m autogemm.cli tune --shapes nn --hidden 100 --ranks 1,4
 	$(PYTHON) -m autogemm.cli tune --shapes nn --hidden 4096 --batch 8192 --timeout 25
 	$(PYTHON) -m autogemm.cli tune --stale
+
+# Issue 41's public CNN stacks: TensorFlow's MNIST network, two 3 x 3 stacks, LeNet-5
+CNN_STACKS ?= conv32x5,pool2,conv64x5,pool2,dense1024 conv16x3,conv16x3,pool2,conv32x3,conv32x3,pool2,dense256 \
+  conv64x3,pool2,conv128x3,pool2,dense256 conv6x5,pool2,conv16x5,pool2,dense120,dense84
+CONV_FAMILIES = conv2d,conv2d_dgrad,conv2d_wgrad,conv2d_direct,conv2d_dgrad_direct,conv2d_wgrad_direct
+tune-cnn:  ## on a GPU: tune every convolution of the CNN_STACKS' steps, fp32 and tf32 (bf16 calls run the tf32 records' tiles on BF16 MMAs)
+	for stack in $(CNN_STACKS); do for precision in fp32 tf32; do \
+	  $(PYTHON) -m autogemm.cli tune --layers $$stack --families $(CONV_FAMILIES) --precision $$precision \
+	    --trials 24 --timeout 8 || exit 1; done; done
 
 OUT ?= gpu-check
 gpu-check:  ## on a GPU machine, one visit: gpu tests, GEMMs vs cuBLAS, the step's operations, epochs vs PyTorch; logs in $(OUT)/
