@@ -9,7 +9,9 @@ opcode. Needs nvcc and cuobjdump (with nvdisasm) on PATH.
 import argparse
 import collections
 import re
+import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -40,11 +42,19 @@ def main():
     p.add_argument("layer", help="NxCxHxWxFxK: the forward convolution's sizes")
     p.add_argument("precision", choices=("fp32", "tf32", "bf16"))
     args = p.parse_args()
+    if not re.fullmatch(r"\d+(x\d+){5}", args.layer):
+        p.error(f"layer {args.layer!r}: give the forward convolution as NxCxHxWxFxK, e.g. 1000x32x12x12x64x5")
+    missing = [tool for tool in ("nvcc", "cuobjdump", "nvdisasm") if not shutil.which(tool)]
+    if missing:
+        sys.exit(f"sass_loop: {', '.join(missing)} not on PATH (the CUDA toolkit's; cuobjdump needs nvdisasm)")
     sizes = tuple(int(s) for s in args.layer.split("x"))
     with tempfile.TemporaryDirectory() as tmp:
         for name in DIRECTIONS:
             fam = family(name)
-            problem = fam.module.problem_of(sizes, "-", "float32" if args.precision == "fp32" else args.precision)
+            try:
+                problem = fam.module.problem_of(sizes, "-", "float32" if args.precision == "fp32" else args.precision)
+            except ValueError as exc:
+                sys.exit(f"sass_loop: {name} {args.layer}: {exc}")
             cfg = fam.candidates(problem, H100)[0]
             source = Path(tmp, f"{name}.cu")
             source.write_text(render(fam.module.TEMPLATE, name=fam.instance_name(cfg, problem),

@@ -21,9 +21,10 @@ __device__ __forceinline__ void mma_bf16(float& d0, float& d1, float& d2, float&
 }
 
 // Stores x, element (k, row) of a tile of leading dimension ld (words), rounded to bfloat16 into
-// its k pair's word.
+// its k pair's word. (Through bf16.cuh's store_bf16<1> ptxas made the forward's main loop 161
+// instructions, not 145: benchmarks/sass_loop.py.)
 __device__ __forceinline__ void store_tile(T* tile, int ld, int k, int row, T x) {
-    store_bf16<1>(reinterpret_cast<unsigned short*>(tile) + ((k >> 1) * ld + row) * 2 + (k & 1), Vec<1>{x});
+    reinterpret_cast<unsigned short*>(tile)[((k >> 1) * ld + row) * 2 + (k & 1)] = bf16x2(x, 0.0f) & 0xffffu;
 }
 
 // acc += this BK slice of the A tile x B tile. Lane (g, t) = (lane / 4, lane % 4) holds, of MMA tile
