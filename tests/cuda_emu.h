@@ -299,53 +299,49 @@ inline double fragment_a(unsigned base, unsigned r, unsigned k) {
     return tf32_value(block->fragments[base + r % 8 * 4 + k % 4][(r >= 8) + 2 * (k >= 4)]);
 }
 
-// D (16 x 8) = A (16 x 8, row-major) B (8 x 8, column-major) + C, C = D, for the lane (g, t) =
-// (lane / 4, lane % 4): A as fragment_a says; B k t, t+4 of column g; D rows g, g+8 at columns 2t, 2t+1.
-inline void mma_sync_aligned_m16n8k8_row_col_f32_tf32_tf32_f32(float& d0, float& d1, float& d2, float& d3,
-                                                                unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                                                unsigned b0, unsigned b1) {
+// A warp's MMA, D (16 x 8) = A (16 x K) B (K x 8) + C, C = D, summed in double: each lane
+// publishes its fragment registers in block->fragments, a(base, r, k) and b(base, k, n) read the
+// warp's operands from them (its first lane `base`), and the lane (g, t) = (lane / 4, lane % 4)
+// gets D rows g, g+8 at columns 2t, 2t+1.
+template <unsigned K, class OperandA, class OperandB>
+inline void warp_mma(float* const (&d)[4], const std::array<uint32_t, 6>& registers, OperandA a, OperandB b) {
     const unsigned t = emu_thread(), lane = t % 32, base = t - lane;
     Barrier& warp = *block->warps[t / 32];
-    block->fragments[t] = {a0, a1, a2, a3, b0, b1};
+    block->fragments[t] = registers;
     warp.arrive_and_wait();
-    auto b = [&](unsigned k, unsigned n) { return tf32_value(block->fragments[base + n * 4 + k % 4][4 + (k >= 4)]); };
-    float* d[4] = {&d0, &d1, &d2, &d3};
     for (unsigned i = 0; i < 4; ++i) {
         const unsigned row = lane / 4 + 8 * (i / 2), col = lane % 4 * 2 + i % 2;
         double sum = *d[i];
-        for (unsigned k = 0; k < 8; ++k) sum += fragment_a(base, row, k) * b(k, col);
+        for (unsigned k = 0; k < K; ++k) sum += a(base, row, k) * b(base, k, col);
         *d[i] = float(sum);
     }
     warp.arrive_and_wait();
 }
 
+// m16n8k8 on TF32: A as fragment_a says; B k t, t+4 of column g.
+inline void mma_sync_aligned_m16n8k8_row_col_f32_tf32_tf32_f32(float& d0, float& d1, float& d2, float& d3,
+                                                                unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                                                unsigned b0, unsigned b1) {
+    warp_mma<8>({&d0, &d1, &d2, &d3}, {a0, a1, a2, a3, b0, b1}, fragment_a, [](unsigned base, unsigned k, unsigned n) {
+        return tf32_value(block->fragments[base + n * 4 + k % 4][4 + (k >= 4)]);
+    });
+}
+
 // The bfloat16 value of the low (half 0) or high (half 1) 16 bits of a 32-bit fragment register.
 inline double bf16_value(uint32_t u, unsigned half) { return std::bit_cast<float>((u >> (16 * half)) << 16); }
 
-// D (16 x 8, float32) = A (16 x 16, bfloat16, row-major) B (16 x 8, bfloat16, column-major) + C,
-// C = D, for the lane (g, t): a0, a1 hold rows g, g+8 at k 2t, 2t+1 (the lower k in the low half);
-// a2, a3 the same rows at k 2t+8, 2t+9; b0, b1 column g at k 2t, 2t+1 and 2t+8, 2t+9; D as m16n8k8's.
+// m16n8k16 on bfloat16 (D float32): a0, a1 hold rows g, g+8 at k 2t, 2t+1 (the lower k in the low
+// half); a2, a3 the same rows at k 2t+8, 2t+9; b0, b1 column g at k 2t, 2t+1 and 2t+8, 2t+9.
 inline void mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32(float& d0, float& d1, float& d2, float& d3,
                                                                  unsigned a0, unsigned a1, unsigned a2, unsigned a3,
                                                                  unsigned b0, unsigned b1) {
-    const unsigned t = emu_thread(), lane = t % 32, base = t - lane;
-    Barrier& warp = *block->warps[t / 32];
-    block->fragments[t] = {a0, a1, a2, a3, b0, b1};
-    warp.arrive_and_wait();
-    auto a = [&](unsigned r, unsigned k) {
+    auto a = [](unsigned base, unsigned r, unsigned k) {
         return bf16_value(block->fragments[base + r % 8 * 4 + k % 8 / 2][(r >= 8) + 2 * (k >= 8)], k % 2);
     };
-    auto b = [&](unsigned k, unsigned n) {
+    auto b = [](unsigned base, unsigned k, unsigned n) {
         return bf16_value(block->fragments[base + n * 4 + k % 8 / 2][4 + (k >= 8)], k % 2);
     };
-    float* d[4] = {&d0, &d1, &d2, &d3};
-    for (unsigned i = 0; i < 4; ++i) {
-        const unsigned row = lane / 4 + 8 * (i / 2), col = lane % 4 * 2 + i % 2;
-        double sum = *d[i];
-        for (unsigned k = 0; k < 16; ++k) sum += a(row, k) * b(k, col);
-        *d[i] = float(sum);
-    }
-    warp.arrive_and_wait();
+    warp_mma<16>({&d0, &d1, &d2, &d3}, {a0, a1, a2, a3, b0, b1}, a, b);
 }
 
 // mbarriers, by their shared address: a phase completes when its `count` arrivals are in; a wait
