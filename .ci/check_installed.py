@@ -4,6 +4,7 @@ template file of the checkout is in it, and every kernel family renders from it.
 
     python check_installed.py CHECKOUT
 """
+import itertools
 import subprocess
 import sys
 from importlib import metadata
@@ -39,19 +40,17 @@ def main(checkout: Path) -> int:
     hashes = {name: family(name).template_hash for name in FAMILIES}
     for name in FAMILIES:
         fam = family(name)
-        for op in ops(name):
-            for dtype in dtypes(name):
-                # a convolution of LeNet's and a wide one (its seeds on tensor cores at every precision)
-                shapes = {"conv2d": ((1000, 1, 28, 28, 6, 3), (1000, 32, 12, 12, 64, 5)),
-                          "pool2x2": ((1000, 6, 26, 26),)}.get(name.split("_")[0], ((800, 10, 784)[:arity(name)],))
-                for sizes in shapes:
-                    problem = problem_of(make_key(name, sizes, op, dtype))
-                    for cfg in fam.candidates(problem, H100) + fam.sample(problem, H100, 8):
-                        source = fam.instance(cfg, problem).source
-                        if f"{fam.instance_name(cfg, problem)}(" not in source:
-                            return fail(f"{name}: the kernel rendered for {dict(cfg)} does not define its symbol")
-                        used.update(fam.helper_templates(cfg))
-                        fam.code_hash(cfg, problem)
+        # a convolution of LeNet's and a wide one (its seeds on tensor cores at every precision)
+        shapes = {"conv2d": ((1000, 1, 28, 28, 6, 3), (1000, 32, 12, 12, 64, 5)),
+                  "pool2x2": ((1000, 6, 26, 26),)}.get(name.split("_")[0], ((800, 10, 784)[:arity(name)],))
+        for op, dtype, sizes in itertools.product(ops(name), dtypes(name), shapes):
+            problem = problem_of(make_key(name, sizes, op, dtype))
+            for cfg in fam.candidates(problem, H100) + fam.sample(problem, H100, 8):
+                source = fam.instance(cfg, problem).source
+                if f"{fam.instance_name(cfg, problem)}(" not in source:
+                    return fail(f"{name}: the kernel rendered for {dict(cfg)} does not define its symbol")
+                used.update(fam.helper_templates(cfg))
+                fam.code_hash(cfg, problem)
     unused = sorted(name for name in kernel_files(installed) if not name.endswith(".py") and name not in used)
     if unused:
         return fail(f"no config of any family rendered {', '.join(unused)}")
