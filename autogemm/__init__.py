@@ -24,7 +24,7 @@ _WHERE = {
     "cublas_gemm": "autogemm.ops.cublas",
     # the CNN's: NCHW images, (F, C, K, K) filters
     **dict.fromkeys(["conv2d", "conv2d_backward_data", "conv2d_backward_weights", "maxpool2x2",
-                     "maxpool2x2_backward"], "autogemm.ops.conv"),
+                     "maxpool2x2_backward", "fuses_pool"], "autogemm.ops.conv"),
     # errors: every one is a one-line message for the user
     **dict.fromkeys(["AutogemmError", "BadArguments", "CompileError", "InvalidConfig", "StoreError"],
                     "autogemm.errors"),
@@ -37,6 +37,7 @@ _WHERE = {
     # op of a launch whose family has none, a GEMM launch's (layout and epilogue); the families that
     # compute one call (all tuned, the fastest runs)
     "Target": "autogemm.store.keys", "NO_OP": "kernels.contract", "gemm_key_op": "kernels.gemm.call",
+    "CONV_POOL_OP": "kernels.conv2d",
     "IMPLEMENTATIONS": "kernels",
     # what the tuned records say of a launch's time (cost models), the arithmetics a family's keys name
     **dict.fromkeys(["measured", "Measured", "has_records"], "autogemm.store.lookup"),
@@ -47,7 +48,7 @@ _WHERE = {
     "LINEAR_BACKWARD_TRANSPOSED": "kernels.linear_backward",
 }
 # A public name that is another name in its module.
-_RENAMED = {"key_dtypes": "dtypes", "gemm_key_op": "key_op", "GEMM_EPILOGUES": "EPILOGUES",
+_RENAMED = {"key_dtypes": "dtypes", "CONV_POOL_OP": "POOL", "gemm_key_op": "key_op", "GEMM_EPILOGUES": "EPILOGUES",
             "GEMM_PRECISIONS": "PRECISIONS", "LINEAR_XENT_MAX_CLASSES": "MAX_CLASSES",
             "LINEAR_BACKWARD_MAX_CLASSES": "MAX_CLASSES", "LINEAR_BACKWARD_TRANSPOSED": "TRANSPOSED"}
 

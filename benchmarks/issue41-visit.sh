@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 41 (CNNs on tensor cores) on one GPU. From the repository root:
-#   source .device/env.sh && bash benchmarks/issue41-visit.sh check|gather|layers|accuracy|train [STACK...]
+#   source .device/env.sh && bash benchmarks/issue41-visit.sh check|gather|layers|accuracy|train|profile|tune [STACK...]
 # check: the gpu tests of the convolutions (every direction on tensor cores) and of the CNN trainer.
 # gather: benchmarks/issue41_gather.py on the wide layers (GATHER_LAYERS), and the same in the tree
 # at $BASE (an older commit's files) where given, for a before/after of the implicit GEMMs.
@@ -10,6 +10,11 @@
 # each one's test accuracy (tf32 and bf16 should stay within 0.3 points of fp32).
 # train: nn.bench of each stack (and LeNet at batch 1000 and 128, unless LENET=0): the tuned trainer
 # at fp32, tf32 and bf16 against PyTorch + cuDNN in a CUDA graph at the same precision, the same visit.
+# profile: nn.profile of LeNet (nn.layers.LENET) at batch 1000 and 128 and of each stack at batch
+# 1000, on the tuned backend at fp32 and bf16: each launch of the step alone, and the whole step.
+# tune: `autogemm tune` of LeNet (batch 1000 and 128) and of each stack at fp32, the families in
+# $FAMILIES (default: the direct convolutions, whose records serve every precision); the tuned file
+# is copied to $OUT/issue41/tuned/.
 # STACK: issue 41's public stacks by default (s1..s4 below), or given specs (numbered s1.. in order).
 # Everything lands in $OUT/issue41.tar.gz; a table last.
 set -uo pipefail
@@ -126,8 +131,43 @@ train)
     fi
     cat "$work"/train-*.txt | grep "ms/epoch\|skipped\|rror" | sort -k1,1 -s
     ;;
+profile)
+    lenet=$(python -c "from nn.layers import LENET; print(LENET)")
+    runs=("lenet-b1000 $lenet 1000" "lenet-b128 $lenet 128")
+    i=0
+    for stack in "${stacks[@]}"; do
+        i=$((i + 1))
+        runs+=("s$i $stack 1000")
+    done
+    for run in "${runs[@]}"; do
+        read -r name spec batch <<< "$run"
+        for backend in cupy-tuned cupy-tuned-bf16; do
+            timeout -s INT 120 python -m nn.profile --layers "$spec" --batch "$batch" --backend "$backend" \
+                --json "$work/profile-$name-$backend.json" > "$work/profile-$name-$backend.txt" 2>&1
+            echo "$name $backend: exit $? $(grep -o 'whole step.*' "$work/profile-$name-$backend.txt")"
+        done
+    done
+    cat "$work"/profile-lenet-b*.txt
+    ;;
+tune)
+    families=${FAMILIES:-conv2d_direct,conv2d_dgrad_direct,conv2d_wgrad_direct}
+    timeout -s INT 150 python -m autogemm.cli tune --model lenet --families "$families" --trials 24 --timeout 8 \
+        > "$work/tune-lenet.txt" 2>&1
+    echo "lenet: exit $?"
+    timeout -s INT 150 python -m autogemm.cli tune --model lenet --batch 128 --families "$families" --trials 24 \
+        --timeout 8 > "$work/tune-lenet-b128.txt" 2>&1
+    echo "lenet b128: exit $?"
+    i=0
+    for stack in "${stacks[@]}"; do
+        i=$((i + 1))
+        timeout -s INT 150 python -m autogemm.cli tune --layers "$stack" --families "$families" --trials 24 \
+            --timeout 8 > "$work/tune-s$i.txt" 2>&1
+        echo "s$i: exit $?"
+    done
+    mkdir -p "$work/tuned" && cp tuned/*.json "$work/tuned/"
+    ;;
 *)
-    echo "unknown phase $phase (check, gather, layers, accuracy, train)" >&2
+    echo "unknown phase $phase (check, gather, layers, accuracy, train, profile, tune)" >&2
     exit 2
     ;;
 esac

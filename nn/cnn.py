@@ -4,12 +4,18 @@ Layer l maps A_{l-1} to A_l (A_{-1} = X, the images viewed as (n, C, H, W)): a c
 activation, a 2 x 2 max-pool, or a dense layer and the activation; the last dense layer gives the
 logits Z, and softmax + cross-entropy the loss. Only the activations A_l are kept: act'(Z) is a
 function of A, and a pool's backward pass needs only where each window's maximum was.
+
+A 2 x 2 pool of a narrow convolution's output (autogemm.fuses_pool) is fused into it: the
+convolution writes the pooled A and the positions of the maxima, never its own A; the pool's
+backward pass into the backward data pass of a narrow convolution above it, which writes the
+gradient below the pool. Each pool so fused saves a launch and a pass over the unpooled maps.
 """
 import contextlib
 import math
 
 import numpy as np
 
+import autogemm
 from nn.allreduce import merge_buckets
 from nn.backends import ACTIVATIONS, Backend
 from nn.backends.numpy_cnn import ADAM
@@ -56,6 +62,21 @@ class CNN:
         """Whether A_l is an activation's output (conv and hidden dense layers; not pools, not the logits)."""
         return self.layers[l].kind != "pool" and l < len(self.layers) - 1
 
+    def pool_fused_forward(self, l: int) -> bool:
+        """Whether layer l is a 2 x 2 pool that the narrow convolution below it computes
+        (autogemm.fuses_pool): A_{l-1} is never formed."""
+        layers = self.layers
+        return (0 < l < len(layers) - 1 and layers[l].kind == "pool" and layers[l].width == 2
+                and layers[l - 1].kind == "conv" and _narrow(layers[l - 1]))
+
+    def pool_fused_backward(self, l: int) -> bool:
+        """Whether layer l is a 2 x 2 pool whose backward pass the narrow convolution above it does
+        (in its backward data pass; the pool's input of even sides, a gradient to carry below it)."""
+        layers = self.layers
+        return (0 < l < len(layers) - 1 and layers[l].kind == "pool" and layers[l].width == 2
+                and layers[l].shape_in[1] % 2 == 0 and layers[l].shape_in[2] % 2 == 0
+                and layers[l + 1].kind == "conv" and _narrow(layers[l + 1]))
+
     def buffers(self, rows: int):
         """(acts, wheres) for `rows` rows: A_l (rows, C, H, W) or (rows, N), and each pool's
         positions of its maxima (rows, C, H, W) int8 (None for other layers)."""
@@ -73,7 +94,11 @@ class CNN:
         a = x
         for l, layer in enumerate(self.layers[:-1]):
             out = acts[l][:n]
-            if layer.kind == "conv":
+            if self.pool_fused_forward(l):
+                pass                     # the convolution below wrote it
+            elif layer.kind == "conv" and self.pool_fused_forward(l + 1):
+                bk.conv2d(a, self.W[l], self.b[l], acts[l + 1][:n], self.activation, where=wheres[l + 1][:n])
+            elif layer.kind == "conv":
                 bk.conv2d(a, self.W[l], self.b[l], out, self.activation)
             elif layer.kind == "pool":
                 bk.maxpool2x2(a, out, wheres[l][:n])
@@ -124,6 +149,11 @@ class CNN:
         """0.5 * reg * sum_l ||W_l||^2 (syncs the host)."""
         xp = self.backend.xp
         return 0.5 * reg * sum(float(xp.vdot(w, w)) for w, _ in self.params())
+
+
+def _narrow(conv: Layer) -> bool:
+    """Whether the kernels that fuse a 2 x 2 pool are the ones for this convolution."""
+    return autogemm.fuses_pool(conv.shape_in[0], conv.width, conv.kernel)
 
 
 def as_rows(x):
@@ -216,9 +246,15 @@ class CNNStep:
         m, bk = self.model, self.model.backend
         n, last = self._x.shape[0], len(m.layers) - 1
         for l in reversed(range(len(m.layers))):
+            if m.pool_fused_backward(l):
+                continue                 # the convolution above did its backward pass
             layer, g, a = m.layers[l], self.deltas[l][:n], self._input(l, n)
             below = self.deltas[l - 1][:n] if l > 0 and not (l == last and self._output_carries_down) else None
             aux = a if l > 0 and m.activated(l - 1) else None
+            where = None
+            if l > 0 and m.pool_fused_backward(l - 1):      # the gradient below the pool l-1, at its maxima
+                below, where = self.deltas[l - 2][:n], self.where[l - 1][:n]
+                aux = a if m.activated(l - 2) else None     # the pooled values decide act' at the maxima
             act = m.activation if aux is not None else None     # the derivative to apply, with aux
             if layer.kind != "pool":
                 # beside the gradient carried down; with none to carry, a branch would only add its fork and join
@@ -235,7 +271,7 @@ class CNNStep:
                 bk.gemm(g, m.W[l], as_rows(below), epilogue=f"d{act}" if act else None,
                         aux=None if aux is None else as_rows(aux))
             elif layer.kind == "conv":
-                bk.conv2d_backward_data(g, m.W[l], below, aux, act)
+                bk.conv2d_backward_data(g, m.W[l], below, aux, act, where=where)
             else:   # act' of the pooled layer at each maximum: a function of the pooled value
                 pooled = self.acts[l][:n] if aux is not None else None
                 bk.maxpool2x2_backward(g, self.where[l][:n], below, pooled, act)

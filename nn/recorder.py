@@ -8,7 +8,7 @@ import contextlib
 import numpy as np
 
 import autogemm
-from autogemm import NO_OP
+from autogemm import CONV_POOL_OP, NO_OP
 from nn.backends.base import Backend
 from nn.backends.storage import Storage
 from nn.cnn import CNN, CNNStep, init_cnn_params
@@ -132,15 +132,18 @@ class LaunchRecorder(Backend):
         self._record("elementwise", (rows, cols), "sgd", f"{self.name_of(w)} -= lr {self.name_of(grad)}")
         return w
 
-    def conv2d(self, x, w, b, out, activation=None):
-        role = f"{self.name_of(out)} = {activation or 'linear'}(conv({self.name_of(x)}, {self.name_of(w)}) + {self.name_of(b)})"
-        self._record("conv2d", (*x.shape, *w.shape[::2]), NO_OP, role)
+    def conv2d(self, x, w, b, out, activation=None, where=None):
+        z = f"{activation or 'linear'}(conv({self.name_of(x)}, {self.name_of(w)}) + {self.name_of(b)})"
+        role = f"{self.name_of(out)} = " + (z if where is None else f"maxpool({z})")
+        self._record("conv2d", (*x.shape, *w.shape[::2]), NO_OP if where is None else CONV_POOL_OP, role)
         return out
 
-    def conv2d_backward_data(self, g, w, out, aux=None, activation=None):
-        role = f"{self.name_of(out)} = conv^T({self.name_of(g)}, {self.name_of(w)})" + (
+    def conv2d_backward_data(self, g, w, out, aux=None, activation=None, where=None):
+        dx = f"conv^T({self.name_of(g)}, {self.name_of(w)})" + (
             f" {activation}'({self.name_of(aux)})" if aux is not None else "")
-        self._record("conv2d_dgrad", (*out.shape, *w.shape[::2]), NO_OP, role)
+        role = f"{self.name_of(out)} = " + (dx if where is None else f"maxpool^T({dx})")
+        maps = out.shape if where is None else where.shape
+        self._record("conv2d_dgrad", (*maps, *w.shape[::2]), NO_OP if where is None else CONV_POOL_OP, role)
         return out
 
     def conv2d_backward_weights(self, g, x, dw, db):

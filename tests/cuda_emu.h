@@ -75,6 +75,12 @@ struct int2 {
     int x, y;
 };
 inline int2 make_int2(int x, int y) { return {x, y}; }
+struct alignas(8) float2 {
+    float x, y;
+};
+struct alignas(16) double2 {
+    double x, y;
+};
 
 namespace emu {
 // ---- a block's threads as fibers -----------------------------------------------------------------

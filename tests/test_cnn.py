@@ -36,7 +36,8 @@ def loss(step, x, labels) -> float:
 
 
 @pytest.mark.parametrize("spec, activation", [
-    ("conv3x3,pool2,conv4x2,dense6", "relu"),        # conv after a pool: no act' between them
+    ("conv3x3,pool2,conv4x2,dense6", "relu"),        # conv after a pool: both of the pool's passes fused
+    ("conv2x2,pool2,conv3x2,dense5", "sigmoid"),     # a pool of odd sides: its backward pass alone
     ("conv2x3,conv3x3,pool2,dense5", "sigmoid"),     # conv after conv: act' fused into backward data
     ("conv3x2,pool2,pool2,dense4,dense3", "relu"),   # pool after pool, then dense after dense
     ("dense7", "sigmoid"),                           # no convolution at all: the MLP's path
@@ -61,6 +62,19 @@ def test_the_whole_networks_gradients_match_finite_differences(spec, activation)
                 down = loss(step, x, labels)
                 p[i] = keep
                 assert g[i] == pytest.approx((up - down) / (2 * h), rel=1e-6, abs=1e-9), (spec, p.shape, i)
+
+
+def test_narrow_convolutions_fuse_the_pools_beside_them():
+    """A pool's forward pass goes into the narrow convolution below it, its backward pass into the
+    narrow convolution above it (even sides only); a wide convolution (autogemm.fuses_pool: 800
+    taps of 64 filters) fuses neither."""
+    lenet, _, _ = network(LENET, "relu", image=(1, 28, 28))
+    assert [lenet.pool_fused_forward(l) for l in range(len(lenet.layers))] == [False, True, False, True] + [False] * 4
+    # the second pool's input is 11 x 11 (odd), and a dense layer is above it
+    assert [lenet.pool_fused_backward(l) for l in range(len(lenet.layers))] == [False, True] + [False] * 6
+    tutorial, _, _ = network("conv32x5,pool2,conv64x5,pool2,dense1024", "relu", image=(1, 28, 28))
+    assert [tutorial.pool_fused_forward(l) for l in (1, 3)] == [True, False]
+    assert not any(tutorial.pool_fused_backward(l) for l in range(len(tutorial.layers)))
 
 
 @pytest.mark.parametrize("optimizer, lr", [("adam", 1e-2), ("sgd", 0.5)])

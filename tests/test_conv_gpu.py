@@ -98,3 +98,52 @@ def test_convolutions_on_tensor_cores_match_float64(name, sizes, precision):
             measure.verify(measure.launcher(cfg))
         except Mismatch as exc:
             pytest.fail(f"{name} {dict(cfg)}: {exc}")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("n, c, h, w, f, k, activation", [
+    (1000, 1, 28, 28, 6, 3, "relu"), (1000, 6, 13, 13, 10, 3, "relu"), (128, 6, 12, 12, 16, 5, "sigmoid"),
+    (7, 2, 9, 8, 3, 4, None)])
+def test_a_fused_pool_equals_the_convolution_then_the_pool(n, c, h, w, f, k, activation, dtype):
+    """conv2d with `where` gives maxpool2x2 of the direct kernel's output, bit for bit (each pixel's
+    sum in the same order); conv2d_backward_data with `where`, maxpool2x2_backward of its output
+    (with act' of the pooled values): for the default and sampled configs, odd sides dropped."""
+    import cupy
+
+    import autogemm
+    from autogemm.runtime.device import this_device
+    from autogemm.runtime.family import family
+    from kernels import conv2d, conv2d_dgrad
+
+    rng = np.random.default_rng(n + f)
+    x = cupy.asarray(rng.uniform(0, 1, (n, c, h, w)).astype(dtype))         # X: (N, C, H, W)
+    wt = cupy.asarray((rng.standard_normal((f, c, k, k)) / k).astype(dtype))  # W: (F, C, K, K)
+    b = cupy.asarray(rng.standard_normal(f).astype(dtype))                   # b: (F,)
+    p, device = conv2d.Problem(n, c, h, w, f, k, dtype, activation, pool=True), this_device()
+    z = cupy.empty((n, f, p.out_h, p.out_w), dtype)                          # Z: (N, F, OH, OW)
+    autogemm.conv2d(x, wt, b, z, activation, config=family("conv2d_direct").default(p, device))
+    pooled, where = cupy.empty((n, f, *p.pooled), dtype), cupy.empty((n, f, *p.pooled), np.int8)
+    autogemm.maxpool2x2(z, pooled, where)
+    fam = family("conv2d_direct")
+    for cfg in fam.candidates(p, device)[:2] + fam.sample(p, device, 3, seed=n):
+        got, at = cupy.full_like(pooled, cupy.nan), cupy.full_like(where, -1)
+        autogemm.conv2d(x, wt, b, got, activation, config=cfg, where=at)
+        assert cupy.array_equal(got, pooled) and cupy.array_equal(at, where), cfg
+
+    # backward data of a convolution above pooled maps of f channels: (n, f, h2, w2) from (n, f, 2 h2, 2 w2)
+    h2, w2 = p.pooled
+    if min(h2, w2) < k:
+        return
+    q = conv2d_dgrad.Problem(n, f, h2, w2, c, k, dtype, activation, pool=True)
+    g = cupy.asarray(rng.standard_normal((n, c, q.out_h, q.out_w)).astype(dtype))   # G: (N, C, OH, OW)
+    wd = cupy.asarray((rng.standard_normal((c, f, k, k)) / k).astype(dtype))         # W: (C, F, K, K)
+    aux = pooled if activation else None                                       # the pooled activations
+    dx = cupy.empty((n, f, h2, w2), dtype)
+    autogemm.conv2d_backward_data(g, wd, dx, config=family("conv2d_dgrad_direct").default(q, device))
+    want = cupy.empty((n, f, 2 * h2, 2 * w2), dtype)
+    autogemm.maxpool2x2_backward(dx, where, want, aux, activation)
+    fam = family("conv2d_dgrad_direct")
+    for cfg in fam.candidates(q, device)[:2] + fam.sample(q, device, 3, seed=n):
+        got = cupy.full_like(want, cupy.nan)
+        autogemm.conv2d_backward_data(g, wd, got, aux, activation, config=cfg, where=where)
+        assert cupy.array_equal(got, want), cfg

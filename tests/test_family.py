@@ -462,7 +462,7 @@ def reference_operands(name: str, p, rng) -> dict:
         return {"x": rng.uniform(0, 1, (p.n, p.c, p.h, p.w)), "w": normal((p.f, p.c, p.k, p.k)), "b": normal(p.f)}
     if name == "conv2d_dgrad":
         return {"g": normal((p.n, p.f, p.out_h, p.out_w)), "w": normal((p.f, p.c, p.k, p.k)),
-                "aux": rng.uniform(0, 1, (p.n, p.c, p.h, p.w))}
+                "aux": rng.uniform(0, 1, (p.n, p.c, p.h, p.w)), "where": rng.integers(0, 4, (p.n, p.c, p.h, p.w))}
     if name == "conv2d_wgrad":
         return {"g": normal((p.n, p.f, p.out_h, p.out_w)), "x": rng.uniform(0, 1, (p.n, p.c, p.h, p.w))}
     if name == "pool2x2":

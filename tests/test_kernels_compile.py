@@ -84,7 +84,8 @@ def small_families() -> list:
     input gradient and its bfloat16 copy, K with and without a ragged last slice, the float64 defaults
     of 10 x 4096, whose W does not fit shared memory), linear_backward
     (both activations, 10 and 32 classes, the bfloat16 copy beside float32 and alone, transposed), the
-    convolutions (a one-channel layer, LeNet-5's second, odd sizes), pooling both ways and Adam, both dtypes, sampled
+    convolutions (a one-channel layer, LeNet-5's second, odd sizes; the direct ones with a fused pool
+    too), pooling both ways and Adam, both dtypes, sampled
     configs; the bfloat16 rounding's every vector width."""
     out = []
     for dtype in DTYPES:
@@ -131,6 +132,12 @@ def small_families() -> list:
                                       ((3, 5, 9, 7, 33, 5), None)):
                 problem = cv.Problem(*sizes, dtype, activation)
                 out += [cv.instance(cfg, problem) for cfg in cv.candidates(problem, H100)[:2] + cv.sample(problem, H100, 2)]
+        for name in ("conv2d_direct", "conv2d_dgrad_direct"):      # with the 2 x 2 pool fused
+            cv = family(name)
+            for sizes, activation in (((1000, 1, 28, 28, 6, 3), "relu"), ((1000, 6, 12, 12, 16, 5), "sigmoid")):
+                problem = cv.Problem(*sizes, dtype, activation, pool=True)
+                configs = cv.candidates(problem, H100)[:2] + cv.sample(problem, H100, 2)
+                out += [cv.instance(cfg, problem) for cfg in configs]
         pool = family("pool2x2")
         for op, activation in (("forward", None), ("backward", "relu"), ("backward", None)):
             problem = pool2x2.Problem(1000, 6, 26, 26, dtype, op, activation)

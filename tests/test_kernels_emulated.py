@@ -730,6 +730,53 @@ def test_conv2d_dgrad_matches_float64_on_the_cpu(name, tmp_path):
     run_and_check(cases, tmp_path)
 
 
+# A 2 x 2 max-pool fused into the direct kernels: even and odd outputs (a dropped row and column),
+# several filter groups, both dtypes and activations.
+POOLED_CONVS = [(3, 1, 28, 28, 6, 3, "relu", "float32"),     # LeNet's first layer: 26 x 26 -> 13 x 13
+                (2, 6, 13, 13, 10, 3, "sigmoid", "float64"), # its second: 11 x 11 -> 5 x 5
+                (2, 3, 9, 8, 17, 5, None, "float32")]        # 5 x 4 -> 2 x 2, 17 filters
+
+
+def test_direct_convolutions_with_a_fused_pool_match_float64_on_the_cpu(tmp_path):
+    """Forward: the pooled maxima within the bound, each position a window's maximum (or a tie
+    within the bound); backward data: the gradient at the given maxima of (N, C, 2H, 2W), zero
+    beside them, every element written."""
+    from kernels import conv2d, conv2d_dgrad
+
+    rng, cases, positions = np.random.default_rng(17), [], []
+    forward, backward = family("conv2d_direct"), family("conv2d_dgrad_direct")
+    for seed, (n, c, h, w, f, k, activation, dtype) in enumerate(POOLED_CONVS):
+        t = np.dtype(dtype).type
+        p = conv2d.Problem(n, c, h, w, f, k, dtype, activation, pool=True)
+        x = rng.uniform(0, 1, (n, c, h, w)).astype(t)                       # X: (N, C, H, W)
+        wt = (rng.standard_normal((f, c, k, k)) / k).astype(t)               # W: (F, C, K, K)
+        b = rng.standard_normal(f).astype(t)                                 # b: (F,)
+        want = conv2d.reference(p, x, wt, b)
+        for cfg in forward.candidates(p, H100)[:1] + forward.sample(p, H100, 2, seed=seed):
+            z = np.full((n, f, *p.pooled), np.nan, t)                        # Z pooled: (N, F, OH/2, OW/2)
+            where = np.full(z.shape, -1, np.int8)
+            launch = Launch(forward.instance(cfg, p), [x, wt, b, z, where, np.int32(n)])
+            cases.append((launch, z, want["z"][:2], p.depth, dtype))
+            positions.append((launch, where, want["where"][0], want["z"], dtype))
+        # backward data into the layer below, which pooled (N, F, 2H, 2W) maps of f channels to these
+        q = conv2d_dgrad.Problem(n, f, h, w, c, k, dtype, activation, pool=True)
+        g = rng.standard_normal((n, c, q.out_h, q.out_w)).astype(t)         # G: (N, C, OH, OW)
+        wd = (rng.standard_normal((c, f, k, k)) / k).astype(t)               # W: (C, F, K, K)
+        aux = saved_output(rng, activation, (n, f, h, w), t)                 # the pooled activations
+        maxima = rng.integers(0, 4, (n, f, h, w)).astype(np.int8)            # where each window's maximum was
+        value, magnitude, depth = conv2d_dgrad.reference(q, g, wd, aux, maxima)["dx"]
+        for cfg in backward.candidates(q, H100)[:1] + backward.sample(q, H100, 2, seed=seed):
+            dx = np.full((n, f, 2 * h, 2 * w), np.nan, t)                    # dX unpooled, poisoned
+            args = [g, wd, aux if activation else np.uint64(0), maxima, dx, np.int32(n)]
+            cases.append((Launch(backward.instance(cfg, q), args), dx, (value, magnitude), depth, dtype))
+    run_and_check(cases, tmp_path)
+    for launch, where, z, (pooled, magnitude, depth), dtype in positions:
+        assert ((where >= 0) & (where <= 3)).all(), launch.instance.name
+        chosen = np.take_along_axis(conv2d.pool_windows(z), where[..., None].astype(np.intp), -1)[..., 0]
+        verdict = compare(chosen, pooled, magnitude, depth, dtype)
+        assert verdict.ok, f"{launch.instance.name}: {verdict.describe()}"
+
+
 @pytest.mark.parametrize("name, split, sampled", [
     ("conv2d_wgrad", dict(bm=4, bn=16, bk=8, ty=4, tx=8, tm=1, tn=2, pad=False, split_k=4, math="fma", stages=1), {}),   # 4 ragged slices
     # sampled blocks of at most 4 warps: the emulator runs each warp shuffle of 512 threads' sums slowly

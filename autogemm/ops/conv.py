@@ -45,9 +45,9 @@ def _conv_sizes(what: str, x_shape, w) -> tuple:
     return n, c, h, width, f, k
 
 
-def _problem(family, sizes, dtype, activation, precision):
+def _problem(family, sizes, dtype, activation, precision, pool=False):
     try:
-        return family.Problem(*sizes, str(np.dtype(dtype)), activation, precision)
+        return family.Problem(*sizes, str(np.dtype(dtype)), activation, precision, pool)
     except ValueError as exc:
         raise BadArguments(f"{family.NAME}: {exc}") from None
 
@@ -56,29 +56,50 @@ def _problem(family, sizes, dtype, activation, precision):
 # (autogemm.gemm): "fp32" (FP32-accurate), "tf32" or "bf16" (served by TF32 products, or FP32-accurate).
 
 
-def conv2d(x, w, b, out, activation=None, config=None, precision="fp32"):
+def conv2d(x, w, b, out, activation=None, config=None, precision="fp32", where=None):
     """out (N, F, H-K+1, W-K+1) = act(x (N, C, H, W) correlated with w (F, C, K, K), plus b (F,));
-    activation None, "relu" or "sigmoid"."""
+    activation None, "relu" or "sigmoid". With `where` (int8), the 2 x 2 max-pool fused: out and
+    where (N, F, (H-K+1)//2, (W-K+1)//2) each window's maximum and its position (0..3, row by row),
+    as maxpool2x2 gives them; the direct kernels alone fuse it (`fuses_pool`)."""
     sizes = _conv_sizes("conv2d", x.shape, w)
     n, c, h, width, f, k = sizes
-    _check("conv2d", {"x": x, "w": w, "b": b, "out": out},
-           {"x": x.shape, "w": w.shape, "b": (f,), "out": (n, f, h - k + 1, width - k + 1)}, x.dtype)
-    problem = _problem(conv_family, sizes, x.dtype, activation, precision)
-    launch("conv2d", problem, config, lambda g: (x, w, b, out, np.int32(n)))
+    pooled = where is not None
+    problem = _problem(conv_family, sizes, x.dtype, activation, precision, pooled)
+    z = (n, f, *problem.pooled) if pooled else (n, f, h - k + 1, width - k + 1)
+    _check("conv2d", {"x": x, "w": w, "b": b, "out": out} | ({"where": where} if pooled else {}),
+           {"x": x.shape, "w": w.shape, "b": (f,), "out": z, "where": z}, x.dtype)
+    launch("conv2d", problem, config,
+           lambda g: (x, w, b, out, where, np.int32(n)) if pooled else (x, w, b, out, np.int32(n)))
     return out
 
 
-def conv2d_backward_data(g, w, out, aux=None, activation=None, config=None, precision="fp32"):
+def conv2d_backward_data(g, w, out, aux=None, activation=None, config=None, precision="fp32", where=None):
     """out (N, C, H, W) = dL/dx from g = dL/dz (N, F, H-K+1, W-K+1) and the filters w (F, C, K, K),
-    times act'(aux) with an activation: aux (N, C, H, W) the saved output of the layer below's."""
-    sizes = _conv_sizes("conv2d_backward_data", out.shape, w)
-    n, c, h, width, f, k = sizes
-    arrays = {"g": g, "w": w, "out": out} | ({"aux": aux} if activation else {})
+    times act'(aux) with an activation: aux (N, C, H, W) the saved output of the layer below's.
+    With `where` (N, C, H, W) int8, x is the layer below's 2 x 2 max-pool (maxpool2x2's positions
+    of its maxima) and its backward pass is fused: out (N, C, 2H, 2W) gets each gradient at its
+    window's maximum, zero elsewhere (aux: the pooled values); the direct kernels alone fuse it."""
+    pooled = where is not None
+    n, c, h, width = out.shape if not pooled else (*out.shape[:2], out.shape[2] // 2, out.shape[3] // 2)
+    sizes = _conv_sizes("conv2d_backward_data", (n, c, h, width), w)
+    f, k = sizes[4:]
+    maps = (n, c, h, width)
+    arrays = {"g": g, "w": w, "out": out} | ({"aux": aux} if activation else {}) | ({"where": where} if pooled else {})
     _check("conv2d_backward_data", arrays,
-           {"g": (n, f, h - k + 1, width - k + 1), "w": w.shape, "out": out.shape, "aux": out.shape}, out.dtype)
-    problem = _problem(dgrad_family, sizes, out.dtype, activation, precision)
-    launch("conv2d_dgrad", problem, config, lambda geo: (g, w, aux if activation else _NULL, out, np.int32(n)))
+           {"g": (n, f, h - k + 1, width - k + 1), "w": w.shape, "aux": maps, "where": maps,
+            "out": (n, c, 2 * h, 2 * width) if pooled else maps}, out.dtype)
+    problem = _problem(dgrad_family, sizes, out.dtype, activation, precision, pooled)
+    aux = aux if activation else _NULL
+    launch("conv2d_dgrad", problem, config,
+           lambda geo: (g, w, aux, where, out, np.int32(n)) if pooled else (g, w, aux, out, np.int32(n)))
     return out
+
+
+def fuses_pool(c: int, f: int, k: int) -> bool:
+    """Whether conv2d's and conv2d_backward_data's fused 2 x 2 max-pool pays for a layer of c
+    channels and f filters of k x k: where the direct kernels, which alone fuse it, run the layer
+    untuned (in float32 on tensor-core GPUs the wide layers run as implicit GEMMs; kernels.conv2d)."""
+    return c * k * k < conv_family.UNTUNED_MIN_TAPS or f < 32
 
 
 def conv2d_backward_weights(g, x, dw, db, config=None, precision="fp32"):

@@ -25,7 +25,8 @@ TEMPLATE = "conv2d/conv2d.cu.j2"
 
 ACTIVATIONS = (None, "relu", "sigmoid")
 KEY_SIZES = ("n", "c", "h", "w", "f", "k")
-KEY_OPS = (NO_OP,)                  # one config serves every activation
+POOL = "pool"                       # the op of a key whose 2 x 2 max-pool is fused (the direct kernels')
+KEY_OPS = (NO_OP, POOL)             # one config serves every activation; a fused pool is another problem
 # A key's arithmetic: a dtype, or float32 data at precision tf32 or bf16 (kernels.gemm.call).
 KEY_DTYPES = ("float32", "float64", "tf32", "bf16")
 
@@ -68,6 +69,9 @@ class Problem:
     dtype: str = "float32"
     activation: str | None = None
     precision: str = "fp32"         # what its products may round float32 operands to (kernels.gemm.call)
+    # the 2 x 2 max-pool of the activated output fused (stride 2, an odd side's last row or column
+    # dropped): the output is pooled, with each window's position of its maximum
+    pool: bool = False
     # bytes of shared memory a depth takes in the two-stage gather's tables (implicit_gemm.cuh):
     # x's offset of each tap (c, i, j)
     DEPTH_TABLE_BYTES: ClassVar[int] = 4
@@ -82,10 +86,19 @@ class Problem:
             raise ValueError(f"a {self.k}x{self.k} filter does not fit a {self.h}x{self.w} image")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation {self.activation!r} is not one of relu, sigmoid or None")
+        if type(self.pool) is not bool:
+            raise ValueError(f"pool must be True or False, got {self.pool!r}")
+        if self.pool:
+            self.check_pool()
         if self.n * self.c * self.h * self.w > MAX_SIZE or self.n * self.f * self.h * self.w > MAX_SIZE:
             raise ValueError(f"conv2d of {self.n} images: more than {MAX_SIZE} elements in x or z")
         if self.f * self.c * self.k * self.k > MAX_SIZE:
             raise ValueError(f"{self.f} filters of {self.c} x {self.k} x {self.k}: more than {MAX_SIZE} elements in w")
+
+    def check_pool(self):
+        """ValueError unless a 2 x 2 pool fits the output."""
+        if min(self.out_h, self.out_w) < 2:
+            raise ValueError(f"a 2x2 pool does not fit the {self.out_h}x{self.out_w} output")
 
     @property
     def arithmetic(self) -> str:
@@ -104,6 +117,11 @@ class Problem:
     def m(self) -> int:
         """The implicit GEMM's rows: output pixels of every image."""
         return self.n * self.out_h * self.out_w
+
+    @property
+    def pooled(self) -> tuple[int, int]:
+        """The pooled output's sides."""
+        return self.out_h // 2, self.out_w // 2
 
     @property
     def depth(self) -> int:
@@ -164,6 +182,7 @@ def registers_estimate(c, p: Problem) -> int:
 
 
 CONSTRAINTS = (
+    ("the 2 x 2 pool is fused by the direct kernels only", lambda c, p, d: not p.pool),
     ("the thread tile TY*TM must divide BM", lambda c, p, d: c.bm % (c.ty * c.tm) == 0),
     ("the thread tile TX*TN must divide BN", lambda c, p, d: c.bn % (c.tx * c.tn) == 0),
     ("threads per block must be a multiple of 32 and at most 1024",
@@ -249,19 +268,22 @@ def flops(p: Problem) -> int:
 
 
 def key_of(p: Problem) -> tuple[tuple[int, ...], str]:
-    return (p.n, p.c, p.h, p.w, p.f, p.k), NO_OP
+    return (p.n, p.c, p.h, p.w, p.f, p.k), POOL if p.pool else NO_OP
 
 
 def problem_of(sizes: tuple[int, ...], op: str, dtype: str, problem: type = Problem) -> Problem:
     """`dtype` is a key's arithmetic (KEY_DTYPES): "tf32" and "bf16" are float32 data at that precision.
     `problem`: the Problem class (each direction's)."""
+    pool = {"pool": True} if op == POOL else {}
     if dtype in PRECISIONS[1:]:
-        return problem(*sizes, "float32", precision=dtype)
-    return problem(*sizes, dtype)
+        return problem(*sizes, "float32", precision=dtype, **pool)
+    return problem(*sizes, dtype, **pool)
 
 
 def reference(p: Problem, x, w, b) -> dict:
-    """{"z": act(x correlated with w, plus b)} in float64: x (n, c, h, w), w (f, c, k, k), b (f,)."""
+    """{"z": act(x correlated with w, plus b)} in float64: x (n, c, h, w), w (f, c, k, k), b (f,);
+    with a fused pool, z pooled and "where": the unpooled z, against which a kernel's positions of
+    the maxima are checked (a near tie may pick either)."""
     x64, w64, b64 = (np.asarray(a, np.float64) for a in (x, w, b))
     windows = sliding_window_view(x64, (p.k, p.k), axis=(2, 3))          # (N, C, OH, OW, K, K)
     value = np.einsum("nchwij,fcij->nfhw", windows, w64, optimize=True) + b64[None, :, None, None]
@@ -272,4 +294,18 @@ def reference(p: Problem, x, w, b) -> dict:
         value = np.maximum(value, 0)
     elif p.activation == "sigmoid":
         value, magnitude = 1 / (1 + np.exp(-value)), 0.25 * magnitude
-    return {"z": (value, magnitude, p.depth)}
+    if not p.pool:
+        return {"z": (value, magnitude, p.depth)}
+    windows = pool_windows(value)
+    at = windows.argmax(axis=-1)[..., None]
+    pooled = (np.take_along_axis(a, at, -1)[..., 0] for a in (windows, pool_windows(magnitude)))
+    return {"z": (*pooled, p.depth), "where": (value, magnitude, p.depth)}
+
+
+def pool_windows(z):
+    """z (N, F, OH, OW) as (N, F, OH//2, OW//2, 4): each 2 x 2 window's values, row by row (an odd
+    side's last row or column dropped)."""
+    n, f, h, w = z.shape
+    z = z[:, :, :h // 2 * 2, :w // 2 * 2]
+    return z.reshape(n, f, h // 2, 2, w // 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(n, f, h // 2, w // 2, 4)
+

@@ -9,6 +9,7 @@ from autogemm.runtime.family import Config
 from autogemm.store.keys import Key
 from autogemm.tuning.measure import KernelMeasure
 from kernels import call_of
+from kernels.conv2d import pool_windows
 
 
 class Measure(KernelMeasure):
@@ -23,31 +24,50 @@ class Measure(KernelMeasure):
         p = self.problem
         self.call = call_of(key.family)                           # the call both algorithms compute
         inputs = {"conv2d": ("x", "w", "b"), "conv2d_dgrad": ("g", "w"), "conv2d_wgrad": ("g", "x")}[self.call]
+        inputs += ("where",) if p.pool and self.call == "conv2d_dgrad" else ()
         make = {"x": lambda: self.rng.uniform(0, 1, (p.n, p.c, p.h, p.w)).astype(self.dtype),   # X: (N, C, H, W)
                 "w": lambda: (self.normal(p.f, p.c, p.k, p.k) / p.k).astype(self.dtype),       # W: (F, C, K, K)
                 "b": lambda: self.normal(p.f),                                                 # b: (F,)
-                "g": lambda: self.normal(p.n, p.f, p.out_h, p.out_w)}                          # G: (N, F, OH, OW)
+                "g": lambda: self.normal(p.n, p.f, p.out_h, p.out_w),                          # G: (N, F, OH, OW)
+                "where": lambda: self.rng.integers(0, 4, (p.n, p.c, p.h, p.w)).astype(np.int8)}   # a pool's maxima
         host = {name: make[name]() for name in inputs}            # only what the call reads
         self.expected = self.reference(p, **host)
         self.args = {name: cupy.asarray(host[name]) for name in inputs}
         self.out = {name: cupy.empty(value.shape, self.dtype) for name, (value, _, _) in self.expected.items()}
+        if "where" in self.expected:         # a fused pool's positions of the maxima: int8, pooled
+            self.out["where"] = cupy.empty(self.out["z"].shape, np.int8)
+        self._windows = None                 # the reference's unpooled z by window, on the device
 
     def launcher(self, cfg: Config):
         from autogemm.ops import conv
 
         a, out, precision = self.args, self.out, self.precision
         if self.call == "conv2d":
-            return lambda: conv.conv2d(a["x"], a["w"], a["b"], out["z"], config=cfg, precision=precision)
+            return lambda: conv.conv2d(a["x"], a["w"], a["b"], out["z"], config=cfg, precision=precision,
+                                       where=out.get("where"))
         if self.call == "conv2d_dgrad":
-            return lambda: conv.conv2d_backward_data(a["g"], a["w"], out["dx"], config=cfg, precision=precision)
+            return lambda: conv.conv2d_backward_data(a["g"], a["w"], out["dx"], config=cfg, precision=precision,
+                                                     where=a.get("where"))
         return lambda: conv.conv2d_backward_weights(a["g"], a["x"], out["dw"], out["db"], config=cfg,
                                                     precision=precision)
 
     def verify(self, run) -> float:
-        for out in self.out.values():
-            out.fill(np.nan)
+        for name, out in self.out.items():
+            out.fill(np.nan if name != "where" else -1)
         run()
-        return max(self.check(out, *self.expected[name]) for name, out in self.out.items())
+        checked = {name: (out, name) if name != "where" else (self.picked(), "z") for name, out in self.out.items()}
+        return max(self.check(out, *self.expected[of]) for out, of in checked.values())
+
+    def picked(self):
+        """The reference's unpooled z at the positions a fused pool's kernel chose (NaN where one is
+        not 0..3): within the bound of each window's maximum where it is the maximum or a near tie."""
+        import cupy
+
+        if self._windows is None:
+            self._windows = cupy.asarray(pool_windows(self.expected["where"][0]))   # (N, F, OH/2, OW/2, 4)
+        where = self.out["where"]
+        chosen = cupy.take_along_axis(self._windows, cupy.clip(where, 0, 3).astype(np.intp)[..., None], axis=-1)
+        return cupy.where((where >= 0) & (where <= 3), chosen[..., 0], np.nan)
 
 
 def cudnn_convolution(measure: Measure):
@@ -78,10 +98,18 @@ def cudnn_convolution(measure: Measure):
 
     def compute():
         if call == "conv2d":
-            return {"z": torch.nn.functional.conv2d(a["x"], a["w"], a["b"])}
+            z = torch.nn.functional.conv2d(a["x"], a["w"], a["b"])
+            if not p.pool:
+                return {"z": z}
+            pooled, at = torch.nn.functional.max_pool2d(z, 2, return_indices=True)    # at: flat in OH x OW
+            return {"z": pooled, "where": (at // p.out_w % 2 * 2 + at % 2).to(torch.int8)}
         if call == "conv2d_dgrad":
             dx, _, _ = torch.ops.aten.convolution_backward(a["g"], a["x"], a["w"], None, **backward,
                                                            output_mask=[True, False, False])
+            if p.pool:      # each gradient to its window's maximum in the (N, C, 2H, 2W) maps
+                picks = torch.nn.functional.one_hot(a["where"].long(), 4).to(dx.dtype) * dx[..., None]
+                dx = picks.reshape(p.n, p.c, p.h, p.w, 2, 2).permute(0, 1, 2, 4, 3, 5).reshape(p.n, p.c, 2 * p.h,
+                                                                                              2 * p.w)
             return {"dx": dx}
         _, dw, db = torch.ops.aten.convolution_backward(a["g"], a["x"], a["w"], [p.f], **backward,
                                                         output_mask=[False, True, True])

@@ -27,10 +27,15 @@ MATH_PRECISION, KERNEL_PRECISIONS = conv2d.MATH_PRECISION, conv2d.KERNEL_PRECISI
 @dataclass(frozen=True)
 class Problem(conv2d.Problem):
     """The backward pass to x of the forward convolution (n, c, h, w, f, k); `activation` names the
-    layer below's, whose derivative dx takes (None: dx alone)."""
+    layer below's, whose derivative dx takes (None: dx alone). With `pool`, x is the layer below's
+    2 x 2 max-pool of (n, c, 2h, 2w) maps, whose backward pass is fused: dx reaches each window's
+    maximum (its position given), zero elsewhere."""
 
     # the two-stage gather's tables: g's offset and the tap i*K + j of each (f, i, j), and w's offset
     DEPTH_TABLE_BYTES: ClassVar[int] = 8 + 4
+
+    def check_pool(self):
+        """Any input pools from maps twice its sides."""
 
     @property
     def m(self) -> int:
@@ -83,9 +88,10 @@ def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
     return conv2d.problem_of(sizes, op, dtype, Problem)
 
 
-def reference(p: Problem, g, w, aux=None) -> dict:
+def reference(p: Problem, g, w, aux=None, where=None) -> dict:
     """{"dx": the gradient of x, times act'(aux) with an activation} in float64: g (n, f, oh, ow),
-    w (f, c, k, k), aux (n, c, h, w) the layer below's saved output."""
+    w (f, c, k, k), aux (n, c, h, w) the layer below's saved output; with a fused pool, dx scattered
+    to (n, c, 2h, 2w) at the positions `where` (n, c, h, w) of the windows' maxima, zero elsewhere."""
     g64, w64 = np.asarray(g, np.float64), np.asarray(w, np.float64)
     padded = np.pad(g64, ((0, 0), (0, 0), (p.k - 1, p.k - 1), (p.k - 1, p.k - 1)))
     windows = sliding_window_view(padded, (p.k, p.k), axis=(2, 3))      # (N, F, H, W, K, K)
@@ -97,4 +103,14 @@ def reference(p: Problem, g, w, aux=None) -> dict:
         y = np.asarray(aux, np.float64)
         slope = y * (1 - y) if p.activation == "sigmoid" else (y > 0).astype(np.float64)
         value, magnitude = value * slope, magnitude * np.abs(slope)
+    if p.pool:
+        value, magnitude = (unpool(a, where) for a in (value, magnitude))
     return {"dx": (value, magnitude, p.depth)}
+
+
+def unpool(d, where):
+    """d (N, C, H, W) at the positions `where` (0..3, row by row) of 2 x 2 windows of (N, C, 2H, 2W), zero elsewhere."""
+    n, c, h, w = d.shape
+    windows = np.zeros((n, c, h, w, 4))
+    np.put_along_axis(windows, np.asarray(where, np.intp)[..., None], d[..., None], axis=-1)
+    return windows.reshape(n, c, h, w, 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(n, c, 2 * h, 2 * w)

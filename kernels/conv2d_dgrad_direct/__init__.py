@@ -3,7 +3,9 @@ implementation of conv2d_dgrad's call, for few channels and filters.
 
 A thread computes whole input pixels for a group of CPT channels: it reads the output gradients
 that the pixel fed (F x K x K, neighbouring threads sharing them through L1) and multiplies them with
-the group's filter taps, held in shared memory; the layer below's activation derivative is fused.
+the group's filter taps, held in shared memory; the layer below's activation derivative is fused,
+and its 2 x 2 max-pool's backward pass where the problem has one (each pixel's gradient written to
+its window's maximum in the unpooled maps, zeros beside it).
 """
 from kernels import conv2d_dgrad, conv2d_direct
 from kernels.contract import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div
@@ -45,12 +47,13 @@ def default_candidates(p, d):
 
 def template_args(c, p) -> dict:
     grad = {None: "none", "relu": "drelu", "sigmoid": "dsigmoid"}[p.activation]
-    return dict(c, ctype=DTYPES[p.dtype], channels=p.c, height=p.h, width=p.w, filters=p.f, kernel=p.k, epilogue=grad)
+    return dict(c, ctype=DTYPES[p.dtype], channels=p.c, height=p.h, width=p.w, filters=p.f, kernel=p.k, epilogue=grad,
+                pool=p.pool)
 
 
 def instance_name(c, p) -> str:
     return (f"{NAME}_{SHORT[p.dtype]}_c{p.c}_h{p.h}_w{p.w}_f{p.f}_k{p.k}_{p.activation or 'linear'}"
-            f"_t{c.threads}_c{c.cpt}_p{c.ppt}")
+            f"{'_pool' if p.pool else ''}_t{c.threads}_c{c.cpt}_p{c.ppt}")
 
 
 def geometry(c, p) -> Geometry:

@@ -3,7 +3,8 @@ conv2d's call, for few channels and filters, where an implicit GEMM's tiles are 
 
 A thread computes whole output pixels for a group of FPT filters: it reads each pixel's C x K x K
 receptive field once (neighbouring threads share it through L1) and multiplies it with the group's
-filters, held in shared memory and read by every thread at once (broadcast).
+filters, held in shared memory and read by every thread at once (broadcast). With a fused 2 x 2
+max-pool a thread's pixel is a window of four, whose (K+1) x (K+1) field it reads once.
 """
 from kernels import conv2d
 from kernels.contract import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div
@@ -28,6 +29,16 @@ def weights_bytes(c, p) -> int:
     return c.fpt * (p.depth + 1) * ITEMSIZE[p.dtype]
 
 
+def pixels(p) -> int:
+    """A thread's pixels in all: the output's, or with a fused pool the pooled output's."""
+    return p.n * p.pooled[0] * p.pooled[1] if p.pool else p.m
+
+
+def window(p) -> int:
+    """Pixels a thread computes at once: a 2 x 2 window with a fused pool, else one."""
+    return 4 if p.pool else 1
+
+
 CONSTRAINTS = (
     ("threads per block must fit the device", lambda c, p, d: c.threads <= d.max_threads_per_block),
     ("the group's filters must fit shared memory", lambda c, p, d: weights_bytes(c, p) <= d.smem_per_block),
@@ -37,8 +48,10 @@ CONSTRAINTS = (
     ("one channel, several pixels a thread: the group's FPT x K x K taps, which the pixels share, must fit "
      "in registers beside the accumulators (ptxas 13 holds them there, and spilled 1-3 KB past: 16 filters "
      "of 5 x 5 ran 8.4x cuDNN's time)",
-     lambda c, p, d: p.c > 1 or c.ppt == 1 or ITEMSIZE[p.dtype] // 4 * c.fpt * (p.k * p.k + c.ppt) + 32
+     lambda c, p, d: p.c > 1 or c.ppt == 1 or ITEMSIZE[p.dtype] // 4 * c.fpt * (p.k * p.k + c.ppt * window(p)) + 32
      <= min(255, d.regs_per_block // c.threads)),
+    ("a fused pool's 4 x FPT accumulators must fit a thread's registers: FPT at most 16, 8 in float64",
+     lambda c, p, d: not p.pool or c.fpt <= (16 if ITEMSIZE[p.dtype] == 4 else 8)),
     ("float64: at most 8 filters a thread and 256 threads (ptxas 13 capped such threads at 128 registers and spilled)",
      lambda c, p, d: ITEMSIZE[p.dtype] == 4 or (c.fpt <= 8 and c.threads <= 256)),
 )
@@ -61,16 +74,16 @@ def default_candidates(p, d):
 def template_args(c, p) -> dict:
     epilogue = "bias" if p.activation is None else f"bias_{p.activation}"
     return dict(c, ctype=DTYPES[p.dtype], channels=p.c, height=p.h, width=p.w, filters=p.f, kernel=p.k,
-                epilogue=epilogue)
+                epilogue=epilogue, pool=p.pool)
 
 
 def instance_name(c, p) -> str:
     return (f"{NAME}_{SHORT[p.dtype]}_c{p.c}_h{p.h}_w{p.w}_f{p.f}_k{p.k}_{p.activation or 'linear'}"
-            f"_t{c.threads}_f{c.fpt}_p{c.ppt}")
+            f"{'_pool' if p.pool else ''}_t{c.threads}_f{c.fpt}_p{c.ppt}")
 
 
 def geometry(c, p) -> Geometry:
-    return Geometry(grid=(ceil_div(p.m, c.threads * c.ppt), ceil_div(p.f, c.fpt), 1), block=(c.threads, 1, 1),
+    return Geometry(grid=(ceil_div(pixels(p), c.threads * c.ppt), ceil_div(p.f, c.fpt), 1), block=(c.threads, 1, 1),
                     smem_bytes=weights_bytes(c, p))
 
 

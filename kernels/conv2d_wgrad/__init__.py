@@ -12,13 +12,13 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from kernels import conv2d
-from kernels.contract import DTYPES, ITEMSIZE, Geometry, ceil_div
+from kernels.contract import DTYPES, ITEMSIZE, NO_OP, Geometry, ceil_div
 
 NAME = "conv2d_wgrad"
 TEMPLATE = "conv2d_wgrad/conv2d_wgrad.cu.j2"
 
 KEY_SIZES = conv2d.KEY_SIZES              # (n, c, h, w, f, k) of the forward convolution
-KEY_OPS = conv2d.KEY_OPS
+KEY_OPS = (NO_OP,)                        # no fused pool
 KEY_DTYPES, served_by, at_precision = conv2d.KEY_DTYPES, conv2d.served_by, conv2d.at_precision
 untuned_first = conv2d.untuned_first     # the forward convolution's sizes decide
 
@@ -44,6 +44,9 @@ class Problem(conv2d.Problem):
     unused (the output gradient g already holds the activation's derivative)."""
 
     DEPTH_TABLE_BYTES: ClassVar[int] = 0    # its depths, the batch's output pixels, are not tabulated
+
+    def check_pool(self):
+        raise ValueError("the weight gradient fuses no pool")
 
     @property
     def m(self) -> int:

@@ -132,14 +132,19 @@ class NumpyBackend(Backend):
         if aux is not None:
             self._epilogue(out, f"d{activation}", None, aux)
 
-    def conv2d(self, x, w, b, out, activation=None):
-        out[...] = numpy_cnn.conv2d(x, w, b)
-        self._activate(out, activation)
+    def conv2d(self, x, w, b, out, activation=None, where=None):
+        z = numpy_cnn.conv2d(x, w, b)
+        self._activate(z, activation)
+        if where is None:
+            out[...] = z
+        else:
+            out[...], where[...] = numpy_cnn.maxpool2x2(z)
         return out
 
-    def conv2d_backward_data(self, g, w, out, aux=None, activation=None):
-        out[...] = numpy_cnn.conv2d_backward_data(g, w)
-        self._activation_grad(out, aux, activation)
+    def conv2d_backward_data(self, g, w, out, aux=None, activation=None, where=None):
+        dx = numpy_cnn.conv2d_backward_data(g, w)
+        self._activation_grad(dx, aux, activation)
+        out[...] = dx if where is None else numpy_cnn.maxpool2x2_backward(dx, where, out.shape)
         return out
 
     def conv2d_backward_weights(self, g, x, dw, db):
