@@ -24,7 +24,7 @@ _WHERE = {
     "cublas_gemm": "autogemm.ops.cublas",
     # the CNN's: NCHW images, (F, C, K, K) filters
     **dict.fromkeys(["conv2d", "conv2d_backward_data", "conv2d_backward_weights", "maxpool2x2",
-                     "maxpool2x2_backward", "fuses_pool"], "autogemm.ops.conv"),
+                     "maxpool2x2_backward"], "autogemm.ops.conv"),
     # errors: every one is a one-line message for the user
     **dict.fromkeys(["AutogemmError", "BadArguments", "CompileError", "InvalidConfig", "StoreError"],
                     "autogemm.errors"),

@@ -5,17 +5,16 @@ activation, a 2 x 2 max-pool, or a dense layer and the activation; the last dens
 logits Z, and softmax + cross-entropy the loss. Only the activations A_l are kept: act'(Z) is a
 function of A, and a pool's backward pass needs only where each window's maximum was.
 
-A 2 x 2 pool of a narrow convolution's output (autogemm.fuses_pool) is fused into it: the
-convolution writes the pooled A and the positions of the maxima, never its own A; the pool's
-backward pass into the backward data pass of a narrow convolution above it, which writes the
-gradient below the pool. Each pool so fused saves a launch and a pass over the unpooled maps.
+A 2 x 2 pool beside a convolution goes with it: the forward pass asks the convolution below for the
+pooled A and the positions of the maxima, the backward pass asks the convolution above for the
+gradient below the pool. autogemm fuses each pair into one kernel where the direct kernels run the
+convolution (the narrow layers), saving a launch and a pass over the unpooled maps.
 """
 import contextlib
 import math
 
 import numpy as np
 
-import autogemm
 from nn.allreduce import merge_buckets
 from nn.backends import ACTIVATIONS, Backend
 from nn.backends.numpy_cnn import ADAM
@@ -63,19 +62,16 @@ class CNN:
         return self.layers[l].kind != "pool" and l < len(self.layers) - 1
 
     def pool_fused_forward(self, l: int) -> bool:
-        """Whether layer l is a 2 x 2 pool that the narrow convolution below it computes
-        (autogemm.fuses_pool): A_{l-1} is never formed."""
+        """Whether layer l is a 2 x 2 pool that the convolution below it computes."""
         layers = self.layers
-        return (0 < l < len(layers) - 1 and layers[l].kind == "pool" and layers[l].width == 2
-                and layers[l - 1].kind == "conv" and _narrow(layers[l - 1]))
+        return 0 < l < len(layers) - 1 and layers[l].kind == "pool" and layers[l - 1].kind == "conv"
 
     def pool_fused_backward(self, l: int) -> bool:
-        """Whether layer l is a 2 x 2 pool whose backward pass the narrow convolution above it does
-        (in its backward data pass; the pool's input of even sides, a gradient to carry below it)."""
+        """Whether layer l is a 2 x 2 pool whose backward pass the convolution above it does, in its
+        backward data pass (the pool's input of even sides, a gradient to carry below it)."""
         layers = self.layers
-        return (0 < l < len(layers) - 1 and layers[l].kind == "pool" and layers[l].width == 2
-                and layers[l].shape_in[1] % 2 == 0 and layers[l].shape_in[2] % 2 == 0
-                and layers[l + 1].kind == "conv" and _narrow(layers[l + 1]))
+        return (0 < l < len(layers) - 1 and layers[l].kind == "pool" and layers[l + 1].kind == "conv"
+                and layers[l].shape_in[1] % 2 == 0 and layers[l].shape_in[2] % 2 == 0)
 
     def buffers(self, rows: int):
         """(acts, wheres) for `rows` rows: A_l (rows, C, H, W) or (rows, N), and each pool's
@@ -96,8 +92,9 @@ class CNN:
             out = acts[l][:n]
             if self.pool_fused_forward(l):
                 pass                     # the convolution below wrote it
-            elif layer.kind == "conv" and self.pool_fused_forward(l + 1):
-                bk.conv2d(a, self.W[l], self.b[l], acts[l + 1][:n], self.activation, where=wheres[l + 1][:n])
+            elif layer.kind == "conv" and self.pool_fused_forward(l + 1):   # out: where the pool is not fused
+                bk.conv2d(a, self.W[l], self.b[l], acts[l + 1][:n], self.activation, where=wheres[l + 1][:n],
+                          unpooled=out)
             elif layer.kind == "conv":
                 bk.conv2d(a, self.W[l], self.b[l], out, self.activation)
             elif layer.kind == "pool":
@@ -149,11 +146,6 @@ class CNN:
         """0.5 * reg * sum_l ||W_l||^2 (syncs the host)."""
         xp = self.backend.xp
         return 0.5 * reg * sum(float(xp.vdot(w, w)) for w, _ in self.params())
-
-
-def _narrow(conv: Layer) -> bool:
-    """Whether the kernels that fuse a 2 x 2 pool are the ones for this convolution."""
-    return autogemm.fuses_pool(conv.shape_in[0], conv.width, conv.kernel)
 
 
 def as_rows(x):
@@ -251,9 +243,9 @@ class CNNStep:
             layer, g, a = m.layers[l], self.deltas[l][:n], self._input(l, n)
             below = self.deltas[l - 1][:n] if l > 0 and not (l == last and self._output_carries_down) else None
             aux = a if l > 0 and m.activated(l - 1) else None
-            where = None
+            where = unpooled = None
             if l > 0 and m.pool_fused_backward(l - 1):      # the gradient below the pool l-1, at its maxima
-                below, where = self.deltas[l - 2][:n], self.where[l - 1][:n]
+                below, where, unpooled = self.deltas[l - 2][:n], self.where[l - 1][:n], below
                 aux = a if m.activated(l - 2) else None     # the pooled values decide act' at the maxima
             act = m.activation if aux is not None else None     # the derivative to apply, with aux
             if layer.kind != "pool":
@@ -271,7 +263,7 @@ class CNNStep:
                 bk.gemm(g, m.W[l], as_rows(below), epilogue=f"d{act}" if act else None,
                         aux=None if aux is None else as_rows(aux))
             elif layer.kind == "conv":
-                bk.conv2d_backward_data(g, m.W[l], below, aux, act, where=where)
+                bk.conv2d_backward_data(g, m.W[l], below, aux, act, where=where, unpooled=unpooled)
             else:   # act' of the pooled layer at each maximum: a function of the pooled value
                 pooled = self.acts[l][:n] if aux is not None else None
                 bk.maxpool2x2_backward(g, self.where[l][:n], below, pooled, act)

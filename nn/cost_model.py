@@ -132,16 +132,17 @@ def launch_us(gpu: str | None, family: str, sizes, op: str, arithmetic: str) -> 
 
 
 def step_compute_us(launches, gpu: str | None, dtype: str, precision: str) -> float:
-    """One rank's step: each call's time on the family autogemm would run it on (consecutive
-    launches of one call's implementations: the best known), side-branch calls at SIDE_SHARE."""
+    """One rank's step: each call's time on the family autogemm would run it on (the launches of one
+    call, its implementations and a convolution's with and without its pool fused: the best known),
+    side-branch calls at SIDE_SHARE."""
     arithmetic = {"fp32": dtype, "tf32": "tf32", "bf16": "bfloat16"}[precision]
     calls = {}
     for launch, side in launches:
-        call = (launch.sizes, launch.op, launch.role, side)
+        call = (launch.sizes, launch.role, side)
         key_dtype = arithmetic if arithmetic in autogemm.key_dtypes(launch.family) else dtype
         estimate = launch_us(gpu, launch.family, launch.sizes, launch.op, key_dtype)
         calls[call] = min(estimate, calls.get(call, estimate), key=lambda e: e[0])
-    return sum(us * (SIDE_SHARE if side else 1.0) for (_, _, _, side), (_, us) in calls.items())
+    return sum(us * (SIDE_SHARE if side else 1.0) for (_, _, side), (_, us) in calls.items())
 
 
 def recorded_step(sizes, activation: str, rows: int, batch: int, ranks: int, parallel: str, dtype: str,

@@ -41,11 +41,11 @@ class LaunchRecorder(Backend):
     def name_of(self, a) -> str:
         return self.names.get(a.__array_interface__["data"][0], "?")
 
-    def _record(self, call: str, sizes, op: str, role: str):
+    def _record(self, call: str, sizes, op: str, role: str, families=None):
         """The launch of `call`: one target for each family that can compute it (all are tuned,
-        the fastest runs)."""
+        the fastest runs), or of `families`."""
         if min(sizes) > 0:
-            families = autogemm.IMPLEMENTATIONS.get(call, (call,))
+            families = families or autogemm.IMPLEMENTATIONS.get(call, (call,))
             self.launches += [autogemm.Target(family, tuple(int(s) for s in sizes), op, role) for family in families]
             self.on_side += [self._side] * len(families)
 
@@ -132,19 +132,26 @@ class LaunchRecorder(Backend):
         self._record("elementwise", (rows, cols), "sgd", f"{self.name_of(w)} -= lr {self.name_of(grad)}")
         return w
 
-    def conv2d(self, x, w, b, out, activation=None, where=None):
+    def conv2d(self, x, w, b, out, activation=None, where=None, unpooled=None):
         z = f"{activation or 'linear'}(conv({self.name_of(x)}, {self.name_of(w)}) + {self.name_of(b)})"
-        role = f"{self.name_of(out)} = " + (z if where is None else f"maxpool({z})")
-        self._record("conv2d", (*x.shape, *w.shape[::2]), NO_OP if where is None else CONV_POOL_OP, role)
+        self._record_pooled("conv2d", (*x.shape, *w.shape[::2]), where is not None,
+                            f"{self.name_of(out)} = " + (z if where is None else f"maxpool({z})"))
         return out
 
-    def conv2d_backward_data(self, g, w, out, aux=None, activation=None, where=None):
+    def conv2d_backward_data(self, g, w, out, aux=None, activation=None, where=None, unpooled=None):
         dx = f"conv^T({self.name_of(g)}, {self.name_of(w)})" + (
             f" {activation}'({self.name_of(aux)})" if aux is not None else "")
-        role = f"{self.name_of(out)} = " + (dx if where is None else f"maxpool^T({dx})")
-        maps = out.shape if where is None else where.shape
-        self._record("conv2d_dgrad", (*maps, *w.shape[::2]), NO_OP if where is None else CONV_POOL_OP, role)
+        self._record_pooled("conv2d_dgrad", (*(out.shape if where is None else where.shape), *w.shape[::2]),
+                            where is not None, f"{self.name_of(out)} = " + (dx if where is None else f"maxpool^T({dx})"))
         return out
+
+    def _record_pooled(self, call: str, sizes, pooled: bool, role: str):
+        """A convolution's launch; with a pool, both ways autogemm may run the call (one role): fused
+        (op CONV_POOL_OP, the direct family's) and the convolution alone, whose records decide between
+        them (its pool then runs on the pooling kernel's nearest record)."""
+        if pooled:
+            self._record(call, sizes, CONV_POOL_OP, role, families=(f"{call}_direct",))
+        self._record(call, sizes, NO_OP, role)
 
     def conv2d_backward_weights(self, g, x, dw, db):
         role = f"{self.name_of(dw)}, {self.name_of(db)} from {self.name_of(g)}, {self.name_of(x)}"

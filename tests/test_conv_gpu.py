@@ -147,3 +147,45 @@ def test_a_fused_pool_equals_the_convolution_then_the_pool(n, c, h, w, f, k, act
         got = cupy.full_like(want, cupy.nan)
         autogemm.conv2d_backward_data(g, wd, got, aux, activation, config=cfg, where=where)
         assert cupy.array_equal(got, want), cfg
+
+
+@pytest.mark.parametrize("given", [True, False])
+def test_a_pool_beside_an_implicit_gemm_runs_after_it(given):
+    """A config of the implicit GEMM (which fuses no pool): conv2d with `where` is that convolution
+    into `unpooled` (or scratch) then maxpool2x2, and conv2d_backward_data with `where` that
+    backward pass then maxpool2x2_backward, bit for bit."""
+    import cupy
+
+    import autogemm
+    from autogemm.runtime.device import this_device
+    from autogemm.runtime.family import family
+    from kernels import conv2d, conv2d_dgrad
+
+    rng, device = np.random.default_rng(3), this_device()
+    n, c, h, w, f, k = 64, 32, 12, 12, 64, 5
+    x = cupy.asarray(rng.uniform(0, 1, (n, c, h, w)).astype(np.float32))          # X: (N, C, H, W)
+    wt = cupy.asarray((rng.standard_normal((f, c, k, k)) / k / 6).astype(np.float32))   # W: (F, C, K, K)
+    b = cupy.asarray(rng.standard_normal(f).astype(np.float32))                     # b: (F,)
+    cfg = family("conv2d").default(conv2d.Problem(n, c, h, w, f, k, "float32", "relu"), device)
+    z = cupy.empty((n, f, 8, 8), np.float32)                                        # Z: (N, F, OH, OW)
+    autogemm.conv2d(x, wt, b, z, "relu", config=cfg)
+    pooled, where = cupy.empty((n, f, 4, 4), np.float32), cupy.empty((n, f, 4, 4), np.int8)
+    autogemm.maxpool2x2(z, pooled, where)
+    unpooled = cupy.full_like(z, cupy.nan) if given else None
+    got, at = cupy.full_like(pooled, cupy.nan), cupy.full_like(where, -1)
+    autogemm.conv2d(x, wt, b, got, "relu", config=cfg, where=at, unpooled=unpooled)
+    assert cupy.array_equal(got, pooled) and cupy.array_equal(at, where)
+    assert not given or cupy.array_equal(unpooled, z)
+
+    # backward data of a layer of 16 filters above those pooled maps: the pool's backward pass after it
+    wd = cupy.asarray((rng.standard_normal((16, f, 3, 3)) / 9).astype(np.float32))       # W: (16, F, 3, 3)
+    g = cupy.asarray(rng.standard_normal((n, 16, 2, 2)).astype(np.float32))              # G: (N, 16, 2, 2)
+    dcfg = family("conv2d_dgrad").default(conv2d_dgrad.Problem(n, f, 4, 4, 16, 3, "float32", "relu"), device)
+    dx = cupy.empty((n, f, 4, 4), np.float32)
+    autogemm.conv2d_backward_data(g, wd, dx, config=dcfg)
+    want = cupy.empty_like(z)
+    autogemm.maxpool2x2_backward(dx, where, want, pooled, "relu")
+    got = cupy.full_like(z, cupy.nan)
+    autogemm.conv2d_backward_data(g, wd, got, pooled, "relu", config=dcfg, where=where,
+                                  unpooled=cupy.empty_like(dx) if given else None)
+    assert cupy.array_equal(got, want)

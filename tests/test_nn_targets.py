@@ -146,24 +146,31 @@ def test_the_output_layer_takes_the_hidden_activation(activation):
 
 def test_the_cnn_step_launches_every_convolution_direction_pooling_and_one_adam():
     """LeNet at batch 1000: each convolution forward and backward to its weights; backward to the
-    data only above the first layer; one Adam launch over all 54,528 parameters. Both convolutions
-    are narrow: each computes its pool, and the second's backward data pass the first pool's
-    backward pass (the second pool's, below a dense layer, runs alone)."""
+    data only above the first layer; one Adam launch over all 54,528 parameters. Each convolution
+    beside a pool is recorded both ways its call may run: with the pool fused (the direct family)
+    and alone (both families: their records decide); the second pool's backward pass, below a dense
+    layer, runs alone."""
     from nn.targets import cnn_step_targets
 
     targets = cnn_step_targets()
-    conv = [(str(t), t.role) for t in targets
-            if t.family.startswith(("conv2d", "pool2x2", "adam")) and not t.family.endswith("_direct")]
-    direct = [(str(t).replace("_direct", ""), t.role) for t in targets if t.family.endswith("_direct")]
-    assert direct == [launch for launch in conv if launch[0].startswith("conv2d")]   # both algorithms, each launch
-    assert conv == [
-        ("conv2d 1000x1x28x28x6x3:pool", "A2 = maxpool(relu(conv(A0, W1) + b1))"),
-        ("conv2d 1000x6x13x13x10x3:pool", "A4 = maxpool(relu(conv(A2, W3) + b3))"),
-        ("pool2x2 1000x10x11x11:backward", "G3 = maxpool^T(G4)"),
-        ("conv2d_wgrad 1000x6x13x13x10x3", "dW3, db3 from G3, A2"),
-        ("conv2d_dgrad 1000x6x13x13x10x3:pool", "G1 = maxpool^T(conv^T(G3, W3) relu'(A2))"),
-        ("conv2d_wgrad 1000x1x28x28x6x3", "dW1, db1 from G1, A0"),
-        ("adam 54528", "Adam on every parameter (54528)")]
+    launched = [(t.family, str(t), t.role) for t in targets if t.family.startswith(("conv2d", "pool2x2", "adam"))]
+    conv1, conv2 = "1000x1x28x28x6x3", "1000x6x13x13x10x3"
+    forward1, forward2 = "A2 = maxpool(relu(conv(A0, W1) + b1))", "A4 = maxpool(relu(conv(A2, W3) + b3))"
+    backward2 = "G1 = maxpool^T(conv^T(G3, W3) relu'(A2))"
+    assert launched == [
+        ("conv2d_direct", f"conv2d_direct {conv1}:pool", forward1),
+        ("conv2d_direct", f"conv2d_direct {conv1}", forward1), ("conv2d", f"conv2d {conv1}", forward1),
+        ("conv2d_direct", f"conv2d_direct {conv2}:pool", forward2),
+        ("conv2d_direct", f"conv2d_direct {conv2}", forward2), ("conv2d", f"conv2d {conv2}", forward2),
+        ("pool2x2", "pool2x2 1000x10x11x11:backward", "G3 = maxpool^T(G4)"),
+        ("conv2d_wgrad_direct", f"conv2d_wgrad_direct {conv2}", "dW3, db3 from G3, A2"),
+        ("conv2d_wgrad", f"conv2d_wgrad {conv2}", "dW3, db3 from G3, A2"),
+        ("conv2d_dgrad_direct", f"conv2d_dgrad_direct {conv2}:pool", backward2),
+        ("conv2d_dgrad_direct", f"conv2d_dgrad_direct {conv2}", backward2),
+        ("conv2d_dgrad", f"conv2d_dgrad {conv2}", backward2),
+        ("conv2d_wgrad_direct", f"conv2d_wgrad_direct {conv1}", "dW1, db1 from G1, A0"),
+        ("conv2d_wgrad", f"conv2d_wgrad {conv1}", "dW1, db1 from G1, A0"),
+        ("adam", "adam 54528", "Adam on every parameter (54528)")]
     assert ("gemm", (1000, 128, 250), "nt+bias_relu") in launches(targets)          # the flattened maps into dense128
     four = launches(cnn_step_targets(batch=128, ranks=(4,), layers="conv4x5,dense16"))
     assert ("conv2d", (32, 1, 28, 28, 4, 5), "-") in four and ("conv2d", (28, 1, 28, 28, 4, 5), "-") in four

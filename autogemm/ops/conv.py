@@ -2,14 +2,17 @@
 its two backward passes, 2 x 2 max-pooling and its backward pass.
 
 Each checks its arrays, takes the tuned config of its problem (or the one given) and launches one
-kernel on the current stream, writing into the caller's arrays: nothing is allocated but split-K
-scratch, once per stream.
+kernel on the current stream, writing into the caller's arrays (a convolution with a pool that its
+kernel cannot fuse, two): nothing is allocated but scratch (split-K's, an unpooled output's the
+caller gave no buffer for), once per stream.
 """
+from dataclasses import replace
+
 import numpy as np
 
 from autogemm.errors import BadArguments
-from autogemm.ops.kernels import launch, scratch
-from autogemm.runtime.device import require_cupy
+from autogemm.ops.kernels import implementation, launch, scratch
+from autogemm.runtime.device import require_cupy, this_device
 from kernels import conv2d as conv_family
 from kernels import conv2d_dgrad as dgrad_family
 from kernels import conv2d_wgrad as wgrad_family
@@ -56,29 +59,44 @@ def _problem(family, sizes, dtype, activation, precision, pool=False):
 # (autogemm.gemm): "fp32" (FP32-accurate), "tf32" or "bf16" (served by TF32 products, or FP32-accurate).
 
 
-def conv2d(x, w, b, out, activation=None, config=None, precision="fp32", where=None):
+def conv2d(x, w, b, out, activation=None, config=None, precision="fp32", where=None, unpooled=None):
     """out (N, F, H-K+1, W-K+1) = act(x (N, C, H, W) correlated with w (F, C, K, K), plus b (F,));
-    activation None, "relu" or "sigmoid". With `where` (int8), the 2 x 2 max-pool fused: out and
-    where (N, F, (H-K+1)//2, (W-K+1)//2) each window's maximum and its position (0..3, row by row),
-    as maxpool2x2 gives them; the direct kernels alone fuse it (`fuses_pool`)."""
+    activation None, "relu" or "sigmoid".
+
+    With `where` (int8), the 2 x 2 max-pool too: out and where (N, F, (H-K+1)//2, (W-K+1)//2) each
+    window's maximum and its position (0..3, row by row), as maxpool2x2 gives them. Fused into one
+    kernel where the direct kernels, which alone fuse it, are what this call runs without the pool
+    (its tuned records, else the untuned order: `pool_fused`); else the convolution into `unpooled`
+    (N, F, H-K+1, W-K+1), or scratch, then maxpool2x2."""
     sizes = _conv_sizes("conv2d", x.shape, w)
     n, c, h, width, f, k = sizes
     pooled = where is not None
-    problem = _problem(conv_family, sizes, x.dtype, activation, precision, pooled)
-    z = (n, f, *problem.pooled) if pooled else (n, f, h - k + 1, width - k + 1)
+    problem = _problem(conv_family, sizes, x.dtype, activation, precision)
+    z = (n, f, problem.out_h, problem.out_w)
+    shapes = {"x": x.shape, "w": w.shape, "b": (f,), "out": (n, f, *problem.pooled) if pooled else z}
     _check("conv2d", {"x": x, "w": w, "b": b, "out": out} | ({"where": where} if pooled else {}),
-           {"x": x.shape, "w": w.shape, "b": (f,), "out": z, "where": z}, x.dtype)
-    launch("conv2d", problem, config,
-           lambda g: (x, w, b, out, where, np.int32(n)) if pooled else (x, w, b, out, np.int32(n)))
+           shapes | {"where": shapes["out"]}, x.dtype)
+    if not pooled:
+        launch("conv2d", problem, config, lambda g: (x, w, b, out, np.int32(n)))
+    elif pool_fused("conv2d", problem, config):
+        launch("conv2d", replace(problem, pool=True), config, lambda g: (x, w, b, out, where, np.int32(n)))
+    else:
+        z = _unpooled("conv2d", unpooled, z, x.dtype)
+        launch("conv2d", problem, config, lambda g: (x, w, b, z, np.int32(n)))
+        maxpool2x2(z, out, where)
     return out
 
 
-def conv2d_backward_data(g, w, out, aux=None, activation=None, config=None, precision="fp32", where=None):
+def conv2d_backward_data(g, w, out, aux=None, activation=None, config=None, precision="fp32", where=None,
+                         unpooled=None):
     """out (N, C, H, W) = dL/dx from g = dL/dz (N, F, H-K+1, W-K+1) and the filters w (F, C, K, K),
     times act'(aux) with an activation: aux (N, C, H, W) the saved output of the layer below's.
-    With `where` (N, C, H, W) int8, x is the layer below's 2 x 2 max-pool (maxpool2x2's positions
-    of its maxima) and its backward pass is fused: out (N, C, 2H, 2W) gets each gradient at its
-    window's maximum, zero elsewhere (aux: the pooled values); the direct kernels alone fuse it."""
+
+    With `where` (N, C, H, W) int8, x is the layer below's 2 x 2 max-pool (maxpool2x2's positions of
+    its maxima, aux its pooled values) and its backward pass is done too: out (N, C, 2H, 2W) gets
+    each gradient at its window's maximum, zero elsewhere. Fused where the direct kernels are what
+    this call runs without the pool (`pool_fused`), else through `unpooled` (N, C, H, W), or
+    scratch, and maxpool2x2_backward."""
     pooled = where is not None
     n, c, h, width = out.shape if not pooled else (*out.shape[:2], out.shape[2] // 2, out.shape[3] // 2)
     sizes = _conv_sizes("conv2d_backward_data", (n, c, h, width), w)
@@ -88,18 +106,33 @@ def conv2d_backward_data(g, w, out, aux=None, activation=None, config=None, prec
     _check("conv2d_backward_data", arrays,
            {"g": (n, f, h - k + 1, width - k + 1), "w": w.shape, "aux": maps, "where": maps,
             "out": (n, c, 2 * h, 2 * width) if pooled else maps}, out.dtype)
-    problem = _problem(dgrad_family, sizes, out.dtype, activation, precision, pooled)
-    aux = aux if activation else _NULL
-    launch("conv2d_dgrad", problem, config,
-           lambda geo: (g, w, aux, where, out, np.int32(n)) if pooled else (g, w, aux, out, np.int32(n)))
+    problem = _problem(dgrad_family, sizes, out.dtype, activation, precision)
+    saved = aux if activation else _NULL
+    if not pooled:
+        launch("conv2d_dgrad", problem, config, lambda geo: (g, w, saved, out, np.int32(n)))
+    elif pool_fused("conv2d_dgrad", problem, config):
+        launch("conv2d_dgrad", replace(problem, pool=True), config,
+               lambda geo: (g, w, saved, where, out, np.int32(n)))
+    else:
+        dx = _unpooled("conv2d_backward_data", unpooled, maps, out.dtype)
+        launch("conv2d_dgrad", replace(problem, activation=None), config, lambda geo: (g, w, _NULL, dx, np.int32(n)))
+        maxpool2x2_backward(dx, where, out, aux, activation)
     return out
 
 
-def fuses_pool(c: int, f: int, k: int) -> bool:
-    """Whether conv2d's and conv2d_backward_data's fused 2 x 2 max-pool pays for a layer of c
-    channels and f filters of k x k: where the direct kernels, which alone fuse it, run the layer
-    untuned (in float32 on tensor-core GPUs the wide layers run as implicit GEMMs; kernels.conv2d)."""
-    return c * k * k < conv_family.UNTUNED_MIN_TAPS or f < 32
+def pool_fused(call: str, problem, config=None) -> bool:
+    """Whether `call` (conv2d or conv2d_dgrad) of `problem` (without a pool) fuses a 2 x 2 pool
+    beside it: where its direct family is the one it runs (kernels.IMPLEMENTATIONS' choice on this
+    GPU, for `config` as conv2d takes it)."""
+    return implementation(call, problem, config, this_device()) == f"{call}_direct"
+
+
+def _unpooled(what: str, given, shape: tuple, dtype):
+    """`given` checked as a C-contiguous array of `shape`, else scratch of that shape."""
+    if given is None:
+        return scratch(f"{what} unpooled", dtype, int(np.prod(shape)))[:int(np.prod(shape))].reshape(shape)
+    _check(what, {"unpooled": given}, {"unpooled": shape}, dtype)
+    return given
 
 
 def conv2d_backward_weights(g, x, dw, db, config=None, precision="fp32"):

@@ -136,17 +136,18 @@ class Backend(ABC):
 
     # ---- the CNN's operations (images NCHW, filters (F, C, K, K); nn/backends/numpy_cnn.py) ----
 
-    def conv2d(self, x, w, b, out, activation=None, where=None):
+    def conv2d(self, x, w, b, out, activation=None, where=None, unpooled=None):
         """out (N, F, H-K+1, W-K+1) = act(x (N, C, H, W) correlated with w, plus b): a valid
         convolution, stride 1; activation None, "relu" or "sigmoid". With `where`, the 2 x 2
-        max-pool fused: out and where as maxpool2x2 of that output gives them."""
+        max-pool too: out and where as maxpool2x2 of that output gives them (`unpooled`: a buffer
+        of the convolution's output, for a backend that forms it)."""
         raise NNError(f"the {self.name} backend has no convolution kernels; use --backend numpy or cupy")
 
-    def conv2d_backward_data(self, g, w, out, aux=None, activation=None, where=None):
+    def conv2d_backward_data(self, g, w, out, aux=None, activation=None, where=None, unpooled=None):
         """out (N, C, H, W) = dL/dx from g = dL/dz (N, F, H', W'), times act'(aux) when aux, the
         saved output of the layer below's activation, is given. With `where` (N, C, H, W), x is the
-        2 x 2 max-pool below and its backward pass fused: out (N, C, 2H, 2W) as maxpool2x2_backward
-        of that gradient gives it."""
+        2 x 2 max-pool below and its backward pass done too: out (N, C, 2H, 2W) as
+        maxpool2x2_backward of that gradient gives it (`unpooled`: a buffer of that gradient)."""
         raise NNError(f"the {self.name} backend has no convolution kernels; use --backend numpy or cupy")
 
     def conv2d_backward_weights(self, g, x, dw, db):

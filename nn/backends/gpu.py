@@ -101,15 +101,16 @@ class GpuBackend(Backend):
 
     # ---- the CNN's operations: autogemm's convolution, pooling and Adam kernels ---------------
 
-    def conv2d(self, x, w, b, out, activation=None, where=None):
+    def conv2d(self, x, w, b, out, activation=None, where=None, unpooled=None):
         if out.size:
-            autogemm.conv2d(x, w, b, out, activation, config=self.config, precision=self.precision, where=where)
+            autogemm.conv2d(x, w, b, out, activation, config=self.config, precision=self.precision, where=where,
+                            unpooled=unpooled)
         return out
 
-    def conv2d_backward_data(self, g, w, out, aux=None, activation=None, where=None):
+    def conv2d_backward_data(self, g, w, out, aux=None, activation=None, where=None, unpooled=None):
         if out.size:
             autogemm.conv2d_backward_data(g, w, out, aux, activation, config=self.config, precision=self.precision,
-                                          where=where)
+                                          where=where, unpooled=unpooled)
         return out
 
     def conv2d_backward_weights(self, g, x, dw, db):

@@ -132,7 +132,7 @@ class NumpyBackend(Backend):
         if aux is not None:
             self._epilogue(out, f"d{activation}", None, aux)
 
-    def conv2d(self, x, w, b, out, activation=None, where=None):
+    def conv2d(self, x, w, b, out, activation=None, where=None, unpooled=None):
         z = numpy_cnn.conv2d(x, w, b)
         self._activate(z, activation)
         if where is None:
@@ -141,7 +141,7 @@ class NumpyBackend(Backend):
             out[...], where[...] = numpy_cnn.maxpool2x2(z)
         return out
 
-    def conv2d_backward_data(self, g, w, out, aux=None, activation=None, where=None):
+    def conv2d_backward_data(self, g, w, out, aux=None, activation=None, where=None, unpooled=None):
         dx = numpy_cnn.conv2d_backward_data(g, w)
         self._activation_grad(dx, aux, activation)
         out[...] = dx if where is None else numpy_cnn.maxpool2x2_backward(dx, where, out.shape)
