@@ -74,7 +74,8 @@ def describe(name: str, args, kwargs, column_major=()) -> str:
                 + (" in place" if dw is w else ""))
     if name.startswith("conv2d"):   # the maps it reads by the filters (or their gradient)
         maps, filters = args[1:3] if name == "conv2d_backward_weights" else args[:2]
-        return f"{name} {shape(maps)} by {shape(filters)}"
+        pooled = " with its pool" if kwargs.get("where") is not None else ""
+        return f"{name} {shape(maps)} by {shape(filters)}{pooled}"
     return f"{name} {shape(args[0])}"
 
 
