@@ -1,0 +1,69 @@
+"""autogemm's layers as functions of torch tensors, differentiable: the arguments checked, the
+leading dimensions of a linear layer's input folded into rows, the precision taken from torch's
+settings where not given, then one of the custom ops (autogemm.torch.ops)."""
+import torch
+
+from autogemm.errors import BadArguments
+from autogemm.torch import ops
+from autogemm.torch.tensors import check
+
+PRECISIONS = ("fp32", "tf32", "bf16")
+
+
+def precision_now(x: torch.Tensor, given: str | None = None) -> str:
+    """What a call on x may round float32 operands to: `given`, else bf16 under a bfloat16 autocast,
+    tf32 where torch.backends.cuda.matmul.allow_tf32 allows it, else fp32; always fp32 for float64."""
+    if given is not None and given not in PRECISIONS:
+        raise BadArguments(f"precision {given!r}: give one of {', '.join(PRECISIONS)}")
+    if x.dtype == torch.float64:
+        return "fp32"
+    if given is not None:
+        return given
+    if torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda") == torch.bfloat16:
+        return "bf16"
+    return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "fp32"
+
+
+def _activation(activation: str | None) -> str:
+    if activation not in (None, "relu", "sigmoid"):
+        raise BadArguments(f"activation {activation!r}: give None, 'relu' or 'sigmoid'")
+    return activation or "none"
+
+
+def _float(x: torch.Tensor) -> torch.Tensor:
+    """x as the kernels take it: a bfloat16 or float16 activation of an autocast region in float32."""
+    return x.float() if x.dtype in (torch.bfloat16, torch.float16) and x.is_cuda else x
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None,
+           precision: str | None = None) -> torch.Tensor:
+    """act(x weight^T + bias) on autogemm's tuned GEMM, the bias and activation fused: x (..., K),
+    weight (N, K), bias (N,) or None; activation None, "relu" or "sigmoid"."""
+    x = _float(x)
+    check("autogemm.torch.linear", {"x": x, "weight": weight, "bias": bias})
+    if x.ndim < 1 or weight.ndim != 2 or x.shape[-1] != weight.shape[1] or (bias is not None and
+                                                                         bias.shape != weight.shape[:1]):
+        raise BadArguments(f"autogemm.torch.linear: x (..., K), weight (N, K) and bias (N,) must agree, got "
+                           f"{tuple(x.shape)}, {tuple(weight.shape)} and {None if bias is None else tuple(bias.shape)}")
+    rows = x.reshape(-1, x.shape[-1])                                   # X: (M, K)
+    y = ops.linear(rows, weight, bias, _activation(activation), precision_now(x, precision))
+    return y.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None,
+           pool: bool = False, precision: str | None = None) -> torch.Tensor:
+    """act(x correlated with weight, plus bias) on autogemm's tuned convolutions (valid, stride 1),
+    then the 2 x 2 max-pool where `pool` (fused into the kernel where it can be): x (N, C, H, W),
+    weight (F, C, K, K), bias (F,) or None."""
+    x = _float(x)
+    check("autogemm.torch.conv2d", {"x": x, "weight": weight, "bias": bias})
+    if (x.ndim != 4 or weight.ndim != 4 or weight.shape[1] != x.shape[1] or weight.shape[2] != weight.shape[3]
+            or weight.shape[2] > min(x.shape[2:]) or (bias is not None and bias.shape != weight.shape[:1])):
+        raise BadArguments(f"autogemm.torch.conv2d: x (N, C, H, W), weight (F, C, K, K) with K at most H and W, "
+                           f"and bias (F,) must agree, got {tuple(x.shape)}, {tuple(weight.shape)} and "
+                           f"{None if bias is None else tuple(bias.shape)}")
+    if pool and min(x.shape[2:]) - weight.shape[2] + 1 < 2:
+        raise BadArguments(f"autogemm.torch.conv2d: a 2x2 pool does not fit the output of {tuple(x.shape)} by "
+                           f"{tuple(weight.shape)}")
+    y, _ = ops.conv2d(x, weight, bias, _activation(activation), bool(pool), precision_now(x, precision))
+    return y

@@ -1,0 +1,137 @@
+"""Drop-in torch.nn layers on autogemm's kernels, and `convert`, which swaps them into a model.
+
+Each is a subclass of its torch.nn layer: the same parameters, initialisation and state_dict, so a
+checkpoint loads either way. On CUDA tensors its forward and backward passes run autogemm's tuned
+kernels with the activation (and a convolution's 2 x 2 max-pool) fused; elsewhere (the CPU) torch's
+own layer computes the same function.
+"""
+import torch
+import torch.nn.functional as F
+
+from autogemm.errors import BadArguments
+from autogemm.torch import functional
+
+ACTIVATION_MODULES = {torch.nn.ReLU: "relu", torch.nn.Sigmoid: "sigmoid"}
+
+
+def _torch_activation(y: torch.Tensor, activation: str | None) -> torch.Tensor:
+    return torch.relu(y) if activation == "relu" else torch.sigmoid(y) if activation == "sigmoid" else y
+
+
+def _on_kernels(x: torch.Tensor) -> bool:
+    """Whether autogemm's kernels take x: a CUDA tensor of floats."""
+    return x.is_cuda and x.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
+
+class Linear(torch.nn.Linear):
+    """torch.nn.Linear, then `activation` (None, "relu" or "sigmoid"), on autogemm's GEMMs: the bias
+    and activation fused into the forward GEMM; the backward pass the activation's derivative,
+    then the input's and the weight's GEMMs and the bias's column sums. `precision` None follows
+    torch (autocast bf16, else allow_tf32), or give "fp32", "tf32" or "bf16"."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, activation: str | None = None,
+                 precision: str | None = None, device=None, dtype=None):
+        super().__init__(in_features, out_features, bias, device, dtype)
+        functional._activation(activation)
+        self.activation, self.precision = activation, precision
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not _on_kernels(x):
+            return _torch_activation(F.linear(x, self.weight, self.bias), self.activation)
+        return functional.linear(x, self.weight, self.bias, self.activation, self.precision)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", activation={self.activation}"
+
+
+class Conv2d(torch.nn.Conv2d):
+    """torch.nn.Conv2d of square kernels, stride 1, no padding (what autogemm's convolutions
+    compute), then `activation` and, with `pool`, a 2 x 2 max-pool (stride 2), fused into its
+    kernels where they can; the backward pass on autogemm's backward data and weight kernels."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, bias: bool = True,
+                 activation: str | None = None, pool: bool = False, precision: str | None = None, device=None,
+                 dtype=None):
+        if not isinstance(kernel_size, int):
+            raise BadArguments(f"autogemm.torch.Conv2d: kernel_size {kernel_size!r}: give one int (square kernels)")
+        super().__init__(in_channels, out_channels, kernel_size, bias=bias, device=device, dtype=dtype)
+        functional._activation(activation)
+        self.activation, self.pool, self.precision = activation, bool(pool), precision
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not _on_kernels(x):
+            y = _torch_activation(F.conv2d(x, self.weight, self.bias), self.activation)
+            return F.max_pool2d(y, 2) if self.pool else y
+        return functional.conv2d(x, self.weight, self.bias, self.activation, self.pool, self.precision)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", activation={self.activation}, pool={self.pool}"
+
+
+def _convertible_conv(m: torch.nn.Module) -> bool:
+    """A torch.nn.Conv2d that autogemm's convolutions compute: square kernel, stride 1, no padding,
+    no dilation, one group."""
+    return (type(m) is torch.nn.Conv2d and m.kernel_size[0] == m.kernel_size[1] and m.stride == (1, 1)
+            and m.dilation == (1, 1) and m.groups == 1 and m.padding in ((0, 0), "valid"))
+
+
+def _pool2(m) -> bool:
+    """A 2 x 2 max-pool of stride 2 that drops an odd side's last row or column."""
+    def pair(v):
+        return (v, v) if isinstance(v, int) else tuple(v)
+    return (type(m) is torch.nn.MaxPool2d and pair(m.kernel_size) == (2, 2) and pair(m.stride) == (2, 2)
+            and pair(m.padding) == (0, 0) and pair(m.dilation) == (1, 1) and not m.ceil_mode
+            and not m.return_indices)
+
+
+def _swap(m: torch.nn.Module, activation: str | None, pool: bool) -> torch.nn.Module:
+    """autogemm's layer for m, sharing its Parameter objects (an optimizer made before keeps working)."""
+    has_bias = m.bias is not None
+    if isinstance(m, torch.nn.Linear):
+        new = Linear(m.in_features, m.out_features, has_bias, activation, device="meta")
+    else:
+        new = Conv2d(m.in_channels, m.out_channels, m.kernel_size[0], has_bias, activation, pool, device="meta")
+    new.weight = m.weight
+    new.bias = m.bias if has_bias else None
+    new.train(m.training)
+    return new
+
+
+def convert(model: torch.nn.Module) -> torch.nn.Module:
+    """Swap, in place, each torch.nn.Linear, and each torch.nn.Conv2d that autogemm computes (square
+    kernel, stride 1, no padding, no dilation, one group), for autogemm's, sharing its parameters.
+    Inside a torch.nn.Sequential a ReLU or Sigmoid right after one goes into it, and a 2 x 2
+    MaxPool2d right after a convolution (and its activation) too; each is replaced by nn.Identity,
+    so the state_dict keeps its keys. Returns the model (a bare layer: its replacement)."""
+    if type(model) is torch.nn.Linear or _convertible_conv(model):
+        return _swap(model, None, False)
+    if isinstance(model, torch.nn.Sequential):
+        _convert_sequence(model)
+        return model
+    for name, child in list(model.named_children()):
+        setattr(model, name, convert(child))
+    return model
+
+
+def _convert_sequence(seq: torch.nn.Sequential):
+    names = list(seq._modules)
+    i = 0
+    while i < len(names):
+        m = seq._modules[names[i]]
+        if type(m) is not torch.nn.Linear and not _convertible_conv(m):
+            seq._modules[names[i]] = convert(m)
+            i += 1
+            continue
+        fused, activation, pool = [], None, False
+        nxt = seq._modules[names[i + 1]] if i + 1 < len(names) else None
+        if type(nxt) in ACTIVATION_MODULES:
+            activation = ACTIVATION_MODULES[type(nxt)]
+            fused.append(names[i + 1])
+        after = names[i + 1 + len(fused)] if i + 1 + len(fused) < len(names) else None
+        if isinstance(m, torch.nn.Conv2d) and after is not None and _pool2(seq._modules[after]):
+            pool = True
+            fused.append(after)
+        seq._modules[names[i]] = _swap(m, activation, pool)
+        for name in fused:
+            seq._modules[name] = torch.nn.Identity()
+        i += 1 + len(fused)

@@ -1,0 +1,155 @@
+"""autogemm's calls as torch custom ops (torch.library): a fake implementation each, so that
+torch.compile traces a model through them without a graph break, and autograd formulas that run
+the backward passes on autogemm's kernels too. Each op works on torch's current stream
+(tensors.on_current_stream) and allocates its outputs and temporaries through torch's allocator, so
+a torch.cuda.graph captures it (after a warm-up call that compiles its kernels and sizes autogemm's
+own scratch, which is never freed).
+
+    autogemm::linear            y = act(x w^T + b)
+    autogemm::linear_backward   dx, dw, db of it, from dy and the saved y
+    autogemm::conv2d            y = act(x * w + b), 2 x 2 max-pooled where asked (y, where)
+    autogemm::conv2d_backward   dx, dw, db of it, from dy, the saved y and where
+"""
+from typing import Optional
+
+import torch
+
+from autogemm.ops import conv as conv_ops
+from autogemm.ops import elementwise as elementwise_ops
+from autogemm.ops import gemm as gemm_ops
+from autogemm.torch.tensors import as_cupy, on_current_stream
+
+ACTIVATIONS = ("none", "relu", "sigmoid")   # an op's activation: a string, as torch's schemas take
+
+
+def _act(activation: str) -> Optional[str]:
+    return None if activation == "none" else activation
+
+
+def _bias(b: Optional[torch.Tensor], n: int, like: torch.Tensor) -> torch.Tensor:
+    """The bias, or zeros where the layer has none (the kernels' epilogues add one)."""
+    return b if b is not None else like.new_zeros(n)
+
+
+# ---- linear --------------------------------------------------------------------------------------
+@torch.library.custom_op("autogemm::linear", mutates_args=())
+def linear(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], activation: str,
+           precision: str) -> torch.Tensor:
+    y = x.new_empty((x.shape[0], w.shape[0]))                  # Y: (M, N)
+    epilogue = "bias" if activation == "none" else f"bias_{activation}"
+    with on_current_stream(x.device):
+        gemm_ops.gemm(as_cupy(x), as_cupy(w), as_cupy(y), trans_b=True, epilogue=epilogue,
+                      bias=as_cupy(_bias(b, w.shape[0], x)), precision=precision)
+    return y
+
+
+@linear.register_fake
+def _(x, w, b, activation, precision):
+    return x.new_empty((x.shape[0], w.shape[0]))
+
+
+@torch.library.custom_op("autogemm::linear_backward", mutates_args=())
+def linear_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, activation: str,
+                    input_grad: bool, precision: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    dx = x.new_empty(x.shape if input_grad else (0,))          # dX: (M, K)
+    dw, db = torch.empty_like(w), w.new_empty(w.shape[0])      # dW: (N, K), db: (N,)
+    with on_current_stream(x.device):
+        dz = as_cupy(dy)
+        if activation != "none":                               # dZ = dY * act'(Y): (M, N)
+            dz = elementwise_ops.activation_grad(dz, as_cupy(y), activation, out=as_cupy(torch.empty_like(dy)))
+        if input_grad:
+            gemm_ops.gemm(dz, as_cupy(w), as_cupy(dx), precision=precision)
+        gemm_ops.gemm(dz, as_cupy(x), as_cupy(dw), trans_a=True, precision=precision)
+        elementwise_ops.column_sums(dz, as_cupy(db))
+    return dx, dw, db
+
+
+@linear_backward.register_fake
+def _(dy, x, w, y, activation, input_grad, precision):
+    return x.new_empty(x.shape if input_grad else (0,)), torch.empty_like(w), w.new_empty(w.shape[0])
+
+
+def _linear_setup(ctx, inputs, output):
+    x, w, b, activation, precision = inputs
+    ctx.save_for_backward(x, w, output)
+    ctx.activation, ctx.precision, ctx.has_bias = activation, precision, b is not None
+
+
+def _linear_grad(ctx, dy):
+    x, w, y = ctx.saved_tensors
+    dx, dw, db = linear_backward(dy.contiguous(), x, w, y, ctx.activation, ctx.needs_input_grad[0], ctx.precision)
+    return (dx if ctx.needs_input_grad[0] else None), dw, (db if ctx.has_bias else None), None, None
+
+
+torch.library.register_autograd("autogemm::linear", _linear_grad, setup_context=_linear_setup)
+
+
+# ---- conv2d --------------------------------------------------------------------------------------
+def _conv_out(x, w, pool: bool) -> tuple[int, ...]:
+    """The output's shape: (N, F, OH, OW), halved (rounded down) with the pool."""
+    n, f = x.shape[0], w.shape[0]
+    oh, ow = x.shape[2] - w.shape[2] + 1, x.shape[3] - w.shape[3] + 1
+    return (n, f, oh // 2, ow // 2) if pool else (n, f, oh, ow)
+
+
+@torch.library.custom_op("autogemm::conv2d", mutates_args=())
+def conv2d(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], activation: str, pool: bool,
+           precision: str) -> tuple[torch.Tensor, torch.Tensor]:
+    shape = _conv_out(x, w, pool)
+    y = x.new_empty(shape)                                     # Y: (N, F, OH, OW), or pooled
+    where = x.new_empty(shape if pool else (0,), dtype=torch.int8)
+    with on_current_stream(x.device):
+        conv_ops.conv2d(as_cupy(x), as_cupy(w), as_cupy(_bias(b, w.shape[0], x)), as_cupy(y), _act(activation),
+                        precision=precision, where=as_cupy(where) if pool else None)
+    return y, where
+
+
+@conv2d.register_fake
+def _(x, w, b, activation, pool, precision):
+    shape = _conv_out(x, w, pool)
+    return x.new_empty(shape), x.new_empty(shape if pool else (0,), dtype=torch.int8)
+
+
+@torch.library.custom_op("autogemm::conv2d_backward", mutates_args=())
+def conv2d_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, where: torch.Tensor,
+                    activation: str, pool: bool, input_grad: bool,
+                    precision: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    dx = x.new_empty(x.shape if input_grad else (0,))          # dX: (N, C, H, W)
+    dw, db = torch.empty_like(w), w.new_empty(w.shape[0])      # dW: (F, C, K, K), db: (F,)
+    with on_current_stream(x.device):
+        dz = as_cupy(dy)
+        act = _act(activation)
+        if pool:                                               # dZ (N, F, OH, OW): dY at each maximum, times act'
+            dz = as_cupy(x.new_empty(_conv_out(x, w, False)))
+            conv_ops.maxpool2x2_backward(as_cupy(dy), as_cupy(where), dz, as_cupy(y) if act else None, act)
+        elif act:
+            flat = (dy.shape[0], dy[0].numel())                # the elementwise kernels' rows
+            dz = elementwise_ops.activation_grad(dz.reshape(flat), as_cupy(y).reshape(flat), act,
+                                                 out=as_cupy(torch.empty_like(dy)).reshape(flat)).reshape(dy.shape)
+        if input_grad:
+            conv_ops.conv2d_backward_data(dz, as_cupy(w), as_cupy(dx), precision=precision)
+        conv_ops.conv2d_backward_weights(dz, as_cupy(x), as_cupy(dw), as_cupy(db), precision=precision)
+    return dx, dw, db
+
+
+@conv2d_backward.register_fake
+def _(dy, x, w, y, where, activation, pool, input_grad, precision):
+    return x.new_empty(x.shape if input_grad else (0,)), torch.empty_like(w), w.new_empty(w.shape[0])
+
+
+def _conv2d_setup(ctx, inputs, output):
+    x, w, b, activation, pool, precision = inputs
+    y, where = output
+    ctx.save_for_backward(x, w, y, where)
+    ctx.activation, ctx.pool, ctx.precision, ctx.has_bias = activation, pool, precision, b is not None
+    ctx.mark_non_differentiable(where)
+
+
+def _conv2d_grad(ctx, dy, _dwhere):
+    x, w, y, where = ctx.saved_tensors
+    dx, dw, db = conv2d_backward(dy.contiguous(), x, w, y, where, ctx.activation, ctx.pool, ctx.needs_input_grad[0],
+                                 ctx.precision)
+    return (dx if ctx.needs_input_grad[0] else None), dw, (db if ctx.has_bias else None), None, None, None
+
+
+torch.library.register_autograd("autogemm::conv2d", _conv2d_grad, setup_context=_conv2d_setup)

@@ -1,0 +1,58 @@
+"""torch tensors as autogemm's calls take them: checked, viewed as CuPy arrays without a copy
+(DLPack), and the work put on torch's current stream, so that it orders with torch's own kernels
+and a `torch.cuda.graph` captures it."""
+import contextlib
+
+from autogemm.errors import AutogemmError, BadArguments
+from autogemm.runtime.device import require_cupy
+
+FLOATS = ("float32", "float64")
+
+
+def require_torch():
+    """The torch module, or an AutogemmError that says what to install."""
+    try:
+        import torch
+    except ImportError:
+        raise AutogemmError("autogemm.torch needs PyTorch, which is not installed: pip install 'autogemm[torch]'") \
+            from None
+    return torch
+
+
+def check(call: str, tensors: dict, dtype=None):
+    """BadArguments unless each named tensor (None skipped) is a torch.Tensor on one CUDA device,
+    in float32 or float64, all of one dtype (`dtype` where given)."""
+    torch = require_torch()
+    device = None
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise BadArguments(f"{call}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.device.type != "cuda":
+            raise BadArguments(f"{call}: {name} is on {t.device}; autogemm's kernels run on CUDA tensors "
+                               f"(move it with .cuda(), or keep torch's own layer for the CPU)")
+        dtype = dtype or t.dtype
+        if str(t.dtype).removeprefix("torch.") not in FLOATS or t.dtype != dtype:
+            raise BadArguments(f"{call}: {name} must be float32 or float64 like the others, got "
+                               f"{str(t.dtype).removeprefix('torch.')}")
+        if device is not None and t.device != device:
+            raise BadArguments(f"{call}: {name} is on {t.device}, the others on {device}; give one device")
+        device = t.device
+
+
+def as_cupy(t, contiguous: bool = True):
+    """The CuPy view of tensor t (no copy; t made C-contiguous first where asked and it is not: the
+    one copy a call makes of an operand whose strides its kernels cannot read)."""
+    cupy = require_cupy()
+    t = t.detach()
+    return cupy.from_dlpack(t.contiguous() if contiguous else t)
+
+
+@contextlib.contextmanager
+def on_current_stream(device):
+    """CuPy's device and current stream set to torch's on `device`, for the calls inside."""
+    cupy, torch = require_cupy(), require_torch()
+    stream = torch.cuda.current_stream(device)
+    with cupy.cuda.Device(device.index), cupy.cuda.ExternalStream(stream.cuda_stream, device.index):
+        yield

@@ -1,0 +1,143 @@
+"""autogemm.torch where no GPU is: the clear error without PyTorch; the custom ops' fake
+implementations (shapes through meta tensors, as torch.compile traces them); the calls' one-line
+errors; the layers' parameters and state_dict as torch's own, their CPU forward torch's function;
+`convert` on a LeNet-like model and on what it must leave alone."""
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+from autogemm.errors import BadArguments
+from run_train import ROOT
+
+if importlib.util.find_spec("torch") is not None:
+    import torch
+
+    import autogemm.torch as agt
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
+
+
+def test_without_pytorch_the_import_says_what_to_install():
+    """Where PyTorch is not installed (as in CI), or hidden from the import."""
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "try:\n    import autogemm.torch\nexcept Exception as exc:\n    print(type(exc).__name__, exc)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT).stdout
+    assert out.strip() == ("AutogemmError autogemm.torch needs PyTorch, which is not installed: "
+                           "pip install 'autogemm[torch]'")
+
+
+@needs_torch
+def test_the_ops_fake_implementations_give_the_shapes():
+    meta = dict(device="meta")
+    x, w = torch.empty(8, 20, **meta), torch.empty(5, 20, **meta)
+    assert torch.ops.autogemm.linear(x, w, None, "relu", "fp32").shape == (8, 5)
+    dx, dw, db = torch.ops.autogemm.linear_backward(torch.empty(8, 5, **meta), x, w, torch.empty(8, 5, **meta), "relu",
+                                                    True, "fp32")
+    assert (dx.shape, dw.shape, db.shape) == ((8, 20), (5, 20), (5,))
+    images, filters = torch.empty(2, 1, 28, 28, **meta), torch.empty(6, 1, 3, 3, **meta)
+    y, where = torch.ops.autogemm.conv2d(images, filters, None, "relu", True, "tf32")
+    assert y.shape == where.shape == (2, 6, 13, 13) and where.dtype == torch.int8
+    y, where = torch.ops.autogemm.conv2d(torch.empty(2, 6, 13, 13, **meta), torch.empty(10, 6, 3, 3, **meta), None,
+                                         "none", False, "fp32")
+    assert y.shape == (2, 10, 11, 11) and where.numel() == 0
+    dx, dw, db = torch.ops.autogemm.conv2d_backward(torch.empty(2, 6, 13, 13, **meta), images, filters,
+                                                    torch.empty(2, 6, 13, 13, **meta), where, "relu", True, False,
+                                                    "fp32")
+    assert dx.numel() == 0 and dw.shape == (6, 1, 3, 3) and db.shape == (6,)
+
+
+@needs_torch
+@pytest.mark.parametrize("call, args, message", [
+    ("linear", lambda: (torch.ones(4, 3), torch.ones(2, 3)), "x is on cpu; autogemm's kernels run on CUDA tensors"),
+    ("linear", lambda: (torch.ones(4, 3, device="meta"), torch.ones(2, 3)), "x is on meta"),
+    ("conv2d", lambda: (torch.ones(1, 1, 5, 5, dtype=torch.int32), torch.ones(2, 1, 3, 3)), "x is on cpu"),
+])
+def test_a_call_on_tensors_it_cannot_take_says_which_in_one_line(call, args, message):
+    with pytest.raises(BadArguments, match=message) as caught:
+        getattr(agt, call)(*args())
+    assert "\n" not in str(caught.value)
+
+
+@needs_torch
+def test_a_bad_activation_or_precision_is_refused_in_one_line():
+    with pytest.raises(BadArguments, match="activation 'tanh'"):
+        agt.Linear(3, 2, activation="tanh")
+    with pytest.raises(BadArguments, match="precision 'fp16'"):
+        agt.precision_now(torch.ones(1), "fp16")
+    with pytest.raises(BadArguments, match="give one int"):
+        agt.Conv2d(1, 2, (3, 5))
+
+
+@needs_torch
+def test_precision_follows_torch_unless_given():
+    x, matmul = torch.ones(1), torch.backends.cuda.matmul
+    was = matmul.allow_tf32
+    try:
+        matmul.allow_tf32 = False
+        assert agt.precision_now(x) == "fp32"
+        matmul.allow_tf32 = True
+        assert agt.precision_now(x) == "tf32" and agt.precision_now(x, "bf16") == "bf16"
+    finally:
+        matmul.allow_tf32 = was
+    assert agt.precision_now(x.double(), "bf16") == "fp32"          # float64 keeps its own accuracy
+
+
+def lenet_like():
+    """Seed 001's LeNet-like stack in plain PyTorch."""
+    torch.manual_seed(0)
+    nn = torch.nn
+    return nn.Sequential(nn.Conv2d(1, 6, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 10, 3), nn.ReLU(),
+                         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(250, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+@needs_torch
+def test_convert_swaps_the_layers_keeps_the_parameters_and_computes_the_same_function():
+    model = lenet_like()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    params = list(model.parameters())
+    x = torch.rand(4, 1, 28, 28)
+    want = model(x)
+    agt.convert(model)
+    kinds = [type(m).__name__ for m in model]
+    assert kinds == ["Conv2d", "Identity", "Identity", "Conv2d", "Identity", "Identity", "Flatten", "Linear",
+                     "Identity", "Linear"]
+    assert all(type(m).__module__ == "autogemm.torch.layers" for m in (model[0], model[3], model[7], model[9]))
+    assert (model[0].activation, model[0].pool, model[7].activation, model[9].activation) == ("relu", True, "relu", None)
+    assert list(model.parameters()) == params                          # the same Parameter objects
+    assert model.state_dict().keys() == before.keys()
+    assert torch.equal(model(x), want)                                  # on the CPU: torch's own function
+
+
+@needs_torch
+def test_convert_leaves_what_autogemm_does_not_compute():
+    nn = torch.nn
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 3, stride=2), nn.MaxPool2d(3),
+                          nn.Conv2d(4, 4, (3, 1)), nn.Tanh())
+    agt.convert(model)
+    assert [type(m) for m in model] == [nn.Conv2d, nn.ReLU, nn.Conv2d, nn.MaxPool2d, nn.Conv2d, nn.Tanh]
+
+
+@needs_torch
+def test_convert_reaches_nested_modules_and_a_bare_layer():
+    nn = torch.nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.features = nn.Sequential(nn.Sequential(nn.Linear(4, 3), nn.Sigmoid()))
+            self.head = nn.Linear(3, 2)
+
+    net = agt.convert(Net())
+    assert type(net.features[0][0]) is agt.Linear and net.features[0][0].activation == "sigmoid"
+    assert type(net.head) is agt.Linear and type(net.features[0][1]) is nn.Identity
+    assert type(agt.convert(nn.Linear(2, 2))) is agt.Linear
+
+
+@needs_torch
+def test_the_layers_state_dict_loads_into_torchs_and_back():
+    ours, theirs = agt.Conv2d(3, 4, 5, activation="relu", pool=True), torch.nn.Conv2d(3, 4, 5)
+    theirs.load_state_dict(ours.state_dict())
+    ours.load_state_dict(theirs.state_dict())
+    x = torch.rand(2, 3, 12, 12)
+    assert torch.equal(ours(x), torch.nn.functional.max_pool2d(torch.relu(theirs(x)), 2))

@@ -1,0 +1,104 @@
+"""autogemm.torch on a GPU: gradcheck in float64 for every layer, float32 against torch's own,
+a converted model captured in a CUDA graph and compiled by torch.compile without graph breaks,
+inputs of any strides, and the errors for tensors the kernels cannot take."""
+import pytest
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA device for PyTorch", allow_module_level=True)
+agt = pytest.importorskip("autogemm.torch")
+
+from autogemm.errors import BadArguments  # noqa: E402
+
+
+def away_from_kinks(shape, **kw):
+    """Random inputs whose ReLU and max-pool kinks are far from the finite differences' steps."""
+    x = torch.rand(shape, dtype=torch.float64, device="cuda", **kw) + 0.05
+    return x.requires_grad_()
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "sigmoid"])
+def test_linear_passes_gradcheck_in_float64(activation):
+    torch.manual_seed(1)
+    layer = agt.Linear(7, 5, activation=activation, device="cuda", dtype=torch.float64)
+    x = away_from_kinks((6, 7))
+    assert torch.autograd.gradcheck(lambda x, w, b: agt.linear(x, w, b, activation), (x, layer.weight, layer.bias))
+
+
+@pytest.mark.parametrize("pool", [False, True])
+@pytest.mark.parametrize("activation", [None, "relu", "sigmoid"])
+def test_conv2d_passes_gradcheck_in_float64(activation, pool):
+    torch.manual_seed(2)
+    layer = agt.Conv2d(3, 4, 3, activation=activation, pool=pool, device="cuda", dtype=torch.float64)
+    x = away_from_kinks((2, 3, 8, 7))
+    assert torch.autograd.gradcheck(lambda x, w, b: agt.conv2d(x, w, b, activation, pool),
+                                    (x, layer.weight, layer.bias))
+
+
+def lenet_like():
+    torch.manual_seed(0)
+    nn = torch.nn
+    return nn.Sequential(nn.Conv2d(1, 6, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 10, 3), nn.ReLU(),
+                         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(250, 128), nn.ReLU(), nn.Linear(128, 10)).cuda()
+
+
+def test_a_converted_model_computes_torchs_outputs_and_gradients_in_float32():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    theirs = lenet_like()
+    ours = agt.convert(lenet_like())
+    x = torch.rand(64, 1, 28, 28, device="cuda")
+    for model in (theirs, ours):
+        model(x).square().sum().backward()
+    assert torch.allclose(ours(x), theirs(x), rtol=1e-4, atol=1e-5)
+    for a, b in zip(ours.parameters(), theirs.parameters()):
+        assert torch.allclose(a.grad, b.grad, rtol=1e-3, atol=1e-4)
+
+
+def test_a_converted_step_replays_in_a_cuda_graph_as_it_runs_eagerly():
+    model = agt.convert(lenet_like())
+    x, labels = torch.rand(128, 1, 28, 28, device="cuda"), torch.randint(0, 10, (128,), device="cuda")
+
+    def step():
+        model.zero_grad(set_to_none=False)
+        torch.nn.functional.cross_entropy(model(x), labels).backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):                 # warm-up: kernels compiled, scratch sized
+        eager = step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        grads = step()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert all(torch.equal(a, b) for a, b in zip(grads, eager))
+
+
+def test_torch_compile_traces_a_converted_model_without_graph_breaks():
+    model = agt.convert(lenet_like())
+    x = torch.rand(32, 1, 28, 28, device="cuda")
+    explained = torch._dynamo.explain(model)(x)
+    assert explained.graph_break_count == 0
+    assert torch.allclose(torch.compile(model)(x), model(x))
+
+
+def test_an_input_of_other_strides_gives_the_contiguous_ones_result():
+    layer = agt.Linear(16, 8, activation="relu", device="cuda")
+    x = torch.rand(16, 12, device="cuda").t()                  # (12, 16), column-major
+    assert torch.equal(layer(x), layer(x.contiguous()))
+    conv = agt.Conv2d(2, 3, 3, device="cuda")
+    images = torch.rand(4, 9, 9, 2, device="cuda").permute(0, 3, 1, 2)   # channels last
+    assert torch.equal(conv(images), conv(images.contiguous()))
+
+
+def test_tensors_the_kernels_cannot_take_are_refused_in_one_line():
+    w = torch.rand(3, 4, device="cuda")
+    with pytest.raises(BadArguments, match="weight must be float32 or float64 like the others, got float64"):
+        agt.linear(torch.rand(2, 4, device="cuda"), w.double())
+    with pytest.raises(BadArguments, match="x is on cpu"):
+        agt.linear(torch.rand(2, 4), w)
+    with pytest.raises(BadArguments, match="must agree"):
+        agt.linear(torch.rand(2, 5, device="cuda"), w)
