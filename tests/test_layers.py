@@ -16,7 +16,7 @@ BELOW = {
     "store": {"base", "runtime"},
     "ops": {"base", "runtime", "store"},
     "tuning": {"base", "runtime", "store", "ops"},
-    "cli": {"base", "runtime", "store", "ops", "tuning"},
+    "cli": {"base", "runtime", "store", "ops", "tuning", "torch"},
     "torch": {"base", "runtime", "store", "ops"},       # autogemm.torch: the calls on torch tensors
     "api": {"base", "store", "ops"},                    # autogemm/__init__.py
 }

@@ -3,12 +3,13 @@ implementations (shapes through meta tensors, as torch.compile traces them); the
 errors; the layers' parameters and state_dict as torch's own, their CPU forward torch's function;
 `convert` on a LeNet-like model and on what it must leave alone."""
 import importlib.util
+import re
 import subprocess
 import sys
 
 import pytest
 
-from autogemm.errors import BadArguments
+from autogemm.errors import AutogemmError, BadArguments
 from run_train import ROOT
 
 if importlib.util.find_spec("torch") is not None:
@@ -141,3 +142,64 @@ def test_the_layers_state_dict_loads_into_torchs_and_back():
     ours.load_state_dict(theirs.state_dict())
     x = torch.rand(2, 3, 12, 12)
     assert torch.equal(ours(x), torch.nn.functional.max_pool2d(torch.relu(theirs(x)), 2))
+
+
+MODELS = ROOT / "examples" / "torch_models.py"
+
+
+@needs_torch
+def test_a_models_launches_are_one_forward_and_backward_pass_converted():
+    from autogemm.torch.targets import launches, model_of
+
+    found = [(t.family, t.sizes, t.op) for t in launches(model_of(f"{MODELS}:lenet"), (1, 28, 28), 1000)]
+    assert found[:3] == [("conv2d_direct", (1000, 1, 28, 28, 6, 3), "pool"),      # fused with its pool,
+                         ("conv2d_direct", (1000, 1, 28, 28, 6, 3), "-"),         # or not: both tuned
+                         ("conv2d", (1000, 1, 28, 28, 6, 3), "-")]
+    assert ("pool2x2", (1000, 6, 26, 26), "backward") in found
+    assert not any(f.startswith("conv2d_dgrad") and s[1] == 1 for f, s, _ in found)   # no gradient to the images
+    assert ("conv2d_dgrad_direct", (1000, 6, 13, 13, 10, 3), "-") in found
+    assert {("gemm", (1000, 128, 250), "nt+bias_relu"), ("elementwise", (1000, 128), "drelu"),
+            ("gemm", (1000, 250, 128), "nn"), ("gemm", (128, 250, 1000), "tn"), ("colsum", (1000, 128), "-"),
+            ("gemm", (1000, 10, 80), "nt+bias")} <= set(found)
+    mlp = [(t.family, t.sizes, t.op) for t in launches(model_of(f"{MODELS}:mlp"), (784,), 800)]
+    assert ("gemm", (800, 1000, 784), "nt+bias_sigmoid") in mlp and ("gemm", (800, 784, 1000), "nn") not in mlp
+
+
+@needs_torch
+@pytest.mark.parametrize("spec, message", [
+    ("examples/torch_models.py", "give MODULE:FACTORY"),
+    ("examples/nowhere.py:lenet", "no file examples/nowhere.py"),
+    ("examples/torch_models.py:nope", "has no function nope"),
+    ("no_such_module_here:f", "importing no_such_module_here failed: ModuleNotFoundError"),
+    ("torch:ones", "ones() failed: TypeError"),
+    ("math:pi", "math has no function pi"),
+    ("builtins:dict", "dict() returned a dict, not a torch.nn.Module"),
+])
+def test_a_model_that_cannot_be_had_is_one_line(spec, message):
+    from autogemm.torch.targets import model_of
+
+    with pytest.raises(AutogemmError, match=re.escape(message)) as caught:
+        model_of(spec)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--torch", "examples/torch_models.py:lenet", "--batch", "8"], "--torch and --input go together"),
+    (["--torch", "examples/torch_models.py:lenet", "--input", "1x28x28"], "--torch needs --batch"),
+    (["--torch", "m:f", "--input", "4", "--shapes", "nn"], "it takes no --shapes"),
+    (["--input", "0x3", "--shapes", "nn"], "give positive sizes joined by x"),
+])
+def test_tune_torchs_flags_are_checked_in_one_line(argv, message, capsys):
+    from autogemm.cli import main
+
+    assert main(["tune", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
+@needs_torch
+def test_tune_torch_on_a_model_of_nothing_autogemm_computes_says_so(capsys):
+    from autogemm.cli import main
+
+    assert main(["tune", "--torch", "torch.nn:Identity", "--input", "4", "--batch", "10"]) == 2
+    assert "none of its layers is one autogemm computes" in capsys.readouterr().err

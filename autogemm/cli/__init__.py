@@ -67,6 +67,17 @@ _size = _integer(1, MAX_SIZE, ", more than the kernels' 32-bit sizes hold")
 _rank_count = _integer(1, 1024)
 
 
+def _input_shape(text: str) -> tuple[int, ...]:
+    """An input's shape: sizes joined by x (1x28x28)."""
+    try:
+        shape = tuple(int(part) for part in text.split("x"))
+    except ValueError:
+        shape = ()
+    if not shape or min(shape) < 1 or max(shape) > 1 << 24:
+        raise argparse.ArgumentTypeError(f"{_cut(text)!r}: give positive sizes joined by x, e.g. 1x28x28")
+    return shape
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -221,6 +232,10 @@ def cmd_tune(args) -> int:
 
     if args.model is not None and args.shapes is not None:
         raise AutogemmError("--model and --shapes both name what to tune; give one")
+    if args.torch is not None and (args.shapes, args.model, args.layers, args.stale) != (None, None, None, False):
+        raise AutogemmError("--torch names what to tune; it takes no --shapes, --model, --layers or --stale")
+    if (args.torch is None) != (args.input is None):
+        raise AutogemmError("--torch and --input go together: the model, and the shape of one of its inputs")
     for flag, given in (("--shapes", args.shapes), ("--model", args.model)):
         if given is not None and not given.replace(",", "").strip():
             raise AutogemmError(f"{flag}: nothing given; use 'nn' or MxNxK[:op],...")
@@ -228,10 +243,13 @@ def cmd_tune(args) -> int:
     if args.stale and (args.shapes, args.model, args.layers) != (None, None, None):
         raise AutogemmError("--stale tunes the stale records of the tuned file; it takes no --shapes, --model or --layers")
     arithmetic = _arithmetic(args)
-    targets = None if args.stale else parse_targets(shapes, args.batch, args.hidden, args.train_size, args.ranks,
-                                                     args.families, args.activation, args.layers, args.parallel,
-                                                     "bf16" if arithmetic == "bfloat16" else args.precision,
-                                                     every_precision=arithmetic == "float32")
+    if args.torch is not None:
+        targets = _torch_targets(args)
+    else:
+        targets = None if args.stale else parse_targets(shapes, args.batch, args.hidden, args.train_size, args.ranks,
+                                                         args.families, args.activation, args.layers, args.parallel,
+                                                         "bf16" if arithmetic == "bfloat16" else args.precision,
+                                                         every_precision=arithmetic == "float32")
     if targets and arithmetic == "bfloat16":   # the GEMM call's families read bfloat16 operands
         targets = [t for t in targets if call_of(t.family) == "gemm"]
     elif targets and args.precision != "fp32":   # the families whose own kernels compute at it
@@ -347,6 +365,20 @@ def cmd_tune(args) -> int:
     for o in failed:
         print(f"error: {o.target}: {o.error}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _torch_targets(args) -> list:
+    """The launches of one forward and backward pass of the PyTorch model `--torch` names, converted
+    (autogemm.torch), on --batch inputs of --input's shape, of --families."""
+    if args.batch is None:
+        raise AutogemmError("--torch needs --batch: the batch size the model trains with")
+    from autogemm.torch import targets as torch_targets
+
+    found = torch_targets.launches(torch_targets.model_of(args.torch), args.input, args.batch)
+    chosen = [t for t in found if t.family in args.families]
+    if not chosen:
+        raise AutogemmError(f"--families {','.join(args.families)}: none of them launches in this model")
+    return chosen
 
 
 def _claim_tuned_file(path: Path, device) -> None:
@@ -619,9 +651,16 @@ def _tune_parser(sub):
                       help="every kernel of this network's training step: the same as --shapes NETWORK (nn, lenet)")
     tune.add_argument("--layers", metavar="SPEC",
                       help="the CNN of these layers (python -m nn.train's --layers) in place of lenet's")
+    tune.add_argument("--torch", metavar="MODULE:FACTORY",
+                      help="a PyTorch model, FACTORY() of MODULE (importable, or a .py file): every launch of one "
+                           "forward and backward pass of it converted (autogemm.torch.convert), on --batch inputs "
+                           "of --input's shape; needs PyTorch")
+    tune.add_argument("--input", type=_input_shape, metavar="SHAPE",
+                      help="with --torch: one input's shape, without the batch: 1x28x28, or 784")
     tune.add_argument("--hidden", **arguments.size_list(_size), default=(1000,),
                       help="hidden sizes for nn: 100,10 or 100 10 (default: 1000)")
-    tune.add_argument("--batch", type=_size, help="batch size of a network (default: 800 for nn, 1000 for lenet)")
+    tune.add_argument("--batch", type=_size,
+                      help="batch size of a network (default: 800 for nn, 1000 for lenet; --torch needs it)")
     tune.add_argument("--train-size", type=_size, default=54_000,
                       help="training images for nn: its remainder modulo --batch is the last batch (default: 54000)")
     tune.add_argument("--ranks", **arguments.size_list(_rank_count, "R", unique=True), default=(1,),

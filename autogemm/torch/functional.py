@@ -1,6 +1,10 @@
 """autogemm's layers as functions of torch tensors, differentiable: the arguments checked, the
 leading dimensions of a linear layer's input folded into rows, the precision taken from torch's
 settings where not given, then one of the custom ops (autogemm.torch.ops)."""
+import contextlib
+import contextvars
+from dataclasses import dataclass
+
 import torch
 
 from autogemm.errors import BadArguments
@@ -8,6 +12,45 @@ from autogemm.torch import ops
 from autogemm.torch.tensors import check
 
 PRECISIONS = ("fp32", "tf32", "bf16")
+
+
+@dataclass(frozen=True)
+class Call:
+    """One layer's call as `recording` keeps it: what its launches are made of."""
+    kind: str                       # "linear" or "conv2d"
+    x: tuple[int, ...]              # the input's shape (a linear layer's as rows: (M, K))
+    weight: tuple[int, ...]
+    activation: str                 # "none", "relu" or "sigmoid"
+    pool: bool
+    input_grad: bool                # whether the backward pass carries a gradient to x
+    precision: str
+
+
+_recording: contextvars.ContextVar = contextvars.ContextVar("autogemm_torch_recording", default=None)
+
+
+@contextlib.contextmanager
+def recording():
+    """Within it, the calls on meta tensors compute nothing (their fake implementations give the
+    shapes) and are kept, in order, in the list it yields."""
+    calls = []
+    token = _recording.set(calls)
+    try:
+        yield calls
+    finally:
+        _recording.reset(token)
+
+
+def recording_now() -> bool:
+    return _recording.get() is not None
+
+
+def _checked(call: str, x, tensors: dict) -> bool:
+    """Check the tensors (meta ones while recording); whether this call is being recorded."""
+    recorded = recording_now() and x.is_meta
+    if not recorded:
+        check(call, tensors)
+    return recorded
 
 
 def precision_now(x: torch.Tensor, given: str | None = None) -> str:
@@ -40,13 +83,17 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """act(x weight^T + bias) on autogemm's tuned GEMM, the bias and activation fused: x (..., K),
     weight (N, K), bias (N,) or None; activation None, "relu" or "sigmoid"."""
     x = _float(x)
-    check("autogemm.torch.linear", {"x": x, "weight": weight, "bias": bias})
+    recorded = _checked("autogemm.torch.linear", x, {"x": x, "weight": weight, "bias": bias})
     if x.ndim < 1 or weight.ndim != 2 or x.shape[-1] != weight.shape[1] or (bias is not None and
                                                                          bias.shape != weight.shape[:1]):
         raise BadArguments(f"autogemm.torch.linear: x (..., K), weight (N, K) and bias (N,) must agree, got "
                            f"{tuple(x.shape)}, {tuple(weight.shape)} and {None if bias is None else tuple(bias.shape)}")
     rows = x.reshape(-1, x.shape[-1])                                   # X: (M, K)
-    y = ops.linear(rows, weight, bias, _activation(activation), precision_now(x, precision))
+    activation, precision = _activation(activation), precision_now(x, precision)
+    if recorded:
+        _recording.get().append(Call("linear", tuple(rows.shape), tuple(weight.shape), activation, False,
+                                     x.requires_grad, precision))
+    y = ops.linear(rows, weight, bias, activation, precision)
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
@@ -56,7 +103,7 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     then the 2 x 2 max-pool where `pool` (fused into the kernel where it can be): x (N, C, H, W),
     weight (F, C, K, K), bias (F,) or None."""
     x = _float(x)
-    check("autogemm.torch.conv2d", {"x": x, "weight": weight, "bias": bias})
+    recorded = _checked("autogemm.torch.conv2d", x, {"x": x, "weight": weight, "bias": bias})
     if (x.ndim != 4 or weight.ndim != 4 or weight.shape[1] != x.shape[1] or weight.shape[2] != weight.shape[3]
             or weight.shape[2] > min(x.shape[2:]) or (bias is not None and bias.shape != weight.shape[:1])):
         raise BadArguments(f"autogemm.torch.conv2d: x (N, C, H, W), weight (F, C, K, K) with K at most H and W, "
@@ -65,5 +112,9 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if pool and min(x.shape[2:]) - weight.shape[2] + 1 < 2:
         raise BadArguments(f"autogemm.torch.conv2d: a 2x2 pool does not fit the output of {tuple(x.shape)} by "
                            f"{tuple(weight.shape)}")
-    y, _ = ops.conv2d(x, weight, bias, _activation(activation), bool(pool), precision_now(x, precision))
+    activation, precision = _activation(activation), precision_now(x, precision)
+    if recorded:
+        _recording.get().append(Call("conv2d", tuple(x.shape), tuple(weight.shape), activation, bool(pool),
+                                     x.requires_grad, precision))
+    y, _ = ops.conv2d(x, weight, bias, activation, bool(pool), precision)
     return y

@@ -19,8 +19,9 @@ def _torch_activation(y: torch.Tensor, activation: str | None) -> torch.Tensor:
 
 
 def _on_kernels(x: torch.Tensor) -> bool:
-    """Whether autogemm's kernels take x: a CUDA tensor of floats."""
-    return x.is_cuda and x.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+    """Whether autogemm's kernels take x: a CUDA tensor of floats (or a meta one, being recorded)."""
+    return ((x.is_cuda or (x.is_meta and functional.recording_now()))
+            and x.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16))
 
 
 class Linear(torch.nn.Linear):

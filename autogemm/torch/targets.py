@@ -1,0 +1,106 @@
+"""What a PyTorch model launches: every autogemm launch of one forward and backward pass of it,
+converted (layers.convert), as tuning targets (autogemm.Target), the way nn.targets records the
+trainer's step. The model runs once on meta tensors: nothing is computed or allocated."""
+import copy
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+import torch
+
+from autogemm.errors import AutogemmError
+from autogemm.store.keys import Target
+from autogemm.torch.functional import Call, recording
+from autogemm.torch.layers import convert
+from kernels import IMPLEMENTATIONS
+from kernels.conv2d import POOL
+from kernels.contract import NO_OP
+from kernels.gemm.call import key_op
+
+
+def launches(model: torch.nn.Module, input_shape: tuple[int, ...], batch: int) -> list[Target]:
+    """The targets of `model` (not changed: a copy is converted) on `batch` inputs of `input_shape`
+    each, the first of each (family, sizes, op) kept; AutogemmError when none of its layers is one
+    autogemm computes."""
+    meta = convert(copy.deepcopy(model)).to("meta")
+    with recording() as calls:
+        try:
+            meta(torch.empty((batch, *input_shape), device="meta"))
+        except Exception as exc:      # the user's model: its forward pass on inputs of this shape
+            shape = "x".join(map(str, input_shape))
+            raise AutogemmError(f"{type(model).__name__} on inputs of {shape}: {type(exc).__name__}: "
+                                f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+    if not calls:
+        raise AutogemmError(f"{type(model).__name__}: none of its layers is one autogemm computes (torch.nn.Linear, "
+                            f"torch.nn.Conv2d of square kernels, stride 1, no padding)")
+    first = {}
+    for i, call in enumerate(calls):
+        for target in _targets(call, f"layer {i + 1}"):
+            first.setdefault((target.family, target.sizes, target.op), target)
+    return list(first.values())
+
+
+def model_of(spec: str) -> torch.nn.Module:
+    """The model FACTORY() builds, from "MODULE:FACTORY" (MODULE importable, or a .py file);
+    AutogemmError, one line, where it cannot be had."""
+    module_name, _, factory_name = spec.rpartition(":")
+    if not module_name or not factory_name:
+        raise AutogemmError(f"--torch {spec!r}: give MODULE:FACTORY, e.g. examples/torch_models.py:lenet")
+    try:
+        if module_name.endswith(".py"):
+            path = Path(module_name)
+            if not path.is_file():
+                raise AutogemmError(f"--torch {spec!r}: no file {path}")
+            found = importlib.util.spec_from_file_location(path.stem, path)
+            module = importlib.util.module_from_spec(found)
+            sys.modules.setdefault(path.stem, module)
+            found.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+    except AutogemmError:
+        raise
+    except Exception as exc:   # the user's module: any error it raises while loading
+        raise AutogemmError(f"--torch {spec!r}: importing {module_name} failed: "
+                            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+    factory = getattr(module, factory_name, None)
+    if not callable(factory):
+        raise AutogemmError(f"--torch {spec!r}: {module_name} has no function {factory_name}")
+    try:
+        model = factory()
+    except Exception as exc:
+        raise AutogemmError(f"--torch {spec!r}: {factory_name}() failed: {type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+    if not isinstance(model, torch.nn.Module):
+        raise AutogemmError(f"--torch {spec!r}: {factory_name}() returned a {type(model).__name__}, not a torch.nn.Module")
+    return model
+
+
+def _of(call: str, sizes, op: str, role: str, families=None) -> list[Target]:
+    """One target for each family that computes `call` (or of `families`)."""
+    return [Target(f, tuple(int(s) for s in sizes), op, role) for f in families or IMPLEMENTATIONS.get(call, (call,))]
+
+
+def _targets(c: Call, layer: str) -> list[Target]:
+    """The launches of one layer's forward and backward passes (autogemm.torch.ops)."""
+    grad = {"relu": "drelu", "sigmoid": "dsigmoid"}.get(c.activation)
+    if c.kind == "linear":
+        (m, k), n = c.x, c.weight[0]
+        epilogue = "bias" if c.activation == "none" else f"bias_{c.activation}"
+        out = _of("gemm", (m, n, k), key_op(False, True, epilogue), f"{layer}: y = {epilogue}(x w^T)")
+        out += _of("elementwise", (m, n), grad, f"{layer}: dz = dy {grad}(y)") if grad else []
+        out += _of("gemm", (m, k, n), key_op(False, False), f"{layer}: dx = dz w") if c.input_grad else []
+        out += _of("gemm", (n, k, m), key_op(True, False), f"{layer}: dw = dz^T x")
+        return out + _of("colsum", (m, n), NO_OP, f"{layer}: db = column sums of dz")
+    n, _, h, w = c.x
+    f, k = c.weight[0], c.weight[2]
+    sizes, z = (*c.x, f, k), (n, f, h - k + 1, w - k + 1)
+    role = f"{layer}: y = {'maxpool(' if c.pool else ''}{c.activation}(conv(x, w) + b){')' if c.pool else ''}"
+    out = _of("conv2d", sizes, POOL, role, ("conv2d_direct",)) if c.pool else []
+    out += _of("conv2d", sizes, NO_OP, role)        # alone: its records decide whether the pool is fused
+    if c.pool:
+        out += _of("pool2x2", z, "backward", f"{layer}: dz = maxpool^T(dy)")
+    elif grad:
+        out += _of("elementwise", (n, f * z[2] * z[3]), grad, f"{layer}: dz = dy {grad}(y)")
+    out += _of("conv2d_dgrad", sizes, NO_OP, f"{layer}: dx = conv^T(dz, w)") if c.input_grad else []
+    return out + _of("conv2d_wgrad", sizes, NO_OP, f"{layer}: dw, db from dz, x")
