@@ -47,7 +47,7 @@ def recording_now() -> bool:
 
 def _checked(call: str, x, tensors: dict) -> bool:
     """Check the tensors (meta ones while recording); whether this call is being recorded."""
-    recorded = recording_now() and x.is_meta
+    recorded = x.is_meta and recording_now()       # a CUDA tensor's call never reads the context variable
     if not recorded:
         check(call, tensors)
     return recorded
