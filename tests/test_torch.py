@@ -203,3 +203,19 @@ def test_tune_torch_on_a_model_of_nothing_autogemm_computes_says_so(capsys):
 
     assert main(["tune", "--torch", "torch.nn:Identity", "--input", "4", "--batch", "10"]) == 2
     assert "none of its layers is one autogemm computes" in capsys.readouterr().err
+
+
+@needs_torch
+def test_the_layers_forward_passes_trace_on_fake_cuda_tensors():
+    """As torch.compile traces them: the checks and shapes of the calls, the custom ops' fake
+    implementations, no kernel run (fake CUDA tensors need no GPU)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        layer = agt.Linear(20, 5, activation="relu", device="cuda")
+        assert layer(torch.empty(8, 20, device="cuda")).shape == (8, 5)
+        assert agt.linear(torch.empty(3, 4, 20, device="cuda"), layer.weight).shape == (3, 4, 5)
+        conv = agt.Conv2d(1, 6, 3, activation="relu", pool=True, device="cuda")
+        assert conv(torch.empty(4, 1, 28, 28, device="cuda")).shape == (4, 6, 13, 13)
+        with pytest.raises(BadArguments, match="must agree"):
+            agt.linear(torch.empty(3, 7, device="cuda"), layer.weight)
