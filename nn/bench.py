@@ -111,10 +111,11 @@ def precision_of(backend_name: str) -> str:
 
 
 def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs: int, graph: bool,
-               precision: str = "fp32") -> Result:
+               precision: str = "fp32", convert: bool = False) -> Result:
     """The same network in PyTorch (fp32: TF32 off; tf32: TF32 on; bf16: the forward pass and loss
     under BF16 autocast, float32 weights; cuDNN's algorithm search on), data on the GPU; with
-    `graph`, each step replays a CUDA graph."""
+    `graph`, each step replays a CUDA graph; with `convert`, the model's layers swapped for
+    autogemm's (autogemm.torch.convert), which follow the same precision settings."""
     import torch
 
     dev = torch.device("cuda")
@@ -132,6 +133,10 @@ def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs:
                                     torch.nn.Sigmoid() if net.activation == "sigmoid" else torch.nn.ReLU(),
                                     torch.nn.Linear(net.hidden, 10)).to(dev)
         opt = torch.optim.SGD(model.parameters(), lr=net.lr, weight_decay=1e-4)
+    if convert:
+        import autogemm.torch
+
+        autogemm.torch.convert(model)
     loss_fn = torch.nn.CrossEntropyLoss()
     starts = range(0, len(y), net.batch)
 
@@ -181,7 +186,8 @@ def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs:
             times.append((time.perf_counter() - start) * 1e3)
     with torch.no_grad():
         accuracy = float((model(xd).argmax(1) == yd).float().mean())
-    name = ("torch-graph" if graph else "torch-eager") + (f"-{precision}" if precision != "fp32" else "")
+    name = (("torch-graph" if graph else "torch-eager") + ("-autogemm" if convert else "")
+            + (f"-{precision}" if precision != "fp32" else ""))
     return Result(net.name, name, statistics.median(times), epochs, accuracy, len(y), net.batch)
 
 
@@ -201,7 +207,7 @@ def run(nets: list[Network | ConvNetwork], backends: list[str], epochs: int, dat
                 continue
             if name.startswith("torch"):
                 result = time_torch(net, x, y, epochs, graph=name.startswith("torch-graph"),
-                                    precision=precision_of(name))
+                                    precision=precision_of(name), convert="-autogemm" in name)
             elif name == "numpy" and cnn:         # a slice, of at least a batch
                 images = max(NUMPY_CNN_IMAGES, net.batch)
                 result = time_backend(net, name, x[:images], y[:images], 1)
@@ -217,8 +223,9 @@ def run(nets: list[Network | ConvNetwork], backends: list[str], epochs: int, dat
     return results
 
 
-BACKEND_NAMES = ("numpy", "cublas", "cupy-default", "cupy-tuned", "cupy-tuned-tf32", "cupy-tuned-bf16", "torch-eager",
-                 "torch-graph", "torch-graph-tf32", "torch-graph-bf16")
+TORCH_BACKENDS = ("torch-eager", "torch-graph", "torch-graph-tf32", "torch-graph-bf16", "torch-graph-autogemm",
+                  "torch-graph-autogemm-tf32", "torch-graph-autogemm-bf16")
+BACKEND_NAMES = ("numpy", "cublas", "cupy-default", "cupy-tuned", "cupy-tuned-tf32", "cupy-tuned-bf16", *TORCH_BACKENDS)
 
 
 def available_backends() -> list[str]:
@@ -229,7 +236,7 @@ def available_backends() -> list[str]:
             import torch
 
             if torch.cuda.is_available():
-                names += ["torch-eager", "torch-graph", "torch-graph-tf32", "torch-graph-bf16"]
+                names += list(TORCH_BACKENDS)
         except ImportError:
             pass
     return names
@@ -291,8 +298,9 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, help="the --layers CNN's batch (default: 1000)")
     p.add_argument("--backends", help="comma list (default: all that run here: numpy, cublas, cupy-default, "
                                       "cupy-tuned, cupy-tuned-tf32, cupy-tuned-bf16, torch-eager, torch-graph, "
-                                      "torch-graph-tf32, torch-graph-bf16; -tf32, -bf16: the GEMMs at that precision, "
-                                      "PyTorch's bf16 under autocast)")
+                                      "torch-graph-tf32, torch-graph-bf16, torch-graph-autogemm[-tf32|-bf16]: the "
+                                      "PyTorch model converted by autogemm.torch; -tf32, -bf16: the GEMMs at that "
+                                      "precision, PyTorch's bf16 under autocast)")
     p.add_argument("--epochs", type=int, default=5, help="timed epochs per run, after one warm-up (default: 5)")
     p.add_argument("--data-dir", help="Fashion-MNIST directory (default: the usual search)")
     p.add_argument("--json", metavar="PATH", type=output_path, help="write the results as JSON")
