@@ -219,3 +219,15 @@ def test_the_layers_forward_passes_trace_on_fake_cuda_tensors():
         assert conv(torch.empty(4, 1, 28, 28, device="cuda")).shape == (4, 6, 13, 13)
         with pytest.raises(BadArguments, match="must agree"):
             agt.linear(torch.empty(3, 7, device="cuda"), layer.weight)
+
+
+@needs_torch
+def test_gemm_on_fake_cuda_tensors_gives_its_shape_and_checks_k():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        a, b = torch.empty(6, 4, device="cuda"), torch.empty(5, 4, device="cuda")
+        assert agt.gemm(a, b, trans_b=True, epilogue="bias", bias=torch.empty(5, device="cuda")).shape == (6, 5)
+        assert agt.gemm(a.t(), b.t(), trans_a=True).shape == (6, 5)      # column-major operands as they are
+        with pytest.raises(BadArguments, match="do not share K"):
+            agt.gemm(a, b)

@@ -102,3 +102,17 @@ def test_tensors_the_kernels_cannot_take_are_refused_in_one_line():
         agt.linear(torch.rand(2, 4), w)
     with pytest.raises(BadArguments, match="must agree"):
         agt.linear(torch.rand(2, 5, device="cuda"), w)
+
+
+@pytest.mark.parametrize("column_major", [False, True])
+@pytest.mark.parametrize("trans_a, trans_b", [(False, False), (False, True), (True, False), (True, True)])
+def test_gemm_on_tensors_of_either_order_equals_torchs_matmul(trans_a, trans_b, column_major):
+    torch.manual_seed(4)
+    m, n, k = 130, 90, 70
+    a = torch.randn((k, m) if trans_a else (m, k), dtype=torch.float64, device="cuda")
+    b = torch.randn((n, k) if trans_b else (k, n), dtype=torch.float64, device="cuda")
+    if column_major:                                            # the same values, column-major
+        a, b = (x.t().contiguous().t() for x in (a, b))
+    want = (a.t() if trans_a else a) @ (b.t() if trans_b else b)
+    got = agt.gemm(a, b, trans_a=trans_a, trans_b=trans_b)
+    assert torch.allclose(got, want, rtol=1e-12, atol=1e-12)

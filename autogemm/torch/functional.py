@@ -78,6 +78,22 @@ def _float(x: torch.Tensor) -> torch.Tensor:
     return x.float() if x.dtype in (torch.bfloat16, torch.float16) and x.is_cuda else x
 
 
+def gemm(a: torch.Tensor, b: torch.Tensor, trans_a: bool = False, trans_b: bool = False, epilogue: str | None = None,
+         bias: torch.Tensor | None = None, aux: torch.Tensor | None = None, precision: str | None = None) -> torch.Tensor:
+    """epi(op(a) op(b)) on autogemm's tuned GEMM (op(x) = x.T where trans_x), a new (M, N) tensor: a
+    and b 2-D, row-major or column-major as they are (other strides copied once); epilogue None,
+    "bias", "bias_relu", "bias_sigmoid" (bias (N,)), "drelu" or "dsigmoid" (aux (M, N): the saved
+    activation). No gradient flows through it: `linear` is the differentiable layer."""
+    check("autogemm.torch.gemm", {"a": a, "b": b, "bias": bias, "aux": aux})
+    if a.ndim != 2 or b.ndim != 2:
+        raise BadArguments(f"autogemm.torch.gemm: a and b must be 2-D, got {tuple(a.shape)} and {tuple(b.shape)}")
+    k_a, k_b = a.shape[0 if trans_a else 1], b.shape[1 if trans_b else 0]
+    if k_a != k_b:
+        raise BadArguments(f"autogemm.torch.gemm: op(a) {tuple(a.shape)} (trans_a={trans_a}) and op(b) "
+                           f"{tuple(b.shape)} (trans_b={trans_b}) do not share K")
+    return ops.gemm(a, b, bool(trans_a), bool(trans_b), epilogue, bias, aux, precision_now(a, precision))
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None,
            precision: str | None = None) -> torch.Tensor:
     """act(x weight^T + bias) on autogemm's tuned GEMM, the bias and activation fused: x (..., K),

@@ -5,6 +5,7 @@ the backward passes on autogemm's kernels too. Each op works on torch's current 
 a torch.cuda.graph captures it (after a warm-up call that compiles its kernels and sizes autogemm's
 own scratch, which is never freed).
 
+    autogemm::gemm              d = epi(op(a) op(b)), no gradient
     autogemm::linear            y = act(x w^T + b)
     autogemm::linear_backward   dx, dw, db of it, from dy and the saved y
     autogemm::conv2d            y = act(x * w + b), 2 x 2 max-pooled where asked (y, where)
@@ -29,6 +30,34 @@ def _act(activation: str) -> Optional[str]:
 def _bias(b: Optional[torch.Tensor], n: int, like: torch.Tensor) -> torch.Tensor:
     """The bias, or zeros where the layer has none (the kernels' epilogues add one)."""
     return b if b is not None else like.new_zeros(n)
+
+
+# ---- gemm ----------------------------------------------------------------------------------------
+def _matrix(t: torch.Tensor):
+    """A GEMM operand's CuPy view: row-major or column-major as it is (the kernels read either),
+    else a C-contiguous copy."""
+    readable = t.stride(1) == 1 or t.stride(0) == 1
+    return as_cupy(t, contiguous=not readable)
+
+
+def _gemm_shape(a, b, trans_a: bool, trans_b: bool) -> tuple[int, int]:
+    return (a.shape[1] if trans_a else a.shape[0]), (b.shape[0] if trans_b else b.shape[1])
+
+
+@torch.library.custom_op("autogemm::gemm", mutates_args=())
+def gemm(a: torch.Tensor, b: torch.Tensor, trans_a: bool, trans_b: bool, epilogue: Optional[str],
+         bias: Optional[torch.Tensor], aux: Optional[torch.Tensor], precision: str) -> torch.Tensor:
+    d = a.new_empty(_gemm_shape(a, b, trans_a, trans_b))        # D: (M, N)
+    with on_current_stream(a.device):
+        gemm_ops.gemm(_matrix(a), _matrix(b), as_cupy(d), trans_a=trans_a, trans_b=trans_b, epilogue=epilogue,
+                      bias=None if bias is None else as_cupy(bias), aux=None if aux is None else as_cupy(aux),
+                      precision=precision)
+    return d
+
+
+@gemm.register_fake
+def _(a, b, trans_a, trans_b, epilogue, bias, aux, precision):
+    return a.new_empty(_gemm_shape(a, b, trans_a, trans_b))
 
 
 # ---- linear --------------------------------------------------------------------------------------
