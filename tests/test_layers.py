@@ -17,7 +17,7 @@ BELOW = {
     "ops": {"base", "runtime", "store"},
     "tuning": {"base", "runtime", "store", "ops"},
     "cli": {"base", "runtime", "store", "ops", "tuning", "torch"},
-    "torch": {"base", "runtime", "store", "ops"},       # autogemm.torch: the calls on torch tensors
+    "torch": {"base", "runtime", "store", "ops", "tuning"},   # autogemm.torch: the calls on torch tensors
     "api": {"base", "store", "ops"},                    # autogemm/__init__.py
 }
 

@@ -231,3 +231,16 @@ def test_gemm_on_fake_cuda_tensors_gives_its_shape_and_checks_k():
         assert agt.gemm(a.t(), b.t(), trans_a=True).shape == (6, 5)      # column-major operands as they are
         with pytest.raises(BadArguments, match="do not share K"):
             agt.gemm(a, b)
+
+
+@needs_torch
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(precision="fp16"), "precision 'fp16': give one of fp32, tf32, bf16"),
+    (dict(example_input=lambda: torch.empty(784)), "give a batch of inputs"),
+])
+def test_tune_from_python_refuses_what_it_cannot_tune_in_one_line(kwargs, message):
+    from autogemm.torch.targets import model_of
+
+    example = kwargs.pop("example_input", lambda: torch.empty(800, 784))()
+    with pytest.raises(AutogemmError, match=re.escape(message)):
+        agt.tune(model_of(f"{MODELS}:mlp"), example, **kwargs)

@@ -228,7 +228,7 @@ def cmd_tune(args) -> int:
     from autogemm.tuning import gpus as gpus_module
     from autogemm.tuning import measures
     from autogemm.tuning.search import Settings
-    from autogemm.tuning.tune import runnable_targets, stale_elsewhere, stale_targets, tune_targets
+    from autogemm.tuning.tune import at_precision, runnable_targets, stale_elsewhere, stale_targets, tune_targets
 
     if args.model is not None and args.shapes is not None:
         raise AutogemmError("--model and --shapes both name what to tune; give one")
@@ -253,7 +253,7 @@ def cmd_tune(args) -> int:
     if targets and arithmetic == "bfloat16":   # the GEMM call's families read bfloat16 operands
         targets = [t for t in targets if call_of(t.family) == "gemm"]
     elif targets and args.precision != "fp32":   # the families whose own kernels compute at it
-        targets = [t for t in targets if args.precision in getattr(REGISTRY[t.family], "KERNEL_PRECISIONS", ("fp32",))]
+        targets = at_precision(targets, args.precision)
         if not targets:
             having = [name for name, module in REGISTRY.items()
                       if args.precision in getattr(module, "KERNEL_PRECISIONS", ("fp32",))]

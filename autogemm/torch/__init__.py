@@ -14,5 +14,6 @@ require_torch()
 
 from autogemm.torch.functional import conv2d, gemm, linear, precision_now  # noqa: E402
 from autogemm.torch.layers import Conv2d, Linear, convert  # noqa: E402
+from autogemm.torch.tune import tune  # noqa: E402
 
-__all__ = ["Conv2d", "Linear", "conv2d", "convert", "gemm", "linear", "precision_now"]
+__all__ = ["Conv2d", "Linear", "conv2d", "convert", "gemm", "linear", "precision_now", "tune"]

@@ -22,6 +22,7 @@ from autogemm.store.lookup import Index
 from autogemm.store.records import Meta, Record, file_for, load, now, printable, save
 from autogemm.tuning.search import Progress, Result, SearchError, Settings, tune
 from autogemm.store.keys import Target
+from kernels import REGISTRY
 from kernels.contract import NO_OP
 
 
@@ -105,6 +106,14 @@ def _measure_of(key: Key, last: tuple | None, measure_for: Callable, device: Dev
     rebound = getattr(last[0], "rebound", None) if last is not None else None
     shared = rebound(key) if rebound is not None else None
     return (shared, last[1]) if shared is not None else (measure_for(key, device, seed), None)
+
+
+def at_precision(targets: list[Target], precision: str) -> list[Target]:
+    """The targets whose families have kernels of `precision` ("fp32": all): what `tune --precision`
+    tunes into records of it (the more accurate records serve its calls too)."""
+    if precision == "fp32":
+        return list(targets)
+    return [t for t in targets if precision in getattr(REGISTRY[t.family], "KERNEL_PRECISIONS", ("fp32",))]
 
 
 def runnable_targets(targets: list[Target], dtype: str, device: DeviceInfo) -> tuple[list[Target], list[Target]]:
