@@ -244,3 +244,49 @@ def test_tune_from_python_refuses_what_it_cannot_tune_in_one_line(kwargs, messag
     example = kwargs.pop("example_input", lambda: torch.empty(800, 784))()
     with pytest.raises(AutogemmError, match=re.escape(message)):
         agt.tune(model_of(f"{MODELS}:mlp"), example, **kwargs)
+
+
+@needs_torch
+def test_what_a_call_cannot_take_is_refused_before_any_kernel():
+    """On fake CUDA tensors, as torch.compile traces: the gemm's epilogue arguments, a gradient it
+    does not carry, an x that is no tensor; an empty batch and a half-precision layer go to torch."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with pytest.raises(BadArguments, match="x must be a torch.Tensor, got list"):
+        agt.linear([[1.0, 2.0]], torch.ones(2, 2))
+    with FakeTensorMode():
+        a, b = torch.empty(6, 4, device="cuda"), torch.empty(4, 5, device="cuda")
+        for kwargs, message in ((dict(epilogue="tanh"), "epilogue 'tanh': give one of"),
+                                (dict(bias=torch.empty(5, device="cuda")), "epilogue None takes no bias"),
+                                (dict(epilogue="bias", bias=torch.empty(6, device="cuda")), r"bias of shape \(5,\)"),
+                                (dict(epilogue="drelu"), r"aux of shape \(6, 5\)")):
+            with pytest.raises(BadArguments, match=message):
+                agt.gemm(a, b, **kwargs)
+        with pytest.raises(BadArguments, match="no gradient flows through it"):
+            agt.gemm(a.requires_grad_(), b)
+        assert agt.Linear(4, 3, device="cuda")(torch.empty(0, 4, device="cuda")).shape == (0, 3)
+        half = agt.Linear(4, 3, device="cuda", dtype=torch.float16)
+        assert half(torch.empty(2, 4, device="cuda", dtype=torch.float16)).dtype == torch.float16
+
+
+@needs_torch
+def test_convert_leaves_layers_with_hooks_or_computed_weights():
+    from torch.nn.utils import prune
+
+    nn = torch.nn
+    hooked = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2), nn.ReLU())
+    hooked[0].register_forward_hook(lambda *args: None)
+    hooked[3].register_forward_hook(lambda *args: None)
+    prune.l1_unstructured(pruned := nn.Linear(4, 4), "weight", amount=0.5)
+    agt.convert(hooked)
+    assert [type(m) for m in hooked] == [nn.Linear, nn.ReLU, agt.Linear, nn.ReLU]   # the hooked ReLU stays apart
+    assert hooked[2].activation is None and type(agt.convert(pruned)) is nn.Linear
+
+
+@needs_torch
+def test_precision_follows_torchs_newer_tf32_setting_too():
+    code = ("import torch, autogemm.torch as agt\n"
+            "torch.backends.cuda.matmul.fp32_precision = 'tf32'\n"
+            "print(agt.precision_now(torch.ones(1)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.strip() == "tf32", out.stderr

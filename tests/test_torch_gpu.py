@@ -43,8 +43,8 @@ def lenet_like():
                          nn.MaxPool2d(2), nn.Flatten(), nn.Linear(250, 128), nn.ReLU(), nn.Linear(128, 10)).cuda()
 
 
-def test_a_converted_model_computes_torchs_outputs_and_gradients_in_float32():
-    torch.backends.cuda.matmul.allow_tf32 = False
+def test_a_converted_model_computes_torchs_outputs_and_gradients_in_float32(monkeypatch):
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     theirs = lenet_like()
     ours = agt.convert(lenet_like())
     x = torch.rand(64, 1, 28, 28, device="cuda")
@@ -83,6 +83,16 @@ def test_torch_compile_traces_a_converted_model_without_graph_breaks():
     explained = torch._dynamo.explain(model)(x)
     assert explained.graph_break_count == 0
     assert torch.allclose(torch.compile(model)(x), model(x))
+
+
+def test_an_output_changed_in_place_keeps_its_gradient_where_no_activation_needs_it():
+    """As torch's own layers allow: y is saved for the backward pass only where act' reads it."""
+    torch.manual_seed(5)
+    x, w, b = torch.rand(8, 6, device="cuda"), torch.rand(4, 6, device="cuda", requires_grad=True), None
+    torch.nn.functional.relu(agt.linear(x, w), inplace=True).sum().backward()
+    conv = agt.Conv2d(2, 3, 3, pool=True, device="cuda")
+    conv(torch.rand(2, 2, 9, 9, device="cuda")).add_(1).sum().backward()
+    assert w.grad is not None and conv.weight.grad is not None
 
 
 def test_an_input_of_other_strides_gives_the_contiguous_ones_result():

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from autogemm.errors import BadArguments
+from autogemm.ops.gemm import EPILOGUES as GEMM_EPILOGUES
 from autogemm.torch import ops
 from autogemm.torch.tensors import check
 
@@ -64,7 +65,23 @@ def precision_now(x: torch.Tensor, given: str | None = None) -> str:
         return given
     if torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda") == torch.bfloat16:
         return "bf16"
-    return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "fp32"
+    return "tf32" if _tf32_allowed() else "fp32"
+
+
+def _tf32_allowed() -> bool:
+    """torch's TF32 setting for matrix products, set through allow_tf32 or the newer fp32_precision
+    (reading allow_tf32 then raises)."""
+    matmul = torch.backends.cuda.matmul
+    try:
+        return bool(matmul.allow_tf32)
+    except RuntimeError:
+        precision = getattr(matmul, "fp32_precision", "none")
+        return (precision if precision != "none" else torch.backends.fp32_precision) == "tf32"
+
+
+def _torch_activation(y: torch.Tensor, activation: str) -> torch.Tensor:
+    """torch's own act(y), activation "none", "relu" or "sigmoid"."""
+    return torch.relu(y) if activation == "relu" else torch.sigmoid(y) if activation == "sigmoid" else y
 
 
 def _activation(activation: str | None) -> str:
@@ -73,8 +90,11 @@ def _activation(activation: str | None) -> str:
     return activation or "none"
 
 
-def _float(x: torch.Tensor) -> torch.Tensor:
-    """x as the kernels take it: a bfloat16 or float16 activation of an autocast region in float32."""
+def _float(call: str, x) -> torch.Tensor:
+    """x as the kernels take it: a bfloat16 or float16 activation of an autocast region in float32;
+    BadArguments where x is no tensor."""
+    if not isinstance(x, torch.Tensor):
+        raise BadArguments(f"{call}: x must be a torch.Tensor, got {type(x).__name__}")
     return x.float() if x.dtype in (torch.bfloat16, torch.float16) and x.is_cuda else x
 
 
@@ -84,13 +104,26 @@ def gemm(a: torch.Tensor, b: torch.Tensor, trans_a: bool = False, trans_b: bool 
     and b 2-D, row-major or column-major as they are (other strides copied once); epilogue None,
     "bias", "bias_relu", "bias_sigmoid" (bias (N,)), "drelu" or "dsigmoid" (aux (M, N): the saved
     activation). No gradient flows through it: `linear` is the differentiable layer."""
-    check("autogemm.torch.gemm", {"a": a, "b": b, "bias": bias, "aux": aux})
+    call = "autogemm.torch.gemm"
+    check(call, {"a": a, "b": b, "bias": bias, "aux": aux})
     if a.ndim != 2 or b.ndim != 2:
-        raise BadArguments(f"autogemm.torch.gemm: a and b must be 2-D, got {tuple(a.shape)} and {tuple(b.shape)}")
+        raise BadArguments(f"{call}: a and b must be 2-D, got {tuple(a.shape)} and {tuple(b.shape)}")
     k_a, k_b = a.shape[0 if trans_a else 1], b.shape[1 if trans_b else 0]
     if k_a != k_b:
-        raise BadArguments(f"autogemm.torch.gemm: op(a) {tuple(a.shape)} (trans_a={trans_a}) and op(b) "
+        raise BadArguments(f"{call}: op(a) {tuple(a.shape)} (trans_a={trans_a}) and op(b) "
                            f"{tuple(b.shape)} (trans_b={trans_b}) do not share K")
+    m, n = a.shape[1 if trans_a else 0], b.shape[0 if trans_b else 1]
+    if epilogue not in GEMM_EPILOGUES:
+        raise BadArguments(f"{call}: epilogue {epilogue!r}: give one of {', '.join(map(str, GEMM_EPILOGUES))}")
+    wants = {"bias": (n,)} if epilogue and epilogue.startswith("bias") else {"aux": (m, n)} if epilogue else {}
+    for name, given in (("bias", bias), ("aux", aux)):
+        if (given is None) != (name not in wants) or (given is not None and tuple(given.shape) != wants[name]):
+            need = f"{name} of shape {wants[name]}" if name in wants else f"no {name}"
+            raise BadArguments(f"{call}: epilogue {epilogue} takes {need}, got "
+                               f"{None if given is None else tuple(given.shape)}")
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b, bias, aux)):
+        raise BadArguments(f"{call}: no gradient flows through it; use autogemm.torch.linear for a layer, or "
+                           f"call it under torch.no_grad()")
     return ops.gemm(a, b, bool(trans_a), bool(trans_b), epilogue, bias, aux, precision_now(a, precision))
 
 
@@ -98,7 +131,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
            precision: str | None = None) -> torch.Tensor:
     """act(x weight^T + bias) on autogemm's tuned GEMM, the bias and activation fused: x (..., K),
     weight (N, K), bias (N,) or None; activation None, "relu" or "sigmoid"."""
-    x = _float(x)
+    x = _float("autogemm.torch.linear", x)
     recorded = _checked("autogemm.torch.linear", x, {"x": x, "weight": weight, "bias": bias})
     if x.ndim < 1 or weight.ndim != 2 or x.shape[-1] != weight.shape[1] or (bias is not None and
                                                                          bias.shape != weight.shape[:1]):
@@ -106,6 +139,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
                            f"{tuple(x.shape)}, {tuple(weight.shape)} and {None if bias is None else tuple(bias.shape)}")
     rows = x.reshape(-1, x.shape[-1])                                   # X: (M, K)
     activation, precision = _activation(activation), precision_now(x, precision)
+    if rows.shape[0] == 0 or weight.shape[0] == 0:                      # nothing to launch: torch's own
+        return _torch_activation(torch.nn.functional.linear(x, weight, bias), activation)
     if recorded:
         _recording.get().append(Call("linear", tuple(rows.shape), tuple(weight.shape), activation, False,
                                      x.requires_grad, precision))
@@ -118,7 +153,7 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """act(x correlated with weight, plus bias) on autogemm's tuned convolutions (valid, stride 1),
     then the 2 x 2 max-pool where `pool` (fused into the kernel where it can be): x (N, C, H, W),
     weight (F, C, K, K), bias (F,) or None."""
-    x = _float(x)
+    x = _float("autogemm.torch.conv2d", x)
     recorded = _checked("autogemm.torch.conv2d", x, {"x": x, "weight": weight, "bias": bias})
     if (x.ndim != 4 or weight.ndim != 4 or weight.shape[1] != x.shape[1] or weight.shape[2] != weight.shape[3]
             or weight.shape[2] > min(x.shape[2:]) or (bias is not None and bias.shape != weight.shape[:1])):
@@ -129,6 +164,9 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         raise BadArguments(f"autogemm.torch.conv2d: a 2x2 pool does not fit the output of {tuple(x.shape)} by "
                            f"{tuple(weight.shape)}")
     activation, precision = _activation(activation), precision_now(x, precision)
+    if x.shape[0] == 0 or weight.shape[0] == 0:                         # nothing to launch: torch's own
+        y = _torch_activation(torch.nn.functional.conv2d(x, weight, bias), activation)
+        return torch.nn.functional.max_pool2d(y, 2) if pool else y
     if recorded:
         _recording.get().append(Call("conv2d", tuple(x.shape), tuple(weight.shape), activation, bool(pool),
                                      x.requires_grad, precision))

@@ -15,13 +15,15 @@ ACTIVATION_MODULES = {torch.nn.ReLU: "relu", torch.nn.Sigmoid: "sigmoid"}
 
 
 def _torch_activation(y: torch.Tensor, activation: str | None) -> torch.Tensor:
-    return torch.relu(y) if activation == "relu" else torch.sigmoid(y) if activation == "sigmoid" else y
+    return functional._torch_activation(y, activation or "none")
 
 
-def _on_kernels(x: torch.Tensor) -> bool:
-    """Whether autogemm's kernels take x: a CUDA tensor of floats (or a meta one, being recorded)."""
+def _on_kernels(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether autogemm's kernels take x and the layer's weight: x a CUDA tensor of floats (or a meta
+    one, being recorded), the weight float32 or float64 (a half-precision layer stays torch's)."""
     return ((x.is_cuda or (x.is_meta and functional.recording_now()))
-            and x.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16))
+            and x.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+            and weight.dtype in (torch.float32, torch.float64))
 
 
 class Linear(torch.nn.Linear):
@@ -37,7 +39,7 @@ class Linear(torch.nn.Linear):
         self.activation, self.precision = activation, precision
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not _on_kernels(x):
+        if not _on_kernels(x, self.weight):
             return _torch_activation(F.linear(x, self.weight, self.bias), self.activation)
         return functional.linear(x, self.weight, self.bias, self.activation, self.precision)
 
@@ -60,7 +62,7 @@ class Conv2d(torch.nn.Conv2d):
         self.activation, self.pool, self.precision = activation, bool(pool), precision
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not _on_kernels(x):
+        if not _on_kernels(x, self.weight):
             y = _torch_activation(F.conv2d(x, self.weight, self.bias), self.activation)
             return F.max_pool2d(y, 2) if self.pool else y
         return functional.conv2d(x, self.weight, self.bias, self.activation, self.pool, self.precision)
@@ -69,11 +71,21 @@ class Conv2d(torch.nn.Conv2d):
         return super().extra_repr() + f", activation={self.activation}, pool={self.pool}"
 
 
-def _convertible_conv(m: torch.nn.Module) -> bool:
-    """A torch.nn.Conv2d that autogemm's convolutions compute: square kernel, stride 1, no padding,
-    no dilation, one group."""
+def _plain(m: torch.nn.Module) -> bool:
+    """No hooks on it (a swap or a fusion would drop them), its weights Parameters (not pruning's or
+    an old weight_norm's computed tensors)."""
+    hooked = m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
+    weights = [getattr(m, name, None) for name in ("weight", "bias")]
+    return not hooked and all(w is None or isinstance(w, torch.nn.Parameter) for w in weights)
+
+
+def _convertible(m: torch.nn.Module) -> bool:
+    """A torch.nn.Linear, or a torch.nn.Conv2d that autogemm's convolutions compute (square kernel,
+    stride 1, no padding, no dilation, one group), with no hooks and Parameters for weights."""
+    if type(m) is torch.nn.Linear:
+        return _plain(m)
     return (type(m) is torch.nn.Conv2d and m.kernel_size[0] == m.kernel_size[1] and m.stride == (1, 1)
-            and m.dilation == (1, 1) and m.groups == 1 and m.padding in ((0, 0), "valid"))
+            and m.dilation == (1, 1) and m.groups == 1 and m.padding in ((0, 0), "valid") and _plain(m))
 
 
 def _pool2(m) -> bool:
@@ -82,7 +94,7 @@ def _pool2(m) -> bool:
         return (v, v) if isinstance(v, int) else tuple(v)
     return (type(m) is torch.nn.MaxPool2d and pair(m.kernel_size) == (2, 2) and pair(m.stride) == (2, 2)
             and pair(m.padding) == (0, 0) and pair(m.dilation) == (1, 1) and not m.ceil_mode
-            and not m.return_indices)
+            and not m.return_indices and _plain(m))
 
 
 def _swap(m: torch.nn.Module, activation: str | None, pool: bool) -> torch.nn.Module:
@@ -100,11 +112,12 @@ def _swap(m: torch.nn.Module, activation: str | None, pool: bool) -> torch.nn.Mo
 
 def convert(model: torch.nn.Module) -> torch.nn.Module:
     """Swap, in place, each torch.nn.Linear, and each torch.nn.Conv2d that autogemm computes (square
-    kernel, stride 1, no padding, no dilation, one group), for autogemm's, sharing its parameters.
+    kernel, stride 1, no padding, no dilation, one group), for autogemm's, sharing its parameters
+    (layers with hooks, or whose weights are computed tensors, stay).
     Inside a torch.nn.Sequential a ReLU or Sigmoid right after one goes into it, and a 2 x 2
     MaxPool2d right after a convolution (and its activation) too; each is replaced by nn.Identity,
     so the state_dict keeps its keys. Returns the model (a bare layer: its replacement)."""
-    if type(model) is torch.nn.Linear or _convertible_conv(model):
+    if _convertible(model):
         return _swap(model, None, False)
     if isinstance(model, torch.nn.Sequential):
         _convert_sequence(model)
@@ -119,13 +132,13 @@ def _convert_sequence(seq: torch.nn.Sequential):
     i = 0
     while i < len(names):
         m = seq._modules[names[i]]
-        if type(m) is not torch.nn.Linear and not _convertible_conv(m):
+        if not _convertible(m):
             seq._modules[names[i]] = convert(m)
             i += 1
             continue
         fused, activation, pool = [], None, False
         nxt = seq._modules[names[i + 1]] if i + 1 < len(names) else None
-        if type(nxt) in ACTIVATION_MODULES:
+        if type(nxt) in ACTIVATION_MODULES and _plain(nxt):
             activation = ACTIVATION_MODULES[type(nxt)]
             fused.append(names[i + 1])
         after = names[i + 1 + len(fused)] if i + 1 + len(fused) < len(names) else None

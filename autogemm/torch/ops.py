@@ -44,7 +44,7 @@ def _gemm_shape(a, b, trans_a: bool, trans_b: bool) -> tuple[int, int]:
     return (a.shape[1] if trans_a else a.shape[0]), (b.shape[0] if trans_b else b.shape[1])
 
 
-@torch.library.custom_op("autogemm::gemm", mutates_args=())
+@torch.library.custom_op("autogemm::gemm", mutates_args=(), device_types="cuda")
 def gemm(a: torch.Tensor, b: torch.Tensor, trans_a: bool, trans_b: bool, epilogue: Optional[str],
          bias: Optional[torch.Tensor], aux: Optional[torch.Tensor], precision: str) -> torch.Tensor:
     d = a.new_empty(_gemm_shape(a, b, trans_a, trans_b))        # D: (M, N)
@@ -61,7 +61,7 @@ def _(a, b, trans_a, trans_b, epilogue, bias, aux, precision):
 
 
 # ---- linear --------------------------------------------------------------------------------------
-@torch.library.custom_op("autogemm::linear", mutates_args=())
+@torch.library.custom_op("autogemm::linear", mutates_args=(), device_types="cuda")
 def linear(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], activation: str,
            precision: str) -> torch.Tensor:
     y = x.new_empty((x.shape[0], w.shape[0]))                  # Y: (M, N)
@@ -77,7 +77,7 @@ def _(x, w, b, activation, precision):
     return x.new_empty((x.shape[0], w.shape[0]))
 
 
-@torch.library.custom_op("autogemm::linear_backward", mutates_args=())
+@torch.library.custom_op("autogemm::linear_backward", mutates_args=(), device_types="cuda")
 def linear_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, activation: str,
                     input_grad: bool, precision: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     dx = x.new_empty(x.shape if input_grad else (0,))          # dX: (M, K)
@@ -100,12 +100,13 @@ def _(dy, x, w, y, activation, input_grad, precision):
 
 def _linear_setup(ctx, inputs, output):
     x, w, b, activation, precision = inputs
-    ctx.save_for_backward(x, w, output)
+    ctx.save_for_backward(x, w, output if activation != "none" else None)   # y only where act' needs it
     ctx.activation, ctx.precision, ctx.has_bias = activation, precision, b is not None
 
 
 def _linear_grad(ctx, dy):
     x, w, y = ctx.saved_tensors
+    y = y if y is not None else dy                             # unread without an activation
     dx, dw, db = linear_backward(dy.contiguous(), x, w, y, ctx.activation, ctx.needs_input_grad[0], ctx.precision)
     return (dx if ctx.needs_input_grad[0] else None), dw, (db if ctx.has_bias else None), None, None
 
@@ -121,7 +122,7 @@ def _conv_out(x, w, pool: bool) -> tuple[int, ...]:
     return (n, f, oh // 2, ow // 2) if pool else (n, f, oh, ow)
 
 
-@torch.library.custom_op("autogemm::conv2d", mutates_args=())
+@torch.library.custom_op("autogemm::conv2d", mutates_args=(), device_types="cuda")
 def conv2d(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], activation: str, pool: bool,
            precision: str) -> tuple[torch.Tensor, torch.Tensor]:
     shape = _conv_out(x, w, pool)
@@ -139,7 +140,7 @@ def _(x, w, b, activation, pool, precision):
     return x.new_empty(shape), x.new_empty(shape if pool else (0,), dtype=torch.int8)
 
 
-@torch.library.custom_op("autogemm::conv2d_backward", mutates_args=())
+@torch.library.custom_op("autogemm::conv2d_backward", mutates_args=(), device_types="cuda")
 def conv2d_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, where: torch.Tensor,
                     activation: str, pool: bool, input_grad: bool,
                     precision: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -169,13 +170,14 @@ def _(dy, x, w, y, where, activation, pool, input_grad, precision):
 def _conv2d_setup(ctx, inputs, output):
     x, w, b, activation, pool, precision = inputs
     y, where = output
-    ctx.save_for_backward(x, w, y, where)
+    ctx.save_for_backward(x, w, y if activation != "none" else None, where)   # y only where act' needs it
     ctx.activation, ctx.pool, ctx.precision, ctx.has_bias = activation, pool, precision, b is not None
     ctx.mark_non_differentiable(where)
 
 
 def _conv2d_grad(ctx, dy, _dwhere):
     x, w, y, where = ctx.saved_tensors
+    y = y if y is not None else dy                             # unread without an activation
     dx, dw, db = conv2d_backward(dy.contiguous(), x, w, y, where, ctx.activation, ctx.pool, ctx.needs_input_grad[0],
                                  ctx.precision)
     return (dx if ctx.needs_input_grad[0] else None), dw, (db if ctx.has_bias else None), None, None, None

@@ -1,6 +1,7 @@
 """torch tensors as autogemm's calls take them: checked, viewed as CuPy arrays without a copy
-(DLPack), and the work put on torch's current stream, so that it orders with torch's own kernels
-and a `torch.cuda.graph` captures it."""
+(DLPack), and the work put on torch's current stream and device with CuPy's allocations drawn from
+torch's allocator, so that it orders with torch's own kernels and a `torch.cuda.graph` captures it
+(what autogemm allocates inside a capture comes from the graph's private pool)."""
 import contextlib
 
 from autogemm.errors import AutogemmError, BadArguments
@@ -41,18 +42,39 @@ def check(call: str, tensors: dict, dtype=None):
         device = t.device
 
 
+class _Unsynchronized:
+    """A tensor exported through DLPack with no stream synchronisation: the caller works on the
+    tensor's own stream already (on_current_stream)."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __dlpack__(self, **kwargs):
+        return self.t.__dlpack__(**{**kwargs, "stream": -1})
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
+
+
 def as_cupy(t, contiguous: bool = True):
     """The CuPy view of tensor t (no copy; t made C-contiguous first where asked and it is not: the
     one copy a call makes of an operand whose strides its kernels cannot read)."""
     cupy = require_cupy()
     t = t.detach()
-    return cupy.from_dlpack(t.contiguous() if contiguous else t)
+    return cupy.from_dlpack(_Unsynchronized(t.contiguous() if contiguous else t))
 
 
 @contextlib.contextmanager
 def on_current_stream(device):
-    """CuPy's device and current stream set to torch's on `device`, for the calls inside."""
+    """torch's and CuPy's device set to `device`, CuPy's current stream torch's there, and CuPy's
+    allocations (autogemm's scratch, temporaries) drawn from torch's allocator."""
     cupy, torch = require_cupy(), require_torch()
     stream = torch.cuda.current_stream(device)
-    with cupy.cuda.Device(device.index), cupy.cuda.ExternalStream(stream.cuda_stream, device.index):
+
+    def from_torch(size: int):
+        block = torch.empty(size, dtype=torch.uint8, device=device)     # kept alive by the CuPy memory
+        return cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(block.data_ptr(), size, block), 0)
+
+    with torch.cuda.device(device), cupy.cuda.Device(device.index), \
+            cupy.cuda.ExternalStream(stream.cuda_stream, device.index), cupy.cuda.using_allocator(from_torch):
         yield
