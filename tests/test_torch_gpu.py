@@ -88,7 +88,7 @@ def test_torch_compile_traces_a_converted_model_without_graph_breaks():
 def test_an_output_changed_in_place_keeps_its_gradient_where_no_activation_needs_it():
     """As torch's own layers allow: y is saved for the backward pass only where act' reads it."""
     torch.manual_seed(5)
-    x, w, b = torch.rand(8, 6, device="cuda"), torch.rand(4, 6, device="cuda", requires_grad=True), None
+    x, w = torch.rand(8, 6, device="cuda"), torch.rand(4, 6, device="cuda", requires_grad=True)
     torch.nn.functional.relu(agt.linear(x, w), inplace=True).sum().backward()
     conv = agt.Conv2d(2, 3, 3, pool=True, device="cuda")
     conv(torch.rand(2, 2, 9, 9, device="cuda")).add_(1).sum().backward()
