@@ -3,6 +3,7 @@ implementations (shapes through meta tensors, as torch.compile traces them); the
 errors; the layers' parameters and state_dict as torch's own, their CPU forward torch's function;
 `convert` on a LeNet-like model and on what it must leave alone."""
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -34,7 +35,7 @@ def test_the_ops_fake_implementations_give_the_shapes():
     x, w = torch.empty(8, 20, **meta), torch.empty(5, 20, **meta)
     assert torch.ops.autogemm.linear(x, w, None, "relu", "fp32").shape == (8, 5)
     dx, dw, db = torch.ops.autogemm.linear_backward(torch.empty(8, 5, **meta), x, w, torch.empty(8, 5, **meta), "relu",
-                                                    True, "fp32")
+                                                    True, True, "fp32")
     assert (dx.shape, dw.shape, db.shape) == ((8, 20), (5, 20), (5,))
     images, filters = torch.empty(2, 1, 28, 28, **meta), torch.empty(6, 1, 3, 3, **meta)
     y, where = torch.ops.autogemm.conv2d(images, filters, None, "relu", True, "tf32")
@@ -44,7 +45,7 @@ def test_the_ops_fake_implementations_give_the_shapes():
     assert y.shape == (2, 10, 11, 11) and where.numel() == 0
     dx, dw, db = torch.ops.autogemm.conv2d_backward(torch.empty(2, 6, 13, 13, **meta), images, filters,
                                                     torch.empty(2, 6, 13, 13, **meta), where, "relu", True, False,
-                                                    "fp32")
+                                                    True, "fp32")
     assert dx.numel() == 0 and dw.shape == (6, 1, 3, 3) and db.shape == (6,)
 
 
@@ -290,3 +291,46 @@ def test_precision_follows_torchs_newer_tf32_setting_too():
             "print(agt.precision_now(torch.ones(1)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "tf32", out.stderr
+
+
+AUTOGRAD_CHECK = """
+import torch
+import torch_reference_kernels  # noqa: F401  (CPU kernels for the custom ops)
+import autogemm.torch as agt
+from torch.library import opcheck
+
+torch.manual_seed(0)
+for act in (None, "relu", "sigmoid"):
+    x = (torch.rand(6, 7, dtype=torch.float64) + 0.05).requires_grad_()
+    w = torch.randn(5, 7, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, w, b: agt.linear(x, w, b, act), (x, w, b)), ("linear", act)
+    assert torch.autograd.gradcheck(lambda x, w: agt.linear(x, w, None, act), (x, w)), ("linear, no bias", act)
+    opcheck(torch.ops.autogemm.linear.default, (x, w, b, act or "none", "fp32"))
+    for pool in (False, True):
+        x = (torch.rand(2, 3, 9, 8, dtype=torch.float64) + 0.05).requires_grad_()
+        w = torch.randn(4, 3, 3, 3, dtype=torch.float64, requires_grad=True)
+        b = torch.randn(4, dtype=torch.float64, requires_grad=True)
+        assert torch.autograd.gradcheck(lambda x, w, b: agt.conv2d(x, w, b, act, pool), (x, w, b)), ("conv", act, pool)
+        opcheck(torch.ops.autogemm.conv2d.default, (x, w, b, act or "none", pool, "fp32"))
+frozen = agt.Linear(7, 5).double().requires_grad_(False)               # no weight gradient asked for
+x = torch.rand(3, 7, dtype=torch.float64, requires_grad=True)
+frozen(x).sum().backward()
+assert x.grad is not None and frozen.weight.grad is None
+nn = torch.nn
+model = agt.convert(nn.Sequential(nn.Conv2d(1, 6, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(6 * 13 * 13, 10)))
+explained = torch._dynamo.explain(model)(torch.rand(4, 1, 28, 28))
+assert explained.graph_break_count == 0, explained.break_reasons
+print("ok")
+"""
+
+
+@needs_torch
+def test_the_autograd_formulas_pass_gradcheck_and_opcheck_and_compile_without_breaks():
+    """On CPU kernels of torch's own math (tests/torch_reference_kernels.py), in a process of its
+    own: gradcheck in float64 through every layer and activation, with and without a pool, torch's
+    opcheck of the ops (schema, fake implementation, autograd registration), no weight gradient for a
+    frozen layer, and torch.compile's tracing of a converted model without a graph break."""
+    out = subprocess.run([sys.executable, "-c", AUTOGRAD_CHECK], capture_output=True, text=True, cwd=ROOT / "tests",
+                         env={**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"}, timeout=300)
+    assert out.stdout.strip().endswith("ok"), out.stderr[-3000:]

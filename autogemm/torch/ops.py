@@ -67,7 +67,7 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], activati
     y = x.new_empty((x.shape[0], w.shape[0]))                  # Y: (M, N)
     epilogue = "bias" if activation == "none" else f"bias_{activation}"
     with on_current_stream(x.device):
-        gemm_ops.gemm(as_cupy(x), as_cupy(w), as_cupy(y), trans_b=True, epilogue=epilogue,
+        gemm_ops.gemm(_matrix(x), as_cupy(w), as_cupy(y), trans_b=True, epilogue=epilogue,
                       bias=as_cupy(_bias(b, w.shape[0], x)), precision=precision)
     return y
 
@@ -79,23 +79,30 @@ def _(x, w, b, activation, precision):
 
 @torch.library.custom_op("autogemm::linear_backward", mutates_args=(), device_types="cuda")
 def linear_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, activation: str,
-                    input_grad: bool, precision: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    dx = x.new_empty(x.shape if input_grad else (0,))          # dX: (M, K)
-    dw, db = torch.empty_like(w), w.new_empty(w.shape[0])      # dW: (N, K), db: (N,)
+                    input_grad: bool, weight_grad: bool,
+                    precision: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    dx, dw, db = _grads(x, w, input_grad, weight_grad)         # dX: (M, K), dW: (N, K), db: (N,)
     with on_current_stream(x.device):
         dz = as_cupy(dy)
         if activation != "none":                               # dZ = dY * act'(Y): (M, N)
             dz = elementwise_ops.activation_grad(dz, as_cupy(y), activation, out=as_cupy(torch.empty_like(dy)))
         if input_grad:
             gemm_ops.gemm(dz, as_cupy(w), as_cupy(dx), precision=precision)
-        gemm_ops.gemm(dz, as_cupy(x), as_cupy(dw), trans_a=True, precision=precision)
-        elementwise_ops.column_sums(dz, as_cupy(db))
+        if weight_grad:
+            gemm_ops.gemm(dz, _matrix(x), as_cupy(dw), trans_a=True, precision=precision)
+            elementwise_ops.column_sums(dz, as_cupy(db))
     return dx, dw, db
 
 
 @linear_backward.register_fake
-def _(dy, x, w, y, activation, input_grad, precision):
-    return x.new_empty(x.shape if input_grad else (0,)), torch.empty_like(w), w.new_empty(w.shape[0])
+def _(dy, x, w, y, activation, input_grad, weight_grad, precision):
+    return _grads(x, w, input_grad, weight_grad)
+
+
+def _grads(x, w, input_grad: bool, weight_grad: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A backward pass's outputs: dx, dw, db, each empty where not asked for."""
+    return (x.new_empty(x.shape if input_grad else (0,)), w.new_empty(w.shape if weight_grad else (0,)),
+            w.new_empty(w.shape[0] if weight_grad else 0))
 
 
 def _linear_setup(ctx, inputs, output):
@@ -107,8 +114,11 @@ def _linear_setup(ctx, inputs, output):
 def _linear_grad(ctx, dy):
     x, w, y = ctx.saved_tensors
     y = y if y is not None else dy                             # unread without an activation
-    dx, dw, db = linear_backward(dy.contiguous(), x, w, y, ctx.activation, ctx.needs_input_grad[0], ctx.precision)
-    return (dx if ctx.needs_input_grad[0] else None), dw, (db if ctx.has_bias else None), None, None
+    needs = ctx.needs_input_grad
+    dx, dw, db = linear_backward(dy.contiguous(), x, w, y, ctx.activation, needs[0], needs[1] or needs[2],
+                                 ctx.precision)
+    return (dx if needs[0] else None), (dw if needs[1] else None), (db if ctx.has_bias and needs[2] else None), \
+        None, None
 
 
 torch.library.register_autograd("autogemm::linear", _linear_grad, setup_context=_linear_setup)
@@ -142,10 +152,9 @@ def _(x, w, b, activation, pool, precision):
 
 @torch.library.custom_op("autogemm::conv2d_backward", mutates_args=(), device_types="cuda")
 def conv2d_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, where: torch.Tensor,
-                    activation: str, pool: bool, input_grad: bool,
+                    activation: str, pool: bool, input_grad: bool, weight_grad: bool,
                     precision: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    dx = x.new_empty(x.shape if input_grad else (0,))          # dX: (N, C, H, W)
-    dw, db = torch.empty_like(w), w.new_empty(w.shape[0])      # dW: (F, C, K, K), db: (F,)
+    dx, dw, db = _grads(x, w, input_grad, weight_grad)         # dX: (N, C, H, W), dW: (F, C, K, K), db: (F,)
     with on_current_stream(x.device):
         dz = as_cupy(dy)
         act = _act(activation)
@@ -158,13 +167,14 @@ def conv2d_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, y: torch
                                                  out=as_cupy(torch.empty_like(dy)).reshape(flat)).reshape(dy.shape)
         if input_grad:
             conv_ops.conv2d_backward_data(dz, as_cupy(w), as_cupy(dx), precision=precision)
-        conv_ops.conv2d_backward_weights(dz, as_cupy(x), as_cupy(dw), as_cupy(db), precision=precision)
+        if weight_grad:
+            conv_ops.conv2d_backward_weights(dz, as_cupy(x), as_cupy(dw), as_cupy(db), precision=precision)
     return dx, dw, db
 
 
 @conv2d_backward.register_fake
-def _(dy, x, w, y, where, activation, pool, input_grad, precision):
-    return x.new_empty(x.shape if input_grad else (0,)), torch.empty_like(w), w.new_empty(w.shape[0])
+def _(dy, x, w, y, where, activation, pool, input_grad, weight_grad, precision):
+    return _grads(x, w, input_grad, weight_grad)
 
 
 def _conv2d_setup(ctx, inputs, output):
@@ -178,9 +188,11 @@ def _conv2d_setup(ctx, inputs, output):
 def _conv2d_grad(ctx, dy, _dwhere):
     x, w, y, where = ctx.saved_tensors
     y = y if y is not None else dy                             # unread without an activation
-    dx, dw, db = conv2d_backward(dy.contiguous(), x, w, y, where, ctx.activation, ctx.pool, ctx.needs_input_grad[0],
-                                 ctx.precision)
-    return (dx if ctx.needs_input_grad[0] else None), dw, (db if ctx.has_bias else None), None, None, None
+    needs = ctx.needs_input_grad
+    dx, dw, db = conv2d_backward(dy.contiguous(), x, w, y, where, ctx.activation, ctx.pool, needs[0],
+                                 needs[1] or needs[2], ctx.precision)
+    return (dx if needs[0] else None), (dw if needs[1] else None), (db if ctx.has_bias and needs[2] else None), \
+        None, None, None
 
 
 torch.library.register_autograd("autogemm::conv2d", _conv2d_grad, setup_context=_conv2d_setup)
