@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Issue 42 (autogemm inside PyTorch) on one GPU. From the repository root:
+#   source .device/env.sh && bash benchmarks/issue42-visit.sh check|tune|bench|accuracy
+# check: the gpu tests of autogemm.torch (gradcheck, float32 against torch, CUDA graph, torch.compile,
+# strides, errors).
+# tune: `autogemm tune --torch` of the two networks of examples/torch_models.py (fp32, then tf32).
+# bench: nn.bench's CME 213 MLP (batch 800, SGD) and LeNet (batch 1000, Adam) in PyTorch, as written
+# and converted by autogemm.torch, each in a CUDA graph, at fp32 and tf32, in one process.
+# accuracy: examples/torch_train.py, 20 epochs of LeNet and the MLP, converted and not.
+# Everything lands in $OUT/issue42.tar.gz; a table last.
+set -uo pipefail
+source benchmarks/entry-points.sh
+out=${OUT:-/tmp/issue42}
+work=$out/issue42
+mkdir -p "$work"
+nvidia-smi -L > "$work/machine.txt" 2>&1
+head -1 "$work/machine.txt"
+case "${1:-check}" in
+check)
+    timeout -s INT 400 python -m pytest -q -rf -m gpu tests/test_torch_gpu.py > "$work/pytest-torch-gpu.txt" 2>&1
+    echo "pytest: exit $?"
+    tail -5 "$work/pytest-torch-gpu.txt"
+    ;;
+tune)
+    for precision in fp32 tf32; do
+        for net in "mlp 784 800" "lenet 1x28x28 1000"; do
+            read -r name shape batch <<< "$net"
+            timeout -s INT 200 python -m autogemm.cli tune --torch "examples/torch_models.py:$name" --input "$shape" \
+                --batch "$batch" --precision "$precision" --trials 24 --timeout 8 > "$work/tune-$name-$precision.txt" 2>&1
+            echo "tune $name $precision: exit $?"
+        done
+    done
+    mkdir -p "$work/tuned" && cp tuned/*.json "$work/tuned/"
+    ;;
+bench)
+    timeout -s INT 500 python -m nn.bench --networks cme213,lenet --epochs 5 --json "$work/bench.json" \
+        --backends torch-graph,torch-graph-autogemm,torch-graph-tf32,torch-graph-autogemm-tf32,torch-graph-bf16,torch-graph-autogemm-bf16 \
+        > "$work/bench.txt" 2>&1
+    echo "bench: exit $?"
+    cat "$work/bench.txt"
+    ;;
+accuracy)
+    for model in mlp lenet; do
+        for how in "" "--torch-only"; do
+            timeout -s INT 200 python examples/torch_train.py --model "$model" --epochs 19 $how \
+                > "$work/accuracy-$model${how:+-torch}.txt" 2>&1
+            echo "$model ${how:-autogemm}: exit $? $(tail -1 "$work/accuracy-$model${how:+-torch}.txt")"
+        done
+    done
+    ;;
+*)
+    echo "unknown phase $1 (check, tune, bench, accuracy)" >&2
+    exit 2
+    ;;
+esac
+tar czf "$out/issue42.tar.gz" -C "$out" issue42
