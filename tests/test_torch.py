@@ -313,6 +313,12 @@ for act in (None, "relu", "sigmoid"):
         b = torch.randn(4, dtype=torch.float64, requires_grad=True)
         assert torch.autograd.gradcheck(lambda x, w, b: agt.conv2d(x, w, b, act, pool), (x, w, b)), ("conv", act, pool)
         opcheck(torch.ops.autogemm.conv2d.default, (x, w, b, act or "none", pool, "fp32"))
+x = torch.rand(9, 6, dtype=torch.float64, requires_grad=True)
+w = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
+b = torch.randn(4, dtype=torch.float64, requires_grad=True)
+labels = torch.randint(0, 4, (9,))
+assert torch.autograd.gradcheck(lambda x, w, b: agt.linear_cross_entropy(x, w, b, labels)[0], (x, w, b))
+opcheck(torch.ops.autogemm.linear_xent.default, (x, w, b, labels, "fp32"))
 frozen = agt.Linear(7, 5).double().requires_grad_(False)               # no weight gradient asked for
 x = torch.rand(3, 7, dtype=torch.float64, requires_grad=True)
 frozen(x).sum().backward()
@@ -328,9 +334,26 @@ print("ok")
 @needs_torch
 def test_the_autograd_formulas_pass_gradcheck_and_opcheck_and_compile_without_breaks():
     """On CPU kernels of torch's own math (tests/torch_reference_kernels.py), in a process of its
-    own: gradcheck in float64 through every layer and activation, with and without a pool, torch's
+    own: gradcheck in float64 through every layer and activation, with and without a pool, and the
+    output layer with its loss (linear_cross_entropy), torch's
     opcheck of the ops (schema, fake implementation, autograd registration), no weight gradient for a
     frozen layer, and torch.compile's tracing of a converted model without a graph break."""
     out = subprocess.run([sys.executable, "-c", AUTOGRAD_CHECK], capture_output=True, text=True, cwd=ROOT / "tests",
                          env={**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"}, timeout=300)
     assert out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+@needs_torch
+def test_linear_cross_entropy_refuses_what_its_kernel_cannot_take():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x, labels = torch.empty(8, 20, device="cuda"), torch.empty(8, dtype=torch.int64, device="cuda")
+        loss, logits = agt.linear_cross_entropy(x, torch.empty(10, 20, device="cuda"), None, labels)
+        assert loss.shape == () and logits.shape == (8, 10)
+        for w, y, message in ((torch.empty(33, 20, device="cuda"), labels, "33 classes; the kernel takes at most 32"),
+                              (torch.empty(10, 20, device="cuda"), labels.float(), "labels must be integers"),
+                              (torch.empty(10, 20, device="cuda"), labels[:3], r"of shape \(8,\)"),
+                              (torch.empty(10, 21, device="cuda"), labels, "must agree")):
+            with pytest.raises(BadArguments, match=message):
+                agt.linear_cross_entropy(x, w, None, y)

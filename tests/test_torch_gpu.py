@@ -126,3 +126,21 @@ def test_gemm_on_tensors_of_either_order_equals_torchs_matmul(trans_a, trans_b, 
     want = (a.t() if trans_a else a) @ (b.t() if trans_b else b)
     got = agt.gemm(a, b, trans_a=trans_a, trans_b=trans_b)
     assert torch.allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_linear_cross_entropy_equals_torchs_loss_and_gradients():
+    torch.manual_seed(6)
+    x = torch.rand(50, 30, dtype=torch.float64, device="cuda", requires_grad=True)
+    w = torch.randn(10, 30, dtype=torch.float64, device="cuda", requires_grad=True)
+    b = torch.randn(10, dtype=torch.float64, device="cuda", requires_grad=True)
+    labels = torch.randint(0, 10, (50,), device="cuda")
+    loss, logits = agt.linear_cross_entropy(x, w, b, labels)
+    (2 * loss).backward()
+    got = [t.grad.clone() for t in (x, w, b)]
+    for t in (x, w, b):
+        t.grad = None
+    want_logits = torch.nn.functional.linear(x, w, b)
+    want = torch.nn.functional.cross_entropy(want_logits, labels)
+    (2 * want).backward()
+    assert torch.allclose(loss, want, rtol=1e-12) and torch.allclose(logits, want_logits, rtol=1e-12)
+    assert all(torch.allclose(g, t.grad, rtol=1e-10, atol=1e-12) for g, t in zip(got, (x, w, b)))

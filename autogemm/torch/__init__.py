@@ -12,8 +12,8 @@ from autogemm.torch.tensors import require_torch
 
 require_torch()
 
-from autogemm.torch.functional import conv2d, gemm, linear, precision_now  # noqa: E402
+from autogemm.torch.functional import conv2d, gemm, linear, linear_cross_entropy, precision_now  # noqa: E402
 from autogemm.torch.layers import Conv2d, Linear, convert  # noqa: E402
 from autogemm.torch.tune import tune  # noqa: E402
 
-__all__ = ["Conv2d", "Linear", "conv2d", "convert", "gemm", "linear", "precision_now", "tune"]
+__all__ = ["Conv2d", "Linear", "conv2d", "convert", "gemm", "linear", "linear_cross_entropy", "precision_now", "tune"]

@@ -9,6 +9,7 @@ import torch
 
 from autogemm.errors import BadArguments
 from autogemm.ops.gemm import EPILOGUES as GEMM_EPILOGUES
+from kernels.linear_xent import MAX_CLASSES as LINEAR_XENT_MAX_CLASSES
 from autogemm.torch import ops
 from autogemm.torch.tensors import check
 
@@ -146,6 +147,29 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
                                      x.requires_grad, precision))
     y = ops.linear(rows, weight, bias, activation, precision)
     return y.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                         labels: torch.Tensor, precision: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the mean cross-entropy of softmax(x weight^T + bias) against `labels`, the logits): an output
+    layer and its loss in one kernel (at most LINEAR_XENT_MAX_CLASSES classes), its gradient to x,
+    weight and bias formed there too (the logits carry none); x (M, K), weight (C, K), bias (C,) or
+    None, labels (M,) ints."""
+    call = "autogemm.torch.linear_cross_entropy"
+    x = _float(call, x)
+    check(call, {"x": x, "weight": weight, "bias": bias})
+    if (x.ndim != 2 or weight.ndim != 2 or x.shape[1] != weight.shape[1] or x.shape[0] == 0
+            or (bias is not None and bias.shape != weight.shape[:1])):
+        raise BadArguments(f"{call}: x (M, K) of at least one row, weight (C, K) and bias (C,) must agree, got "
+                           f"{tuple(x.shape)}, {tuple(weight.shape)} and {None if bias is None else tuple(bias.shape)}")
+    if not isinstance(labels, torch.Tensor) or labels.shape != x.shape[:1] or labels.dtype.is_floating_point \
+            or labels.device != x.device:
+        raise BadArguments(f"{call}: labels must be integers of shape ({x.shape[0]},) on {x.device}")
+    if weight.shape[0] > LINEAR_XENT_MAX_CLASSES:
+        raise BadArguments(f"{call}: {weight.shape[0]} classes; the kernel takes at most {LINEAR_XENT_MAX_CLASSES} "
+                           f"(use linear, then torch.nn.functional.cross_entropy)")
+    logits, _, loss = ops.linear_xent(x, weight, bias, labels, precision_now(x, precision))
+    return loss[0], logits
 
 
 def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None,

@@ -8,6 +8,7 @@ own scratch, which is never freed).
     autogemm::gemm              d = epi(op(a) op(b)), no gradient
     autogemm::linear            y = act(x w^T + b)
     autogemm::linear_backward   dx, dw, db of it, from dy and the saved y
+    autogemm::linear_xent       logits = x w^T + b, the mean cross-entropy and its gradient dlogits
     autogemm::conv2d            y = act(x * w + b), 2 x 2 max-pooled where asked (y, where)
     autogemm::conv2d_backward   dx, dw, db of it, from dy, the saved y and where
 """
@@ -122,6 +123,48 @@ def _linear_grad(ctx, dy):
 
 
 torch.library.register_autograd("autogemm::linear", _linear_grad, setup_context=_linear_setup)
+
+
+# ---- linear_xent: the output layer and its loss ---------------------------------------------------
+@torch.library.custom_op("autogemm::linear_xent", mutates_args=(), device_types="cuda")
+def linear_xent(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], labels: torch.Tensor,
+                precision: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    logits = x.new_empty((x.shape[0], w.shape[0]))             # Z: (M, C)
+    dlogits = torch.empty_like(logits)                         # (softmax(Z) - Y) / M
+    total = x.new_zeros(1)                                     # the summed cross-entropy
+    with on_current_stream(x.device):
+        elementwise_ops.linear_xent(as_cupy(x), as_cupy(w), as_cupy(_bias(b, w.shape[0], x)),
+                                    as_cupy(labels.to(torch.int32)), as_cupy(logits), as_cupy(dlogits),
+                                    1.0 / x.shape[0], as_cupy(total))
+    return logits, dlogits, total / x.shape[0]
+
+
+@linear_xent.register_fake
+def _(x, w, b, labels, precision):
+    logits = x.new_empty((x.shape[0], w.shape[0]))
+    return logits, torch.empty_like(logits), x.new_empty(1)
+
+
+def _linear_xent_setup(ctx, inputs, output):
+    x, w, b, labels, precision = inputs
+    _, dlogits, _ = output
+    ctx.save_for_backward(x, w, dlogits)
+    ctx.precision, ctx.has_bias = precision, b is not None
+    ctx.mark_non_differentiable(output[0], dlogits)
+
+
+def _linear_xent_grad(ctx, _dlogits_out, _ddlogits, dloss):
+    """The mean loss's gradients (dZ is the mean's), times dloss: dx = dZ w, dw = dZ^T x, db =
+    column sums of dZ."""
+    x, w, dlogits = ctx.saved_tensors
+    needs = ctx.needs_input_grad
+    dx, dw, db = linear_backward(dlogits, x, w, dlogits, "none", needs[0], needs[1] or needs[2], ctx.precision)
+    scale = dloss.reshape(())
+    return ((dx * scale) if needs[0] else None), ((dw * scale) if needs[1] else None), \
+        ((db * scale) if ctx.has_bias and needs[2] else None), None, None
+
+
+torch.library.register_autograd("autogemm::linear_xent", _linear_xent_grad, setup_context=_linear_xent_setup)
 
 
 # ---- conv2d --------------------------------------------------------------------------------------
