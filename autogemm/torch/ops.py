@@ -3,7 +3,8 @@ torch.compile traces a model through them without a graph break, and autograd fo
 the backward passes on autogemm's kernels too. Each op works on torch's current stream
 (tensors.on_current_stream) and allocates its outputs and temporaries through torch's allocator, so
 a torch.cuda.graph captures it (after a warm-up call that compiles its kernels and sizes autogemm's
-own scratch, which is never freed).
+own scratch, which is never freed). Gradients are first order: the backward ops have no autograd
+formula of their own (create_graph=True fails there).
 
     autogemm::gemm              d = epi(op(a) op(b)), no gradient
     autogemm::linear            y = act(x w^T + b)
