@@ -6,6 +6,7 @@ kernel on the current stream, writing into the caller's arrays (a convolution wi
 kernel cannot fuse, two): nothing is allocated but scratch (split-K's, an unpooled output's the
 caller gave no buffer for), once per stream.
 """
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -130,7 +131,8 @@ def pool_fused(call: str, problem, config=None) -> bool:
 def _unpooled(what: str, given, shape: tuple, dtype):
     """`given` checked as a C-contiguous array of `shape`, else scratch of that shape."""
     if given is None:
-        return scratch(f"{what} unpooled", dtype, int(np.prod(shape)))[:int(np.prod(shape))].reshape(shape)
+        size = math.prod(shape)
+        return scratch(f"{what} unpooled", dtype, size)[:size].reshape(shape)
     _check(what, {"unpooled": given}, {"unpooled": shape}, dtype)
     return given
 

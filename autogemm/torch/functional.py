@@ -80,9 +80,20 @@ def _tf32_allowed() -> bool:
         return (precision if precision != "none" else torch.backends.fp32_precision) == "tf32"
 
 
-def _torch_activation(y: torch.Tensor, activation: str) -> torch.Tensor:
-    """torch's own act(y), activation "none", "relu" or "sigmoid"."""
+def _torch_activation(y: torch.Tensor, activation: str | None) -> torch.Tensor:
+    """torch's own act(y), activation None (or "none"), "relu" or "sigmoid"."""
     return torch.relu(y) if activation == "relu" else torch.sigmoid(y) if activation == "sigmoid" else y
+
+
+def torch_linear(x, weight, bias, activation: str | None) -> torch.Tensor:
+    """The function of `linear` computed by torch's own operations (where the kernels take no part)."""
+    return _torch_activation(torch.nn.functional.linear(x, weight, bias), activation)
+
+
+def torch_conv2d(x, weight, bias, activation: str | None, pool: bool) -> torch.Tensor:
+    """The function of `conv2d` computed by torch's own operations (where the kernels take no part)."""
+    y = _torch_activation(torch.nn.functional.conv2d(x, weight, bias), activation)
+    return torch.nn.functional.max_pool2d(y, 2) if pool else y
 
 
 def _activation(activation: str | None) -> str:
@@ -141,7 +152,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     rows = x.reshape(-1, x.shape[-1])                                   # X: (M, K)
     activation, precision = _activation(activation), precision_now(x, precision)
     if rows.shape[0] == 0 or weight.shape[0] == 0:                      # nothing to launch: torch's own
-        return _torch_activation(torch.nn.functional.linear(x, weight, bias), activation)
+        return torch_linear(x, weight, bias, activation)
     if recorded:
         _recording.get().append(Call("linear", tuple(rows.shape), tuple(weight.shape), activation, False,
                                      x.requires_grad, precision))
@@ -189,8 +200,7 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
                            f"{tuple(weight.shape)}")
     activation, precision = _activation(activation), precision_now(x, precision)
     if x.shape[0] == 0 or weight.shape[0] == 0:                         # nothing to launch: torch's own
-        y = _torch_activation(torch.nn.functional.conv2d(x, weight, bias), activation)
-        return torch.nn.functional.max_pool2d(y, 2) if pool else y
+        return torch_conv2d(x, weight, bias, activation, pool)
     if recorded:
         _recording.get().append(Call("conv2d", tuple(x.shape), tuple(weight.shape), activation, bool(pool),
                                      x.requires_grad, precision))

@@ -6,16 +6,11 @@ kernels with the activation (and a convolution's 2 x 2 max-pool) fused; elsewher
 own layer computes the same function.
 """
 import torch
-import torch.nn.functional as F
 
 from autogemm.errors import BadArguments
 from autogemm.torch import functional
 
 ACTIVATION_MODULES = {torch.nn.ReLU: "relu", torch.nn.Sigmoid: "sigmoid"}
-
-
-def _torch_activation(y: torch.Tensor, activation: str | None) -> torch.Tensor:
-    return functional._torch_activation(y, activation or "none")
 
 
 def _on_kernels(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -40,7 +35,7 @@ class Linear(torch.nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not _on_kernels(x, self.weight):
-            return _torch_activation(F.linear(x, self.weight, self.bias), self.activation)
+            return functional.torch_linear(x, self.weight, self.bias, self.activation)
         return functional.linear(x, self.weight, self.bias, self.activation, self.precision)
 
     def extra_repr(self) -> str:
@@ -63,8 +58,7 @@ class Conv2d(torch.nn.Conv2d):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not _on_kernels(x, self.weight):
-            y = _torch_activation(F.conv2d(x, self.weight, self.bias), self.activation)
-            return F.max_pool2d(y, 2) if self.pool else y
+            return functional.torch_conv2d(x, self.weight, self.bias, self.activation, self.pool)
         return functional.conv2d(x, self.weight, self.bias, self.activation, self.pool, self.precision)
 
     def extra_repr(self) -> str:
