@@ -52,12 +52,12 @@ def main() -> int:
            else torch.optim.SGD(params, lr=0.1, weight_decay=1e-4))
 
     def step(xb, yb):
-        opt.zero_grad(set_to_none=False)
         torch.nn.functional.cross_entropy(model(xb), yb).backward()
         opt.step()
 
     # A graph for each batch size (the full one, the last partial one), warmed up first on a side
-    # stream: kernels compiled and tuned configs looked up outside the capture.
+    # stream: kernels compiled and tuned configs looked up outside the capture. The gradients are
+    # None when a graph is captured, so its backward pass writes them rather than adds to them.
     batch = recipe["batch"]
     starts = range(0, len(y), batch)
     sizes = sorted({min(batch, len(y) - s) for s in starts})
@@ -66,11 +66,13 @@ def main() -> int:
     with torch.cuda.stream(side):
         for rows in sizes:
             for _ in range(3):
+                opt.zero_grad()
                 step(x[:rows], y[:rows])
     torch.cuda.current_stream().wait_stream(side)
     graphs = {}
     for rows in sizes:
         xs, ys = x[:rows].clone(), y[:rows].clone()                # the graph's static inputs
+        opt.zero_grad()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             step(xs, ys)

@@ -111,11 +111,13 @@ def precision_of(backend_name: str) -> str:
 
 
 def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs: int, graph: bool,
-               precision: str = "fp32", convert: bool = False) -> Result:
+               precision: str = "fp32", convert: bool = False, compile: bool = False) -> Result:
     """The same network in PyTorch (fp32: TF32 off; tf32: TF32 on; bf16: the forward pass and loss
     under BF16 autocast, float32 weights; cuDNN's algorithm search on), data on the GPU; with
-    `graph`, each step replays a CUDA graph; with `convert`, the model's layers swapped for
-    autogemm's (autogemm.torch.convert), which follow the same precision settings."""
+    `graph`, each step replays a CUDA graph (PyTorch's whole-network capture: the gradients set to
+    None before the capture, written, not accumulated, by its backward pass); with `convert`, the
+    model's layers swapped for autogemm's (autogemm.torch.convert), which follow the same precision
+    settings; with `compile`, the model (converted or not) through torch.compile."""
     import torch
 
     dev = torch.device("cuda")
@@ -137,14 +139,14 @@ def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs:
         import autogemm.torch
 
         autogemm.torch.convert(model)
+    forward = torch.compile(model) if compile else model
     loss_fn = torch.nn.CrossEntropyLoss()
     starts = range(0, len(y), net.batch)
 
     def step(xb, yb):
-        opt.zero_grad(set_to_none=False)
         # No autocast cache: a captured graph must recast the weights each step.
         with torch.autocast("cuda", torch.bfloat16, enabled=precision == "bf16", cache_enabled=False):
-            loss = loss_fn(model(xb), yb)
+            loss = loss_fn(forward(xb), yb)
         loss.backward()
         opt.step()
 
@@ -156,10 +158,12 @@ def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs:
         with torch.cuda.stream(side):
             for rows in sizes:        # each size warmed: cuDNN's algorithm search cannot run inside a capture
                 for _ in range(3):
+                    opt.zero_grad()
                     step(xd[:rows], yd[:rows])
         torch.cuda.current_stream().wait_stream(side)
         for rows in sizes:
             xs, ys = xd[:rows].clone(), yd[:rows].clone()
+            opt.zero_grad()
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
                 step(xs, ys)
@@ -174,6 +178,7 @@ def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs:
                 ys.copy_(yb)
                 g.replay()
             else:
+                opt.zero_grad()
                 step(xb, yb)
 
     times = []
@@ -186,7 +191,7 @@ def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs:
             times.append((time.perf_counter() - start) * 1e3)
     with torch.no_grad():
         accuracy = float((model(xd).argmax(1) == yd).float().mean())
-    name = (("torch-graph" if graph else "torch-eager") + ("-autogemm" if convert else "")
+    name = (("torch-graph" if graph else "torch-eager") + ("-compile" if compile else "") + ("-autogemm" if convert else "")
             + (f"-{precision}" if precision != "fp32" else ""))
     return Result(net.name, name, statistics.median(times), epochs, accuracy, len(y), net.batch)
 
@@ -207,7 +212,8 @@ def run(nets: list[Network | ConvNetwork], backends: list[str], epochs: int, dat
                 continue
             if name.startswith("torch"):
                 result = time_torch(net, x, y, epochs, graph=name.startswith("torch-graph"),
-                                    precision=precision_of(name), convert="-autogemm" in name)
+                                    precision=precision_of(name), convert="-autogemm" in name,
+                                    compile="-compile" in name)
             elif name == "numpy" and cnn:         # a slice, of at least a batch
                 images = max(NUMPY_CNN_IMAGES, net.batch)
                 result = time_backend(net, name, x[:images], y[:images], 1)
@@ -224,7 +230,8 @@ def run(nets: list[Network | ConvNetwork], backends: list[str], epochs: int, dat
 
 
 TORCH_BACKENDS = ("torch-eager", "torch-graph", "torch-graph-tf32", "torch-graph-bf16", "torch-graph-autogemm",
-                  "torch-graph-autogemm-tf32", "torch-graph-autogemm-bf16")
+                  "torch-graph-autogemm-tf32", "torch-graph-autogemm-bf16", "torch-graph-compile",
+                  "torch-graph-compile-autogemm", "torch-graph-compile-autogemm-tf32")
 BACKEND_NAMES = ("numpy", "cublas", "cupy-default", "cupy-tuned", "cupy-tuned-tf32", "cupy-tuned-bf16", *TORCH_BACKENDS)
 
 
@@ -299,7 +306,8 @@ def main(argv=None) -> int:
     p.add_argument("--backends", help="comma list (default: all that run here: numpy, cublas, cupy-default, "
                                       "cupy-tuned, cupy-tuned-tf32, cupy-tuned-bf16, torch-eager, torch-graph, "
                                       "torch-graph-tf32, torch-graph-bf16, torch-graph-autogemm[-tf32|-bf16]: the "
-                                      "PyTorch model converted by autogemm.torch; -tf32, -bf16: the GEMMs at that "
+                                      "PyTorch model converted by autogemm.torch; torch-graph-compile[-autogemm"
+                                      "[-tf32]]: the model through torch.compile; -tf32, -bf16: the GEMMs at that "
                                       "precision, PyTorch's bf16 under autocast)")
     p.add_argument("--epochs", type=int, default=5, help="timed epochs per run, after one warm-up (default: 5)")
     p.add_argument("--data-dir", help="Fashion-MNIST directory (default: the usual search)")

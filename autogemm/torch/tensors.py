@@ -75,6 +75,23 @@ def on_current_stream(device):
         block = torch.empty(size, dtype=torch.uint8, device=device)     # kept alive by the CuPy memory
         return cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(block.data_ptr(), size, block), 0)
 
-    with torch.cuda.device(device), cupy.cuda.Device(device.index), \
-            cupy.cuda.ExternalStream(stream.cuda_stream, device.index), cupy.cuda.using_allocator(from_torch):
+    with torch.cuda.device(device), cupy.cuda.Device(device.index), _cupy_stream(cupy, stream, device.index), \
+            cupy.cuda.using_allocator(from_torch):
         yield
+
+
+class _StreamHandle:
+    """A raw stream handle in the CUDA stream protocol (`__cuda_stream__`), which CuPy 14 reads."""
+
+    def __init__(self, handle: int):
+        self.handle = handle
+
+    def __cuda_stream__(self):
+        return 0, self.handle
+
+
+def _cupy_stream(cupy, stream, device_index: int):
+    """CuPy's stream object for torch's `stream` (made on `device_index`), not owned by CuPy."""
+    if hasattr(cupy.cuda.Stream, "from_external"):             # CuPy 14; ExternalStream is deprecated there
+        return cupy.cuda.Stream.from_external(_StreamHandle(stream.cuda_stream))
+    return cupy.cuda.ExternalStream(stream.cuda_stream, device_index)
