@@ -159,11 +159,15 @@ def test_a_models_launches_are_one_forward_and_backward_pass_converted():
     assert ("pool2x2", (1000, 6, 26, 26), "backward") in found
     assert not any(f.startswith("conv2d_dgrad") and s[1] == 1 for f, s, _ in found)   # no gradient to the images
     assert ("conv2d_dgrad_direct", (1000, 6, 13, 13, 10, 3), "-") in found
-    assert {("gemm", (1000, 128, 250), "nt+bias_relu"), ("elementwise", (1000, 128), "drelu"),
+    # the dense layers, one run: each act' in the GEMM above, the output layer's backward in one pass
+    assert {("gemm", (1000, 128, 250), "nt+bias_relu"), ("gemm", (1000, 128, 100), "nn+drelu"),
             ("gemm", (1000, 250, 128), "nn"), ("gemm", (128, 250, 1000), "tn"), ("colsum", (1000, 128), "-"),
-            ("gemm", (1000, 10, 80), "nt+bias")} <= set(found)
+            ("gemm", (1000, 10, 80), "nt+bias"), ("linear_backward", (1000, 10, 80), "relu")} <= set(found)
+    assert not any(f == "elementwise" for f, _, _ in found) and ("colsum", (1000, 80), "-") not in found
     mlp = [(t.family, t.sizes, t.op) for t in launches(model_of(f"{MODELS}:mlp"), (784,), 800)]
-    assert ("gemm", (800, 1000, 784), "nt+bias_sigmoid") in mlp and ("gemm", (800, 784, 1000), "nn") not in mlp
+    assert [t for t in mlp if t[0] != "gemm_wgmma"] == [
+        ("gemm", (800, 1000, 784), "nt+bias_sigmoid"), ("gemm", (800, 10, 1000), "nt+bias"), ("colsum", (800, 10), "-"),
+        ("linear_backward", (800, 10, 1000), "sigmoid"), ("gemm", (1000, 784, 800), "tn")]
 
 
 @needs_torch
@@ -319,12 +323,30 @@ b = torch.randn(4, dtype=torch.float64, requires_grad=True)
 labels = torch.randint(0, 4, (9,))
 assert torch.autograd.gradcheck(lambda x, w, b: agt.linear_cross_entropy(x, w, b, labels)[0], (x, w, b))
 opcheck(torch.ops.autogemm.linear_xent.default, (x, w, b, labels, "fp32"))
+for acts in ((None, None), ("sigmoid", None), ("relu", "sigmoid", "relu"), (None, "relu", None)):
+    widths = (7, 6, 5, 4)[:len(acts) + 1]
+    x = (torch.rand(5, 7, dtype=torch.float64) + 0.05).requires_grad_()
+    ws = [torch.randn(n, k, dtype=torch.float64, requires_grad=True) for k, n in zip(widths, widths[1:])]
+    bs = [torch.randn(n, dtype=torch.float64, requires_grad=True) for n in widths[1:-1]] + [None]
+    chain = lambda x, *wb: agt.functional.linear_chain(x, wb[:len(acts)], list(wb[len(acts):]) + [None], acts)
+    assert torch.autograd.gradcheck(chain, (x, *ws, *bs[:-1])), ("linear_chain", acts)
+    opcheck(torch.ops.autogemm.linear_chain.default, (x, ws, bs[:-1], [True] * (len(acts) - 1) + [False],
+                                                      ",".join(a or "none" for a in acts), "fp32"))
+model = agt.convert(torch.nn.Sequential(torch.nn.Linear(7, 6), torch.nn.Sigmoid(), torch.nn.Linear(6, 3))).double()
+x = torch.rand(4, 7, dtype=torch.float64, requires_grad=True)
+assert "linear_chain" in type(model(x).grad_fn).__name__                   # the run as one op
+seen = []
+model[0].register_forward_hook(lambda m, i, out: seen.append(out))        # a hook added after convert
+model(x).sum().backward()
+assert seen and seen[0].grad_fn is not None and model[0].weight.grad is not None   # layer by layer: it saw y_1
 frozen = agt.Linear(7, 5).double().requires_grad_(False)               # no weight gradient asked for
 x = torch.rand(3, 7, dtype=torch.float64, requires_grad=True)
 frozen(x).sum().backward()
 assert x.grad is not None and frozen.weight.grad is None
 nn = torch.nn
-model = agt.convert(nn.Sequential(nn.Conv2d(1, 6, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(6 * 13 * 13, 10)))
+model = agt.convert(nn.Sequential(nn.Conv2d(1, 6, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(6 * 13 * 13, 10),
+                                  nn.ReLU(), nn.Linear(10, 10)))
+assert type(model) is agt.Sequential
 explained = torch._dynamo.explain(model)(torch.rand(4, 1, 28, 28))
 assert explained.graph_break_count == 0, explained.break_reasons
 print("ok")

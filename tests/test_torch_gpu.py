@@ -36,6 +36,38 @@ def test_conv2d_passes_gradcheck_in_float64(activation, pool):
                                     (x, layer.weight, layer.bias))
 
 
+@pytest.mark.parametrize("activations, widths", [
+    (("sigmoid", None), (7, 40, 5)),              # the output layer's backward in one linear_backward pass
+    (("relu", "relu", None), (7, 40, 36, 6)),     # and a wide layer's input gradient through nn+drelu
+    ((None, "sigmoid"), (7, 6, 5))])              # no activation below: plain GEMMs
+def test_a_run_of_linear_layers_passes_gradcheck_in_float64(activations, widths):
+    torch.manual_seed(3)
+    x = away_from_kinks((6, widths[0]))
+    ws = [torch.randn(n, k, dtype=torch.float64, device="cuda", requires_grad=True) / k ** 0.5
+          for k, n in zip(widths, widths[1:])]
+    b = torch.randn(widths[1], dtype=torch.float64, device="cuda", requires_grad=True)
+
+    def chain(x, b, *ws):
+        return agt.functional.linear_chain(x, ws, [b] + [None] * (len(ws) - 1), activations)
+
+    assert torch.autograd.gradcheck(chain, (x, b, *ws))
+
+
+def test_a_converted_mlp_runs_as_one_op_with_torchs_gradients_in_float32():
+    torch.manual_seed(4)
+    nn = torch.nn
+    theirs = nn.Sequential(nn.Flatten(), nn.Linear(784, 1000), nn.Sigmoid(), nn.Linear(1000, 10)).cuda()
+    ours = agt.convert(nn.Sequential(nn.Flatten(), nn.Linear(784, 1000), nn.Sigmoid(), nn.Linear(1000, 10)).cuda())
+    ours.load_state_dict(theirs.state_dict())
+    x, labels = torch.rand(800, 784, device="cuda"), torch.randint(0, 10, (800,), device="cuda")
+    assert type(ours) is agt.Sequential and "linear_chain" in type(ours(x).grad_fn).__name__
+    for model in (theirs, ours):
+        torch.nn.functional.cross_entropy(model(x), labels).backward()
+    torch.testing.assert_close(ours(x), theirs(x), rtol=1e-4, atol=1e-5)
+    for a, b in zip(ours.parameters(), theirs.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-3, atol=1e-5)
+
+
 def lenet_like():
     torch.manual_seed(0)
     nn = torch.nn

@@ -45,6 +45,27 @@ def _(dy, x, w, y, activation, input_grad, weight_grad, precision):
     return _empty(x, w, input_grad, weight_grad, dz @ w, dz.t() @ x, dz.sum(0))
 
 
+@ops.linear_chain.register_kernel("cpu")
+def _(x, ws, bs, has_bias, activations, precision):
+    ys = []
+    for w, b, activation in zip(ws, ops._biases(bs, has_bias), activations.split(",")):
+        ys.append(_act((ys[-1] if ys else x) @ w.t() + (b if b is not None else 0), activation).contiguous())
+    return ys
+
+
+@ops.linear_chain_backward.register_kernel("cpu")
+def _(dy, x, ws, ys, activations, input_grad, precision):
+    activations = activations.split(",")
+    dz, dws, dbs = _dact(dy, ys[-1], activations[-1]), [], []
+    for i in reversed(range(len(ws))):
+        a = ys[i - 1] if i else x
+        dws.insert(0, (dz.t() @ a).contiguous())
+        dbs.insert(0, dz.sum(0))
+        dx = dz @ ws[i]
+        dz = _dact(dx, a, activations[i - 1]) if i else dx
+    return (dz if input_grad else x.new_empty((0,))).contiguous(), dws, dbs
+
+
 @ops.conv2d.register_kernel("cpu")
 def _(x, w, b, activation, pool, precision):
     z = _act(F.conv2d(x, w, b), activation)

@@ -19,10 +19,10 @@ PRECISIONS = ("fp32", "tf32", "bf16")
 @dataclass(frozen=True)
 class Call:
     """One layer's call as `recording` keeps it: what its launches are made of."""
-    kind: str                       # "linear" or "conv2d"
+    kind: str                       # "linear", "linear_chain" or "conv2d"
     x: tuple[int, ...]              # the input's shape (a linear layer's as rows: (M, K))
-    weight: tuple[int, ...]
-    activation: str                 # "none", "relu" or "sigmoid"
+    weight: tuple                   # its shape (a chain's: each layer's)
+    activation: str | tuple         # "none", "relu" or "sigmoid" (a chain's: each layer's)
     pool: bool
     input_grad: bool                # whether the backward pass carries a gradient to x
     precision: str
@@ -158,6 +158,30 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
                                      x.requires_grad, precision))
     y = ops.linear(rows, weight, bias, activation, precision)
     return y.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def linear_chain(x: torch.Tensor, weights: list[torch.Tensor], biases: list[torch.Tensor | None],
+                 activations: list[str | None], precision: str | None = None) -> torch.Tensor:
+    """Consecutive linear layers, y_i = act_i(y_{i-1} weights[i]^T + biases[i]) from y_0 = x (M, K),
+    as one op: y_L. Its backward pass fuses each act' into a kernel of the layer above (the GEMM's
+    epilogue, or a whole linear_backward pass for a layer of few outputs). Every weight float32 or
+    float64 like x and shaped to follow the one before; autogemm.torch.Sequential calls it."""
+    x = _float("autogemm.torch.linear_chain", x)
+    tensors = {"x": x} | {f"weight {i}": w for i, w in enumerate(weights)} | \
+              {f"bias {i}": b for i, b in enumerate(biases)}
+    recorded = _checked("autogemm.torch.linear_chain", x, tensors)
+    widths = [x.shape[-1]] + [w.shape[0] for w in weights]
+    if x.ndim != 2 or any(w.ndim != 2 or w.shape[1] != k or (b is not None and b.shape != w.shape[:1])
+                          for w, b, k in zip(weights, biases, widths)):
+        raise BadArguments(f"autogemm.torch.linear_chain: x (M, K), each weight (N_i, N_(i-1)) and bias (N_i,) must "
+                           f"agree, got {tuple(x.shape)}, " + ", ".join(f"{tuple(w.shape)}" for w in weights))
+    activations = [_activation(a) for a in activations]
+    precision = precision_now(x, precision)
+    if recorded:
+        _recording.get().append(Call("linear_chain", tuple(x.shape), tuple(tuple(w.shape) for w in weights),
+                                     tuple(activations), False, x.requires_grad, precision))
+    return ops.linear_chain(x, list(weights), [b for b in biases if b is not None], [b is not None for b in biases],
+                            ",".join(activations), precision)[-1]
 
 
 def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,

@@ -65,6 +65,50 @@ class Conv2d(torch.nn.Conv2d):
         return super().extra_repr() + f", activation={self.activation}, pool={self.pool}"
 
 
+class Sequential(torch.nn.Sequential):
+    """torch.nn.Sequential whose runs of two or more autogemm Linear layers (with only Identity
+    between them, as `convert` leaves a fused activation) run as one op, linear_chain: its backward
+    pass fuses each layer's activation derivative into a kernel of the layer above, as nn's trainer
+    does. The same modules, parameters and state_dict; `convert` makes a torch.nn.Sequential one.
+    A run whose layers gained hooks, or whose input is not a 2-D float tensor on the kernels, runs
+    layer by layer."""
+
+    def forward(self, x):
+        modules = list(self._modules.values())
+        i = 0
+        while i < len(modules):
+            run = _linear_run(modules, i)
+            layers = [m for m in modules[i:run] if type(m) is Linear]
+            if len(layers) >= 2 and _chainable(x, layers):
+                x = functional.linear_chain(x, [m.weight for m in layers], [m.bias for m in layers],
+                                            [m.activation for m in layers], layers[0].precision)
+                i = run
+            else:
+                x = modules[i](x)
+                i += 1
+        return x
+
+
+def _linear_run(modules: list, i: int) -> int:
+    """The end of the run of autogemm Linear layers from modules[i] (Identity between them, none
+    after the last), each unhooked with Parameters; i where modules[i] is none."""
+    end, j = i, i
+    while j < len(modules) and type(modules[j]) in (Linear, torch.nn.Identity) and _plain(modules[j]):
+        j += 1
+        if type(modules[j - 1]) is Linear:
+            end = j
+    return end
+
+
+def _chainable(x, layers: list[Linear]) -> bool:
+    """x is a 2-D tensor the kernels take, of every layer's weight dtype, and the layers agree on
+    their precision."""
+    w = layers[0].weight
+    return (isinstance(x, torch.Tensor) and x.ndim == 2 and _on_kernels(x, w)
+            and all(m.weight.dtype == w.dtype and m.precision == layers[0].precision for m in layers)
+            and (x.dtype == w.dtype or x.dtype in (torch.bfloat16, torch.float16)))
+
+
 def _plain(m: torch.nn.Module) -> bool:
     """No hooks on it (a swap or a fusion would drop them), its weights Parameters (not pruning's or
     an old weight_norm's computed tensors)."""
@@ -110,11 +154,17 @@ def convert(model: torch.nn.Module) -> torch.nn.Module:
     (layers with hooks, or whose weights are computed tensors, stay).
     Inside a torch.nn.Sequential a ReLU or Sigmoid right after one goes into it, and a 2 x 2
     MaxPool2d right after a convolution (and its activation) too; each is replaced by nn.Identity,
-    so the state_dict keeps its keys. Returns the model (a bare layer: its replacement)."""
+    so the state_dict keeps its keys; a torch.nn.Sequential with two or more Linear layers in a row
+    becomes autogemm.torch.Sequential (its class swapped), which runs them as one op with their
+    backward passes fused. Returns the model (a bare layer: its replacement)."""
     if _convertible(model):
         return _swap(model, None, False)
     if isinstance(model, torch.nn.Sequential):
         _convert_sequence(model)
+        modules = list(model._modules.values())
+        if type(model) is torch.nn.Sequential and any(
+                sum(type(m) is Linear for m in modules[i:_linear_run(modules, i)]) >= 2 for i in range(len(modules))):
+            model.__class__ = Sequential          # as torch.nn.utils.parametrize swaps a module's class
         return model
     for name, child in list(model.named_children()):
         setattr(model, name, convert(child))

@@ -9,6 +9,8 @@ formula of their own (create_graph=True fails there).
     autogemm::gemm              d = epi(op(a) op(b)), no gradient
     autogemm::linear            y = act(x w^T + b)
     autogemm::linear_backward   dx, dw, db of it, from dy and the saved y
+    autogemm::linear_chain      y_1 .. y_L of consecutive layers y_i = act_i(y_{i-1} w_i^T + b_i)
+    autogemm::linear_chain_backward   dx, the dw_i and db_i of it, each act' fused into a kernel
     autogemm::linear_xent       logits = x w^T + b, the mean cross-entropy and its gradient dlogits
     autogemm::conv2d            y = act(x * w + b), 2 x 2 max-pooled where asked (y, where)
     autogemm::conv2d_backward   dx, dw, db of it, from dy, the saved y and where
@@ -21,6 +23,7 @@ from autogemm.ops import conv as conv_ops
 from autogemm.ops import elementwise as elementwise_ops
 from autogemm.ops import gemm as gemm_ops
 from autogemm.torch.tensors import as_cupy, on_current_stream
+from kernels import linear_backward as lb_family
 
 ACTIVATIONS = ("none", "relu", "sigmoid")   # an op's activation: a string, as torch's schemas take
 
@@ -66,11 +69,16 @@ def _(a, b, trans_a, trans_b, epilogue, bias, aux, precision):
 @torch.library.custom_op("autogemm::linear", mutates_args=(), device_types="cuda")
 def linear(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], activation: str,
            precision: str) -> torch.Tensor:
+    with on_current_stream(x.device):
+        return _linear(x, w, b, activation, precision)
+
+
+def _linear(x, w, b, activation: str, precision: str) -> torch.Tensor:
+    """act(x w^T + b), on the current stream."""
     y = x.new_empty((x.shape[0], w.shape[0]))                  # Y: (M, N)
     epilogue = "bias" if activation == "none" else f"bias_{activation}"
-    with on_current_stream(x.device):
-        gemm_ops.gemm(_matrix(x), as_cupy(w), as_cupy(y), trans_b=True, epilogue=epilogue,
-                      bias=as_cupy(_bias(b, w.shape[0], x)), precision=precision)
+    gemm_ops.gemm(_matrix(x), as_cupy(w), as_cupy(y), trans_b=True, epilogue=epilogue,
+                  bias=as_cupy(_bias(b, w.shape[0], x)), precision=precision)
     return y
 
 
@@ -124,6 +132,101 @@ def _linear_grad(ctx, dy):
 
 
 torch.library.register_autograd("autogemm::linear", _linear_grad, setup_context=_linear_setup)
+
+
+# ---- linear_chain: consecutive linear layers, their backward passes fused across layers ---------
+# As nn's trainer does: a layer's input gradient leaves its GEMM already times the derivative of the
+# activation below (dsigmoid / drelu epilogue), and a layer of at most lb_family.MAX_CLASSES outputs
+# above an activation takes its whole backward pass (the input gradient times act', its weight
+# gradient, the bias gradient below) in one linear_backward kernel.
+@torch.library.custom_op("autogemm::linear_chain", mutates_args=(), device_types="cuda")
+def linear_chain(x: torch.Tensor, ws: list[torch.Tensor], bs: list[torch.Tensor], has_bias: list[bool],
+                 activations: str, precision: str) -> list[torch.Tensor]:
+    """bs: the biases of the layers that have one (has_bias), in order (autograd's wrapper reads no
+    None in a list); activations: each layer's, comma-separated ("sigmoid,none"): torch's schemas
+    take no list of strings."""
+    ys = []
+    with on_current_stream(x.device):
+        for w, b, activation in zip(ws, _biases(bs, has_bias), activations.split(",")):
+            ys.append(_linear(ys[-1] if ys else x, w, b, activation, precision))    # Y_i: (M, N_i)
+    return ys
+
+
+def _biases(bs: list[torch.Tensor], has_bias: list[bool]) -> list[Optional[torch.Tensor]]:
+    """Each layer's bias or None."""
+    given = iter(bs)
+    return [next(given) if has else None for has in has_bias]
+
+
+@linear_chain.register_fake
+def _(x, ws, bs, has_bias, activations, precision):
+    return [x.new_empty((x.shape[0], w.shape[0])) for w in ws]
+
+
+@torch.library.custom_op("autogemm::linear_chain_backward", mutates_args=(), device_types="cuda")
+def linear_chain_backward(dy: torch.Tensor, x: torch.Tensor, ws: list[torch.Tensor], ys: list[torch.Tensor],
+                          activations: str, input_grad: bool,
+                          precision: str) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+    activations = activations.split(",")
+    dx = x.new_empty(x.shape if input_grad else (0,))                       # dX: (M, K_1)
+    dws = [torch.empty_like(w) for w in ws]                                # dW_i: (N_i, K_i)
+    dbs = [w.new_empty(w.shape[0]) for w in ws]                            # db_i: (N_i,)
+    summed = [False] * len(ws)                                             # db_i made by the layer above
+    with on_current_stream(x.device):
+        dz = as_cupy(dy)                                                   # dZ_L: (M, N_L)
+        if activations[-1] != "none":
+            dz = elementwise_ops.activation_grad(dz, as_cupy(ys[-1]), activations[-1],
+                                                 out=as_cupy(torch.empty_like(dy)))
+        for i in reversed(range(len(ws))):
+            a = as_cupy(ys[i - 1]) if i else _matrix(x)                    # the layer's input: (M, K_i)
+            below = activations[i - 1] if i else "none"
+            w, dw = as_cupy(ws[i]), as_cupy(dws[i])
+            if not summed[i]:
+                elementwise_ops.column_sums(dz, as_cupy(dbs[i]))
+            if i == 0:
+                gemm_ops.gemm(dz, a, dw, trans_a=True, precision=precision)
+                if input_grad:
+                    gemm_ops.gemm(dz, w, as_cupy(dx), precision=precision)
+                break
+            dz_below = as_cupy(ys[i - 1].new_empty(ys[i - 1].shape))       # dZ_{i-1}: (M, K_i)
+            if below != "none" and ws[i].shape[0] <= lb_family.MAX_CLASSES:
+                elementwise_ops.linear_backward(dz, w, a, dz_below, below, dw, as_cupy(dbs[i - 1]))
+                summed[i - 1] = True
+            else:
+                gemm_ops.gemm(dz, a, dw, trans_a=True, precision=precision)
+                gemm_ops.gemm(dz, w, dz_below, precision=precision, epilogue=None if below == "none" else
+                              f"d{below}", aux=None if below == "none" else a)
+            dz = dz_below
+    return dx, dws, dbs
+
+
+@linear_chain_backward.register_fake
+def _(dy, x, ws, ys, activations, input_grad, precision):
+    return (x.new_empty(x.shape if input_grad else (0,)), [torch.empty_like(w) for w in ws],
+            [w.new_empty(w.shape[0]) for w in ws])
+
+
+def _linear_chain_setup(ctx, inputs, output):
+    x, ws, bs, has_bias, activations, precision = inputs
+    ctx.save_for_backward(x, *ws, *output)
+    ctx.layers, ctx.has_bias, ctx.activations, ctx.precision = len(ws), has_bias, activations, precision
+    ctx.set_materialize_grads(False)        # the hidden outputs y_1 .. y_{L-1} get no gradient of their own
+
+
+def _linear_chain_grad(ctx, dys):
+    saved = ctx.saved_tensors
+    x, ws, ys = saved[0], saved[1:1 + ctx.layers], saved[1 + ctx.layers:]
+    needs_x, needs_w, needs_b = ctx.needs_input_grad[:3]
+    if dys[-1] is None:
+        return None, [None] * len(needs_w), [None] * len(needs_b), None, None, None
+    dx, dws, dbs = linear_chain_backward(dys[-1].contiguous(), x, list(ws), list(ys), ctx.activations, needs_x,
+                                         ctx.precision)
+    dbs = [db for db, has in zip(dbs, ctx.has_bias) if has]
+    return ((dx if needs_x else None), [dw if need else None for dw, need in zip(dws, needs_w)],
+            [db if need else None for db, need in zip(dbs, needs_b)], None, None, None)
+
+
+torch.library.register_autograd("autogemm::linear_chain", _linear_chain_grad, setup_context=_linear_chain_setup)
 
 
 # ---- linear_xent: the output layer and its loss ---------------------------------------------------

@@ -14,6 +14,7 @@ from autogemm.store.keys import Target
 from autogemm.torch.functional import Call, recording
 from autogemm.torch.layers import convert
 from kernels import IMPLEMENTATIONS
+from kernels import linear_backward as lb_family
 from kernels.conv2d import POOL
 from kernels.contract import NO_OP
 from kernels.gemm.call import key_op
@@ -92,6 +93,8 @@ def _targets(c: Call, layer: str) -> list[Target]:
         out += _of("gemm", (m, k, n), key_op(False, False), f"{layer}: dx = dz w") if c.input_grad else []
         out += _of("gemm", (n, k, m), key_op(True, False), f"{layer}: dw = dz^T x")
         return out + _of("colsum", (m, n), NO_OP, f"{layer}: db = column sums of dz")
+    if c.kind == "linear_chain":
+        return _chain_targets(c, layer)
     n, _, h, w = c.x
     f, k = c.weight[0], c.weight[2]
     sizes, z = (*c.x, f, k), (n, f, h - k + 1, w - k + 1)
@@ -104,3 +107,35 @@ def _targets(c: Call, layer: str) -> list[Target]:
         out += _of("elementwise", (n, f * z[2] * z[3]), grad, f"{layer}: dz = dy {grad}(y)")
     out += _of("conv2d_dgrad", sizes, NO_OP, f"{layer}: dx = conv^T(dz, w)") if c.input_grad else []
     return out + _of("conv2d_wgrad", sizes, NO_OP, f"{layer}: dw, db from dz, x")
+
+
+def _chain_targets(c: Call, first: str) -> list[Target]:
+    """The launches of a run of linear layers (autogemm.torch.ops.linear_chain and its backward)."""
+    m = c.x[0]
+    widths = [c.x[1]] + [w[0] for w in c.weight]
+    layer = lambda i: f"{first}.{i + 1}"  # noqa: E731
+    out = []
+    for i, activation in enumerate(c.activation):
+        epilogue = "bias" if activation == "none" else f"bias_{activation}"
+        out += _of("gemm", (m, widths[i + 1], widths[i]), key_op(False, True, epilogue),
+                   f"{layer(i)}: y = {epilogue}(x w^T)")
+    if c.activation[-1] != "none":
+        grad = "d" + c.activation[-1]
+        out += _of("elementwise", (m, widths[-1]), grad, f"{layer(len(widths) - 2)}: dz = dy {grad}(y)")
+    summed = False
+    for i in reversed(range(len(c.weight))):
+        n, k = widths[i + 1], widths[i]
+        out += [] if summed else _of("colsum", (m, n), NO_OP, f"{layer(i)}: db = column sums of dz")
+        below = c.activation[i - 1] if i else "none"
+        summed = i > 0 and below != "none" and n <= lb_family.MAX_CLASSES
+        if summed:
+            out += _of("linear_backward", (m, n, k), below, f"{layer(i)}: dz below, dw, db below in one pass")
+            continue
+        out += _of("gemm", (n, k, m), key_op(True, False), f"{layer(i)}: dw = dz^T x")
+        if i:
+            epilogue = None if below == "none" else "d" + below
+            out += _of("gemm", (m, k, n), key_op(False, False, epilogue),
+                       f"{layer(i)}: dz below = {epilogue or ''}(dz w)")
+        elif c.input_grad:
+            out += _of("gemm", (m, k, n), key_op(False, False), f"{layer(i)}: dx = dz w")
+    return out
