@@ -47,6 +47,21 @@ tune)
     done
     mkdir -p "$work/tuned" && cp tuned/*.json "$work/tuned/"
     ;;
+tune-chain)     # only the launches that linear_chain added (the rest tuned before); linear_backward's
+                # compiles are slow (one trial in 8 s at the first try), so its search has 90 s
+    python -m autogemm.cli tune --torch examples/torch_models.py:mlp --input 784 --batch 800 \
+        --families linear_backward,colsum --trials 40 --timeout 90 > "$work/tune-chain-mlp.txt" 2>&1
+    echo "tune mlp chain: exit $?"
+    python -m autogemm.cli tune --torch examples/torch_models.py:lenet --input 1x28x28 --batch 1000 \
+        --families linear_backward --trials 24 --timeout 8 > "$work/tune-chain-lenet.txt" 2>&1
+    echo "tune lenet chain: exit $?"
+    for precision in fp32 tf32; do
+        python -m autogemm.cli tune --shapes 1000x100x80:nn+drelu,1000x128x100:nn+drelu --precision $precision \
+            --trials 24 --timeout 8 > "$work/tune-chain-lenet-gemm-$precision.txt" 2>&1
+        echo "tune lenet chain gemms $precision: exit $?"
+    done
+    mkdir -p "$work/tuned" && cp tuned/*.json "$work/tuned/"
+    ;;
 bench)
     timeout -s INT 500 python -m nn.bench --networks "$(echo $nets | sed 's/mlp/cme213/; s/ /,/')" --epochs 5 --json "$work/bench.json" \
         --backends torch-graph,torch-graph-autogemm,torch-graph-compile,torch-graph-compile-autogemm,torch-graph-tf32,torch-graph-autogemm-tf32,torch-graph-compile-autogemm-tf32,torch-graph-bf16,torch-graph-autogemm-bf16 \
