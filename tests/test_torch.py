@@ -227,6 +227,32 @@ def test_the_layers_forward_passes_trace_on_fake_cuda_tensors():
 
 
 @needs_torch
+def test_a_converted_sequential_runs_its_linear_layers_as_one_op_on_fake_cuda_tensors():
+    """What convert makes of an MLP, and what a run of layers refuses or leaves to torch."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    nn = torch.nn
+    with FakeTensorMode():
+        mlp = agt.convert(nn.Sequential(nn.Flatten(), nn.Linear(784, 100, device="cuda"), nn.Sigmoid(),
+                                        nn.Linear(100, 10, device="cuda")))
+        assert type(mlp) is agt.Sequential and [type(m) for m in mlp] == [nn.Flatten, agt.Linear, nn.Identity,
+                                                                          agt.Linear]
+        y = mlp(torch.empty(8, 1, 28, 28, device="cuda", requires_grad=True))
+        assert y.shape == (8, 10) and "linear_chain" in type(y.grad_fn).__name__
+        assert mlp(torch.empty(0, 784, device="cuda")).shape == (0, 10)              # an empty batch: torch's
+        ws = [torch.empty(5, 4, device="cuda"), torch.empty(3, 5, device="cuda")]
+        for biases, acts, message in (([None], [None, None], "a weight, a bias .or None. and an activation"),
+                                      ([None, None], ["relu", "tanh"], "activation 'tanh'"),
+                                      ([torch.empty(4, device="cuda"), None], [None, None], "must agree")):
+            with pytest.raises(BadArguments, match=message):
+                agt.functional.linear_chain(torch.empty(2, 4, device="cuda"), ws, biases, acts)
+        with pytest.raises(BadArguments, match="must agree"):
+            agt.functional.linear_chain(torch.empty(2, 4, device="cuda"), ws[::-1], [None, None], [None, None])
+    kept = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 2))           # no run: torch's class stays
+    assert type(agt.convert(kept)) is nn.Sequential
+
+
+@needs_torch
 def test_gemm_on_fake_cuda_tensors_gives_its_shape_and_checks_k():
     from torch._subclasses.fake_tensor import FakeTensorMode
 

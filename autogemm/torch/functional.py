@@ -167,6 +167,9 @@ def linear_chain(x: torch.Tensor, weights: list[torch.Tensor], biases: list[torc
     epilogue, or a whole linear_backward pass for a layer of few outputs). Every weight float32 or
     float64 like x and shaped to follow the one before; autogemm.torch.Sequential calls it."""
     x = _float("autogemm.torch.linear_chain", x)
+    if not len(weights) == len(biases) == len(activations) or not weights:
+        raise BadArguments(f"autogemm.torch.linear_chain: give a weight, a bias (or None) and an activation (or "
+                           f"None) for each layer, got {len(weights)}, {len(biases)} and {len(activations)}")
     tensors = {"x": x} | {f"weight {i}": w for i, w in enumerate(weights)} | \
               {f"bias {i}": b for i, b in enumerate(biases)}
     recorded = _checked("autogemm.torch.linear_chain", x, tensors)
@@ -177,6 +180,10 @@ def linear_chain(x: torch.Tensor, weights: list[torch.Tensor], biases: list[torc
                            f"agree, got {tuple(x.shape)}, " + ", ".join(f"{tuple(w.shape)}" for w in weights))
     activations = [_activation(a) for a in activations]
     precision = precision_now(x, precision)
+    if x.shape[0] == 0 or 0 in widths:                                  # nothing to launch: torch's own
+        for w, b, activation in zip(weights, biases, activations):
+            x = torch_linear(x, w, b, activation)
+        return x
     if recorded:
         _recording.get().append(Call("linear_chain", tuple(x.shape), tuple(tuple(w.shape) for w in weights),
                                      tuple(activations), False, x.requires_grad, precision))
