@@ -20,6 +20,9 @@ _WHERE = {
                      "transpose"], "autogemm.ops.gemm"),
     **dict.fromkeys(["elementwise", "bias_activation", "activation_grad", "sgd_update", "adam_update",
                      "softmax_xent", "linear_xent", "linear_backward", "column_sums"], "autogemm.ops.elementwise"),
+    # any family's kernel on named arrays (a plugin family's: autogemm/runtime/plugins.py), and a
+    # family package registered from its folder
+    **dict.fromkeys(["launch", "load_family"], "autogemm.ops.families"),
     # the baseline: cuBLAS's GEMM in the same precisions
     "cublas_gemm": "autogemm.ops.cublas",
     # the CNN's: NCHW images, (F, C, K, K) filters

@@ -1,4 +1,4 @@
-"""Every family's kernels run on the CPU (tests/cuda_emu.h, inline PTX emulated) against float64
+"""Every family's kernels run on the CPU (autogemm/testing/cuda_emu.h, inline PTX emulated) against float64
 NumPy: what CI can check of what they compute. Outputs are poisoned (NaN) before each run; sizes
 leave ragged blocks."""
 import dataclasses
@@ -12,7 +12,7 @@ import pytest
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import family
 from autogemm.tuning.verify import OPERAND_ROUNDING, compare
-from emulated import GXX, Launch, run
+from autogemm.testing.emulator import GXX, Launch, run
 from kernels import gemm, linear_backward, linear_xent
 from kernels.bf16 import bf16_bits, bf16_values
 from kernels.gemm.call import split_op

@@ -18,6 +18,7 @@ BELOW = {
     "tuning": {"base", "runtime", "store", "ops"},
     "cli": {"base", "runtime", "store", "ops", "tuning", "torch"},
     "torch": {"base", "runtime", "store", "ops", "tuning"},   # autogemm.torch: the calls on torch tensors
+    "testing": {"base", "runtime"},                     # autogemm.testing: the CPU emulator
     "api": {"base", "store", "ops"},                    # autogemm/__init__.py
 }
 

@@ -59,6 +59,24 @@ def test_merge_keeps_the_faster_and_every_other_record(tmp_path):
     assert loaded[new.key] == new and len(loaded) == 3
 
 
+def test_a_record_of_a_family_not_loaded_here_is_kept_as_it_was(tmp_path):
+    """A plugin family's records, read where its package is not installed: kept, never looked up,
+    written back unchanged (with its family's meta) when this process saves its own results."""
+    path = write_store(tmp_path, [record()])
+    doc = json.loads(path.read_text())
+    theirs = dict(doc["records"][0], family="rowsoftmax", shape="4096x1024", op="-", config={"threads": 256})
+    doc["records"].append(theirs)
+    doc["meta"]["templates"]["rowsoftmax"] = "ab" * 8
+    doc["meta"]["params"]["rowsoftmax"] = ["threads"]
+    path.write_text(json.dumps(doc))
+    loaded = load(path)
+    assert list(loaded.records) == [record().key] and loaded.foreign == (theirs,)
+    save(path, [record((400, 1000, 784))], meta())
+    again = json.loads(path.read_text())
+    assert theirs in again["records"] and len(again["records"]) == 3
+    assert again["meta"]["templates"]["rowsoftmax"] == "ab" * 8 and again["meta"]["params"]["rowsoftmax"] == ["threads"]
+
+
 def test_a_stale_record_is_replaced_even_by_a_slower_one(tmp_path):
     path = write_store(tmp_path, [record(median_us=10.0, template_hash="0" * 16)])
     assert load(path).records[record().key].stale
@@ -133,7 +151,7 @@ def _message(path) -> str:
     (lambda d: d["meta"].update(schema=2), "schema version 2"),
     (lambda d: d["meta"].pop("cupy"), "meta: missing key 'cupy'"),
     (lambda d: d["meta"].update(sm_count=True), "sm_count=True"),
-    (lambda d: d["meta"]["templates"].update(evil="0" * 16), "templates must map kernel families"),
+    (lambda d: d["meta"]["templates"].update({"{{ evil }}": "0" * 16}), "templates must map kernel families"),
     (lambda d: d.update(records={}), "'records' must be a list"),
     (lambda d: d["records"][0].update(note="hi"), "record 0 (gemm 800x1000x784:nt float32): unknown key 'note'"),
     (lambda d: d["records"][0].pop("median_us"), "missing key 'median_us'"),
@@ -141,7 +159,8 @@ def _message(path) -> str:
     (lambda d: d["records"][0]["config"].update(bm="{{ cycler.__init__ }}"), "is not a plain word"),
     (lambda d: d["records"][0]["config"].update(bm=128.0), "'bm': 128.0 is not a plain word"),
     (lambda d: d["records"][0].update(config=[1, 2]), "config: expected an object"),
-    (lambda d: d["records"][0].update(family="{{ 7*7 }}"), "family '{{ 7*7 }}' is not one of"),
+    (lambda d: d["records"][0].update(family="{{ 7*7 }}"), "family '{{ 7*7 }}' is not a family name"),
+    (lambda d: d["records"][0].update(family="rowsoftmax", evil=1), "rowsoftmax (not loaded here) must have a record's"),
     (lambda d: d["records"][0].update(op="nt\"); evil("), "op 'nt\"); evil(' is not one of"),
     (lambda d: d["records"][0].update(shape="800x0x784"), "shape '800x0x784' is not sizes >= 1"),
     (lambda d: d["records"][0].update(shape="800x1000"), "gemm needs 3 sizes"),

@@ -13,12 +13,18 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from autogemm.errors import InvalidConfig, brief
+from autogemm.runtime import plugins
 from autogemm.runtime.device import DeviceInfo
 from autogemm.runtime.render import code_hash, render, source_hash
 from kernels import REGISTRY
 from kernels.contract import Geometry, KernelFamily
 
-FAMILIES = tuple(REGISTRY)
+plugins.load_installed()
+
+
+def families() -> tuple[str, ...]:
+    """Every registered family's name: ours (kernels.FAMILIES), then the plugins' (runtime.plugins)."""
+    return tuple(REGISTRY)
 
 
 class Config(Mapping):
@@ -251,6 +257,6 @@ class Family:
 
 @functools.cache
 def family(name: str) -> Family:
-    if name not in FAMILIES:
-        raise InvalidConfig(f"unknown kernel family {brief(name)}; known: {', '.join(FAMILIES)}")
+    if name not in REGISTRY:
+        raise InvalidConfig(f"unknown kernel family {brief(name)}; known: {', '.join(REGISTRY)}")
     return Family(name)

@@ -3,16 +3,35 @@ the hashes that tell a tuned record whether the code it was measured on has chan
 import functools
 import hashlib
 import re
+from pathlib import Path
 
 import jinja2
 
 from kernels.contract import TEMPLATE_DIR
 
 
+# Plugin families' folders (autogemm/runtime/plugins.py): a template "<name>/<file>" of such a
+# family is <folder>/<file>; every other name is under kernels/ (the shared includes too).
+_family_folders: dict[str, Path] = {}
+
+
+def add_family_folder(name: str, folder: Path):
+    """Templates named "<name>/..." are read from `folder` (a plugin family's)."""
+    _family_folders[name] = Path(folder)
+    clear_caches()
+
+
+def template_path(template: str) -> Path:
+    """The file of template `template` ("<family>/<file>" or a shared include)."""
+    family, _, rest = template.partition("/")
+    return _family_folders[family] / rest if rest and family in _family_folders else TEMPLATE_DIR / template
+
+
 @functools.cache
 def _environment() -> jinja2.Environment:
+    plugins = jinja2.PrefixLoader({name: jinja2.FileSystemLoader(folder) for name, folder in _family_folders.items()})
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATE_DIR),
+        loader=jinja2.ChoiceLoader([plugins, jinja2.FileSystemLoader(TEMPLATE_DIR)]),
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         trim_blocks=True,
@@ -40,7 +59,7 @@ def source_hash(template: str, args: tuple, options: tuple[str, ...] = (), helpe
     digest = hashlib.sha256(normalised(render(template, **dict(args, name=HASHED_NAME))).encode())
     digest.update(repr(options).encode())
     for name in helpers:
-        digest.update(code_of((TEMPLATE_DIR / name).read_text()).encode())
+        digest.update(code_of(template_path(name).read_text()).encode())
     return digest.hexdigest()[:16]
 
 
@@ -76,7 +95,7 @@ def code_hash(templates: tuple[str, ...]) -> str:
     aside: a family's template as a store's meta records it, a helper kernel's in `source_hash`."""
     digest = hashlib.sha256()
     for name in templates:
-        digest.update(code_of((TEMPLATE_DIR / name).read_text()).encode())
+        digest.update(code_of(template_path(name).read_text()).encode())
     return digest.hexdigest()[:16]
 
 

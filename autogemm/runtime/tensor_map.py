@@ -3,7 +3,7 @@ cuTensorMapEncodeTiled (through ctypes: CuPy does not wrap it) and passed by val
 
 A kernel's geometry names the maps it takes (kernels.contract.TileMap); the launch binds each to its
 array as a TensorMap, and `kernel_args` turns those into the 128 opaque bytes a launch copies.
-tests/emulated.py passes the same TensorMap to the CPU emulator, which encodes it its own way.
+autogemm/testing/emulator.py passes the same TensorMap to the CPU emulator, which encodes it its own way.
 """
 import ctypes
 import functools

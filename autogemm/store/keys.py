@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from autogemm.errors import brief  # noqa: F401 (re-exported)
-from autogemm.runtime.family import FAMILIES
 from kernels import REGISTRY, call_of
 from kernels.contract import DTYPES, MAX_SIZE, NO_OP
 
@@ -54,8 +53,8 @@ class Key(NamedTuple):
 
 def make_key(family: str, sizes, op: str, dtype: str) -> Key:
     """A checked Key; ValueError naming what is wrong."""
-    if family not in FAMILIES:
-        raise ValueError(f"family {brief(family)} is not one of {', '.join(FAMILIES)}")
+    if family not in REGISTRY:
+        raise ValueError(f"family {brief(family)} is not one of {', '.join(REGISTRY)}")
     if dtype not in dtypes(family):
         raise ValueError(f"dtype {brief(dtype)} is not one of {', '.join(dtypes(family))} for {family}")
     if op not in ops(family):

@@ -28,6 +28,7 @@ holds, and re-tuned by `autogemm tune --stale`. Moving code between template fil
 comment leaves every record current.
 """
 import contextlib
+import dataclasses
 import functools
 import json
 import math
@@ -41,7 +42,7 @@ from pathlib import Path
 from autogemm import files
 from autogemm.errors import InvalidConfig, StoreError
 from autogemm.runtime.device import DeviceInfo
-from autogemm.runtime.family import FAMILIES, Config, family
+from autogemm.runtime.family import Config, families, family
 from autogemm.store.keys import Key, brief, parse_key, problem_of
 
 SCHEMA = 1
@@ -79,8 +80,14 @@ class Meta:
         """Metadata for results measured now on `device` with `software` (device.software())."""
         return cls(device.name, device.compute_capability, device.sm_count, software["driver"],
                    software["cuda_runtime"], software["cupy"],
-                   {name: family(name).template_hash for name in FAMILIES},
-                   {name: list(family(name).params) for name in FAMILIES}, now())
+                   {name: family(name).template_hash for name in families()},
+                   {name: list(family(name).params) for name in families()}, now())
+
+    def keeping(self, older: "Meta") -> "Meta":
+        """This meta with `older`'s entries for families not registered here (a plugin's), kept."""
+        gone = [name for name in older.templates if name not in self.templates]
+        return dataclasses.replace(self, templates={**self.templates, **{n: older.templates[n] for n in gone}},
+                                   params={**self.params, **{n: older.params[n] for n in gone if n in older.params}})
 
     def to_json(self) -> dict:
         return dict(schema=SCHEMA, gpu=self.gpu, compute_capability=self.compute_capability,
@@ -155,6 +162,7 @@ class Store:
     path: Path
     meta: Meta
     records: dict            # Key -> Record
+    foreign: tuple = ()      # records of families not registered here (a plugin not loaded): kept as read
 
 
 def file_for(directory: Path, device: DeviceInfo) -> Path:
@@ -187,12 +195,30 @@ def load(path: Path) -> Store:
     records: dict[Key, Record] = {}
     where_of: dict[Key, int] = {}
     memo: dict = {}
+    foreign = []
     for i, item in enumerate(doc["records"]):
+        if _foreign(item, f"{path}: record {i}"):
+            foreign.append(item)
+            continue
         record = _record(item, f"{path}: record {i}", memo)
         if record.key in records:
             raise StoreError(f"{path}: record {i} ({record.key}) repeats record {where_of[record.key]}")
         records[record.key], where_of[record.key] = record, i
-    return Store(path, meta, records)
+    return Store(path, meta, records, tuple(foreign))
+
+
+def _foreign(item, where: str) -> bool:
+    """Whether `item` is a record of a family not registered in this process (a plugin family whose
+    package is not installed or loaded here), checked only as plain data: kept and written back as
+    read, never looked up."""
+    if not isinstance(item, dict) or not isinstance(item.get("family"), str) or item["family"] in families():
+        return False
+    if not (_WORD.fullmatch(item["family"]) and item["family"].isidentifier()):
+        raise StoreError(f"{where}: family {brief(item['family'])} is not a family name")
+    if set(item) - set(RECORD_FIELDS) - set(OPTIONAL_FIELDS) or len(json.dumps(item)) > 8192:
+        raise StoreError(f"{where}: a record of family {item['family']} (not loaded here) must have a record's "
+                         f"fields and nothing more")
+    return True
 
 
 def _unique_keys(pairs):
@@ -273,8 +299,10 @@ def _meta(obj, where: str) -> Meta:
     _exact_keys(obj, META_FIELDS, where)
     templates, params = obj["templates"], obj["params"]
     for name, table in (("templates", templates), ("params", params)):
-        if not isinstance(table, dict) or any(k not in FAMILIES for k in table):
-            raise StoreError(f"{where}: {name} must map kernel families ({', '.join(FAMILIES)}) to values")
+        if not isinstance(table, dict) or any(not (isinstance(k, str) and _WORD.fullmatch(k) and k.isidentifier())
+                                              for k in table):
+            raise StoreError(f"{where}: {name} must map kernel families (names such as {', '.join(families()[:3])}) "
+                             f"to values")
     if not all(isinstance(h, str) and _HASH.fullmatch(h) for h in templates.values()):
         raise StoreError(f"{where}: templates must map families to 16-digit hex hashes")
     if not all(isinstance(v, list) and all(isinstance(p, str) and p.isidentifier() for p in v)
@@ -410,17 +438,19 @@ def save(path: Path, records: Iterable[Record], meta: Meta) -> list[tuple[Record
         raise StoreError(f"{path.parent}: cannot create the folder: {files.failure(exc)}") from None
     with _folder_lock(path.parent):
         current: dict = {}
+        foreign: tuple = ()
         if path.exists():
             old = load(path)
             if old.meta.gpu != meta.gpu:
                 raise StoreError(f"{path}: holds results for {old.meta.gpu}, not {meta.gpu}; "
                                  f"choose another --out or file")
-            current = old.records
+            current, foreign = old.records, old.foreign
+            meta = meta.keeping(old.meta)
         merged, outcomes = merge(current, records)
         ordered = sorted(merged.values(), key=lambda r: (r.key.family, r.key.op, r.key.dtype, r.key.sizes))
-        doc = {"meta": meta.to_json(), "records": [r.to_json() for r in ordered]}
+        doc = {"meta": meta.to_json(), "records": [r.to_json() for r in ordered] + list(foreign)}
         _meta(doc["meta"], f"{path}: writing meta")          # nothing is written that load would refuse
-        for i, item in enumerate(doc["records"]):
+        for i, item in enumerate(doc["records"][:len(ordered)]):
             _record(item, f"{path}: writing record {i}")
         _write_atomic(path, doc)
     return outcomes

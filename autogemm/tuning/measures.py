@@ -1,5 +1,6 @@
-"""Each family's measure: the `Measure` of `measure.py` in its folder (kernels/<family>/), else of
-its call's folder (kernels.call_of: gemm_wgmma is timed by the GEMM call's, kernels/gemm/)."""
+"""Each family's measure: the `Measure` of `measure.py` in its folder (kernels/<family>/, or a
+plugin family's package), else of its call's folder (kernels.call_of: gemm_wgmma is timed by the
+GEMM call's, kernels/gemm/)."""
 import functools
 import importlib
 import importlib.util
@@ -8,17 +9,21 @@ from autogemm.errors import AutogemmError
 from autogemm.runtime.device import DeviceInfo
 from autogemm.store.keys import Key
 from autogemm.tuning.measure import KernelMeasure
-from kernels import call_of
+from kernels import REGISTRY, call_of
 
 
 @functools.cache
 def measure_class(family: str) -> type[KernelMeasure]:
     """The measure of `family`'s calls."""
-    for folder in dict.fromkeys((family, call_of(family))):
-        module = f"kernels.{folder}.measure"
+    for name in dict.fromkeys((family, call_of(family))):
+        module = f"{REGISTRY[name].__name__}.measure"
         if importlib.util.find_spec(module) is not None:
-            return importlib.import_module(module).Measure
-    raise AutogemmError(f"family {family} has no measure: add kernels/{family}/measure.py (its Measure class)")
+            measure = importlib.import_module(module)
+            if not isinstance(getattr(measure, "Measure", None), type) or not issubclass(measure.Measure, KernelMeasure):
+                raise AutogemmError(f"family {family}: {module} has no Measure class (a subclass of "
+                                    f"autogemm.tuning.measure.KernelMeasure)")
+            return measure.Measure
+    raise AutogemmError(f"family {family} has no measure: add measure.py (its Measure class) to its folder")
 
 
 def measure_for(key: Key, device: DeviceInfo, seed: int = 0) -> KernelMeasure:

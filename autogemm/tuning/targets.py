@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from autogemm.errors import AutogemmError, brief
 from autogemm.store.keys import Target
-from kernels import IMPLEMENTATIONS, REGISTRY, call_of
+from kernels import FAMILIES, IMPLEMENTATIONS, REGISTRY, call_of
 from kernels.contract import MAX_SIZE
 from kernels.gemm.call import EPILOGUES, KEY_OPS, PRECISIONS, split_op
 
@@ -92,9 +92,9 @@ def network_convolutions(text: str, batch: int | None = None, layers: str | None
 
 
 # ---- tuning targets: every kernel launch of a network's training step --------------------------
-# Every family but the baselines (gemm_naive); to_bf16's and transpose's launches are autogemm's own
-# calls', which no network's target names.
-TUNE_FAMILIES = tuple(name for name, module in REGISTRY.items() if not getattr(module, "BASELINE", False))
+# Every built-in family but the baselines (gemm_naive); to_bf16's and transpose's launches are
+# autogemm's own calls', which no network's target names (nor a plugin family's).
+TUNE_FAMILIES = tuple(module.NAME for module in FAMILIES if not getattr(module, "BASELINE", False))
 # entry points: name -> f(hidden, train_size, ranks, activation[, batch, layers, parallel, precision])
 # -> [Target]; the network's own default batch where none is given, and layers only where given;
 # train_size None: the launches of one full batch; parallel only where not "data"; precision (the

@@ -1,5 +1,5 @@
 // Just enough of CUDA to run every autogemm kernel on the CPU, for tests without a GPU
-// (tests/emulated.py, which also turns each inline PTX statement into a call of emu::ptx).
+// (autogemm/testing/emulator.py, which also turns each inline PTX statement into a call of emu::ptx).
 //
 // Blocks run one cluster after another, a cluster's blocks (1 without __cluster_dims__) together;
 // their threads are fibers of one OS thread, each running until it waits on something not yet

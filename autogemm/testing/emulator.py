@@ -1,4 +1,4 @@
-"""Run rendered kernels on the CPU: the source under tests/cuda_emu.h, built with g++, each block's
+"""Run rendered kernels on the CPU: the source under cuda_emu.h (beside this module), built with g++, each block's
 threads as fibers taking turns at their waits, so CI checks what every family's kernels compute
 without a GPU. Each inline PTX statement becomes a call of its emulation:
 asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)) -> emu::ptx::cvt_rna_tf32_f32(r, x), operands
