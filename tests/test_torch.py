@@ -248,6 +248,9 @@ def test_a_converted_sequential_runs_its_linear_layers_as_one_op_on_fake_cuda_te
                 agt.functional.linear_chain(torch.empty(2, 4, device="cuda"), ws, biases, acts)
         with pytest.raises(BadArguments, match="must agree"):
             agt.functional.linear_chain(torch.empty(2, 4, device="cuda"), ws[::-1], [None, None], [None, None])
+        with pytest.raises(BadArguments, match="every layer needs a weight"):
+            agt.functional.linear_chain(torch.empty(2, 4, device="cuda"), (w for w in [ws[0], None]),
+                                        [None, None], [None, None])
     kept = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 2))           # no run: torch's class stays
     assert type(agt.convert(kept)) is nn.Sequential
 
@@ -365,6 +368,20 @@ seen = []
 model[0].register_forward_hook(lambda m, i, out: seen.append(out))        # a hook added after convert
 model(x).sum().backward()
 assert seen and seen[0].grad_fn is not None and model[0].weight.grad is not None   # layer by layer: it saw y_1
+mlp = agt.convert(torch.nn.Sequential(torch.nn.Linear(7, 6), torch.nn.ReLU(), torch.nn.Linear(6, 3))).double()
+y = mlp(x)
+assert "linear_chain" in type(y.grad_fn).__name__
+y.add_(1).sum().backward()                     # y_L is not saved without an activation: in place is fine
+ws = [mlp[0].weight, mlp[2].weight]
+ys = torch.ops.autogemm.linear_chain(x, ws, [mlp[0].bias, mlp[2].bias], [True, True], "relu,none", "fp32")
+assert not ys[0].requires_grad and ys[1].requires_grad  # the chain is differentiable through y_L alone
+tracked = []
+handle = torch.nn.modules.module.register_module_forward_hook(lambda m, i, out: tracked.append(type(m).__name__))
+mlp(x)
+handle.remove()
+assert tracked.count("Linear") == 2            # a global hook sees each layer: run layer by layer
+mlp[2].forward = lambda t: torch.zeros(t.shape[0], 3, dtype=t.dtype)
+assert torch.equal(mlp(x), torch.zeros(4, 3, dtype=torch.float64))   # an instance's own forward is kept
 frozen = agt.Linear(7, 5).double().requires_grad_(False)               # no weight gradient asked for
 x = torch.rand(3, 7, dtype=torch.float64, requires_grad=True)
 frozen(x).sum().backward()

@@ -53,6 +53,17 @@ def test_a_run_of_linear_layers_passes_gradcheck_in_float64(activations, widths)
     assert torch.autograd.gradcheck(chain, (x, b, *ws))
 
 
+def test_a_run_of_linear_layers_takes_weights_of_any_strides():
+    """A transposed weight (tied, or ported from (in, out) storage): its gradient contiguous, right."""
+    torch.manual_seed(5)
+    x = torch.rand(9, 6, dtype=torch.float64, device="cuda")
+    w = torch.randn(6, 6, dtype=torch.float64, device="cuda", requires_grad=True)
+    agt.functional.linear_chain(x, [w, w.t()], [None, None], ["sigmoid", None]).square().sum().backward()
+    ours, w.grad = w.grad, None
+    (torch.sigmoid(x @ w.t()) @ w).square().sum().backward()
+    torch.testing.assert_close(ours, w.grad)
+
+
 def test_a_converted_mlp_runs_as_one_op_with_torchs_gradients_in_float32():
     torch.manual_seed(4)
     nn = torch.nn

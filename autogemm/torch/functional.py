@@ -167,11 +167,14 @@ def linear_chain(x: torch.Tensor, weights: list[torch.Tensor], biases: list[torc
     epilogue, or a whole linear_backward pass for a layer of few outputs). Every weight float32 or
     float64 like x and shaped to follow the one before; autogemm.torch.Sequential calls it."""
     x = _float("autogemm.torch.linear_chain", x)
+    weights, biases, activations = list(weights), list(biases), list(activations)
     if not len(weights) == len(biases) == len(activations) or not weights:
         raise BadArguments(f"autogemm.torch.linear_chain: give a weight, a bias (or None) and an activation (or "
                            f"None) for each layer, got {len(weights)}, {len(biases)} and {len(activations)}")
     tensors = {"x": x} | {f"weight {i}": w for i, w in enumerate(weights)} | \
               {f"bias {i}": b for i, b in enumerate(biases)}
+    if any(w is None for w in weights):
+        raise BadArguments("autogemm.torch.linear_chain: every layer needs a weight (N_i, N_(i-1)), got None")
     recorded = _checked("autogemm.torch.linear_chain", x, tensors)
     widths = [x.shape[-1]] + [w.shape[0] for w in weights]
     if x.ndim != 2 or any(w.ndim != 2 or w.shape[1] != k or (b is not None and b.shape != w.shape[:1])

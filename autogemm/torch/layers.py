@@ -101,18 +101,27 @@ def _linear_run(modules: list, i: int) -> int:
 
 
 def _chainable(x, layers: list[Linear]) -> bool:
-    """x is a 2-D tensor the kernels take, of every layer's weight dtype, and the layers agree on
-    their precision."""
+    """x is a 2-D tensor the kernels take, of every layer's weight dtype, the layers agree on their
+    precision, and no global module hook expects to see each layer."""
     w = layers[0].weight
-    return (isinstance(x, torch.Tensor) and x.ndim == 2 and _on_kernels(x, w)
+    return (isinstance(x, torch.Tensor) and x.ndim == 2 and _on_kernels(x, w) and not _global_hooks()
             and all(m.weight.dtype == w.dtype and m.precision == layers[0].precision for m in layers)
             and (x.dtype == w.dtype or x.dtype in (torch.bfloat16, torch.float16)))
 
 
+def _global_hooks() -> bool:
+    """Whether hooks are registered for every module (torch.nn.modules.module.register_module_*_hook:
+    module trackers, FLOP counters), which must see each layer run."""
+    module = torch.nn.modules.module
+    return any(getattr(module, name, None) for name in (
+        "_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks", "_global_backward_pre_hooks"))
+
+
 def _plain(m: torch.nn.Module) -> bool:
-    """No hooks on it (a swap or a fusion would drop them), its weights Parameters (not pruning's or
-    an old weight_norm's computed tensors)."""
-    hooked = m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
+    """No hooks on it (a swap or a fusion would drop them), no forward of its own set on the
+    instance, its weights Parameters (not pruning's or an old weight_norm's computed tensors)."""
+    hooked = (m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
+              or "forward" in m.__dict__)
     weights = [getattr(m, name, None) for name in ("weight", "bias")]
     return not hooked and all(w is None or isinstance(w, torch.nn.Parameter) for w in weights)
 

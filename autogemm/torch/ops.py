@@ -10,6 +10,7 @@ formula of their own (create_graph=True fails there).
     autogemm::linear            y = act(x w^T + b)
     autogemm::linear_backward   dx, dw, db of it, from dy and the saved y
     autogemm::linear_chain      y_1 .. y_L of consecutive layers y_i = act_i(y_{i-1} w_i^T + b_i)
+                                (differentiable through y_L only)
     autogemm::linear_chain_backward   dx, the dw_i and db_i of it, each act' fused into a kernel
     autogemm::linear_xent       logits = x w^T + b, the mean cross-entropy and its gradient dlogits
     autogemm::conv2d            y = act(x * w + b), 2 x 2 max-pooled where asked (y, where)
@@ -169,7 +170,7 @@ def linear_chain_backward(dy: torch.Tensor, x: torch.Tensor, ws: list[torch.Tens
                           precision: str) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
     activations = activations.split(",")
     dx = x.new_empty(x.shape if input_grad else (0,))                       # dX: (M, K_1)
-    dws = [torch.empty_like(w) for w in ws]                                # dW_i: (N_i, K_i)
+    dws = [w.new_empty(w.shape) for w in ws]                               # dW_i: (N_i, K_i), contiguous
     dbs = [w.new_empty(w.shape[0]) for w in ws]                            # db_i: (N_i,)
     summed = [False] * len(ws)                                             # db_i made by the layer above
     with on_current_stream(x.device):
@@ -202,25 +203,30 @@ def linear_chain_backward(dy: torch.Tensor, x: torch.Tensor, ws: list[torch.Tens
 
 @linear_chain_backward.register_fake
 def _(dy, x, ws, ys, activations, input_grad, precision):
-    return (x.new_empty(x.shape if input_grad else (0,)), [torch.empty_like(w) for w in ws],
+    return (x.new_empty(x.shape if input_grad else (0,)), [w.new_empty(w.shape) for w in ws],
             [w.new_empty(w.shape[0]) for w in ws])
 
 
 def _linear_chain_setup(ctx, inputs, output):
+    """y_L only where its act' is read (an in-place change of it is then the caller's to make), and
+    y_1 .. y_{L-1}, which are not differentiable: the chain's gradient is y_L's alone."""
     x, ws, bs, has_bias, activations, precision = inputs
-    ctx.save_for_backward(x, *ws, *output)
+    last = activations.split(",")[-1] != "none"
+    ctx.save_for_backward(x, *ws, *output[:-1], *output[-1:] if last else ())
     ctx.layers, ctx.has_bias, ctx.activations, ctx.precision = len(ws), has_bias, activations, precision
-    ctx.set_materialize_grads(False)        # the hidden outputs y_1 .. y_{L-1} get no gradient of their own
+    ctx.mark_non_differentiable(*output[:-1])
+    ctx.set_materialize_grads(False)        # the hidden outputs' gradients: None, never a tensor of zeros
 
 
 def _linear_chain_grad(ctx, dys):
     saved = ctx.saved_tensors
-    x, ws, ys = saved[0], saved[1:1 + ctx.layers], saved[1 + ctx.layers:]
+    x, ws, ys = saved[0], saved[1:1 + ctx.layers], list(saved[1 + ctx.layers:])
     needs_x, needs_w, needs_b = ctx.needs_input_grad[:3]
     if dys[-1] is None:
         return None, [None] * len(needs_w), [None] * len(needs_b), None, None, None
-    dx, dws, dbs = linear_chain_backward(dys[-1].contiguous(), x, list(ws), list(ys), ctx.activations, needs_x,
-                                         ctx.precision)
+    dy = dys[-1].contiguous()
+    ys += [dy] * (ctx.layers - len(ys))                        # y_L unread without an activation
+    dx, dws, dbs = linear_chain_backward(dy, x, list(ws), ys, ctx.activations, needs_x, ctx.precision)
     dbs = [db for db, has in zip(dbs, ctx.has_bias) if has]
     return ((dx if needs_x else None), [dw if need else None for dw, need in zip(dws, needs_w)],
             [db if need else None for db, need in zip(dbs, needs_b)], None, None, None)
