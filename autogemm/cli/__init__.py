@@ -234,6 +234,11 @@ def cmd_tune(args) -> int:
         raise AutogemmError("--model and --shapes both name what to tune; give one")
     if args.torch is not None and (args.shapes, args.model, args.layers, args.stale) != (None, None, None, False):
         raise AutogemmError("--torch names what to tune; it takes no --shapes, --model, --layers or --stale")
+    if (args.family is None) != (args.problem is None):
+        raise AutogemmError("--family and --problem go together: the family, and the sizes of a problem of it")
+    if args.family is not None and (args.shapes, args.model, args.layers, args.torch, args.stale) != (
+            None, None, None, None, False):
+        raise AutogemmError("--family names what to tune; it takes no --shapes, --model, --layers, --torch or --stale")
     if (args.torch is None) != (args.input is None):
         raise AutogemmError("--torch and --input go together: the model, and the shape of one of its inputs")
     for flag, given in (("--shapes", args.shapes), ("--model", args.model)):
@@ -245,6 +250,8 @@ def cmd_tune(args) -> int:
     arithmetic = _arithmetic(args)
     if args.torch is not None:
         targets = _torch_targets(args)
+    elif args.family is not None:
+        targets = _family_targets(args.family, args.problem, arithmetic)
     else:
         targets = None if args.stale else parse_targets(shapes, args.batch, args.hidden, args.train_size, args.ranks,
                                                          args.families, args.activation, args.layers, args.parallel,
@@ -365,6 +372,34 @@ def cmd_tune(args) -> int:
     for o in failed:
         print(f"error: {o.target}: {o.error}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _family_targets(given: str, problems: list[str], dtype: str) -> list:
+    """The targets of `--family NAME|PATH --problem KEY=VALUE,...`: the family (a folder is loaded
+    first), each problem built from its Problem's fields (integers where they read as one) and `dtype`."""
+    from autogemm.runtime import plugins
+    from autogemm.store.keys import Target
+
+    name = plugins.load_folder(given) if "/" in given or Path(given).is_dir() else given
+    plugins.require(name)
+    module = REGISTRY[name]
+    targets = []
+    for text in problems:
+        fields = {}
+        for item in text.split(","):
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise AutogemmError(f"--problem {brief(text)}: give KEY=VALUE,... (the fields of {name}'s Problem)")
+            value = value.strip()
+            fields[key.strip()] = int(value) if value.lstrip("-").isdigit() else value
+        fields.setdefault("dtype", dtype)
+        try:
+            problem = module.Problem(**fields)
+            sizes, op = module.key_of(problem)
+        except (TypeError, ValueError) as exc:
+            raise AutogemmError(f"--problem {brief(text)}: not a problem of {name}: {exc}") from None
+        targets.append(Target(name, tuple(sizes), op, "--problem " + text))
+    return targets
 
 
 def _torch_targets(args) -> list:
@@ -657,6 +692,12 @@ def _tune_parser(sub):
                            "of --input's shape; needs PyTorch")
     tune.add_argument("--input", type=_input_shape, metavar="SHAPE",
                       help="with --torch: one input's shape, without the batch: 1x28x28, or 784")
+    tune.add_argument("--family", metavar="NAME|PATH",
+                      help="a kernel family (a plugin's, or a family folder to load: its module, template and "
+                           "measure.py) to tune on the sizes of --problem")
+    tune.add_argument("--problem", action="append", metavar="KEY=VALUE,...",
+                      help="with --family: one problem of it, its Problem's fields (rows=4096,cols=1024); "
+                           "repeatable")
     tune.add_argument("--hidden", **arguments.size_list(_size), default=(1000,),
                       help="hidden sizes for nn: 100,10 or 100 10 (default: 1000)")
     tune.add_argument("--batch", type=_size,

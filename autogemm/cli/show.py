@@ -11,7 +11,7 @@ import json
 import os
 import statistics
 import stat as stat_module
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -196,11 +196,30 @@ def summary(shown: Shown, places: list[tuple[str, Path]]) -> list:
         table, gpu_stale = _family_table(stores, roles, shown)
         out.append(table)
         stale += gpu_stale
+    out += _plugin_lines(shown)
     if stale:
         out.append(Text(f"{stale} stale record{'s' * (stale > 1)}: tuned on kernel code that has changed since; each "
                         "whose config is still in the space serves its own shape until `autogemm tune --stale` "
                         "re-tunes it on its GPU"))
     out.append(Text("every record: autogemm show --all; for scripts: autogemm show --json", style="dim"))
+    return out
+
+
+def _plugin_lines(shown: Shown) -> list:
+    """The plugin families loaded (and from where), those installed but left out (and why), and the
+    records of families not loaded here that the files keep."""
+    from rich.text import Text
+
+    from autogemm.runtime import plugins
+
+    out = [Text(f"plugin family {name}: ") + Text(printable(str(folder), 4096), style="dim")
+           for name, folder in plugins.plugins().items()]
+    out += [Text(f"plugin {name} left out: {why}", style="red") for name, why in plugins.broken.items()]
+    foreign = Counter(item["family"] for _, store in shown.stores for item in store.foreign)
+    if foreign:
+        out.append(Text(f"records of families not loaded here, kept as they are: "
+                        f"{', '.join(f'{name} ({n})' for name, n in sorted(foreign.items()))} (install the family's "
+                        f"package to use them)"))
     return out
 
 

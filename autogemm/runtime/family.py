@@ -12,6 +12,8 @@ import random
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+import jinja2
+
 from autogemm.errors import InvalidConfig, brief
 from autogemm.runtime import plugins
 from autogemm.runtime.device import DeviceInfo
@@ -247,7 +249,12 @@ class Family:
         """Render `cfg` (already checked) for `problem`."""
         name = self.instance_name(cfg, problem)
         args = self.module.template_args(cfg, problem)
-        source = render(self.module.TEMPLATE, name=name, **args)
+        try:
+            source = render(self.module.TEMPLATE, name=name, **args)
+        except jinja2.TemplateError as exc:        # a plugin's template (ours render for their whole space)
+            where = f" (line {exc.lineno})" if getattr(exc, "lineno", None) else ""
+            raise InvalidConfig(f"{self.module.TEMPLATE}{where} does not render for {name}: "
+                                f"{type(exc).__name__}: {brief(str(exc), 200)}") from None
         return Instance(self.name, name, source, self.module.geometry(cfg, problem), cfg,
                         getattr(self.module, "COMPILE_OPTIONS", ()))
 

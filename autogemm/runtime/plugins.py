@@ -65,6 +65,8 @@ def load_folder(path) -> str:
     """Register the family package at folder `path` (its __init__.py the module); its name."""
     folder = Path(path).expanduser().resolve()
     init = folder / "__init__.py"
+    if not folder.is_dir():
+        raise FamilyError(f"--family {path}: no such folder")
     if not init.is_file():
         raise FamilyError(f"--family {path}: not a family folder (no __init__.py: a family is a package holding its "
                           f"module, template and measure.py)")

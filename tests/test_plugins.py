@@ -1,0 +1,159 @@
+"""Kernel families from outside autogemm (autogemm/runtime/plugins.py): a folder or an installed
+entry point registers a family that tune, lookup and the store treat as a built-in one; a family
+that breaks the contract is refused in one line, and a broken installed one never stops the rest."""
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import autogemm
+from autogemm.errors import AutogemmError
+from autogemm.runtime import plugins
+from autogemm.runtime.device import H100
+from autogemm.runtime.family import family, families
+from kernels import REGISTRY
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "rowsoftmax" / "rowsoftmax"
+
+
+def family_folder(tmp_path: Path, name: str, change=lambda text: text, template="x.cu.j2") -> Path:
+    """A copy of the example family renamed `name`, its module's text passed through `change`."""
+    folder = tmp_path / name
+    shutil.copytree(EXAMPLE, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    (folder / "rowsoftmax.cu.j2").rename(folder / template)
+    module = (folder / "__init__.py").read_text().replace('NAME = "rowsoftmax"', f'NAME = "{name}"').replace(
+        'TEMPLATE = "rowsoftmax/rowsoftmax.cu.j2"', f'TEMPLATE = "{name}/{template}"')
+    (folder / "__init__.py").write_text(change(module))
+    return folder
+
+
+def test_the_example_family_loads_from_its_folder_renders_and_has_a_measure():
+    from autogemm.tuning.measures import measure_class
+
+    name = autogemm.load_family(EXAMPLE)
+    assert name == "rowsoftmax" and name in families() and autogemm.load_family(EXAMPLE) == name   # once
+    fam = family(name)
+    problem = fam.Problem(4096, 1024)
+    inst = fam.instance(fam.default(problem, H100), problem)
+    assert inst.name in inst.source and "__shfl_xor_sync" in inst.source
+    assert measure_class(name).__module__.endswith(".measure")
+    assert plugins.folder_of(name) == EXAMPLE and plugins.folder_of("gemm") is None
+
+
+def test_a_plugins_template_resolves_in_its_own_folder_and_its_hash_follows_its_code(tmp_path):
+    folder = family_folder(tmp_path, "hashed_softmax")
+    name = autogemm.load_family(folder)
+    before = family(name).template_hash
+    template = folder / "x.cu.j2"
+    template.write_text(template.read_text() + "\n// a comment: the code is the same\n")
+    from autogemm.runtime.render import clear_caches
+
+    clear_caches()
+    assert family(name).template_hash == before
+    template.write_text(template.read_text().replace("T(1) / s", "T(1.0) / s"))
+    clear_caches()
+    assert family(name).template_hash != before
+
+
+@pytest.mark.parametrize("name, change, message", [
+    ("no_reference", lambda t: t.replace("def reference(", "def _reference("), "has no reference"),
+    ("gemm", lambda t: t, "NAME gemm is a built-in family's"),
+    ("has_call", lambda t: t + '\nCALL = "gemm"\n', "a plugin family computes a call of its own"),
+    ("bad_params", lambda t: t.replace('"vec": (1, 2, 4),', '"vec": (),'), "non-empty tuple of choices"),
+    ("float_params", lambda t: t.replace('"vec": (1, 2, 4),', '"vec": (1.5,),'), "ints, booleans or strings"),
+    ("bad_template", lambda t: t.replace('TEMPLATE = "bad_template/x.cu.j2"', 'TEMPLATE = "other/x.cu.j2"'),
+     "TEMPLATE 'other/x.cu.j2' must be"),
+    ("crashes", lambda t: t + "\nraise RuntimeError('its own bug')\n", "failed: RuntimeError: its own bug"),
+    ("Upper", lambda t: t, "must be a lower-case Python identifier"),
+])
+def test_a_family_that_breaks_the_contract_is_one_line(tmp_path, name, change, message):
+    folder = family_folder(tmp_path, name, change)
+    with pytest.raises(plugins.FamilyError, match=message) as caught:
+        autogemm.load_family(folder)
+    assert "\n" not in str(caught.value) and name not in REGISTRY or name == "gemm"
+
+
+def test_a_family_without_a_measure_or_init_is_refused(tmp_path):
+    folder = family_folder(tmp_path, "no_measure")
+    (folder / "measure.py").unlink()
+    with pytest.raises(plugins.FamilyError, match="no measure.py"):
+        autogemm.load_family(folder)
+    with pytest.raises(plugins.FamilyError, match="not a family folder"):
+        autogemm.load_family(tmp_path)
+    with pytest.raises(plugins.FamilyError, match="no such folder"):
+        autogemm.load_family(tmp_path / "nowhere")
+
+
+def test_a_template_that_does_not_render_fails_its_configs_in_one_line(tmp_path):
+    folder = family_folder(tmp_path, "unrendered")
+    (folder / "x.cu.j2").write_text("{{ name }} {{ no_such_value }}\n")
+    fam = family(autogemm.load_family(folder))
+    problem = fam.Problem(8, 64)
+    with pytest.raises(AutogemmError, match=r"unrendered/x.cu.j2 does not render .*no_such_value"):
+        fam.instance(fam.default(problem, H100), problem)
+
+
+def test_a_space_with_no_config_for_a_problem_says_so(tmp_path):
+    folder = family_folder(tmp_path, "too_narrow", lambda t: t.replace("lambda c, p, d: c.lanes * c.rows <= d.",
+                                                                         "lambda c, p, d: c.lanes * c.rows > 4 * d."))
+    fam = family(autogemm.load_family(folder))
+    with pytest.raises(AutogemmError, match="no default config fits"):
+        fam.default(fam.Problem(8, 64), H100)
+
+
+def test_installed_entry_points_load_and_a_broken_one_is_kept_aside(tmp_path, monkeypatch):
+    """A distribution on sys.path whose entry points name a good family and a broken one: the good
+    one registers, the broken one is left out with its reason, which `require` says."""
+    site = tmp_path / "site"
+    shutil.copytree(family_folder(tmp_path, "installed_softmax"), site / "installed_softmax")
+    (site / "broken_family").mkdir()
+    (site / "broken_family" / "__init__.py").write_text("import no_such_module_anywhere\n")
+    info = site / "demo_plugins-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: demo-plugins\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(textwrap.dedent("""\
+        [autogemm.families]
+        installed_softmax = installed_softmax
+        broken_family = broken_family
+        """))
+    monkeypatch.syspath_prepend(str(site))
+    plugins.load_installed()
+    assert "installed_softmax" in REGISTRY and plugins.folder_of("installed_softmax") == site / "installed_softmax"
+    assert "broken_family" not in REGISTRY
+    assert "ModuleNotFoundError: No module named 'no_such_module_anywhere'" in plugins.broken["broken_family"]
+    with pytest.raises(plugins.FamilyError, match="family broken_family: importing broken_family failed"):
+        plugins.require("broken_family")
+    with pytest.raises(plugins.FamilyError, match="unknown kernel family 'nothing'.*--family PATH"):
+        plugins.require("nothing")
+    sys.modules.pop("installed_softmax", None)
+
+
+def test_launch_refuses_a_family_that_does_not_say_how_and_arrays_it_cannot_take():
+    with pytest.raises(autogemm.BadArguments, match="family colsum declares no problem_for"):
+        autogemm.launch("colsum", g=None)
+    autogemm.load_family(EXAMPLE)
+    import numpy as np
+
+    with pytest.raises(autogemm.BadArguments, match=r"autogemm.launch\(rowsoftmax\): x must be a C-contiguous"):
+        autogemm.launch("rowsoftmax", x=np.ones(3), out=np.ones(3))
+    with pytest.raises(autogemm.BadArguments, match="unexpected keyword argument 'y'"):
+        autogemm.launch("rowsoftmax", y=1)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--family", str(EXAMPLE), "--problem", "rows=4096"], "not a problem of rowsoftmax: .*missing 1 required"),
+    (["--family", str(EXAMPLE), "--problem", "rows=4096,cols=-3"], "cols=-3 must be an integer"),
+    (["--family", str(EXAMPLE), "--problem", "4096x1024"], "give KEY=VALUE"),
+    (["--family", "nothing_here", "--problem", "rows=1"], "unknown kernel family 'nothing_here'"),
+    (["--problem", "rows=1"], "--family and --problem go together"),
+    (["--family", str(EXAMPLE), "--problem", "rows=1,cols=8", "--shapes", "nn"], "takes no --shapes"),
+])
+def test_tune_familys_flags_are_checked_in_one_line(argv, message, capsys):
+    from autogemm.cli import main
+
+    assert main(["tune", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and pytest.importorskip("re").search(message, err), err
