@@ -3,8 +3,9 @@
     python benchmarks/issue43_rowsoftmax.py --shapes 4096x1024,8192x4096
 
 Each: autogemm.launch("rowsoftmax") with the family's default config and with the tuned one (the
-store's, as lookup gives it), checked against float64, then timed with CUDA events: the median of
---reps launches, interleaved, after a warm-up; torch.softmax on the same data where PyTorch is here.
+store's, as lookup gives it), checked against float64, then timed as `autogemm tune` times a
+candidate (autogemm.tuning.timing.time_gpu: the GPU kept busy while the host issues the call, L2
+flushed before each run, the median of --reps); torch.softmax on the same data where PyTorch is here.
 """
 import argparse
 import statistics
@@ -17,21 +18,10 @@ import autogemm
 from autogemm.runtime.device import this_device
 from autogemm.runtime.family import family
 from autogemm.store import lookup
+from autogemm.tuning.timing import time_gpu
 from autogemm.tuning.verify import compare
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "rowsoftmax" / "rowsoftmax"
-
-
-def timed(run, reps: int) -> list[float]:
-    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-    times = []
-    for _ in range(reps):
-        start.record()
-        run()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop) * 1e3)
-    return times
 
 
 def main():
@@ -45,7 +35,7 @@ def main():
         import torch
     except ImportError:
         torch = None
-    print(f"{device.name}: rowsoftmax, µs (median of {args.reps}), float32")
+    print(f"{device.name}: rowsoftmax, µs (median of {args.reps}, L2 flushed), float32")
     print(f"{'shape':>12} {'default':>9} {'tuned':>9} {'speed-up':>9} {'torch':>9}  tuned config")
     for shape in args.shapes.split(","):
         rows, cols = map(int, shape.split("x"))
@@ -64,12 +54,10 @@ def main():
         if torch is not None:
             tx, ty = torch.as_tensor(x, device="cuda"), torch.empty((rows, cols), device="cuda")
             runs["torch"] = lambda: torch.softmax(tx, 1, out=ty)
-        for run in runs.values():
-            timed(run, 20)
         times = {label: [] for label in runs}
-        for _ in range(args.reps // 10):          # interleaved: each gets the same clocks
+        for _ in range(4):                        # interleaved rounds: each gets the same clocks
             for label, run in runs.items():
-                times[label] += timed(run, 10)
+                times[label].append(time_gpu(run, reps=args.reps // 4).median_us)
         med = {label: statistics.median(t) for label, t in times.items()}
         print(f"{shape:>12} {med['default']:9.2f} {med['tuned']:9.2f} {med['default'] / med['tuned']:8.2f}x "
               f"{med.get('torch', float('nan')):9.2f}  {dict(choice.config)} ({choice.source})")
