@@ -1,6 +1,7 @@
 """Kernel families from outside autogemm (autogemm/runtime/plugins.py): a folder or an installed
 entry point registers a family that tune, lookup and the store treat as a built-in one; a family
 that breaks the contract is refused in one line, and a broken installed one never stops the rest."""
+import json
 import shutil
 import sys
 import textwrap
@@ -157,3 +158,22 @@ def test_tune_familys_flags_are_checked_in_one_line(argv, message, capsys):
     assert main(["tune", *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and pytest.importorskip("re").search(message, err), err
+
+
+def test_records_read_before_their_family_was_loaded_are_read_again_after(tmp_path):
+    """A tuned file read while a family was not registered kept its records aside; once the family
+    is loaded, lookup reads the file again and they serve their shapes."""
+    from autogemm.store import lookup
+    from autogemm.store.keys import make_key
+    from fake_tuned import record, write_store
+
+    folder = family_folder(tmp_path, "late_softmax")
+    path = write_store(tmp_path, [record()])
+    doc = json.loads(path.read_text())
+    doc["records"].append(dict(doc["records"][0], family="late_softmax", shape="64x1024", op="-",
+                               config={"lanes": 64, "vec": 4, "rows": 2, "cached": True}))
+    path.write_text(json.dumps(doc))
+    assert lookup._store(path, H100).foreign and "late_softmax" not in REGISTRY
+    autogemm.load_family(folder)
+    loaded = lookup._store(path, H100)
+    assert not loaded.foreign and make_key("late_softmax", (64, 1024), "-", "float32") in loaded.records

@@ -30,6 +30,7 @@ from autogemm.runtime.family import Config, family
 from autogemm.store import locations
 from autogemm.store.keys import Key, distance, key_of, make_key, serving_keys
 from autogemm.store.records import Record, Store, file_for, load
+from kernels import REGISTRY
 
 # A tuned config stands in for another shape only if no size differs by more than this factor:
 # a config tuned for a shape much smaller can be slower than the default (benchmarks/README.md).
@@ -138,14 +139,15 @@ def index_for(device: DeviceInfo, directories: list[Path] | None = None) -> Inde
 
 
 def _store(path: Path, device: DeviceInfo) -> Store | None:
-    """The file at `path`, loaded (again only if its mtime or size changed), or None if absent."""
+    """The file at `path`, loaded (again only if its mtime or size changed, or a family has been
+    registered since: its records were read as another's), or None if absent."""
     try:
         st = path.stat()
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise StoreError(f"{path}: cannot read: {files.failure(exc)}") from None
-    stamp = (path, st.st_mtime_ns, st.st_size)
+    stamp = (path, st.st_mtime_ns, st.st_size, len(REGISTRY))
     cached = _loaded.get(path)
     if cached and cached[0] == stamp:
         return cached[1]
