@@ -23,6 +23,8 @@ _WHERE = {
     # any family's kernel on named arrays (a plugin family's: autogemm/runtime/plugins.py), and a
     # family package registered from its folder
     **dict.fromkeys(["launch", "load_family"], "autogemm.ops.families"),
+    # a CUDA kernel of your own, no template: tuned with its choices as #defines, then launched
+    "tune_kernel": "autogemm.tuning.raw", "launch_kernel": "autogemm.ops.raw",
     # the baseline: cuBLAS's GEMM in the same precisions
     "cublas_gemm": "autogemm.ops.cublas",
     # the CNN's: NCHW images, (F, C, K, K) filters

@@ -562,8 +562,9 @@ def test_gemm_wgmma_pretransposed_operands_on_the_cpu(tmp_path, monkeypatch):
 
 def tuned_gemm_cases() -> list:
     """One case per distinct (op, dtype, config) of the GEMM records in tuned/: the record's config
-    on its op, sizes cut to about 1.5 tiles (ragged) and two BK steps per split-K slice (one short),
-    with the epilogue the trainer gives that op (Z: bias + sigmoid, dA: sigma', dW: in place)."""
+    on its op (at its precision: tf32 and bf16 records multiply float32 data so), sizes cut to about
+    1.5 tiles (ragged) and two BK steps per split-K slice (one short), with the epilogue the trainer
+    gives that op (Z: bias + sigmoid, dA: sigma', dW: in place)."""
     from autogemm.store.records import load
 
     cases = {}
@@ -577,8 +578,9 @@ def tuned_gemm_cases() -> list:
             trans_a, trans_b, epilogue = split_op(op)   # without one: the step's own for the layout
             epilogue, use_c = (epilogue, False) if epilogue else {
                 "nt": ("bias_sigmoid", False), "nn": ("dsigmoid", False), "tn": (None, True)}[op]
-            cases[op, r.key.dtype, c] = (m, n, k, r.key.dtype, trans_a, trans_b, epilogue, use_c,
-                                         lambda problem, c=c: [c])
+            dtype, precision = ("float32", r.key.dtype) if r.key.dtype in ("tf32", "bf16") else (r.key.dtype, "fp32")
+            cases[op, r.key.dtype, c] = (m, n, k, dtype, trans_a, trans_b, epilogue, use_c,
+                                         lambda problem, c=c: [c], precision)
     return list(cases.values())
 
 

@@ -20,6 +20,19 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "rowsoftmax" / "rowsoftmax"
 
 
+@pytest.fixture(autouse=True)
+def registry_as_it_was():
+    """Each test's families forgotten after it, and any installed plugin left out: the rest of the
+    suite sees the built-in families and the installed ones alone."""
+    before, broken = dict(REGISTRY), dict(plugins.broken)
+    yield
+    for name in set(REGISTRY) - set(before):
+        plugins.unregister(name)
+    plugins.broken.clear()
+    plugins.broken.update(broken)
+    family.cache_clear()
+
+
 def family_folder(tmp_path: Path, name: str, change=lambda text: text, template="x.cu.j2") -> Path:
     """A copy of the example family renamed `name`, its module's text passed through `change`."""
     folder = tmp_path / name

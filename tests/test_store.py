@@ -64,17 +64,18 @@ def test_a_record_of_a_family_not_loaded_here_is_kept_as_it_was(tmp_path):
     written back unchanged (with its family's meta) when this process saves its own results."""
     path = write_store(tmp_path, [record()])
     doc = json.loads(path.read_text())
-    theirs = dict(doc["records"][0], family="rowsoftmax", shape="4096x1024", op="-", config={"threads": 256})
+    theirs = dict(doc["records"][0], family="someones_softmax", shape="4096x1024", op="-", config={"threads": 256})
     doc["records"].append(theirs)
-    doc["meta"]["templates"]["rowsoftmax"] = "ab" * 8
-    doc["meta"]["params"]["rowsoftmax"] = ["threads"]
+    doc["meta"]["templates"]["someones_softmax"] = "ab" * 8
+    doc["meta"]["params"]["someones_softmax"] = ["threads"]
     path.write_text(json.dumps(doc))
     loaded = load(path)
     assert list(loaded.records) == [record().key] and loaded.foreign == (theirs,)
     save(path, [record((400, 1000, 784))], meta())
     again = json.loads(path.read_text())
     assert theirs in again["records"] and len(again["records"]) == 3
-    assert again["meta"]["templates"]["rowsoftmax"] == "ab" * 8 and again["meta"]["params"]["rowsoftmax"] == ["threads"]
+    assert again["meta"]["templates"]["someones_softmax"] == "ab" * 8
+    assert again["meta"]["params"]["someones_softmax"] == ["threads"]
 
 
 def test_a_stale_record_is_replaced_even_by_a_slower_one(tmp_path):
@@ -160,7 +161,8 @@ def _message(path) -> str:
     (lambda d: d["records"][0]["config"].update(bm=128.0), "'bm': 128.0 is not a plain word"),
     (lambda d: d["records"][0].update(config=[1, 2]), "config: expected an object"),
     (lambda d: d["records"][0].update(family="{{ 7*7 }}"), "family '{{ 7*7 }}' is not a family name"),
-    (lambda d: d["records"][0].update(family="rowsoftmax", evil=1), "rowsoftmax (not loaded here) must have a record's"),
+    (lambda d: d["records"][0].update(family="someones_softmax", evil=1),
+     "someones_softmax (not loaded here) must have a record's"),
     (lambda d: d["records"][0].update(op="nt\"); evil("), "op 'nt\"); evil(' is not one of"),
     (lambda d: d["records"][0].update(shape="800x0x784"), "shape '800x0x784' is not sizes >= 1"),
     (lambda d: d["records"][0].update(shape="800x1000"), "gemm needs 3 sizes"),

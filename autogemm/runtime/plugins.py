@@ -131,6 +131,15 @@ def register(module, origin: str) -> str:
     return name
 
 
+def unregister(name: str) -> None:
+    """Forget plugin family `name` (a test's, loaded for its duration); built-in ones stay."""
+    if name in BUILT_IN:
+        raise FamilyError(f"{name} is a built-in family")
+    REGISTRY.pop(name, None)
+    _folders.pop(name, None)
+    render.remove_family_folder(name)
+
+
 def call_of_module(module) -> str:
     return getattr(module, "CALL", module.NAME)
 

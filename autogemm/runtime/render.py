@@ -21,6 +21,12 @@ def add_family_folder(name: str, folder: Path):
     clear_caches()
 
 
+def remove_family_folder(name: str):
+    """Templates named "<name>/..." are no longer a plugin family's."""
+    if _family_folders.pop(name, None) is not None:
+        clear_caches()
+
+
 def template_path(template: str) -> Path:
     """The file of template `template` ("<family>/<file>" or a shared include)."""
     family, _, rest = template.partition("/")

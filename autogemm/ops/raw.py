@@ -1,0 +1,205 @@
+"""A CUDA kernel of your own, with no template: its source compiled with each config's choices as
+preprocessor definitions, made a family (`kernel_<name>`) so that tuning, the store and lookup
+treat it as any other. `autogemm.tune_kernel` (autogemm/tuning/raw.py) tunes it;
+`launch_kernel` runs the tuned config of a problem, and says where the source has changed since.
+
+    source = '''extern "C" __global__ void scale(const float* x, float* y, int n) {
+        int i = blockIdx.x * BLOCK + threadIdx.x;                   // BLOCK: a definition
+        if (i < n) y[i] = 2 * x[i];
+    }'''
+    kernel = dict(source=source, name="scale", space={"BLOCK": [64, 128, 256]},
+                  grid=lambda cfg, p: -(-p["n"] // cfg["BLOCK"]), block=lambda cfg, p: cfg["BLOCK"])
+    autogemm.tune_kernel(**kernel, problem={"n": 1 << 20}, arrays={"x": x, "y": y},
+                         reference=lambda x, y: {"y": 2 * x})
+    autogemm.launch_kernel(**kernel, problem={"n": 1 << 20}, arrays={"x": x_gpu, "y": y_gpu})
+
+The kernel's arguments are the arrays in the order given, then the problem's sizes as 32-bit ints
+in theirs. Its keys: the problem's sizes, no op, the dtype of its first floating-point array.
+"""
+import hashlib
+import itertools
+import logging
+import re
+import sys
+import types
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from autogemm.errors import BadArguments, brief
+from autogemm.ops.kernels import launch
+from autogemm.runtime import render
+from autogemm.runtime.device import this_device
+from autogemm.store import locations, lookup
+from kernels import REGISTRY
+from kernels.contract import DTYPES, NO_OP, Geometry
+
+log = logging.getLogger("autogemm")
+PREFIX = "kernel_"
+_DEFINE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_noticed: set = set()
+
+
+@dataclass(frozen=True)
+class RawProblem:
+    """One call of a raw kernel: its sizes (in the problem's order) and dtype."""
+
+    sizes: tuple
+    dtype: str = "float32"
+
+
+def source_text(source) -> str:
+    """The CUDA source: a Path (or a str naming an existing .cu file) read, else the string itself."""
+    if isinstance(source, Path) or (isinstance(source, str) and source.endswith((".cu", ".cuh")) and "\n" not in source):
+        path = Path(source)
+        try:
+            return path.read_text()
+        except OSError as exc:
+            raise BadArguments(f"source {path}: cannot read it: {exc.strerror or exc}") from None
+    if not isinstance(source, str) or not source.strip():
+        raise BadArguments("source: give the kernel's CUDA code, or the path of its .cu file")
+    return source
+
+
+def family_of(source, name: str, problem: Mapping, space: Mapping, grid: Callable, block: Callable,
+              dtype: str, constraints=(), shared_bytes: Callable | None = None) -> str:
+    """Register `name` of `source` as family kernel_<name> (again, where its source or space
+    changed); its family name. BadArguments, one line, for what cannot be one."""
+    text = source_text(source)
+    if not isinstance(name, str) or not _DEFINE.fullmatch(name):
+        raise BadArguments(f"name {brief(name)}: give the kernel's name in the source (extern \"C\")")
+    if not re.search(rf"\b{name}\s*\(", text):
+        raise BadArguments(f"the source has no kernel {name}(...): give the name of its extern \"C\" __global__ function")
+    if "endraw" in text:
+        raise BadArguments("the source may not contain 'endraw' (it is kept verbatim inside a Jinja raw block)")
+    if not isinstance(problem, Mapping) or not problem or not all(
+            isinstance(k, str) and k.isidentifier() and type(v) is int and v > 0 for k, v in problem.items()):
+        raise BadArguments(f"problem {brief(problem)}: give {{size name: positive int, ...}}, e.g. {{'n': 1048576}}")
+    params = _space(space)
+    if dtype not in DTYPES:
+        raise BadArguments(f"arrays: a raw kernel's first floating-point array must be float32 or float64, got {dtype}")
+    for what, f in (("grid", grid), ("block", block)):
+        if not callable(f):
+            raise BadArguments(f"{what}: give a function of (config, problem), e.g. lambda cfg, p: cfg['BLOCK']")
+    family = PREFIX + name
+    digest = hashlib.sha256(repr((text, sorted(params.items()))).encode()).hexdigest()[:16]
+    folder = locations.cache_dir() / "raw_kernels" / f"{family}-{digest}"
+    template = folder / "kernel.cu.j2"
+    if not template.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        defines = "{% for key, value in defines %}\n#define {{ key }} {{ value }}\n{% endfor %}\n"
+        template.write_text(f"// {{{{ name }}}}: {name}, with the config's definitions\n{defines}"
+                            f"#define {name} {{{{ name }}}}\n{{% raw %}}{text}{{% endraw %}}\n")
+    module = REGISTRY.get(family)
+    if module is None or getattr(module, "DIGEST", None) != digest:
+        module = _module(family, name, digest, tuple(problem), params)
+        _register(module, folder)
+    module.GRID, module.BLOCK, module.SHARED = grid, block, shared_bytes
+    module.USER_CONSTRAINTS = tuple(constraints)
+    return family
+
+
+def _space(space) -> dict:
+    if not isinstance(space, Mapping) or not space:
+        raise BadArguments("space: give {DEFINITION: [choices], ...}, e.g. {'BLOCK': [64, 128, 256]}")
+    params = {}
+    for key, choices in space.items():
+        if not (isinstance(key, str) and _DEFINE.fullmatch(key)):
+            raise BadArguments(f"space: {brief(key)} is not a preprocessor name")
+        values = tuple(choices) if isinstance(choices, (list, tuple)) else ()
+        if not values or not all(type(v) in (int, bool) or (type(v) is str and _DEFINE.fullmatch(v)) for v in values):
+            raise BadArguments(f"space: {key} needs a non-empty list of ints, booleans or identifiers, got {brief(choices)}")
+        params[key] = values
+    return params
+
+
+def _module(family: str, name: str, digest: str, size_names: tuple, params: dict):
+    """The family module of a raw kernel: the contract's names, its geometry from the user's functions."""
+    module = types.ModuleType(f"_autogemm_{family}_{digest}")
+    module.__file__ = None
+    module.NAME, module.TEMPLATE, module.DIGEST, module.KERNEL = family, f"{family}/kernel.cu.j2", digest, name
+    module.PARAMS, module.KEY_SIZES, module.KEY_OPS, module.Problem = params, size_names, (NO_OP,), RawProblem
+
+    def sized(p):
+        return dict(zip(size_names, p.sizes))
+
+    def threads(c, p):
+        return _triple(module.BLOCK(dict(c), sized(p)), "block")
+
+    module.CONSTRAINTS = (
+        ("a block must have 1..max threads per block of the device",
+         lambda c, p, d: 1 <= threads(c, p)[0] * threads(c, p)[1] * threads(c, p)[2] <= d.max_threads_per_block),
+        ("the config must keep the constraints given to tune_kernel",
+         lambda c, p, d: all(rule(dict(c), sized(p)) for rule in module.USER_CONSTRAINTS)),
+    )
+    module.template_args = lambda c, p: {"defines": tuple((k, int(v) if type(v) is bool else v) for k, v in c.items())}
+    module.instance_name = lambda c, p: name + "_" + "_".join(f"{k}{int(v) if type(v) is bool else v}" for k, v in c.items())
+    module.geometry = lambda c, p: Geometry(grid=_triple(module.GRID(dict(c), sized(p)), "grid"), block=threads(c, p),
+                                           smem_bytes=int(module.SHARED(dict(c), sized(p))) if module.SHARED else 0)
+    module.flops = lambda p: 0
+    module.key_of = lambda p: (p.sizes, NO_OP)
+    module.problem_of = lambda sizes, op, dtype: RawProblem(tuple(sizes), dtype)
+    module.default_candidates = lambda p, d: (dict(zip(params, combo)) for combo in _first_choices(params))
+    module.reference = lambda p, **arrays: module.REFERENCE(**arrays)
+    return module
+
+
+def _first_choices(params: dict):
+    """Untuned configs: each parameter's first choice, then the space in order, its first 64 (the
+    first that runs is the default; the search draws from the whole space)."""
+    yield tuple(v[0] for v in params.values())
+    yield from itertools.islice(itertools.product(*params.values()), 64)
+
+
+def _triple(value, what: str) -> tuple:
+    dims = (value,) if isinstance(value, (int, np.integer)) else tuple(value) if isinstance(value, (tuple, list)) else ()
+    if not 1 <= len(dims) <= 3 or not all(isinstance(d, (int, np.integer)) and d >= 1 for d in dims):
+        raise BadArguments(f"{what}: must give 1 to 3 positive ints, got {brief(value)}")
+    return tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
+
+
+def _register(module, folder: Path):
+    """Add (or replace, where the source changed in this process) the family; forget what was
+    rendered and chosen for the old one."""
+    from autogemm.runtime.family import family
+
+    sys.modules[module.__name__] = module
+    REGISTRY[module.NAME] = module
+    render.add_family_folder(module.NAME, folder)
+    family.cache_clear()
+    lookup.reload()
+
+
+def dtype_of(arrays: Mapping) -> str:
+    """The dtype of the first floating-point array: the arithmetic a raw kernel's keys name."""
+    for a in arrays.values():
+        if hasattr(a, "dtype") and np.dtype(a.dtype).kind == "f":
+            return str(np.dtype(a.dtype))
+    raise BadArguments("arrays: a raw kernel needs one floating-point array at least (its dtype names its records)")
+
+
+def arguments(arrays: Mapping, problem: Mapping) -> tuple:
+    """The kernel's arguments: the arrays in order, then the sizes as int32."""
+    return (*arrays.values(), *(np.int32(v) for v in problem.values()))
+
+
+def launch_kernel(source, name: str, problem: Mapping, arrays: Mapping, grid: Callable, block: Callable,
+                  space: Mapping, config: Mapping | str | None = None, constraints=(),
+                  shared_bytes: Callable | None = None):
+    """Run kernel `name` of `source` on `arrays` (CuPy arrays) with the config tuned for
+    `problem` on this GPU (config None: the store's, the nearest shape's, else the first choices;
+    "default"; or a config), on the current stream. Logs once where the tuned record is of an
+    earlier version of the source. Returns the Instance launched."""
+    dtype = dtype_of(arrays)
+    family = family_of(source, name, problem, space, grid, block, dtype, constraints, shared_bytes)
+    p = RawProblem(tuple(problem.values()), dtype)
+    if config is None:
+        choice = lookup.choose(family, p, this_device())
+        if choice.source == "stale" and (family, p) not in _noticed:
+            _noticed.add((family, p))
+            log.warning("autogemm.launch_kernel: %s's source has changed since it was tuned for %s on this GPU: its "
+                        "old config still runs; autogemm.tune_kernel again to tune this version", name,
+                        "x".join(map(str, p.sizes)))
+    return launch(family, p, config, lambda geometry: arguments(arrays, problem))

@@ -1,0 +1,128 @@
+"""A CUDA kernel of your own with no template (autogemm.tune_kernel, launch_kernel): made a family
+whose configs are #defines, run on the CPU emulator against its reference, and every bad input
+refused in one line before anything is compiled."""
+import numpy as np
+import pytest
+
+import autogemm
+from autogemm.errors import BadArguments
+from autogemm.ops import raw
+from autogemm.runtime.device import H100
+from autogemm.runtime.family import family
+from autogemm.testing.emulator import GXX, Launch, run
+from autogemm.tuning.raw import _expected
+from autogemm.tuning.verify import compare
+
+@pytest.fixture(autouse=True)
+def registry_as_it_was():
+    """The raw kernels' families forgotten after each test: the rest of the suite sees ours alone."""
+    from autogemm.runtime import render
+    from kernels import REGISTRY
+
+    before = set(REGISTRY)
+    yield
+    for name in set(REGISTRY) - before:
+        REGISTRY.pop(name)
+        render.remove_family_folder(name)
+    family.cache_clear()
+
+
+SCALE = """
+extern "C" __global__ void scale(const float* x, float* y, int n) {
+    const int first = (blockIdx.x * BLOCK + threadIdx.x) * ITEMS;   // BLOCK, ITEMS: definitions
+    for (int i = first; i < first + ITEMS && i < n; ++i) y[i] = FACTOR * x[i];
+}
+"""
+SPACE = {"BLOCK": [32, 64, 128], "ITEMS": [1, 2, 4], "FACTOR": [2]}
+GRID = lambda cfg, p: -(-p["n"] // (cfg["BLOCK"] * cfg["ITEMS"]))  # noqa: E731
+BLOCK = lambda cfg, p: cfg["BLOCK"]  # noqa: E731
+
+
+def test_a_raw_kernel_becomes_a_family_whose_configs_are_definitions():
+    name = raw.family_of(SCALE, "scale", {"n": 1000}, SPACE, GRID, BLOCK, "float32")
+    fam = family(name)
+    problem = raw.RawProblem((1000,), "float32")
+    cfg = fam.config({"BLOCK": 64, "ITEMS": 2, "FACTOR": 2})
+    inst = fam.instance(cfg, problem)
+    assert name == "kernel_scale" and inst.name == "scale_BLOCK64_ITEMS2_FACTOR2"
+    assert "#define BLOCK 64\n#define ITEMS 2" in inst.source and f"#define scale {inst.name}" in inst.source
+    assert inst.geometry.grid == (8, 1, 1) and inst.geometry.block == (64, 1, 1)
+    assert fam.default(problem, H100) == fam.config({"BLOCK": 32, "ITEMS": 1, "FACTOR": 2})
+    assert len(fam.candidates(problem, H100)) == 9
+
+
+def test_the_source_changing_changes_its_records_hash():
+    problem, cfg = raw.RawProblem((1000,), "float32"), {"BLOCK": 64, "ITEMS": 2, "FACTOR": 2}
+    name = raw.family_of(SCALE, "scale", {"n": 1000}, SPACE, GRID, BLOCK, "float32")
+    before = family(name).code_hash(family(name).config(cfg), problem)
+    raw.family_of(SCALE.replace("FACTOR * x[i]", "x[i] * FACTOR"), "scale", {"n": 1000}, SPACE, GRID, BLOCK,
+                  "float32")
+    assert family(name).code_hash(family(name).config(cfg), problem) != before
+    raw.family_of(SCALE + "// a comment\n", "scale", {"n": 1000}, SPACE, GRID, BLOCK, "float32")
+    assert family(name).code_hash(family(name).config(cfg), problem) == before    # comments aside
+
+
+@pytest.mark.skipif(GXX is None, reason="g++ is not on PATH: the emulator needs it")
+def test_the_raw_kernel_runs_on_the_cpu_emulator_against_its_reference(tmp_path):
+    n = 1000
+    name = raw.family_of(SCALE, "scale", {"n": n}, SPACE, GRID, BLOCK, "float32")
+    fam, problem = family(name), raw.RawProblem((n,), "float32")
+    x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    value, magnitude, k = _expected(lambda x, y: {"y": 2 * x.astype(np.float64)}, {"x": x, "y": x}, 1)["y"]
+    cases = []
+    for cfg in fam.candidates(problem, H100)[:4]:
+        y = np.full(n, np.nan, np.float32)
+        cases.append((Launch(fam.instance(cfg, problem), list(raw.arguments({"x": x, "y": y}, {"n": n}))), y))
+    run([launch for launch, _ in cases], tmp_path)
+    for launch, y in cases:
+        assert compare(y, value, magnitude, k, "float32").ok, launch.instance.name
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(name="scale-it"), "give the kernel's name in the source"),
+    (dict(name="nothere"), "the source has no kernel nothere"),
+    (dict(source="   "), "give the kernel's CUDA code"),
+    (dict(source="missing/kernel.cu"), "source missing/kernel.cu: cannot read it"),
+    (dict(source=SCALE + "// {% endraw %}"), "may not contain 'endraw'"),
+    (dict(problem={"n": 0}), "give {size name: positive int"),
+    (dict(problem={}), "give {size name: positive int"),
+    (dict(space={}), "space: give {DEFINITION"),
+    (dict(space={"BLOCK": []}), "BLOCK needs a non-empty list"),
+    (dict(space={"BLOCK": ["1; evil()"]}), "BLOCK needs a non-empty list of ints, booleans or identifiers"),
+    (dict(space={"not a name": [1]}), "is not a preprocessor name"),
+    (dict(grid=5), "grid: give a function of"),
+    (dict(dtype="int32"), "must be float32 or float64"),
+])
+def test_what_cannot_be_a_raw_kernel_is_one_line(kwargs, message):
+    given = dict(source=SCALE, name="scale", problem={"n": 10}, space=SPACE, grid=GRID, block=BLOCK, dtype="float32")
+    given.update(kwargs)
+    with pytest.raises(BadArguments, match=message) as caught:
+        raw.family_of(**given)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_bad_launch_shape_fails_the_config_in_one_line():
+    name = raw.family_of(SCALE, "scale", {"n": 10}, SPACE, lambda cfg, p: (0,), BLOCK, "float32")
+    fam = family(name)
+    with pytest.raises(BadArguments, match="grid: must give 1 to 3 positive ints, got"):
+        fam.instance(fam.config({"BLOCK": 32, "ITEMS": 1, "FACTOR": 2}), raw.RawProblem((10,), "float32"))
+
+
+@pytest.mark.parametrize("reference, message", [
+    (lambda x, y: {"z": x}, "output 'z' is none of the arrays"),
+    (lambda x, y: {"y": x[:3]}, "output y has shape"),
+    (lambda x, y: [x], "must return {output name: values}"),
+    (lambda x, y: 1 / 0, "reference failed: ZeroDivisionError"),
+])
+def test_a_reference_that_does_not_fit_the_arrays_is_one_line(reference, message):
+    arrays = {"x": np.ones(4, np.float32), "y": np.ones(4, np.float32)}
+    with pytest.raises(BadArguments, match=message):
+        _expected(reference, arrays, 1)
+
+
+def test_tune_kernel_refuses_arrays_it_cannot_take_before_any_gpu_work():
+    with pytest.raises(BadArguments, match="arrays: give {name: NumPy array"):
+        autogemm.tune_kernel(SCALE, "scale", {"n": 4}, {"x": [1, 2]}, SPACE, GRID, BLOCK, lambda x: {"x": x})
+    with pytest.raises(BadArguments, match="one floating-point array at least"):
+        autogemm.tune_kernel(SCALE, "scale", {"n": 4}, {"x": np.ones(4, np.int32)}, SPACE, GRID, BLOCK,
+                             lambda x: {"x": x})
