@@ -126,3 +126,28 @@ def test_tune_kernel_refuses_arrays_it_cannot_take_before_any_gpu_work():
     with pytest.raises(BadArguments, match="one floating-point array at least"):
         autogemm.tune_kernel(SCALE, "scale", {"n": 4}, {"x": np.ones(4, np.int32)}, SPACE, GRID, BLOCK,
                              lambda x: {"x": x})
+
+
+@pytest.mark.skipif(GXX is None, reason="g++ is not on PATH: the emulator needs it")
+def test_the_examples_transpose_runs_on_the_cpu_emulator_for_every_config(tmp_path):
+    """examples/raw_kernel/transpose.cu, as tune_transpose.py tunes it, on a ragged 37 x 70 matrix."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "raw_kernel" / "tune_transpose.py"
+    spec = importlib.util.spec_from_file_location("tune_transpose", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    rows, cols = 37, 70
+    problem = {"rows": rows, "cols": cols}
+    kernel = dict(example.KERNEL)
+    name = raw.family_of(kernel.pop("source"), kernel.pop("name"), problem, dtype="float32", **kernel)
+    fam, p = family(name), raw.RawProblem((rows, cols), "float32")
+    x = np.random.default_rng(2).standard_normal((rows, cols)).astype(np.float32)
+    cases = []
+    for cfg in fam.candidates(p, H100)[:6] + fam.sample(p, H100, 4, seed=1):
+        out = np.full((cols, rows), np.nan, np.float32)
+        cases.append((Launch(fam.instance(cfg, p), list(raw.arguments({"x": x, "out": out}, problem))), out))
+    run([launch for launch, _ in cases], tmp_path)
+    for launch, out in cases:
+        assert np.array_equal(out, x.T), launch.instance.name
