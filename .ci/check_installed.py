@@ -15,7 +15,7 @@ import kernels
 from autogemm import version
 from autogemm.runtime.device import H100
 from autogemm.runtime import render
-from autogemm.runtime.family import FAMILIES, family
+from autogemm.runtime.family import families, family
 from autogemm.store import locations
 from autogemm.store.keys import arity, dtypes, make_key, ops, problem_of
 
@@ -37,8 +37,8 @@ def main(checkout: Path) -> int:
         return fail(f"the installed tuned results {shipped} are not the checkout's")
 
     used = record_templates_loaded()
-    hashes = {name: family(name).template_hash for name in FAMILIES}
-    for name in FAMILIES:
+    hashes = {name: family(name).template_hash for name in families()}
+    for name in families():
         fam = family(name)
         # a convolution of LeNet's and a wide one (its seeds on tensor cores at every precision)
         shapes = {"conv2d": ((1000, 1, 28, 28, 6, 3), (1000, 32, 12, 12, 64, 5)),
@@ -66,8 +66,9 @@ def kernel_files(folder: Path) -> list[str]:
 
 
 def record_templates_loaded() -> set:
-    """The set that every template file Jinja loads from now on is added to (includes too)."""
-    used, loader = set(), render._environment().loader
+    """The set that every template file of kernels/ Jinja loads from now on is added to (includes too)."""
+    used = set()
+    loader = next(one for one in render._environment().loader.loaders if hasattr(one, "searchpath"))
     get_source = loader.get_source
 
     def recording(environment, name):
