@@ -76,18 +76,52 @@ def test_a_plugins_template_resolves_in_its_own_folder_and_its_hash_follows_its_
     ("no_reference", lambda t: t.replace("def reference(", "def _reference("), "has no reference"),
     ("gemm", lambda t: t, "NAME gemm is a built-in family's"),
     ("has_call", lambda t: t + '\nCALL = "gemm"\n', "a plugin family computes a call of its own"),
-    ("bad_params", lambda t: t.replace('"vec": (1, 2, 4),', '"vec": (),'), "non-empty tuple of choices"),
-    ("float_params", lambda t: t.replace('"vec": (1, 2, 4),', '"vec": (1.5,),'), "ints, booleans or strings"),
+    ("bad_params", lambda t: t.replace('"vec": (1, 2, 4),', '"vec": (),'), "a tuple of 1 to 1024 choices"),
+    ("float_params", lambda t: t.replace('"vec": (1, 2, 4),', '"vec": (1.5,),'), "32-bit ints, booleans or words"),
+    ("huge_params", lambda t: t.replace('"vec": (1, 2, 4),', '"vec": (10**400,),'), "32-bit ints, booleans or words"),
+    ("far_template", lambda t: t.replace('TEMPLATE = "far_template/x.cu.j2"', 'TEMPLATE = "far_template/../../x.cu.j2"'),
+     "must be .far_template/<file>., a file in"),
+    ("unhashable", lambda t: t.replace("@dataclass(frozen=True)", "@dataclass"), "Problem must be hashable"),
+    ("wordy_ops", lambda t: t.replace("KEY_OPS = (NO_OP,)", 'KEY_OPS = ("a b",)'), "KEY_OPS: the ops a key may carry"),
+    ("exits", lambda t: t + "\nraise SystemExit('bye')\n", "failed: SystemExit: bye"),
     ("bad_template", lambda t: t.replace('TEMPLATE = "bad_template/x.cu.j2"', 'TEMPLATE = "other/x.cu.j2"'),
      "TEMPLATE 'other/x.cu.j2' must be"),
     ("crashes", lambda t: t + "\nraise RuntimeError('its own bug')\n", "failed: RuntimeError: its own bug"),
-    ("Upper", lambda t: t, "must be a lower-case Python identifier"),
+    ("Upper", lambda t: t, "must be a lower-case ASCII identifier"),
+    ("rowsöftmax", lambda t: t, "must be a lower-case ASCII identifier"),
 ])
 def test_a_family_that_breaks_the_contract_is_one_line(tmp_path, name, change, message):
     folder = family_folder(tmp_path, name, change)
     with pytest.raises(plugins.FamilyError, match=message) as caught:
         autogemm.load_family(folder)
     assert "\n" not in str(caught.value) and name not in REGISTRY or name == "gemm"
+
+
+@pytest.mark.parametrize("function, change", [
+    ("template_args", lambda t: t.replace("def template_args(c, p: Problem) -> dict:\n",
+                                          "def template_args(c, p: Problem) -> dict:\n    {}['x']\n")),
+    ("geometry", lambda t: t.replace("def geometry(c, p: Problem) -> Geometry:\n",
+                                     "def geometry(c, p: Problem) -> Geometry:\n    1 / 0\n")),
+    ("default_candidates", lambda t: t.replace("    yield dict(lanes=32, vec=1, rows=1, cached=False)",
+                                               "    raise KeyError('seeds')")),
+    ("constraint", lambda t: t.replace("lambda c, p, d: c.lanes * c.rows <= d.max_threads_per_block",
+                                       "lambda c, p, d: c.nothing")),
+])
+def test_a_plugins_own_bug_is_one_line_naming_its_function(tmp_path, function, change):
+    """What a plugin's code raises (not autogemm's) comes out as one FamilyError line."""
+    fam = family(autogemm.load_family(family_folder(tmp_path, f"buggy_{function}", change)))
+    problem = fam.Problem(8, 64)
+    with pytest.raises(plugins.FamilyError, match=f"family buggy_{function}: its {function}.* raised") as caught:
+        fam.instance(fam.default(problem, H100), problem)
+    assert "\n" not in str(caught.value)
+
+
+def test_key_of_is_checked_against_the_keys_declaration(tmp_path):
+    folder = family_folder(tmp_path, "bad_keys", lambda t: t.replace("return (p.rows, p.cols), NO_OP",
+                                                                      "return (p.rows, -p.cols), NO_OP"))
+    fam = family(autogemm.load_family(folder))
+    with pytest.raises(plugins.FamilyError, match=r"its key_of gave sizes \(8, -64\): 2 positive 32-bit ints"):
+        fam.module.key_of(fam.Problem(8, 64))
 
 
 def test_a_family_without_a_measure_or_init_is_refused(tmp_path):
@@ -161,6 +195,11 @@ def test_launch_refuses_a_family_that_does_not_say_how_and_arrays_it_cannot_take
     (["--family", str(EXAMPLE), "--problem", "rows=4096"], "not a problem of rowsoftmax: .*missing 1 required"),
     (["--family", str(EXAMPLE), "--problem", "rows=4096,cols=-3"], "cols=-3 must be an integer"),
     (["--family", str(EXAMPLE), "--problem", "4096x1024"], "give KEY=VALUE"),
+    (["--family", str(EXAMPLE), "--problem", "rows=--64,cols=8"], "not a problem of rowsoftmax: ValueError"),
+    (["--family", str(EXAMPLE), "--problem", "rows=" + "9" * 5000 + ",cols=8"], "not a problem of rowsoftmax"),
+    (["--family", str(EXAMPLE), "--problem", "rows=8,cols=8,dtype=float64"], "dtype is --dtype's to give"),
+    (["--family", str(EXAMPLE), "--problem", "rows=8,rows=9,cols=8"], "rows is given twice"),
+    (["--family", str(EXAMPLE), "--problem", "rows=8,cols=8", "--gpus", "all"], "loads installed families only"),
     (["--family", "nothing_here", "--problem", "rows=1"], "unknown kernel family 'nothing_here'"),
     (["--problem", "rows=1"], "--family and --problem go together"),
     (["--family", str(EXAMPLE), "--problem", "rows=1,cols=8", "--shapes", "nn"], "takes no --shapes"),

@@ -90,12 +90,19 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _tunable() -> tuple[str, ...]:
+    """The families `--families` may name: ours but the baselines, then the installed plugins'."""
+    from autogemm.runtime import plugins
+
+    return TUNE_FAMILIES + tuple(plugins.plugins())
+
+
 def _families(text: str) -> tuple[str, ...]:
     names = tuple(part.strip() for part in text.split(",") if part.strip())
-    unknown = [n for n in names if n not in TUNE_FAMILIES]
+    unknown = [n for n in names if n not in _tunable()]
     if unknown or not names:
         what = f"unknown {', '.join(map(brief, unknown[:3]))}" if unknown else "no family named"
-        raise argparse.ArgumentTypeError(f"{brief(text)}: {what}; families are {', '.join(TUNE_FAMILIES)} (comma-separated)")
+        raise argparse.ArgumentTypeError(f"{brief(text)}: {what}; families are {', '.join(_tunable())} (comma-separated)")
     return names
 
 
@@ -239,6 +246,9 @@ def cmd_tune(args) -> int:
     if args.family is not None and (args.shapes, args.model, args.layers, args.torch, args.stale) != (
             None, None, None, None, False):
         raise AutogemmError("--family names what to tune; it takes no --shapes, --model, --layers, --torch or --stale")
+    if args.family is not None and args.gpus is not None and args.family not in REGISTRY:
+        raise AutogemmError(f"--family {args.family} with --gpus: each GPU's worker process loads installed families "
+                            f"only; pip install the family's package, then give --family with its name")
     if (args.torch is None) != (args.input is None):
         raise AutogemmError("--torch and --input go together: the model, and the shape of one of its inputs")
     for flag, given in (("--shapes", args.shapes), ("--model", args.model)):
@@ -380,25 +390,31 @@ def _family_targets(given: str, problems: list[str], dtype: str) -> list:
     from autogemm.runtime import plugins
     from autogemm.store.keys import Target
 
-    name = plugins.load_folder(given) if "/" in given or Path(given).is_dir() else given
+    name = given if given in REGISTRY or "/" not in given and not Path(given).is_dir() else plugins.load_folder(given)
     plugins.require(name)
     module = REGISTRY[name]
     targets = []
     for text in problems:
         fields = {}
         for item in text.split(","):
-            key, sep, value = item.partition("=")
-            if not sep or not key.strip():
+            key, sep, value = (part.strip() for part in item.partition("="))
+            if not sep or not key:
                 raise AutogemmError(f"--problem {brief(text)}: give KEY=VALUE,... (the fields of {name}'s Problem)")
-            value = value.strip()
-            fields[key.strip()] = int(value) if value.lstrip("-").isdigit() else value
-        fields.setdefault("dtype", dtype)
+            if key in fields or key == "dtype":
+                raise AutogemmError(f"--problem {brief(text)}: {key} " + ("is --dtype's to give" if key == "dtype"
+                                                                          else "is given twice"))
+            number = re.fullmatch(r"-?[0-9]{1,12}", value)
+            fields[key] = int(value) if number else value
         try:
-            problem = module.Problem(**fields)
-            sizes, op = module.key_of(problem)
-        except (TypeError, ValueError) as exc:
-            raise AutogemmError(f"--problem {brief(text)}: not a problem of {name}: {exc}") from None
-        targets.append(Target(name, tuple(sizes), op, "--problem " + text))
+            problem = module.Problem(**fields, dtype=dtype)
+            target = Target(name, *module.key_of(problem), "--problem " + text)
+            target.key(dtype)                      # sizes, op and dtype a key can have
+        except AutogemmError:
+            raise
+        except Exception as exc:                   # the family's own checks (a plugin's code)
+            raise AutogemmError(f"--problem {brief(text)}: not a problem of {name}: {type(exc).__name__}: "
+                                f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
+        targets.append(target)
     return targets
 
 
@@ -712,8 +728,8 @@ def _tune_parser(sub):
     tune.add_argument("--activation", choices=("sigmoid", "relu"), default="sigmoid",
                       help="the hidden layers' activation for nn (its derivative is fused into the output layer) "
                            "(default: sigmoid)")
-    tune.add_argument("--families", type=_families, default=TUNE_FAMILIES,
-                      help=f"kernel families to tune, comma-separated (default: all: {','.join(TUNE_FAMILIES)})")
+    tune.add_argument("--families", type=_families, default=_tunable(),
+                      help=f"kernel families to tune, comma-separated (default: all: {','.join(_tunable())})")
     tune.add_argument("--dtype", choices=("float32", "float64", "bfloat16"), default="float32",
                       help="of the arrays; bfloat16: the GEMMs with A and B in bfloat16, float32 out "
                            "(default: float32)")

@@ -33,4 +33,4 @@ def launch(family: str, config: Mapping | str | None = None, **arrays):
 def load_family(path) -> str:
     """Register the family package at folder `path` (its module, template and measure.py) for this
     process; its name. An installed package's `autogemm.families` entry points are loaded already."""
-    return plugins.load_folder(path)
+    return plugins.load_folder(path, f"autogemm.load_family({str(path)!r})")

@@ -21,9 +21,6 @@ from autogemm.runtime.render import code_hash, render, source_hash
 from kernels import REGISTRY
 from kernels.contract import Geometry, KernelFamily
 
-plugins.load_installed()
-
-
 def families() -> tuple[str, ...]:
     """Every registered family's name: ours (kernels.FAMILIES), then the plugins' (runtime.plugins)."""
     return tuple(REGISTRY)
@@ -267,3 +264,7 @@ def family(name: str) -> Family:
     if name not in REGISTRY:
         raise InvalidConfig(f"unknown kernel family {brief(name)}; known: {', '.join(REGISTRY)}")
     return Family(name)
+
+
+# Last: an installed plugin whose module imports from this one finds every name defined.
+plugins.load_installed()

@@ -195,10 +195,14 @@ def load(path: Path) -> Store:
     records: dict[Key, Record] = {}
     where_of: dict[Key, int] = {}
     memo: dict = {}
-    foreign = []
+    foreign, foreign_keys = [], {}
     for i, item in enumerate(doc["records"]):
         if _foreign(item, f"{path}: record {i}"):
+            key = tuple(item[f] for f in ("family", "shape", "op", "dtype"))
+            if key in foreign_keys:
+                raise StoreError(f"{path}: record {i} ({' '.join(key)}) repeats record {foreign_keys[key]}")
             foreign.append(item)
+            foreign_keys[key] = i
             continue
         record = _record(item, f"{path}: record {i}", memo)
         if record.key in records:
@@ -218,6 +222,13 @@ def _foreign(item, where: str) -> bool:
     if set(item) - set(RECORD_FIELDS) - set(OPTIONAL_FIELDS) or len(json.dumps(item)) > 8192:
         raise StoreError(f"{where}: a record of family {item['family']} (not loaded here) must have a record's "
                          f"fields and nothing more")
+    shape, config = item.get("shape"), item.get("config")
+    plain = isinstance(config, dict) and all(_WORD.fullmatch(k) and (type(v) in (int, bool) or (
+        type(v) is str and _WORD.fullmatch(v))) for k, v in config.items())
+    if not (isinstance(shape, str) and re.fullmatch(r"[1-9][0-9]{0,9}(x[1-9][0-9]{0,9}){0,7}", shape) and plain
+            and all(isinstance(item.get(f), str) and _WORD.fullmatch(item[f]) for f in ("op", "dtype"))):
+        raise StoreError(f"{where}: a record of family {item['family']} (not loaded here) must have a shape of "
+                         f"sizes, a word for op and dtype, and a config of plain words and numbers")
     return True
 
 

@@ -12,7 +12,7 @@ def loaded_family(path):
     from autogemm.runtime.family import family
 
     before = set(plugins.plugins())
-    name = plugins.load_folder(path)
+    name = plugins.load_folder(path, f"loaded_family({str(path)!r})")
     try:
         yield family(name)
     finally:

@@ -6,6 +6,7 @@ import importlib
 import importlib.util
 
 from autogemm.errors import AutogemmError
+from autogemm.runtime import plugins
 from autogemm.runtime.device import DeviceInfo
 from autogemm.store.keys import Key
 from autogemm.tuning.measure import KernelMeasure
@@ -18,7 +19,13 @@ def measure_class(family: str) -> type[KernelMeasure]:
     for name in dict.fromkeys((family, call_of(family))):
         module = f"{REGISTRY[name].__name__}.measure"
         if importlib.util.find_spec(module) is not None:
-            measure = importlib.import_module(module)
+            try:
+                measure = importlib.import_module(module)
+            except Exception as exc:        # a plugin's code (ours imports)
+                if family in plugins.BUILT_IN:
+                    raise
+                raise AutogemmError(f"family {family}: importing {module} failed: {type(exc).__name__}: "
+                                    f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
             if not isinstance(getattr(measure, "Measure", None), type) or not issubclass(measure.Measure, KernelMeasure):
                 raise AutogemmError(f"family {family}: {module} has no Measure class (a subclass of "
                                     f"autogemm.tuning.measure.KernelMeasure)")
@@ -27,5 +34,15 @@ def measure_class(family: str) -> type[KernelMeasure]:
 
 
 def measure_for(key: Key, device: DeviceInfo, seed: int = 0) -> KernelMeasure:
-    """The GPU measure of `key`'s family, its operands and reference built now."""
-    return measure_class(key.family)(key, device, seed)
+    """The GPU measure of `key`'s family, its operands and reference built now (a plugin's Measure
+    that fails: one AutogemmError line naming it)."""
+    measure = measure_class(key.family)
+    try:
+        return measure(key, device, seed)
+    except (AutogemmError, MemoryError):
+        raise
+    except Exception as exc:
+        if key.family in plugins.BUILT_IN:
+            raise
+        raise AutogemmError(f"family {key.family}: its Measure raised {type(exc).__name__}: "
+                            f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None

@@ -90,13 +90,22 @@ def tune_targets(targets: list[Target], dtype: str, device: DeviceInfo, out_dir:
             cublas = _baseline(measure, settings)
             last = (measure, cublas)
         record = Record(key, result.config, round(result.median_us, 3), round(result.p10_us, 3),
-                        round(result.p90_us, 3), round(fam.flops(problem) / (result.median_us * 1e3), 1),
+                        round(result.p90_us, 3), round(_flops(fam, problem) / (result.median_us * 1e3), 1),
                         round(cublas, 3) if cublas else None, _significant(result.max_rel_error),
                         result.trials, result.failed, now(), fam.code_hash(result.config, problem), printable(command),
                         _significant(getattr(measure, "cublas_error", None)))
         (_, stored), = save(path, [record], meta)
         existing[key] = record if stored != "kept" else existing[key]
         yield Outcome(target, key, result, record, stored, cublas)
+
+
+def _flops(fam, problem) -> int:
+    """The problem's floating-point operations for its record's GFLOP/s; 0 where a plugin's flops
+    fails (the result is kept; the error was its)."""
+    try:
+        return fam.flops(problem)
+    except AutogemmError:
+        return 0
 
 
 def _measure_of(key: Key, last: tuple | None, measure_for: Callable, device: DeviceInfo, seed: int) -> tuple:
