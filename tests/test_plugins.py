@@ -229,3 +229,31 @@ def test_records_read_before_their_family_was_loaded_are_read_again_after(tmp_pa
     autogemm.load_family(folder)
     loaded = lookup._store(path, H100)
     assert not loaded.foreign and make_key("late_softmax", (64, 1024), "-", "float32") in loaded.records
+
+
+def test_bench_family_times_the_default_and_the_chosen_config_of_each_problem(monkeypatch, tmp_path, capsys):
+    """On a fake GPU (a measure with a time model): one row a variant, the JSON of each."""
+    import autogemm.runtime.device
+    import autogemm.tuning.measures
+    from autogemm import cli
+    from autogemm.store import locations
+    from fake_tuned import SOFTWARE, FakeMeasure
+
+    monkeypatch.setattr(autogemm.runtime.device, "this_device", lambda: H100)
+    monkeypatch.setattr(autogemm.runtime.device, "software", lambda: SOFTWARE)
+    monkeypatch.setattr(locations, "shipped_dir", lambda: tmp_path / "shipped")
+    monkeypatch.setenv("AUTOGEMM_TUNED", str(tmp_path / "tuned"))
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setattr(autogemm.tuning.measures, "measure_for",
+                        lambda key, device, seed=0: FakeMeasure(model=lambda cfg: 20.0 - cfg.vec))
+    out = tmp_path / "bench.json"
+    assert cli.main(["bench", "--family", str(EXAMPLE), "--problem", "rows=64,cols=128", "--problem",
+                     "rows=8,cols=4096", "--config", '{"lanes": 64, "vec": 2, "rows": 2, "cached": false}',
+                     "--json", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "rowsoftmax_f32_l32_v4_r4_c1" in table and "config1" in table and "1.00x" in table
+    results = json.loads(out.read_text())["results"]
+    assert [r["variant"] for r in results] == ["default", "default", "config1"] * 2
+    assert cli.main(["bench", "--family", str(EXAMPLE), "--problem", "rows=64,cols=128", "--config",
+                     '{"lanes": 3}']) == 2
+    assert "--config 1: missing rowsoftmax parameter(s) vec, rows, cached" in capsys.readouterr().err

@@ -123,6 +123,10 @@ def cmd_bench(args) -> int:
     from autogemm.store import lookup
     from autogemm.tuning.targets import network_convolutions
 
+    if (args.family is None) != (args.problem is None):
+        raise AutogemmError("--family and --problem go together: the family, and the sizes of a problem of it")
+    if args.family is not None:
+        return _bench_family(args)
     arithmetic = _arithmetic(args)           # tf32 or bf16 with float64 fails here, in one line
     bf16_operands = arithmetic == "bfloat16"
     precision = "bf16" if bf16_operands else args.precision
@@ -147,6 +151,60 @@ def cmd_bench(args) -> int:
         records = _bench_all(args, shapes, convolutions, configs, dtype, precision, bf16_operands, dev, how, timer)
     _write_json(args.json, dict(gpu=dev.name, sm_count=dev.sm_count, dtype=args.dtype, precision=args.precision,
                                 reps=args.reps, untuned=args.untuned, command=args.command_line, results=records))
+    return 0
+
+
+def _bench_family(args) -> int:
+    """`autogemm bench --family NAME|PATH --problem ...`: per problem, the family's default config,
+    the one lookup chooses (tuned, or the nearest shape's) and each --config, each checked against
+    its float64 reference and timed as tune times a candidate, in one table."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from autogemm.runtime.device import this_device
+    from autogemm.runtime.family import family
+    from autogemm.store import lookup
+    from autogemm.store.keys import problem_of
+    from autogemm.tuning.measures import measure_for
+
+    if args.shapes is not None or args.layers is not None or args.dtype == "bfloat16" or args.precision != "fp32":
+        raise AutogemmError("--family benches the problems of --problem at --dtype float32 or float64; it takes no "
+                            "--shapes, --layers or --precision")
+    targets = _family_targets(args.family, args.problem, args.dtype)
+    configs = [_config_json(text) for text in args.config]
+    _claim_json(args.json, "autogemm bench", early=True)
+    dev = this_device()
+    _claim_json(args.json, "autogemm bench")
+    table = Table(title=f"autogemm bench on {dev.name}: {targets[0].family}, {args.dtype}, median of {args.reps} "
+                        f"event-timed runs, L2 flushed")
+    for col in ("problem", "variant", "kernel", "µs", "vs default", "error"):
+        table.add_column(col, justify="left" if col in ("problem", "variant", "kernel") else "right")
+    records = []
+    for target in targets:
+        key = target.key(args.dtype)
+        fam, problem = family(key.family), problem_of(key)
+        measure = measure_for(key, dev)
+        choice = lookup.choose(key.family, problem, dev)
+        variants = [("default", fam.default(problem, dev)), (choice.source, choice.config)]
+        variants += [(f"config{i}", fam.validate(c, problem, dev, f"--config {i}")) for i, c in enumerate(configs, 1)]
+        default_us = None
+        for variant, cfg in variants:
+            try:
+                measure.prepare([cfg])
+                t = measure(cfg, args.reps)
+            except AutogemmError as exc:
+                table.add_row(target.role, variant, fam.instance_name(cfg, problem), Text(brief(str(exc), 60)), "", "")
+                records.append(dict(problem=target.role, variant=variant, config=dict(cfg), error=str(exc)))
+                continue
+            default_us = t.median_us if variant == "default" else default_us
+            ratio = f"{default_us / t.median_us:.2f}x" if default_us else ""
+            table.add_row(target.role, variant, fam.instance_name(cfg, problem), f"{t.median_us:.2f}", ratio,
+                          f"{error:.1e}" if (error := getattr(t, "max_rel_error", None)) is not None else "")
+            records.append(dict(problem=target.role, variant=variant, config=dict(cfg), median_us=t.median_us,
+                                p10_us=t.p10_us, p90_us=t.p90_us, max_rel_error=getattr(t, "max_rel_error", None)))
+    _console().print(table)
+    _write_json(args.json, dict(gpu=dev.name, family=targets[0].family, dtype=args.dtype, reps=args.reps,
+                                command=args.command_line, results=records))
     return 0
 
 
@@ -660,6 +718,11 @@ def _bench_parser(sub):
                             "(default: nn)")
     bench.add_argument("--layers", metavar="SPEC",
                        help="the CNN of these layers (python -m nn.train's --layers) in place of lenet's")
+    bench.add_argument("--family", metavar="NAME|PATH",
+                       help="a kernel family of your own (a plugin's name, or its folder): its default, tuned and "
+                            "--config configs on each --problem")
+    bench.add_argument("--problem", action="append", metavar="KEY=VALUE,...",
+                       help="with --family: one problem of it, its Problem's fields (rows=4096,cols=1024); repeatable")
     bench.add_argument("--batch", type=_size, help="batch size of a network (default: 800 for nn, 1000 for lenet)")
     bench.add_argument("--hidden", **arguments.size_list(_size), default=(1000,),
                        help="hidden sizes for --shapes nn: 100,10 or 100 10 (default: 1000)")
