@@ -84,8 +84,10 @@ def test_the_raw_kernel_runs_on_the_cpu_emulator_against_its_reference(tmp_path)
     (dict(source="   "), "give the kernel's CUDA code"),
     (dict(source="missing/kernel.cu"), "source missing/kernel.cu: cannot read it"),
     (dict(source=SCALE + "// {% endraw %}"), "may not contain 'endraw'"),
-    (dict(problem={"n": 0}), "give {size name: positive int"),
-    (dict(problem={}), "give {size name: positive int"),
+    (dict(problem={"n": 0}), "give {size name: positive 32-bit int"),
+    (dict(problem={"n": 2**31}), "give {size name: positive 32-bit int"),
+    (dict(problem={}), "give {size name: positive 32-bit int"),
+    (dict(source="#define BLOCK 64\n" + SCALE), "the source #defines BLOCK itself"),
     (dict(space={}), "space: give {DEFINITION"),
     (dict(space={"BLOCK": []}), "BLOCK needs a non-empty list"),
     (dict(space={"BLOCK": ["1; evil()"]}), "BLOCK needs a non-empty list of ints, booleans or identifiers"),
@@ -99,6 +101,11 @@ def test_what_cannot_be_a_raw_kernel_is_one_line(kwargs, message):
     with pytest.raises(BadArguments, match=message) as caught:
         raw.family_of(**given)
     assert "\n" not in str(caught.value)
+
+
+def test_a_default_the_source_gives_itself_under_ifndef_is_the_configs_to_set():
+    source = "#ifndef BLOCK\n#define BLOCK 64\n#endif\n" + SCALE
+    assert raw.family_of(source, "scale", {"n": 10}, SPACE, GRID, BLOCK, "float32") == "kernel_scale"
 
 
 def test_a_bad_launch_shape_fails_the_config_in_one_line():

@@ -75,9 +75,14 @@ def family_of(source, name: str, problem: Mapping, space: Mapping, grid: Callabl
     if "endraw" in text:
         raise BadArguments("the source may not contain 'endraw' (it is kept verbatim inside a Jinja raw block)")
     if not isinstance(problem, Mapping) or not problem or not all(
-            isinstance(k, str) and k.isidentifier() and type(v) is int and v > 0 for k, v in problem.items()):
-        raise BadArguments(f"problem {brief(problem)}: give {{size name: positive int, ...}}, e.g. {{'n': 1048576}}")
+            isinstance(k, str) and k.isidentifier() and type(v) is int and 0 < v < 2**31 for k, v in problem.items()):
+        raise BadArguments(f"problem {brief(problem)}: give {{size name: positive 32-bit int, ...}}, e.g. {{'n': 1048576}}")
     params = _space(space)
+    defined = [key for key in params if re.search(rf"^\s*#\s*define\s+{key}\b", text, re.M)
+               and not re.search(rf"^\s*#\s*if(ndef\s+{key}\b|\s+!\s*defined)", text, re.M)]
+    if defined:
+        raise BadArguments(f"the source #defines {defined[0]} itself, which the space sets; drop its #define "
+                           f"(or wrap it in #ifndef {defined[0]})")
     if dtype not in DTYPES:
         raise BadArguments(f"arrays: a raw kernel's first floating-point array must be float32 or float64, got {dtype}")
     for what, f in (("grid", grid), ("block", block)):
