@@ -14,6 +14,12 @@ from autogemm.tuning.raw import _expected
 from autogemm.tuning.verify import compare
 
 @pytest.fixture(autouse=True)
+def cache_of_its_own(monkeypatch, tmp_path):
+    """The raw kernels' templates in a temporary cache folder, not the user's."""
+    monkeypatch.setenv("AUTOGEMM_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture(autouse=True)
 def registry_as_it_was():
     """The raw kernels' families forgotten after each test: the rest of the suite sees ours alone."""
     from autogemm.runtime import render
@@ -89,8 +95,14 @@ def test_the_raw_kernel_runs_on_the_cpu_emulator_against_its_reference(tmp_path)
     (dict(problem={}), "give {size name: positive 32-bit int"),
     (dict(source="#define BLOCK 64\n" + SCALE), "the source #defines BLOCK itself"),
     (dict(space={}), "space: give {DEFINITION"),
-    (dict(space={"BLOCK": []}), "BLOCK needs a non-empty list"),
-    (dict(space={"BLOCK": ["1; evil()"]}), "BLOCK needs a non-empty list of ints, booleans or identifiers"),
+    (dict(space={"BLOCK": []}), "BLOCK needs a list of distinct"),
+    (dict(space={"BLOCK": ["1; evil()"]}), "BLOCK needs a list of distinct non-negative 32-bit ints or identifiers"),
+    (dict(space={"BLOCK": [-1, 32]}), "BLOCK needs a list of distinct non-negative"),
+    (dict(space={"BLOCK": [1, True]}), "BLOCK needs a list of distinct non-negative"),
+    (dict(name="s" * 34), "at most 33 characters"),
+    (dict(problem={f"n{i}": 1 for i in range(9)}), "1 to 8 sizes"),
+    (dict(constraints=lambda cfg, p: True), "constraints: give a list of functions"),
+    (dict(source="#if !defined(OTHER)\n#endif\n#define BLOCK 64\n" + SCALE), "the source #defines BLOCK itself"),
     (dict(space={"not a name": [1]}), "is not a preprocessor name"),
     (dict(grid=5), "grid: give a function of"),
     (dict(dtype="int32"), "must be float32 or float64"),
@@ -108,6 +120,27 @@ def test_a_default_the_source_gives_itself_under_ifndef_is_the_configs_to_set():
     assert raw.family_of(source, "scale", {"n": 10}, SPACE, GRID, BLOCK, "float32") == "kernel_scale"
 
 
+def test_the_callers_own_functions_failing_are_one_line_naming_them():
+    name = raw.family_of(SCALE, "scale", {"n": 10}, SPACE, lambda cfg, p: 1 // 0, BLOCK, "float32",
+                         constraints=[lambda cfg, p: cfg["NOPE"]])
+    fam, problem = family(name), raw.RawProblem((10,), "float32")
+    cfg = fam.config({"BLOCK": 32, "ITEMS": 1, "FACTOR": 2})
+    with pytest.raises(autogemm.AutogemmError, match="family kernel_scale: its constraint raised KeyError: 'NOPE'"):
+        fam.fits(cfg, problem, H100)
+    with pytest.raises(autogemm.AutogemmError, match="its grid raised ZeroDivisionError"):
+        fam.instance(cfg, problem)
+
+
+def test_new_launch_functions_replace_the_old_ones_kernels():
+    from autogemm.ops.kernels import kernel
+
+    problem, cfg = raw.RawProblem((1000,), "float32"), {"BLOCK": 64, "ITEMS": 2, "FACTOR": 2}
+    raw.family_of(SCALE, "scale", {"n": 1000}, SPACE, GRID, BLOCK, "float32")
+    assert kernel("kernel_scale", problem, cfg, H100).geometry.grid == (8, 1, 1)
+    raw.family_of(SCALE, "scale", {"n": 1000}, SPACE, lambda cfg, p: 3, BLOCK, "float32")
+    assert kernel("kernel_scale", problem, cfg, H100).geometry.grid == (3, 1, 1)
+
+
 def test_a_bad_launch_shape_fails_the_config_in_one_line():
     name = raw.family_of(SCALE, "scale", {"n": 10}, SPACE, lambda cfg, p: (0,), BLOCK, "float32")
     fam = family(name)
@@ -120,6 +153,8 @@ def test_a_bad_launch_shape_fails_the_config_in_one_line():
     (lambda x, y: {"y": x[:3]}, "output y has shape"),
     (lambda x, y: [x], "must return {output name: values}"),
     (lambda x, y: 1 / 0, "reference failed: ZeroDivisionError"),
+    (lambda x, y: {"y": (x, x)}, "must be its values, or .value, magnitude, k."),
+    (lambda x, y: {"y": (x, abs(x), None)}, "k .the longest sum behind an element. must be an int"),
 ])
 def test_a_reference_that_does_not_fit_the_arrays_is_one_line(reference, message):
     arrays = {"x": np.ones(4, np.float32), "y": np.ones(4, np.float32)}

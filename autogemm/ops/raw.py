@@ -28,16 +28,18 @@ from pathlib import Path
 
 import numpy as np
 
+from autogemm import files
 from autogemm.errors import BadArguments, brief
 from autogemm.ops.kernels import launch
-from autogemm.runtime import render
+from autogemm.runtime import plugins, render
 from autogemm.runtime.device import this_device
-from autogemm.store import locations, lookup
+from autogemm.store import locations, lookup, records
 from kernels import REGISTRY
 from kernels.contract import DTYPES, NO_OP, Geometry
 
 log = logging.getLogger("autogemm")
 PREFIX = "kernel_"
+MAX_SIZES, MAX_PARAMS = 8, 32        # what a tuned file's keys and configs hold
 _DEFINE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _noticed: set = set()
 
@@ -68,54 +70,78 @@ def family_of(source, name: str, problem: Mapping, space: Mapping, grid: Callabl
     """Register `name` of `source` as family kernel_<name> (again, where its source or space
     changed); its family name. BadArguments, one line, for what cannot be one."""
     text = source_text(source)
-    if not isinstance(name, str) or not _DEFINE.fullmatch(name):
-        raise BadArguments(f"name {brief(name)}: give the kernel's name in the source (extern \"C\")")
+    if not isinstance(name, str) or not _DEFINE.fullmatch(name) or len(PREFIX + name) > 40:
+        raise BadArguments(f"name {brief(name)}: give the kernel's name in the source (extern \"C\"), at most "
+                           f"{40 - len(PREFIX)} characters")
     if not re.search(rf"\b{name}\s*\(", text):
         raise BadArguments(f"the source has no kernel {name}(...): give the name of its extern \"C\" __global__ function")
     if "endraw" in text:
         raise BadArguments("the source may not contain 'endraw' (it is kept verbatim inside a Jinja raw block)")
-    if not isinstance(problem, Mapping) or not problem or not all(
-            isinstance(k, str) and k.isidentifier() and type(v) is int and 0 < v < 2**31 for k, v in problem.items()):
-        raise BadArguments(f"problem {brief(problem)}: give {{size name: positive 32-bit int, ...}}, e.g. {{'n': 1048576}}")
+    if not isinstance(problem, Mapping) or not 0 < len(problem) <= MAX_SIZES or not all(
+            isinstance(k, str) and _DEFINE.fullmatch(k) and type(v) is int and 0 < v < 2**31 for k, v in problem.items()):
+        raise BadArguments(f"problem {brief(problem)}: give {{size name: positive 32-bit int, ...}} (1 to {MAX_SIZES} "
+                           f"sizes), e.g. {{'n': 1048576}}")
     params = _space(space)
     defined = [key for key in params if re.search(rf"^\s*#\s*define\s+{key}\b", text, re.M)
-               and not re.search(rf"^\s*#\s*if(ndef\s+{key}\b|\s+!\s*defined)", text, re.M)]
+               and not re.search(rf"^\s*#\s*if(ndef\s+{key}\b|\s+!\s*defined\s*\(?\s*{key}\b)", text, re.M)]
     if defined:
         raise BadArguments(f"the source #defines {defined[0]} itself, which the space sets; drop its #define "
                            f"(or wrap it in #ifndef {defined[0]})")
     if dtype not in DTYPES:
         raise BadArguments(f"arrays: a raw kernel's first floating-point array must be float32 or float64, got {dtype}")
-    for what, f in (("grid", grid), ("block", block)):
+    for what, f in (("grid", grid), ("block", block), ("shared_bytes", shared_bytes or (lambda c, p: 0))):
         if not callable(f):
             raise BadArguments(f"{what}: give a function of (config, problem), e.g. lambda cfg, p: cfg['BLOCK']")
+    if callable(constraints) or not all(callable(rule) for rule in constraints):
+        raise BadArguments("constraints: give a list of functions of (config, problem), False where a config "
+                           "cannot run")
     family = PREFIX + name
-    digest = hashlib.sha256(repr((text, sorted(params.items()))).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(repr((text, sorted(params.items()), tuple(problem))).encode()).hexdigest()[:16]
     folder = locations.cache_dir() / "raw_kernels" / f"{family}-{digest}"
     template = folder / "kernel.cu.j2"
     if not template.is_file():
-        folder.mkdir(parents=True, exist_ok=True)
         defines = "{% for key, value in defines %}\n#define {{ key }} {{ value }}\n{% endfor %}\n"
-        template.write_text(f"// {{{{ name }}}}: {name}, with the config's definitions\n{defines}"
-                            f"#define {name} {{{{ name }}}}\n{{% raw %}}{text}{{% endraw %}}\n")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            files.write_atomic(template, (f"// {{{{ name }}}}: {name}, with the config's definitions\n{defines}"
+                                          f"#define {name} {{{{ name }}}}\n{{% raw %}}{text}{{% endraw %}}\n").encode())
+        except (OSError, files.FileError) as exc:
+            raise BadArguments(f"{folder}: cannot write the kernel's template there: {exc}") from None
     module = REGISTRY.get(family)
+    launch_of = (grid, block, shared_bytes, tuple(constraints))
     if module is None or getattr(module, "DIGEST", None) != digest:
         module = _module(family, name, digest, tuple(problem), params)
         _register(module, folder)
-    module.GRID, module.BLOCK, module.SHARED = grid, block, shared_bytes
-    module.USER_CONSTRAINTS = tuple(constraints)
+    elif tuple(map(_code, module.LAUNCH)) != tuple(map(_code, launch_of)):
+        lookup.reload()                       # the kernels rendered with the old geometry are forgotten
+    module.LAUNCH = launch_of
+    guard = lambda what, f: plugins._guarded(family, what, f) if f is not None else None  # noqa: E731
+    module.GRID, module.BLOCK, module.SHARED = guard("grid", grid), guard("block", block), guard("shared_bytes",
+                                                                                                 shared_bytes)
+    module.USER_CONSTRAINTS = tuple(guard("constraint", rule) for rule in constraints)
     return family
 
 
+def _code(f):
+    """What a launch function computes by: its code (and defaults), or the constraints' tuple of them."""
+    if isinstance(f, tuple):
+        return tuple(map(_code, f))
+    return (getattr(f, "__code__", f), getattr(f, "__defaults__", None))
+
+
 def _space(space) -> dict:
-    if not isinstance(space, Mapping) or not space:
-        raise BadArguments("space: give {DEFINITION: [choices], ...}, e.g. {'BLOCK': [64, 128, 256]}")
+    if not isinstance(space, Mapping) or not 0 < len(space) <= MAX_PARAMS:
+        raise BadArguments(f"space: give {{DEFINITION: [choices], ...}} (1 to {MAX_PARAMS}), e.g. {{'BLOCK': [64, 128, 256]}}")
     params = {}
     for key, choices in space.items():
-        if not (isinstance(key, str) and _DEFINE.fullmatch(key)):
-            raise BadArguments(f"space: {brief(key)} is not a preprocessor name")
+        if not (isinstance(key, str) and _DEFINE.fullmatch(key) and len(key) <= 40):
+            raise BadArguments(f"space: {brief(key)} is not a preprocessor name of at most 40 characters")
         values = tuple(choices) if isinstance(choices, (list, tuple)) else ()
-        if not values or not all(type(v) in (int, bool) or (type(v) is str and _DEFINE.fullmatch(v)) for v in values):
-            raise BadArguments(f"space: {key} needs a non-empty list of ints, booleans or identifiers, got {brief(choices)}")
+        if not values or len(set(map(repr, values))) != len(values) or not all(
+                (type(v) is int and 0 <= v < 2**31) or (type(v) is str and _DEFINE.fullmatch(v) and len(v) <= 40)
+                for v in values):
+            raise BadArguments(f"space: {key} needs a list of distinct non-negative 32-bit ints or identifiers, "
+                               f"got {brief(choices)}")
         params[key] = values
     return params
 
@@ -139,8 +165,8 @@ def _module(family: str, name: str, digest: str, size_names: tuple, params: dict
         ("the config must keep the constraints given to tune_kernel",
          lambda c, p, d: all(rule(dict(c), sized(p)) for rule in module.USER_CONSTRAINTS)),
     )
-    module.template_args = lambda c, p: {"defines": tuple((k, int(v) if type(v) is bool else v) for k, v in c.items())}
-    module.instance_name = lambda c, p: name + "_" + "_".join(f"{k}{int(v) if type(v) is bool else v}" for k, v in c.items())
+    module.template_args = lambda c, p: {"defines": tuple(c.items())}
+    module.instance_name = lambda c, p: name + "_" + "_".join(f"{k}{v}" for k, v in c.items())
     module.geometry = lambda c, p: Geometry(grid=_triple(module.GRID(dict(c), sized(p)), "grid"), block=threads(c, p),
                                            smem_bytes=int(module.SHARED(dict(c), sized(p))) if module.SHARED else 0)
     module.flops = lambda p: 0
@@ -174,6 +200,7 @@ def _register(module, folder: Path):
     REGISTRY[module.NAME] = module
     render.add_family_folder(module.NAME, folder)
     family.cache_clear()
+    records.forget_configs()
     lookup.reload()
 
 

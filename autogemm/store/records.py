@@ -152,6 +152,11 @@ def _holding(family_name: str, config: Config) -> Config | None:
     return _holds(family_name, tuple((k, type(v), v) for k, v in config.items()))   # type: True is not 1
 
 
+def forget_configs():
+    """Forget which configs a family's space holds (a raw kernel's space changed in this process)."""
+    _holds.cache_clear()
+
+
 @functools.lru_cache(maxsize=4096)
 def _holds(family_name: str, typed: tuple) -> Config | None:
     return family(family_name).holds({k: v for k, _, v in typed})

@@ -17,20 +17,23 @@ from autogemm.runtime.device import software, this_device
 from autogemm.store import locations
 from autogemm.store.keys import Target
 from autogemm.store.records import Meta, file_for
-from autogemm.tuning.measure import KernelMeasure
+from autogemm.tuning.measure import KernelMeasure, Mismatch
+from autogemm.tuning.verify import compare
 from autogemm.tuning.search import Settings
 from autogemm.tuning.tune import tune_targets
 from kernels import REGISTRY
 
 
 class RawMeasure(KernelMeasure):
-    """The caller's arrays on the GPU (the outputs poisoned before each checked run), their
-    reference's outputs, the kernel launched with the arrays in order, then the sizes."""
+    """The caller's arrays on the GPU (every one set back to the caller's values before each checked
+    run: a kernel may work in place), their reference's outputs, the kernel launched with the arrays
+    in order, then the sizes."""
 
     def __init__(self, key, device, seed: int, arrays: Mapping, problem: Mapping, expected: dict):
         import cupy
 
         super().__init__(key, device, seed)
+        self.given = dict(arrays)
         self.arrays = {name: cupy.asarray(a) for name, a in arrays.items()}
         self.sizes, self.expected_outputs = problem, expected
 
@@ -41,10 +44,17 @@ class RawMeasure(KernelMeasure):
         return lambda: launch(self.key.family, problem, cfg, lambda g: raw.arguments(self.arrays, self.sizes))
 
     def verify(self, run) -> float:
-        for name in self.expected_outputs:
-            self.arrays[name].fill(np.nan)
+        for name, array in self.arrays.items():
+            array.set(self.given[name])
         run()
-        return max(self.check(self.arrays[name], *want) for name, want in self.expected_outputs.items())
+        errors = []
+        for name, (value, magnitude, k) in self.expected_outputs.items():
+            verdict = compare(self.arrays[name], *(cupy_of(v) for v in (value, magnitude)), k,
+                              str(self.given[name].dtype) if self.given[name].dtype.kind == "f" else "float64")
+            if not verdict.ok:
+                raise Mismatch(f"{name}: {verdict.describe()}")
+            errors.append(verdict.max_rel_error)
+        return max(errors)
 
 
 def tune_kernel(source, name: str, problem: Mapping, arrays: Mapping, space: Mapping, grid: Callable,
@@ -59,7 +69,9 @@ def tune_kernel(source, name: str, problem: Mapping, arrays: Mapping, space: Map
     compiled in as `#define DEFINITION value`; grid, block (and shared_bytes): functions of
     (config dict, problem dict) giving the launch; reference(**arrays) -> {output name: the float64
     values it must hold} (or (value, magnitude, k): the bound's scale and the longest sum behind an
-    element; `accumulates` is that k where only values are given); constraints: functions of
+    element; `accumulates` is that k where only values are given, the magnitude then |value|: give
+    the sum of |terms| for outputs that are sums of terms of both signs); every array is set back
+    to the given values before each checked run (a kernel may work in place); constraints: functions of
     (config dict, problem dict), False where a config cannot run."""
     if not isinstance(arrays, Mapping) or not arrays or not all(isinstance(a, np.ndarray) for a in arrays.values()):
         raise BadArguments("arrays: give {name: NumPy array, ...}, in the order of the kernel's array arguments")
@@ -85,6 +97,12 @@ def tune_kernel(source, name: str, problem: Mapping, arrays: Mapping, space: Map
     return dict(result.result.config)
 
 
+def cupy_of(a):
+    import cupy
+
+    return cupy.asarray(a)
+
+
 def _expected(reference: Callable, arrays: Mapping, accumulates: int) -> dict:
     """{output: (value, magnitude, k)} from the caller's reference, checked against the arrays."""
     try:
@@ -97,7 +115,11 @@ def _expected(reference: Callable, arrays: Mapping, accumulates: int) -> dict:
     for name, want in got.items():
         if name not in arrays:
             raise BadArguments(f"reference: output {brief(name)} is none of the arrays ({', '.join(arrays)})")
+        if isinstance(want, tuple) and len(want) != 3:
+            raise BadArguments(f"reference: output {name} must be its values, or (value, magnitude, k)")
         value, magnitude, k = want if isinstance(want, tuple) else (want, np.abs(want), accumulates)
+        if type(k) is not int or k < 1:
+            raise BadArguments(f"reference: output {name}'s k (the longest sum behind an element) must be an int >= 1")
         value, magnitude = np.asarray(value, np.float64), np.asarray(magnitude, np.float64)
         if value.shape != arrays[name].shape:
             raise BadArguments(f"reference: output {name} has shape {value.shape}, its array {arrays[name].shape}")
