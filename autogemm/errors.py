@@ -28,6 +28,12 @@ def reason(exc: BaseException) -> str:
     return (f"{name}: {text}" if text else name)[:300]
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of what an exception says (of code not ours: a plugin's, a user's model), or ''."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
 def brief(value, limit: int = 40) -> str:
     """repr of a value from a file or the command line, cut short: messages stay one readable line."""
     text = repr(value)

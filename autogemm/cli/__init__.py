@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from autogemm import arguments, files
-from autogemm.errors import AutogemmError
+from autogemm.errors import AutogemmError, first_line
 from autogemm.store.keys import brief
 from autogemm.version import __version__
 from autogemm.tuning.targets import TUNE_FAMILIES, parse_shapes, parse_targets
@@ -471,7 +471,7 @@ def _family_targets(given: str, problems: list[str], dtype: str) -> list:
             raise
         except Exception as exc:                   # the family's own checks (a plugin's code)
             raise AutogemmError(f"--problem {brief(text)}: not a problem of {name}: {type(exc).__name__}: "
-                                f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
+                                f"{first_line(exc)}") from None
         targets.append(target)
     return targets
 

@@ -20,7 +20,7 @@ import re
 import sys
 from pathlib import Path
 
-from autogemm.errors import AutogemmError, brief
+from autogemm.errors import AutogemmError, brief, first_line
 from autogemm.runtime import render
 from kernels import REGISTRY
 
@@ -61,7 +61,7 @@ def load_installed() -> None:
             with _quiet():
                 module = point.load()
         except (Exception, SystemExit) as exc:     # the plugin's own code, run at its import
-            broken[point.name] = f"importing {point.value} failed: {type(exc).__name__}: {_first_line(exc)}"
+            broken[point.name] = f"importing {point.value} failed: {type(exc).__name__}: {first_line(exc)}"
             continue
         try:
             register(module, f"entry point {point.name} ({point.value})")
@@ -92,7 +92,7 @@ def load_folder(path, origin: str | None = None) -> str:
             spec.loader.exec_module(module)
     except (Exception, SystemExit) as exc:         # the plugin's own code
         del sys.modules[module_name]
-        raise FamilyError(f"{origin}: importing {init} failed: {type(exc).__name__}: {_first_line(exc)}") from None
+        raise FamilyError(f"{origin}: importing {init} failed: {type(exc).__name__}: {first_line(exc)}") from None
     return register(module, origin)
 
 
@@ -189,7 +189,7 @@ def _guarded(name: str, what: str, f):
         except Exception as exc:
             if what in ARGUMENT_CHECKS and isinstance(exc, (TypeError, ValueError)):
                 raise
-            raise FamilyError(f"family {name}: its {what} raised {type(exc).__name__}: {_first_line(exc)}") from None
+            raise FamilyError(f"family {name}: its {what} raised {type(exc).__name__}: {first_line(exc)}") from None
     return call
 
 
@@ -234,8 +234,3 @@ def require(name: str) -> None:
         raise FamilyError(f"family {name}: {broken[name]}")
     raise FamilyError(f"unknown kernel family {brief(name)}; known: {', '.join(REGISTRY)} (a plugin: pip install "
                       f"it, or give its folder as --family PATH)")
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else ""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from autogemm.errors import AutogemmError
+from autogemm.errors import AutogemmError, first_line
 from autogemm.store.keys import Target
 from autogemm.torch.functional import Call, recording
 from autogemm.torch.layers import convert
@@ -31,7 +31,7 @@ def launches(model: torch.nn.Module, input_shape: tuple[int, ...], batch: int) -
         except Exception as exc:      # the user's model: its forward pass on inputs of this shape
             shape = "x".join(map(str, input_shape))
             raise AutogemmError(f"{type(model).__name__} on inputs of {shape}: {type(exc).__name__}: "
-                                f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+                                f"{first_line(exc)}") from None
     if not calls:
         raise AutogemmError(f"{type(model).__name__}: none of its layers is one autogemm computes (torch.nn.Linear, "
                             f"torch.nn.Conv2d of square kernels, stride 1, no padding)")
@@ -63,7 +63,7 @@ def model_of(spec: str) -> torch.nn.Module:
         raise
     except Exception as exc:   # the user's module: any error it raises while loading
         raise AutogemmError(f"--torch {spec!r}: importing {module_name} failed: "
-                            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+                            f"{type(exc).__name__}: {first_line(exc)}") from None
     factory = getattr(module, factory_name, None)
     if not callable(factory):
         raise AutogemmError(f"--torch {spec!r}: {module_name} has no function {factory_name}")
@@ -71,7 +71,7 @@ def model_of(spec: str) -> torch.nn.Module:
         model = factory()
     except Exception as exc:
         raise AutogemmError(f"--torch {spec!r}: {factory_name}() failed: {type(exc).__name__}: "
-                            f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+                            f"{first_line(exc)}") from None
     if not isinstance(model, torch.nn.Module):
         raise AutogemmError(f"--torch {spec!r}: {factory_name}() returned a {type(model).__name__}, not a torch.nn.Module")
     return model

@@ -5,7 +5,7 @@ import functools
 import importlib
 import importlib.util
 
-from autogemm.errors import AutogemmError
+from autogemm.errors import AutogemmError, first_line
 from autogemm.runtime import plugins
 from autogemm.runtime.device import DeviceInfo
 from autogemm.store.keys import Key
@@ -25,7 +25,7 @@ def measure_class(family: str) -> type[KernelMeasure]:
                 if family in plugins.BUILT_IN:
                     raise
                 raise AutogemmError(f"family {family}: importing {module} failed: {type(exc).__name__}: "
-                                    f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
+                                    f"{first_line(exc)}") from None
             if not isinstance(getattr(measure, "Measure", None), type) or not issubclass(measure.Measure, KernelMeasure):
                 raise AutogemmError(f"family {family}: {module} has no Measure class (a subclass of "
                                     f"autogemm.tuning.measure.KernelMeasure)")
@@ -45,4 +45,4 @@ def measure_for(key: Key, device: DeviceInfo, seed: int = 0) -> KernelMeasure:
         if key.family in plugins.BUILT_IN:
             raise
         raise AutogemmError(f"family {key.family}: its Measure raised {type(exc).__name__}: "
-                            f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
+                            f"{first_line(exc)}") from None
