@@ -141,6 +141,23 @@ def test_new_launch_functions_replace_the_old_ones_kernels():
     assert kernel("kernel_scale", problem, cfg, H100).geometry.grid == (3, 1, 1)
 
 
+def test_a_repeated_call_is_remembered_until_what_it_closes_over_or_the_registry_changes():
+    from autogemm.ops.kernels import kernel
+    from kernels import REGISTRY
+
+    problem, cfg = raw.RawProblem((1000,), "float32"), {"BLOCK": 64, "ITEMS": 2, "FACTOR": 2}
+    grid_of = lambda blocks: lambda cfg, p: blocks  # noqa: E731
+    name = raw.family_of(SCALE, "scale", {"n": 1000}, SPACE, grid_of(5), BLOCK, "float32")
+    module = REGISTRY[name]
+    assert raw.family_of(SCALE, "scale", {"n": 1000}, SPACE, grid_of(5), BLOCK, "float32") == name
+    assert REGISTRY[name] is module and kernel(name, problem, cfg, H100).geometry.grid == (5, 1, 1)
+    raw.family_of(SCALE, "scale", {"n": 1000}, SPACE, grid_of(7), BLOCK, "float32")
+    assert kernel(name, problem, cfg, H100).geometry.grid == (7, 1, 1)
+    REGISTRY.pop(name)
+    raw.family_of(SCALE, "scale", {"n": 1000}, SPACE, grid_of(7), BLOCK, "float32")
+    assert REGISTRY[name] is not module and kernel(name, problem, cfg, H100).geometry.grid == (7, 1, 1)
+
+
 def test_a_bad_launch_shape_fails_the_config_in_one_line():
     name = raw.family_of(SCALE, "scale", {"n": 10}, SPACE, lambda cfg, p: (0,), BLOCK, "float32")
     fam = family(name)
@@ -193,3 +210,57 @@ def test_the_examples_transpose_runs_on_the_cpu_emulator_for_every_config(tmp_pa
     run([launch for launch, _ in cases], tmp_path)
     for launch, out in cases:
         assert np.array_equal(out, x.T), launch.instance.name
+
+
+@pytest.fixture
+def tuned_here(tmp_path, monkeypatch):
+    """A temporary tuned/ folder that lookup reads (the cache folder is the test's already)."""
+    from autogemm.store import locations, lookup
+
+    monkeypatch.setenv(locations.TUNED_ENV, str(tmp_path / "tuned"))
+    lookup.reload()
+    yield tmp_path / "tuned"
+    lookup.reload()
+
+
+@pytest.mark.gpu
+def test_tune_kernel_stores_a_checked_config_that_launch_kernel_runs(tuned_here, caplog):
+    import cupy
+
+    from autogemm.runtime.device import this_device
+    from autogemm.store.records import file_for, load
+
+    n = 100_003
+    x = np.random.default_rng(3).standard_normal(n).astype(np.float32)
+    kernel = dict(name="scale", space=SPACE, grid=GRID, block=BLOCK)
+    best = autogemm.tune_kernel(SCALE, **kernel, problem={"n": n}, arrays={"x": x, "y": np.zeros_like(x)},
+                                reference=lambda x, y: {"y": 2 * x}, trials=9, timeout=60)
+    assert set(best) == set(SPACE)
+    (record,) = load(file_for(tuned_here, this_device())).records.values()
+    assert record.key.family == "kernel_scale" and record.config == best and record.max_rel_error == 0
+    xd, yd = cupy.asarray(x), cupy.full(n, cupy.nan, cupy.float32)
+    inst = autogemm.launch_kernel(SCALE, **kernel, problem={"n": n}, arrays={"x": xd, "y": yd})
+    assert inst.name == "scale_" + "_".join(f"{k}{v}" for k, v in best.items())
+    assert cupy.array_equal(yd, 2 * xd)
+
+    changed = SCALE.replace("FACTOR * x[i]", "x[i] * FACTOR")
+    with caplog.at_level("WARNING", logger="autogemm"):
+        autogemm.launch_kernel(changed, **kernel, problem={"n": n}, arrays={"x": xd, "y": yd})
+        autogemm.launch_kernel(changed, **kernel, problem={"n": n}, arrays={"x": xd, "y": yd})
+    assert [r.getMessage() for r in caplog.records if "source has changed" in r.getMessage()] == [
+        "autogemm.launch_kernel: scale's source has changed since it was tuned for 100003 on this GPU: its old "
+        "config still runs; autogemm.tune_kernel again to tune this version"]
+    assert cupy.array_equal(yd, 2 * xd)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("source, reference, message", [
+    (SCALE.replace("y[i] =", "y[i] = undeclared +"), lambda x, y: {"y": 2 * x}, "undeclared"),
+    (SCALE, lambda x, y: {"y": 3 * x}, "y: "),
+])
+def test_a_kernel_that_fails_every_candidate_is_one_line(tuned_here, source, reference, message):
+    x = np.random.default_rng(4).standard_normal(1000).astype(np.float32)
+    with pytest.raises(autogemm.AutogemmError, match=message) as caught:
+        autogemm.tune_kernel(source, "scale", {"n": 1000}, {"x": x, "y": np.zeros_like(x)}, SPACE, GRID, BLOCK,
+                             reference, trials=4, timeout=60)
+    assert "\n" not in str(caught.value) and str(caught.value).startswith("autogemm.tune_kernel(scale): ")

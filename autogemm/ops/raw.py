@@ -19,6 +19,7 @@ in theirs. Its keys: the problem's sizes, no op, the dtype of its first floating
 import hashlib
 import itertools
 import logging
+import os
 import re
 import sys
 import types
@@ -41,7 +42,9 @@ log = logging.getLogger("autogemm")
 PREFIX = "kernel_"
 MAX_SIZES, MAX_PARAMS = 8, 32        # what a tuned file's keys and configs hold
 _DEFINE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_noticed: set = set()
+_known: dict[tuple, tuple] = {}     # family_of's arguments -> (family, its module): checked, registered
+_checked: set = set()               # (family, problem, lookup.generation) whose record launch_kernel has checked
+_warned: set = set()                # (family, problem) said to be tuned on an older source
 
 
 @dataclass(frozen=True)
@@ -68,8 +71,20 @@ def source_text(source) -> str:
 def family_of(source, name: str, problem: Mapping, space: Mapping, grid: Callable, block: Callable,
               dtype: str, constraints=(), shared_bytes: Callable | None = None) -> str:
     """Register `name` of `source` as family kernel_<name> (again, where its source or space
-    changed); its family name. BadArguments, one line, for what cannot be one."""
+    changed); its family name. BadArguments, one line, for what cannot be one. Arguments seen
+    before (the same source text, sizes, space and launch functions' code) cost a dict lookup."""
     text = source_text(source)
+    launch_of = (grid, block, shared_bytes, tuple(constraints) if isinstance(constraints, (list, tuple)) else constraints)
+    try:
+        known = (text, name, tuple(problem.items()), tuple((k, tuple(v)) for k, v in space.items()), dtype,
+                 _code(launch_of), os.environ.get(locations.CACHE_ENV))
+        family, module = _known.get(known, (None, None))
+    except (TypeError, AttributeError):      # unhashable or not mappings: the checks below say what
+        known, family, module = None, None, None
+    if module is not None and REGISTRY.get(family) is module:
+        if module.LAUNCH != launch_of:       # the same code, other closures
+            _set_launch(module, launch_of)
+        return family
     if not isinstance(name, str) or not _DEFINE.fullmatch(name) or len(PREFIX + name) > 40:
         raise BadArguments(f"name {brief(name)}: give the kernel's name in the source (extern \"C\"), at most "
                            f"{40 - len(PREFIX)} characters")
@@ -108,25 +123,42 @@ def family_of(source, name: str, problem: Mapping, space: Mapping, grid: Callabl
         except (OSError, files.FileError) as exc:
             raise BadArguments(f"{folder}: cannot write the kernel's template there: {exc}") from None
     module = REGISTRY.get(family)
-    launch_of = (grid, block, shared_bytes, tuple(constraints))
     if module is None or getattr(module, "DIGEST", None) != digest:
         module = _module(family, name, digest, tuple(problem), params)
         _register(module, folder)
-    elif tuple(map(_code, module.LAUNCH)) != tuple(map(_code, launch_of)):
+    elif _code(module.LAUNCH) != _code(launch_of):
         lookup.reload()                       # the kernels rendered with the old geometry are forgotten
-    module.LAUNCH = launch_of
-    guard = lambda what, f: plugins._guarded(family, what, f) if f is not None else None  # noqa: E731
-    module.GRID, module.BLOCK, module.SHARED = guard("grid", grid), guard("block", block), guard("shared_bytes",
-                                                                                                 shared_bytes)
-    module.USER_CONSTRAINTS = tuple(guard("constraint", rule) for rule in constraints)
+    _set_launch(module, launch_of)
+    if known is not None:
+        _known[known] = (family, module)
     return family
 
 
+def _set_launch(module, launch_of: tuple):
+    """The family's geometry from the caller's functions, each guarded (its errors one line naming it)."""
+    grid, block, shared_bytes, constraints = launch_of
+    guard = lambda what, f: plugins._guarded(module.NAME, what, f) if f is not None else None  # noqa: E731
+    module.LAUNCH = launch_of
+    module.GRID, module.BLOCK, module.SHARED = guard("grid", grid), guard("block", block), guard("shared_bytes",
+                                                                                                 shared_bytes)
+    module.USER_CONSTRAINTS = tuple(guard("constraint", rule) for rule in constraints)
+
+
 def _code(f):
-    """What a launch function computes by: its code (and defaults), or the constraints' tuple of them."""
+    """What a launch function computes by: its code, defaults and the values it closes over (an
+    unhashable one by identity), or a tuple's of them."""
     if isinstance(f, tuple):
         return tuple(map(_code, f))
-    return (getattr(f, "__code__", f), getattr(f, "__defaults__", None))
+    cells = tuple(_hashable(cell.cell_contents) for cell in getattr(f, "__closure__", None) or ())
+    return (getattr(f, "__code__", f), _hashable(getattr(f, "__defaults__", None)), cells)
+
+
+def _hashable(value):
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return ("object", id(value))
 
 
 def _space(space) -> dict:
@@ -223,14 +255,17 @@ def launch_kernel(source, name: str, problem: Mapping, arrays: Mapping, grid: Ca
     """Run kernel `name` of `source` on `arrays` (CuPy arrays) with the config tuned for
     `problem` on this GPU (config None: the store's, the nearest shape's, else the first choices;
     "default"; or a config), on the current stream. Logs once where the tuned record is of an
-    earlier version of the source. Returns the Instance launched."""
+    earlier version of the source. Returns the Instance launched.
+
+    A repeated call costs what a family's launch does, plus a dict lookup (keep `source` the same
+    string, or it is read and hashed again)."""
     dtype = dtype_of(arrays)
     family = family_of(source, name, problem, space, grid, block, dtype, constraints, shared_bytes)
     p = RawProblem(tuple(problem.values()), dtype)
-    if config is None:
-        choice = lookup.choose(family, p, this_device())
-        if choice.source == "stale" and (family, p) not in _noticed:
-            _noticed.add((family, p))
+    if config is None and (family, p, lookup.generation) not in _checked:
+        _checked.add((family, p, lookup.generation))
+        if lookup.choose(family, p, this_device()).source == "stale" and (family, p) not in _warned:
+            _warned.add((family, p))
             log.warning("autogemm.launch_kernel: %s's source has changed since it was tuned for %s on this GPU: its "
                         "old config still runs; autogemm.tune_kernel again to tune this version", name,
                         "x".join(map(str, p.sizes)))
