@@ -264,3 +264,14 @@ def test_a_kernel_that_fails_every_candidate_is_one_line(tuned_here, source, ref
         autogemm.tune_kernel(source, "scale", {"n": 1000}, {"x": x, "y": np.zeros_like(x)}, SPACE, GRID, BLOCK,
                              reference, trials=4, timeout=60)
     assert "\n" not in str(caught.value) and str(caught.value).startswith("autogemm.tune_kernel(scale): ")
+
+
+def test_a_source_file_is_read_again_once_it_changes(tmp_path):
+    import os
+
+    path = tmp_path / "scale.cu"
+    path.write_text(SCALE)
+    assert raw.source_text(path) == SCALE
+    path.write_text(SCALE + "// edited\n")
+    os.utime(path, ns=(1, 1))
+    assert raw.source_text(str(path)) == SCALE + "// edited\n"

@@ -45,6 +45,7 @@ _DEFINE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _known: dict[tuple, tuple] = {}     # family_of's arguments -> (family, its module): checked, registered
 _checked: set = set()               # (family, problem, lookup.generation) whose record launch_kernel has checked
 _warned: set = set()                # (family, problem) said to be tuned on an older source
+_read: dict[Path, tuple] = {}       # a source file -> ((mtime ns, size) when read, its text)
 
 
 @dataclass(frozen=True)
@@ -60,9 +61,13 @@ def source_text(source) -> str:
     if isinstance(source, Path) or (isinstance(source, str) and source.endswith((".cu", ".cuh")) and "\n" not in source):
         path = Path(source)
         try:
-            return path.read_text()
+            stamp = path.stat()
+            stamp = (stamp.st_mtime_ns, stamp.st_size)
+            if _read.get(path, (None,))[0] != stamp:
+                _read[path] = (stamp, path.read_text())
         except OSError as exc:
             raise BadArguments(f"source {path}: cannot read it: {exc.strerror or exc}") from None
+        return _read[path][1]
     if not isinstance(source, str) or not source.strip():
         raise BadArguments("source: give the kernel's CUDA code, or the path of its .cu file")
     return source
@@ -257,8 +262,8 @@ def launch_kernel(source, name: str, problem: Mapping, arrays: Mapping, grid: Ca
     "default"; or a config), on the current stream. Logs once where the tuned record is of an
     earlier version of the source. Returns the Instance launched.
 
-    A repeated call costs what a family's launch does, plus a dict lookup (keep `source` the same
-    string, or it is read and hashed again)."""
+    A repeated call costs what a family's launch does and a dict lookup (a source file is read again
+    only once it has changed)."""
     dtype = dtype_of(arrays)
     family = family_of(source, name, problem, space, grid, block, dtype, constraints, shared_bytes)
     p = RawProblem(tuple(problem.values()), dtype)
