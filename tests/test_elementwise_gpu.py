@@ -1,5 +1,7 @@
 """GPU checks of the elementwise, softmax + cross-entropy, column-sum and output-layer (both ways) families against
 NumPy."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -131,6 +133,42 @@ def test_linear_backward_every_sampled_config_matches_float64(shape, op, dtype):
     for cfg in configs:
         error = measure.verify(measure.launcher(cfg))
         assert error < (1e-5 if dtype == "float32" else 1e-13), fam.instance_name(cfg, measure.problem)
+
+
+@pytest.mark.parametrize("op", ["sigmoid", "sigmoid_t"])
+def test_linear_backward_adds_the_layers_own_bias_gradient_in_every_sampled_config(op):
+    """db_out = alpha * column sums of G + db_beta * db_out beside the rest (autogemm.torch's chain:
+    the output bias's gradient without a launch of its own), with row slices and without."""
+    import cupy
+
+    import autogemm
+    from autogemm.runtime.device import this_device
+    from autogemm.runtime.family import family
+    from autogemm.store.keys import make_key
+    from autogemm.tuning.measures import measure_for
+    from autogemm.tuning.verify import compare
+    from kernels import linear_backward
+
+    key = make_key("linear_backward", (800, 10, 1000), op, "float32")
+    device = this_device()
+    measure = measure_for(key, device, seed=5)
+    problem = dataclasses.replace(measure.problem, bias_grad=True)
+    fam = family("linear_backward")
+    configs = fam.candidates(problem, device)[:2] + fam.sample(problem, device, 8, seed=5)
+    assert {c.split > 1 for c in configs} == {False, True}
+    g, w, a = (x.get() for x in (measure.g, measure.w, measure.a))
+    db_out0 = np.random.default_rng(6).standard_normal(10).astype(np.float32)
+    expected = linear_backward.reference(problem, g, w, a, w, measure.host["db"], **measure.STEP, db_out=db_out0)
+    for cfg in configs:
+        out = measure.out
+        out["dw"].set(w)
+        out["db"].set(measure.host["db"])
+        db_out = cupy.asarray(db_out0)
+        autogemm.linear_backward(measure.g, measure.w, measure.a, out["grad_in"], "sigmoid", out["dw"], out["db"],
+                                 **measure.STEP, db_out=db_out, config=cfg)
+        for name, got in (("db_out", db_out), ("dw", out["dw"]), ("db", out["db"])):
+            verdict = compare(got, *(cupy.asarray(x) for x in expected[name][:2]), expected[name][2], "float32")
+            assert verdict.ok, f"{fam.instance_name(cfg, problem)} {name}: {verdict.describe()}"
 
 
 @pytest.mark.parametrize("shape,activation", [((800, 10, 1000), "sigmoid"), ((8192, 10, 4096), "sigmoid"),

@@ -123,6 +123,9 @@ def small_families() -> list:
             out += [lb.instance(cfg, problem) for cfg in lb.candidates(problem, H100)[:2]]
         problem = linear_backward.Problem(8192, 10, 4096, dtype, "sigmoid", grad_in_transposed=True)   # stored as G_in^T
         out += [lb.instance(cfg, problem) for cfg in lb.candidates(problem, H100)[:2] + lb.sample(problem, H100, 5)]
+        for transposed in (False, True):       # with the layer's own bias gradient
+            problem = linear_backward.Problem(800, 10, 1000, dtype, "sigmoid", grad_in_transposed=transposed, bias_grad=True)
+            out += [lb.instance(cfg, problem) for cfg in lb.candidates(problem, H100)[:2] + lb.sample(problem, H100, 3)]
         for name in ("conv2d", "conv2d_dgrad", "conv2d_wgrad", "conv2d_direct", "conv2d_dgrad_direct",
                      "conv2d_wgrad_direct"):
             cv = family(name)

@@ -135,7 +135,8 @@ def backward_launches(rows, classes, inputs, activation, dtype, sgd, seed):
     """(launch, outputs, reference) for the default and sampled configs of one problem, each storing
     the input gradient in turn: float32 ones with its bfloat16 copy, that copy alone (from A in
     float32 or, as the trainer's step at bf16, in bfloat16), or transposed; float64 ones as they are
-    or transposed (into rows of a (K, rows + 3) buffer)."""
+    or transposed (into rows of a (K, rows + 3) buffer); every other one with the layer's own bias
+    gradient (db_out) too."""
     rng = np.random.default_rng(seed)
     t = np.dtype(dtype).type
     a = saved_output(rng, activation, (rows, inputs), t)                      # A: (rows, K)
@@ -143,6 +144,7 @@ def backward_launches(rows, classes, inputs, activation, dtype, sgd, seed):
     w = (rng.standard_normal((classes, inputs)) / np.sqrt(inputs)).astype(t)  # W: (C, K)
     dw0 = w.copy() if sgd else np.full((classes, inputs), np.nan, t)         # dW before: W (the step) or NaN
     db0 = rng.standard_normal(inputs).astype(t) if sgd else np.full(inputs, np.nan, t)   # (K,)
+    db_out0 = rng.standard_normal(classes).astype(t) if sgd else np.full(classes, np.nan, t)   # (C,)
     alpha, beta, db_beta = (-0.3, 0.99, 1.0) if sgd else (1.0, 0.0, 0.0)
     fam = family("linear_backward").restricted(BACKWARD_SPACE)
     plain = linear_backward.Problem(rows, classes, inputs, dtype, activation)
@@ -153,20 +155,21 @@ def backward_launches(rows, classes, inputs, activation, dtype, sgd, seed):
         mode = modes[i % len(modes)]
         bf16, f32, transposed = mode.startswith("bf16") or mode == "a16", mode not in ("bf16only", "a16"), mode == "transposed"
         problem = linear_backward.Problem(rows, classes, inputs, dtype, activation, grad_in_bf16=bf16, grad_in_f32=f32,
-                                          grad_in_transposed=transposed, a_bf16=mode == "a16")
+                                          grad_in_transposed=transposed, a_bf16=mode == "a16", bias_grad=i % 2 == 1)
         a_in = a16 if mode == "a16" else a
         expected = linear_backward.reference(problem, g, w, a_in, np.nan_to_num(dw0), np.nan_to_num(db0), alpha, beta,
-                                             db_beta)
+                                             db_beta, np.nan_to_num(db_out0))
         geo = linear_backward.geometry(cfg, problem)
         ld_t = rows + 3 if transposed else 0
         stored = np.full((inputs, ld_t) if transposed else (rows, inputs), np.nan, t) if f32 else None  # G_in or G_in^T
         got = dict(grad_in=stored[:, :rows].T if transposed else stored, dw=dw0.copy(), db=db0.copy(),
-                   grad_in_bf16=np.full((rows, inputs), 0x7fc0, np.uint16) if bf16 else None)   # bfloat16 NaN
+                   grad_in_bf16=np.full((rows, inputs), 0x7fc0, np.uint16) if bf16 else None,   # bfloat16 NaN
+                   db_out=db_out0.copy() if problem.bias_grad else None)
         scratch = (np.full(geo.workspace_elems, np.nan, t), np.zeros(geo.counters, np.int32)) if cfg.split > 1 else (
             np.uint64(0), np.uint64(0))
         null = np.uint64(0)
         args = [g, w, a_in, stored if f32 else null, got["grad_in_bf16"] if bf16 else null, got["dw"], got["db"],
-                *scratch, np.int32(rows), np.int32(ld_t), t(alpha), t(beta), t(db_beta)]
+                got["db_out"] if problem.bias_grad else null, *scratch, np.int32(rows), np.int32(ld_t), t(alpha), t(beta), t(db_beta)]
         out.append((Launch(fam.instance(cfg, problem), args), got, expected, scratch[1], stored))
     return out
 
@@ -177,7 +180,10 @@ def test_linear_backward_matches_float64_on_the_cpu(tmp_path):
     configs = [launch.instance.config for _, (launch, *_) in cases]
     assert {c.split > 1 for c in configs} == {False, True} and {c.vec for c in configs} == {1, 2, 4}
     assert any(c.unroll > 1 for c in configs) and any(130 % c.cols for c in configs)
-    assert {launch.instance.name.split("_")[-1] for _, (launch, *_) in cases} >= {"bf16in", "bf16only", "transposed", "a16"}
+    names = [launch.instance.name.removesuffix("_db") for _, (launch, *_) in cases]
+    assert {name.split("_")[-1] for name in names} >= {"bf16in", "bf16only", "transposed", "a16"}
+    assert {launch.instance.config.split > 1 for _, (launch, got, *_) in cases if got["db_out"] is not None} == {
+        False, True}
     for dtype, (launch, got, expected, counters, stored) in cases:
         for name, (value, magnitude, k) in expected.items():
             if got[name] is not None:
@@ -188,7 +194,7 @@ def test_linear_backward_matches_float64_on_the_cpu(tmp_path):
             value, magnitude, k = expected["grad_in"]
             as_float = (got["grad_in_bf16"].astype(np.uint32) << 16).view(np.float32)
             assert compare(as_float, value, magnitude + np.abs(value), k, np.float32, "bf16").ok
-        if launch.instance.name.endswith("_transposed"):                        # the padding past the rows untouched
+        if launch.instance.name.removesuffix("_db").endswith("_transposed"):    # the padding past the rows untouched
             assert np.isnan(stored[:, got["grad_in"].shape[0]:]).all()
         if isinstance(counters, np.ndarray):      # left zero for the next launch
             assert not counters.any()

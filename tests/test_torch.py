@@ -164,10 +164,18 @@ def test_a_models_launches_are_one_forward_and_backward_pass_converted():
             ("gemm", (1000, 250, 128), "nn"), ("gemm", (128, 250, 1000), "tn"), ("colsum", (1000, 128), "-"),
             ("gemm", (1000, 10, 80), "nt+bias"), ("linear_backward", (1000, 10, 80), "relu")} <= set(found)
     assert not any(f == "elementwise" for f, _, _ in found) and ("colsum", (1000, 80), "-") not in found
+    # the MLP: the output layer's bias gradient in its linear_backward pass; at tf32 that pass stores
+    # the input gradient transposed, which the first layer's weight GEMM reads K-major
     mlp = [(t.family, t.sizes, t.op) for t in launches(model_of(f"{MODELS}:mlp"), (784,), 800)]
     assert [t for t in mlp if t[0] != "gemm_wgmma"] == [
-        ("gemm", (800, 1000, 784), "nt+bias_sigmoid"), ("gemm", (800, 10, 1000), "nt+bias"), ("colsum", (800, 10), "-"),
+        ("gemm", (800, 1000, 784), "nt+bias_sigmoid"), ("gemm", (800, 10, 1000), "nt+bias"),
         ("linear_backward", (800, 10, 1000), "sigmoid"), ("gemm", (1000, 784, 800), "tn")]
+    mlp = [(t.family, t.sizes, t.op) for t in launches(model_of(f"{MODELS}:mlp"), (784,), 800, ("tf32",))]
+    assert [t[1:] for t in mlp if t[0] == "linear_backward" or t[1] == (1000, 784, 800)] == [
+        ((800, 10, 1000), "sigmoid_t"), ((1000, 784, 800), "nn"), ((1000, 784, 800), "nn")]   # gemm, gemm_wgmma
+    every = launches(model_of(f"{MODELS}:mlp"), (784,), 800, ("fp32", "tf32", "bf16"))
+    assert {(t.family, t.op) for t in every if t.sizes == (800, 10, 1000)} >= {("linear_backward", "sigmoid"),
+                                                                               ("linear_backward", "sigmoid_t")}
 
 
 @needs_torch

@@ -64,19 +64,27 @@ def test_a_run_of_linear_layers_takes_weights_of_any_strides():
     torch.testing.assert_close(ours, w.grad)
 
 
-def test_a_converted_mlp_runs_as_one_op_with_torchs_gradients_in_float32():
+@pytest.mark.parametrize("precision, rtol, atol", [("fp32", 1e-3, 1e-5), ("tf32", 2e-2, 2e-4)])
+def test_a_converted_mlp_runs_as_one_op_with_torchs_gradients(precision, rtol, atol, monkeypatch):
+    """In float32 against torch's, at fp32 and at tf32 (where the output layer's pass stores the
+    input gradient transposed for the first layer's weight GEMM); the output bias's gradient from
+    that same pass."""
     torch.manual_seed(4)
     nn = torch.nn
     theirs = nn.Sequential(nn.Flatten(), nn.Linear(784, 1000), nn.Sigmoid(), nn.Linear(1000, 10)).cuda()
     ours = agt.convert(nn.Sequential(nn.Flatten(), nn.Linear(784, 1000), nn.Sigmoid(), nn.Linear(1000, 10)).cuda())
     ours.load_state_dict(theirs.state_dict())
     x, labels = torch.rand(800, 784, device="cuda"), torch.randint(0, 10, (800,), device="cuda")
-    assert type(ours) is agt.Sequential and "linear_chain" in type(ours(x).grad_fn).__name__
-    for model in (theirs, ours):
-        torch.nn.functional.cross_entropy(model(x), labels).backward()
-    torch.testing.assert_close(ours(x), theirs(x), rtol=1e-4, atol=1e-5)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    y_theirs = theirs(x)
+    torch.nn.functional.cross_entropy(y_theirs, labels).backward()
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", precision == "tf32")
+    y = ours(x)
+    assert type(ours) is agt.Sequential and "linear_chain" in type(y.grad_fn).__name__
+    torch.nn.functional.cross_entropy(y, labels).backward()
+    torch.testing.assert_close(y, y_theirs, rtol=rtol / 10, atol=atol)
     for a, b in zip(ours.parameters(), theirs.parameters()):
-        torch.testing.assert_close(a.grad, b.grad, rtol=1e-3, atol=1e-5)
+        torch.testing.assert_close(a.grad, b.grad, rtol=rtol, atol=atol)
 
 
 def lenet_like():

@@ -483,7 +483,9 @@ def _torch_targets(args) -> list:
         raise AutogemmError("--torch needs --batch: the batch size the model trains with")
     from autogemm.torch import targets as torch_targets
 
-    found = torch_targets.launches(torch_targets.model_of(args.torch), args.input, args.batch)
+    arithmetic = _arithmetic(args)        # float32 records serve every precision's calls: each one's launches
+    precisions = PRECISIONS if arithmetic == "float32" else ("bf16",) if arithmetic == "bfloat16" else (args.precision,)
+    found = torch_targets.launches(torch_targets.model_of(args.torch), args.input, args.batch, precisions)
     chosen = [t for t in found if t.family in args.families]
     if not chosen:
         raise AutogemmError(f"--families {','.join(args.families)}: none of them launches in this model")

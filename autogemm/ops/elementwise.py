@@ -190,7 +190,7 @@ def linear_xent(a, w, bias, labels, logits, grad, scale, loss_acc, grad_in=None,
 
 
 def linear_backward(g, w, a, grad_in, activation, dw, db, alpha=1.0, beta=0.0, db_beta=0.0, grad_in_bf16=None,
-                    config=None):
+                    db_out=None, config=None):
     """The backward pass of a layer with few outputs (at most 32) in one kernel, from its output
     gradient g (rows, C), weights w (C, K) and input a (rows, K), the saved output of `activation`
     ("sigmoid" or "relu"): grad_in = (g w) * act'(a); dw = alpha * g^T a + beta * dw (dw may be w:
@@ -198,7 +198,8 @@ def linear_backward(g, w, a, grad_in, activation, dw, db, alpha=1.0, beta=0.0, d
     with `grad_in_bf16` (uint16, (rows, K); float32), grad_in rounded to bfloat16 too, or (grad_in
     None) instead. grad_in may be column-major (grad_in.T a row-major (K, rows) array, any leading
     dimension): stored so, the layout in which a GEMM reads grad_in^T K-major; it then has no
-    bfloat16 copy. `a` may be the bfloat16 bits (uint16) of a float32 layer's input."""
+    bfloat16 copy. `a` may be the bfloat16 bits (uint16) of a float32 layer's input. With `db_out`
+    (C,), the layer's own bias gradient too: db_out = alpha * column sums of g + db_beta * db_out."""
     if grad_in is None and grad_in_bf16 is None:
         raise BadArguments("linear_backward: grad_in or grad_in_bf16 (or both) must be given")
     # column-major: stored as rows of grad_in^T (a layout neither way round: _contiguous says so)
@@ -208,6 +209,7 @@ def linear_backward(g, w, a, grad_in, activation, dw, db, alpha=1.0, beta=0.0, d
                            "grad_in with grad_in_bf16")
     arrays = [(g, "g"), (w, "w"), (a, "a"), (dw, "dw"), (db, "db")]
     arrays += [(grad_in.T if transposed else grad_in, "grad_in")] if grad_in is not None else []
+    arrays += [(db_out, "db_out")] if db_out is not None else []
     for x, what in arrays:
         if what == "grad_in" and transposed:
             _device_float(x, what)
@@ -218,10 +220,10 @@ def linear_backward(g, w, a, grad_in, activation, dw, db, alpha=1.0, beta=0.0, d
     if activation not in lb_family.ACTIVATIONS:
         raise BadArguments(f"linear_backward: activation must be 'sigmoid' or 'relu', got {activation!r}")
     rows, classes, inputs = _layer_sizes(
-        "linear_backward", a, w, "g (rows, C), grad_in (rows, K), dw (C, K), db (K,)",
+        "linear_backward", a, w, "g (rows, C), grad_in (rows, K), dw (C, K), db (K,), db_out (C,)",
         lambda rows, classes, inputs: {"g": (g, (rows, classes)), "w": (w, (classes, inputs)),
                                        "dw": (dw, (classes, inputs)), "db": (db, (inputs,)),
-                                       "grad_in": (grad_in, (rows, inputs))})
+                                       "grad_in": (grad_in, (rows, inputs)), "db_out": (db_out, (classes,))})
     if any(x.dtype != dtype for x, what in arrays if what != "a"):
         raise BadArguments(f"linear_backward: every array must be {dtype}" + (" (a: its bfloat16 bits)" if
                                                                               a.dtype == np.uint16 else ""))
@@ -230,17 +232,17 @@ def linear_backward(g, w, a, grad_in, activation, dw, db, alpha=1.0, beta=0.0, d
     named = arrays + ([(grad_in_bf16, "grad_in_bf16")] if grad_in_bf16 is not None else [])
     for (x, what), (y, other) in itertools.combinations(named, 2):
         in_place = {what, other} == {"w", "dw"} and x.data.ptr == y.data.ptr and x.shape == y.shape
-        if {what, other} & {"grad_in", "grad_in_bf16", "dw", "db"} and not in_place and overlaps(x, y):
+        if {what, other} & {"grad_in", "grad_in_bf16", "dw", "db", "db_out"} and not in_place and overlaps(x, y):
             raise BadArguments(f"linear_backward: {what} and {other} overlap; an output shares no memory with "
                                "another array (but dw may be w itself)")
-    aligned = _aligned(*(x for x, what in arrays if what != "g" and not (what == "grad_in" and transposed)))
+    aligned = _aligned(*(x for x, what in arrays if what not in ("g", "db_out") and not (what == "grad_in" and transposed)))
     if grad_in_bf16 is not None:
         if dtype != np.float32:
             raise BadArguments("linear_backward: grad_in_bf16 is grad_in in bfloat16: it needs float32 arrays")
         aligned = min(aligned, _bf16_bits(grad_in_bf16, (rows, inputs), "linear_backward: grad_in_bf16"))
     problem = lb_family.Problem(rows, classes, inputs, str(dtype), activation, aligned,
                                 grad_in_bf16=grad_in_bf16 is not None, grad_in_f32=grad_in is not None,
-                                grad_in_transposed=transposed, a_bf16=a.dtype == np.uint16)
+                                grad_in_transposed=transposed, a_bf16=a.dtype == np.uint16, bias_grad=db_out is not None)
     ld_t = leading_dim(grad_in.T, "grad_in", "linear_backward") if transposed else 0
     s = _scalar(dtype)
     null = np.uint64(0)
@@ -249,7 +251,8 @@ def linear_backward(g, w, a, grad_in, activation, dw, db, alpha=1.0, beta=0.0, d
         workspace = scratch("workspace", dtype, geo.workspace_elems) if geo.workspace_elems else null
         counters = scratch("counters", np.int32, geo.counters) if geo.counters else null
         return (g, w, a, grad_in if grad_in is not None else null, grad_in_bf16 if grad_in_bf16 is not None else null,
-                dw, db, workspace, counters, np.int32(rows), np.int32(ld_t), s(alpha), s(beta), s(db_beta))
+                dw, db, db_out if db_out is not None else null, workspace, counters, np.int32(rows), np.int32(ld_t),
+                s(alpha), s(beta), s(db_beta))
 
     launch("linear_backward", problem, config, args)
     return grad_in if grad_in is not None else grad_in_bf16

@@ -139,7 +139,30 @@ torch.library.register_autograd("autogemm::linear", _linear_grad, setup_context=
 # As nn's trainer does: a layer's input gradient leaves its GEMM already times the derivative of the
 # activation below (dsigmoid / drelu epilogue), and a layer of at most lb_family.MAX_CLASSES outputs
 # above an activation takes its whole backward pass (the input gradient times act', its weight
-# gradient, the bias gradient below) in one linear_backward kernel.
+# gradient, its own bias gradient and the one below) in one linear_backward kernel.
+def fused_backward(layer: int, n: int, below: str) -> bool:
+    """Whether layer `layer` (of `n` outputs, above activation `below`) runs its backward pass in one
+    linear_backward kernel."""
+    return layer > 0 and below != "none" and n <= lb_family.MAX_CLASSES
+
+
+def input_gradient_transposed(layer: int, precision: str, input_grad: bool) -> bool:
+    """Whether linear_backward stores the input gradient of layer `layer` column-major: where the
+    first layer's weight GEMM (dz^T x) alone reads it, at tf32, whose products read dz^T K-major so
+    with no transposing copy (nn's trainer does the same: nn/backends/storage.py)."""
+    return layer == 1 and precision == "tf32" and not input_grad
+
+
+def _empty_input_gradient(like: torch.Tensor, transposed: bool) -> torch.Tensor:
+    """An uninitialised (M, K) input gradient, column-major (its columns 16 bytes aligned apart) where
+    `transposed`."""
+    if not transposed:
+        return like.new_empty(like.shape)
+    rows, cols = like.shape
+    ld = -(-rows // 4) * 4
+    return like.new_empty((cols, ld))[:, :rows].t()
+
+
 @torch.library.custom_op("autogemm::linear_chain", mutates_args=(), device_types="cuda")
 def linear_chain(x: torch.Tensor, ws: list[torch.Tensor], bs: list[torch.Tensor], has_bias: list[bool],
                  activations: str, precision: str) -> list[torch.Tensor]:
@@ -182,18 +205,22 @@ def linear_chain_backward(dy: torch.Tensor, x: torch.Tensor, ws: list[torch.Tens
             a = as_cupy(ys[i - 1]) if i else _matrix(x)                    # the layer's input: (M, K_i)
             below = activations[i - 1] if i else "none"
             w, dw = as_cupy(ws[i]), as_cupy(dws[i])
-            if not summed[i]:
+            fused = fused_backward(i, ws[i].shape[0], below)
+            if not summed[i] and not fused:
                 elementwise_ops.column_sums(dz, as_cupy(dbs[i]))
             if i == 0:
                 gemm_ops.gemm(dz, a, dw, trans_a=True, precision=precision)
                 if input_grad:
                     gemm_ops.gemm(dz, w, as_cupy(dx), precision=precision)
                 break
-            dz_below = as_cupy(ys[i - 1].new_empty(ys[i - 1].shape))       # dZ_{i-1}: (M, K_i)
-            if below != "none" and ws[i].shape[0] <= lb_family.MAX_CLASSES:
-                elementwise_ops.linear_backward(dz, w, a, dz_below, below, dw, as_cupy(dbs[i - 1]))
+            if fused:                                                      # dZ_{i-1}: (M, K_i)
+                transposed = input_gradient_transposed(i, precision, input_grad)
+                dz_below = as_cupy(_empty_input_gradient(ys[i - 1], transposed), contiguous=not transposed)
+                elementwise_ops.linear_backward(dz, w, a, dz_below, below, dw, as_cupy(dbs[i - 1]),
+                                                db_out=None if summed[i] else as_cupy(dbs[i]))
                 summed[i - 1] = True
             else:
+                dz_below = as_cupy(ys[i - 1].new_empty(ys[i - 1].shape))
                 gemm_ops.gemm(dz, a, dw, trans_a=True, precision=precision)
                 gemm_ops.gemm(dz, w, dz_below, precision=precision, epilogue=None if below == "none" else
                               f"d{below}", aux=None if below == "none" else a)

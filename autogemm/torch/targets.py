@@ -11,6 +11,7 @@ import torch
 
 from autogemm.errors import AutogemmError, first_line
 from autogemm.store.keys import Target
+from autogemm.torch import ops
 from autogemm.torch.functional import Call, recording
 from autogemm.torch.layers import convert
 from kernels import IMPLEMENTATIONS
@@ -20,10 +21,13 @@ from kernels.contract import NO_OP
 from kernels.gemm.call import key_op
 
 
-def launches(model: torch.nn.Module, input_shape: tuple[int, ...], batch: int) -> list[Target]:
+def launches(model: torch.nn.Module, input_shape: tuple[int, ...], batch: int,
+             precisions: tuple[str, ...] | None = None) -> list[Target]:
     """The targets of `model` (not changed: a copy is converted) on `batch` inputs of `input_shape`
-    each, the first of each (family, sizes, op) kept; AutogemmError when none of its layers is one
-    autogemm computes."""
+    each, as its calls launch at each of `precisions` (None: the precision torch's settings give
+    now), the first of each (family, sizes, op) kept; AutogemmError when none of its layers is one
+    autogemm computes. (A launch's layout may depend on the precision: fp32 tuning, whose records
+    serve every precision's calls, records each precision's.)"""
     meta = convert(copy.deepcopy(model)).to("meta")
     with recording() as calls:
         try:
@@ -37,8 +41,9 @@ def launches(model: torch.nn.Module, input_shape: tuple[int, ...], batch: int) -
                             f"torch.nn.Conv2d of square kernels, stride 1, no padding)")
     first = {}
     for i, call in enumerate(calls):
-        for target in _targets(call, f"layer {i + 1}"):
-            first.setdefault((target.family, target.sizes, target.op), target)
+        for precision in precisions or (call.precision,):
+            for target in _targets(call, f"layer {i + 1}", precision):
+                first.setdefault((target.family, target.sizes, target.op), target)
     return list(first.values())
 
 
@@ -82,8 +87,8 @@ def _of(call: str, sizes, op: str, role: str, families=None) -> list[Target]:
     return [Target(f, tuple(int(s) for s in sizes), op, role) for f in families or IMPLEMENTATIONS.get(call, (call,))]
 
 
-def _targets(c: Call, layer: str) -> list[Target]:
-    """The launches of one layer's forward and backward passes (autogemm.torch.ops)."""
+def _targets(c: Call, layer: str, precision: str) -> list[Target]:
+    """The launches of one layer's forward and backward passes (autogemm.torch.ops) at `precision`."""
     grad = {"relu": "drelu", "sigmoid": "dsigmoid"}.get(c.activation)
     if c.kind == "linear":
         (m, k), n = c.x, c.weight[0]
@@ -94,7 +99,7 @@ def _targets(c: Call, layer: str) -> list[Target]:
         out += _of("gemm", (n, k, m), key_op(True, False), f"{layer}: dw = dz^T x")
         return out + _of("colsum", (m, n), NO_OP, f"{layer}: db = column sums of dz")
     if c.kind == "linear_chain":
-        return _chain_targets(c, layer)
+        return _chain_targets(c, layer, precision)
     n, _, h, w = c.x
     f, k = c.weight[0], c.weight[2]
     sizes, z = (*c.x, f, k), (n, f, h - k + 1, w - k + 1)
@@ -109,8 +114,9 @@ def _targets(c: Call, layer: str) -> list[Target]:
     return out + _of("conv2d_wgrad", sizes, NO_OP, f"{layer}: dw, db from dz, x")
 
 
-def _chain_targets(c: Call, first: str) -> list[Target]:
-    """The launches of a run of linear layers (autogemm.torch.ops.linear_chain and its backward)."""
+def _chain_targets(c: Call, first: str, precision: str) -> list[Target]:
+    """The launches of a run of linear layers (autogemm.torch.ops.linear_chain and its backward) at
+    `precision`."""
     m = c.x[0]
     widths = [c.x[1]] + [w[0] for w in c.weight]
     layer = lambda i: f"{first}.{i + 1}"  # noqa: E731
@@ -122,16 +128,20 @@ def _chain_targets(c: Call, first: str) -> list[Target]:
     if c.activation[-1] != "none":
         grad = "d" + c.activation[-1]
         out += _of("elementwise", (m, widths[-1]), grad, f"{layer(len(widths) - 2)}: dz = dy {grad}(y)")
-    summed = False
+    summed = transposed = False
     for i in reversed(range(len(c.weight))):
         n, k = widths[i + 1], widths[i]
-        out += [] if summed else _of("colsum", (m, n), NO_OP, f"{layer(i)}: db = column sums of dz")
         below = c.activation[i - 1] if i else "none"
-        summed = i > 0 and below != "none" and n <= lb_family.MAX_CLASSES
-        if summed:
-            out += _of("linear_backward", (m, n, k), below, f"{layer(i)}: dz below, dw, db below in one pass")
+        fused = ops.fused_backward(i, n, below)
+        out += [] if summed or fused else _of("colsum", (m, n), NO_OP, f"{layer(i)}: db = column sums of dz")
+        if fused:
+            transposed = ops.input_gradient_transposed(i, precision, c.input_grad)
+            out += _of("linear_backward", (m, n, k), below + (lb_family.TRANSPOSED if transposed else ""),
+                       f"{layer(i)}: dz below, dw, db and db below in one pass")
+            summed = True
             continue
-        out += _of("gemm", (n, k, m), key_op(True, False), f"{layer(i)}: dw = dz^T x")
+        summed = False
+        out += _of("gemm", (n, k, m), key_op(not transposed, False), f"{layer(i)}: dw = dz^T x")
         if i:
             epilogue = None if below == "none" else "d" + below
             out += _of("gemm", (m, k, n), key_op(False, False, epilogue),

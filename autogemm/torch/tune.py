@@ -26,8 +26,9 @@ def tune(model: torch.nn.Module, example_input: torch.Tensor, batch: int | None 
     if example_input.ndim < 2:
         raise AutogemmError(f"example_input {tuple(example_input.shape)}: give a batch of inputs (its first "
                             f"dimension the batch)")
-    targets = at_precision(launches(model, tuple(example_input.shape[1:]), batch or example_input.shape[0]),
-                           precision)
+    launched = launches(model, tuple(example_input.shape[1:]), batch or example_input.shape[0],
+                        PRECISIONS if precision == "fp32" else (precision,))
+    targets = at_precision(launched, precision)
     arithmetic = "float32" if precision == "fp32" else precision
     device = this_device()
     targets, _ = runnable_targets(targets, arithmetic, device)

@@ -39,7 +39,8 @@ class Problem:
     the dtype (`grad_in_f32`), rounded to bfloat16 (`grad_in_bf16`, float32 problems), or both, all
     served by the same tuned record, as is A held in bfloat16 bits (`a_bf16`, float32 problems); or
     stored transposed (`grad_in_transposed`: rows of G_in^T, its dtype alone), which has records of
-    its own (op "<activation>_t")."""
+    its own (op "<activation>_t"); `bias_grad`: the layer's own bias gradient too (G's column sums,
+    a launch fewer), served by the records without it."""
 
     rows: int
     classes: int
@@ -51,6 +52,7 @@ class Problem:
     grad_in_f32: bool = True
     grad_in_transposed: bool = False
     a_bf16: bool = False
+    bias_grad: bool = False
 
     def __post_init__(self):
         check_problem(self, ("rows", "classes", "inputs"), "linear_backward")
@@ -93,9 +95,10 @@ def register_words(c, p: Problem) -> int:
 
 def smem_bytes(c, p: Problem) -> int:
     """Each row group's dW and db sums of the tile; a transposed input gradient's two turning buffers
-    (a pass's rows of the tile each)."""
+    (a pass's rows of the tile each); the layer's own bias gradient's partial sums (one a thread)."""
     turning = 2 * rows_per_pass(c) * c.cols if p.grad_in_transposed else 0
-    return (row_groups(c) * (p.classes + 1) * c.cols + turning) * ITEMSIZE[p.dtype]
+    class_sums = c.threads if p.bias_grad else 0
+    return (row_groups(c) * (p.classes + 1) * c.cols + turning + class_sums) * ITEMSIZE[p.dtype]
 
 
 CONSTRAINTS = (
@@ -121,20 +124,20 @@ CONSTRAINTS = (
 def template_args(c, p: Problem) -> dict:
     return dict(c, ctype=DTYPES[p.dtype], classes=p.classes, inputs=p.inputs, activation=p.activation,
                 grad_in_bf16=p.grad_in_bf16, grad_in_f32=p.grad_in_f32, grad_in_transposed=p.grad_in_transposed,
-                a_bf16=p.a_bf16)
+                a_bf16=p.a_bf16, bias_grad=p.bias_grad)
 
 
 def instance_name(c, p: Problem) -> str:
     stored = {(True, False): "", (True, True): "_bf16in", (False, True): "_bf16only"}[p.grad_in_f32, p.grad_in_bf16]
     return (f"linear_backward_{SHORT[p.dtype]}_c{p.classes}_k{p.inputs}_{p.activation}_n{c.cols}_v{c.vec}"
             f"_t{c.threads}_s{c.split}_u{c.unroll}{'_p' if c.prefetch else ''}{stored}"
-            f"{'_transposed' if p.grad_in_transposed else ''}{'_a16' if p.a_bf16 else ''}")
+            f"{'_transposed' if p.grad_in_transposed else ''}{'_a16' if p.a_bf16 else ''}{'_db' if p.bias_grad else ''}")
 
 
 def geometry(c, p: Problem) -> Geometry:
     tiles = ceil_div(p.inputs, c.cols)
     return Geometry(grid=(tiles, c.split, 1), block=(c.threads, 1, 1), smem_bytes=smem_bytes(c, p),
-                    workspace_elems=c.split * (p.classes + 1) * p.inputs if c.split > 1 else 0,
+                    workspace_elems=c.split * ((p.classes + 1) * p.inputs + p.classes) if c.split > 1 else 0,
                     counters=tiles if c.split > 1 else 0)
 
 
@@ -169,19 +172,24 @@ def default_candidates(p: Problem, d):
     yield dict(cols=32, vec=1, threads=128, split=1, unroll=1, prefetch=0)
 
 
-def reference(p: Problem, g, w, a, dw, db, alpha, beta, db_beta) -> dict:
-    """{"grad_in" | "dw" | "db"}: the layer's backward pass in float64 (the bfloat16 copy of
-    grad_in, where asked for, is checked against "grad_in" at bf16); dw and db are their values
-    before the call. A in bfloat16 arrives as its bits (uint16)."""
+def reference(p: Problem, g, w, a, dw, db, alpha, beta, db_beta, db_out=None) -> dict:
+    """{"grad_in" | "dw" | "db" | "db_out" (with bias_grad)}: the layer's backward pass in float64
+    (the bfloat16 copy of grad_in, where asked for, is checked against "grad_in" at bf16); dw, db
+    and db_out are their values before the call. A in bfloat16 arrives as its bits (uint16)."""
     a64 = bf16_values(a) if p.a_bf16 else np.asarray(a, np.float64)
     g64, w64, dw64, db64 = (np.asarray(x, np.float64) for x in (g, w, dw, db))
     slope = a64 * (1 - a64) if p.activation == "sigmoid" else (a64 > 0).astype(np.float64)
     grad_in = g64 @ w64 * slope                                       # G_in: (rows, K)
     grad_in_mag = np.abs(g64) @ np.abs(w64) * np.abs(slope)
-    return {
+    expected = {
         "grad_in": (grad_in, grad_in_mag, p.classes),
         "dw": (alpha * g64.T @ a64 + beta * dw64,                     # dW: (C, K)
                abs(alpha) * np.abs(g64).T @ np.abs(a64) + abs(beta) * np.abs(dw64), p.rows),
         "db": (alpha * grad_in.sum(0) + db_beta * db64,               # db: (K,)
                abs(alpha) * grad_in_mag.sum(0) + abs(db_beta) * np.abs(db64), p.rows + p.classes),
     }
+    if p.bias_grad:
+        out64 = np.asarray(db_out, np.float64)
+        expected["db_out"] = (alpha * g64.sum(0) + db_beta * out64,    # db_out: (C,)
+                              abs(alpha) * np.abs(g64).sum(0) + abs(db_beta) * np.abs(out64), p.rows)
+    return expected
