@@ -19,7 +19,7 @@ _WHERE = {
     **dict.fromkeys(["gemm", "plan_gemm", "GemmCall", "row_major_operand", "empty_column_major", "to_bf16",
                      "transpose"], "autogemm.ops.gemm"),
     **dict.fromkeys(["elementwise", "bias_activation", "activation_grad", "sgd_update", "adam_update",
-                     "softmax_xent", "linear_xent", "linear_backward", "column_sums"], "autogemm.ops.elementwise"),
+                     "softmax_xent", "linear_xent", "linear_logits", "linear_backward", "column_sums"], "autogemm.ops.elementwise"),
     # any family's kernel on named arrays (a plugin family's: autogemm/runtime/plugins.py), and a
     # family package registered from its folder
     **dict.fromkeys(["launch", "load_family"], "autogemm.ops.families"),

@@ -112,6 +112,8 @@ def small_families() -> list:
             for activation in (None, "sigmoid"):
                 problem = linear_xent.Problem(8192, 10, 4096, dtype, activation)
                 out += [lx.instance(cfg, problem) for cfg in lx.candidates(problem, H100)[:2]]
+        problem = linear_xent.Problem(800, 10, 1000, dtype, loss=False)     # the logits alone
+        out += [lx.instance(cfg, problem) for cfg in lx.candidates(problem, H100)[:2] + lx.sample(problem, H100, 2)]
         lb = family("linear_backward")
         for classes, inputs, activation, bf16 in ((10, 4096, "sigmoid", dtype == "float32"), (10, 1000, "relu", False),
                                                   (32, 100, "sigmoid", False), (3, 66, "relu", False)):

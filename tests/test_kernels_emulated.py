@@ -86,6 +86,33 @@ def test_linear_xent_matches_float64_on_the_cpu(tmp_path):
             assert np.array_equal(got["grad_in_bf16"], bf16_bits(got["grad_in"]))
 
 
+def test_the_logits_alone_match_float64_on_the_cpu(tmp_path):
+    """linear_xent without its loss (autogemm.linear_logits): Z alone, nothing else written, for the
+    default and sampled configs, A in float32 and in bfloat16 bits, ragged rows and K."""
+    fam, cases = family("linear_xent"), []
+    for seed, (rows, classes, inputs, dtype) in enumerate([(37, 10, 1000, "float32"), (19, 3, 96, "float64"),
+                                                           (5, 32, 260, "float32"), (50, 10, 100, "float64")]):
+        rng = np.random.default_rng(seed)
+        t = np.dtype(dtype).type
+        a = saved_output(rng, "sigmoid", (rows, inputs), t)                       # A: (rows, K)
+        w = (rng.standard_normal((classes, inputs)) / np.sqrt(inputs)).astype(t)  # W: (C, K)
+        b = rng.standard_normal(classes).astype(t)                                # b: (C,)
+        problem = linear_xent.Problem(rows, classes, inputs, dtype, loss=False)
+        for i, cfg in enumerate(fam.candidates(problem, H100)[:1] + fam.sample(problem, H100, 3, seed=seed)):
+            a_bf16 = dtype == "float32" and i % 2 == 1
+            a_in = bf16_bits(a) if a_bf16 else a
+            logits = np.full((rows, classes), np.nan, t)
+            null = np.uint64(0)
+            args = [a_in, w, b, null, logits, null, null, null, null, np.int32(rows), t(0)]
+            p = dataclasses.replace(problem, a_bf16=a_bf16)
+            cases.append((Launch(fam.instance(cfg, p), args), logits, linear_xent.reference(p, a_in, w, b), dtype))
+    run([launch for launch, *_ in cases], tmp_path)
+    assert {launch.instance.config.w_smem for launch, *_ in cases} == {False, True}
+    for launch, logits, expected, dtype in cases:
+        assert set(expected) == {"logits"} and "_logits_" in launch.instance.name
+        check(logits, expected["logits"][:2], expected["logits"][2], dtype)
+
+
 # The float64 output layer of 784-4096-10 (nn.train --hidden 4096 --dtype float64): W, 320 KiB, does not
 # fit shared memory, so the defaults read it through the caches: two rows a warp, then one, unrolled
 # twice, then 4 times. The configs of 8192 rows, run on 37 (a config does not depend on the rows; a

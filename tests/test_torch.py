@@ -159,16 +159,17 @@ def test_a_models_launches_are_one_forward_and_backward_pass_converted():
     assert ("pool2x2", (1000, 6, 26, 26), "backward") in found
     assert not any(f.startswith("conv2d_dgrad") and s[1] == 1 for f, s, _ in found)   # no gradient to the images
     assert ("conv2d_dgrad_direct", (1000, 6, 13, 13, 10, 3), "-") in found
-    # the dense layers, one run: each act' in the GEMM above, the output layer's backward in one pass
+    # the dense layers, one run: each act' in the GEMM above, the output layer's forward and backward
+    # each in one pass
     assert {("gemm", (1000, 128, 250), "nt+bias_relu"), ("gemm", (1000, 128, 100), "nn+drelu"),
             ("gemm", (1000, 250, 128), "nn"), ("gemm", (128, 250, 1000), "tn"), ("colsum", (1000, 128), "-"),
-            ("gemm", (1000, 10, 80), "nt+bias"), ("linear_backward", (1000, 10, 80), "relu")} <= set(found)
+            ("linear_xent", (1000, 10, 80), "logits"), ("linear_backward", (1000, 10, 80), "relu")} <= set(found)
     assert not any(f == "elementwise" for f, _, _ in found) and ("colsum", (1000, 80), "-") not in found
     # the MLP: the output layer's bias gradient in its linear_backward pass; at tf32 that pass stores
     # the input gradient transposed, which the first layer's weight GEMM reads K-major
     mlp = [(t.family, t.sizes, t.op) for t in launches(model_of(f"{MODELS}:mlp"), (784,), 800)]
     assert [t for t in mlp if t[0] != "gemm_wgmma"] == [
-        ("gemm", (800, 1000, 784), "nt+bias_sigmoid"), ("gemm", (800, 10, 1000), "nt+bias"),
+        ("gemm", (800, 1000, 784), "nt+bias_sigmoid"), ("linear_xent", (800, 10, 1000), "logits"),
         ("linear_backward", (800, 10, 1000), "sigmoid"), ("gemm", (1000, 784, 800), "tn")]
     mlp = [(t.family, t.sizes, t.op) for t in launches(model_of(f"{MODELS}:mlp"), (784,), 800, ("tf32",))]
     assert [t[1:] for t in mlp if t[0] == "linear_backward" or t[1] == (1000, 784, 800)] == [

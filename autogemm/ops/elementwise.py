@@ -189,6 +189,31 @@ def linear_xent(a, w, bias, labels, logits, grad, scale, loss_acc, grad_in=None,
     return grad
 
 
+def linear_logits(a, w, bias, logits, config=None):
+    """A layer of few outputs (at most 32) in one pass over its input: logits = a w^T + bias, the
+    output layer's kernel without its loss (a (rows, K), w (C, K), bias (C,), logits (rows, C)).
+    `a` may be the bfloat16 bits (uint16) of a float32 layer's input."""
+    dtype = _layer_input(a, "a")
+    for x, what in ((w, "w"), (bias, "bias"), (logits, "logits")):
+        _contiguous(x, what)
+    rows, classes, inputs = _layer_sizes(
+        "linear_logits", a, w, "bias (C,), logits (rows, C)",
+        lambda rows, classes, inputs: {"w": (w, (classes, inputs)), "bias": (bias, (classes,)),
+                                       "logits": (logits, (rows, classes))})
+    if any(x.dtype != dtype for x in (w, bias, logits)):
+        raise BadArguments(f"linear_logits: every array must be {dtype}")
+    if classes > lx_family.MAX_CLASSES:
+        raise BadArguments(f"linear_logits: at most {lx_family.MAX_CLASSES} outputs, got {classes}")
+    if overlaps(logits, a) or overlaps(logits, w) or overlaps(logits, bias):
+        raise BadArguments("linear_logits: logits overlaps an input; pass an array of its own")
+    problem = lx_family.Problem(rows, classes, inputs, str(dtype), None, _aligned(a, w), a_bf16=a.dtype == np.uint16,
+                                loss=False)
+    null = np.uint64(0)
+    _run("linear_xent", problem, (a, w, bias, null, logits, null, null, null, null, np.int32(rows), _scalar(dtype)(0)),
+         config)
+    return logits
+
+
 def linear_backward(g, w, a, grad_in, activation, dw, db, alpha=1.0, beta=0.0, db_beta=0.0, grad_in_bf16=None,
                     db_out=None, config=None):
     """The backward pass of a layer with few outputs (at most 32) in one kernel, from its output

@@ -25,6 +25,7 @@ from autogemm.ops import elementwise as elementwise_ops
 from autogemm.ops import gemm as gemm_ops
 from autogemm.torch.tensors import as_cupy, on_current_stream
 from kernels import linear_backward as lb_family
+from kernels import linear_xent as lx_family
 
 ACTIVATIONS = ("none", "relu", "sigmoid")   # an op's activation: a string, as torch's schemas take
 
@@ -74,9 +75,18 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], activati
         return _linear(x, w, b, activation, precision)
 
 
+def few_outputs(n: int, activation: str) -> bool:
+    """Whether a linear layer of `n` outputs runs as linear_logits (one pass over its input, every
+    output of a row in one warp; in FP32 arithmetic at any precision) rather than as a GEMM."""
+    return activation == "none" and n <= lx_family.MAX_CLASSES
+
+
 def _linear(x, w, b, activation: str, precision: str) -> torch.Tensor:
     """act(x w^T + b), on the current stream."""
     y = x.new_empty((x.shape[0], w.shape[0]))                  # Y: (M, N)
+    if few_outputs(w.shape[0], activation):
+        elementwise_ops.linear_logits(as_cupy(x), as_cupy(w), as_cupy(_bias(b, w.shape[0], x)), as_cupy(y))
+        return y
     epilogue = "bias" if activation == "none" else f"bias_{activation}"
     gemm_ops.gemm(_matrix(x), as_cupy(w), as_cupy(y), trans_b=True, epilogue=epilogue,
                   bias=as_cupy(_bias(b, w.shape[0], x)), precision=precision)

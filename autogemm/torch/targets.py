@@ -16,6 +16,7 @@ from autogemm.torch.functional import Call, recording
 from autogemm.torch.layers import convert
 from kernels import IMPLEMENTATIONS
 from kernels import linear_backward as lb_family
+from kernels import linear_xent as lx_family
 from kernels.conv2d import POOL
 from kernels.contract import NO_OP
 from kernels.gemm.call import key_op
@@ -92,8 +93,7 @@ def _targets(c: Call, layer: str, precision: str) -> list[Target]:
     grad = {"relu": "drelu", "sigmoid": "dsigmoid"}.get(c.activation)
     if c.kind == "linear":
         (m, k), n = c.x, c.weight[0]
-        epilogue = "bias" if c.activation == "none" else f"bias_{c.activation}"
-        out = _of("gemm", (m, n, k), key_op(False, True, epilogue), f"{layer}: y = {epilogue}(x w^T)")
+        out = _forward(m, n, k, c.activation, f"{layer}: y")
         out += _of("elementwise", (m, n), grad, f"{layer}: dz = dy {grad}(y)") if grad else []
         out += _of("gemm", (m, k, n), key_op(False, False), f"{layer}: dx = dz w") if c.input_grad else []
         out += _of("gemm", (n, k, m), key_op(True, False), f"{layer}: dw = dz^T x")
@@ -114,6 +114,14 @@ def _targets(c: Call, layer: str, precision: str) -> list[Target]:
     return out + _of("conv2d_wgrad", sizes, NO_OP, f"{layer}: dw, db from dz, x")
 
 
+def _forward(m: int, n: int, k: int, activation: str, role: str) -> list[Target]:
+    """A linear layer's forward launch: a GEMM with its epilogue, or the logits of few outputs."""
+    if ops.few_outputs(n, activation):
+        return _of("linear_xent", (m, n, k), lx_family.LOGITS, f"{role} = x w^T + b (few outputs)")
+    epilogue = "bias" if activation == "none" else f"bias_{activation}"
+    return _of("gemm", (m, n, k), key_op(False, True, epilogue), f"{role} = {epilogue}(x w^T)")
+
+
 def _chain_targets(c: Call, first: str, precision: str) -> list[Target]:
     """The launches of a run of linear layers (autogemm.torch.ops.linear_chain and its backward) at
     `precision`."""
@@ -122,9 +130,7 @@ def _chain_targets(c: Call, first: str, precision: str) -> list[Target]:
     layer = lambda i: f"{first}.{i + 1}"  # noqa: E731
     out = []
     for i, activation in enumerate(c.activation):
-        epilogue = "bias" if activation == "none" else f"bias_{activation}"
-        out += _of("gemm", (m, widths[i + 1], widths[i]), key_op(False, True, epilogue),
-                   f"{layer(i)}: y = {epilogue}(x w^T)")
+        out += _forward(m, widths[i + 1], widths[i], activation, f"{layer(i)}: y")
     if c.activation[-1] != "none":
         grad = "d" + c.activation[-1]
         out += _of("elementwise", (m, widths[-1]), grad, f"{layer(len(widths) - 2)}: dz = dy {grad}(y)")

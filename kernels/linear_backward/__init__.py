@@ -95,10 +95,10 @@ def register_words(c, p: Problem) -> int:
 
 def smem_bytes(c, p: Problem) -> int:
     """Each row group's dW and db sums of the tile; a transposed input gradient's two turning buffers
-    (a pass's rows of the tile each); the layer's own bias gradient's partial sums (one a thread)."""
+    (a pass's rows of the tile each); the layer's own bias gradient's partial sums (one a warp)."""
     turning = 2 * rows_per_pass(c) * c.cols if p.grad_in_transposed else 0
-    class_sums = c.threads if p.bias_grad else 0
-    return (row_groups(c) * (p.classes + 1) * c.cols + turning + class_sums) * ITEMSIZE[p.dtype]
+    warp_sums = c.threads // 32 if p.bias_grad else 0
+    return (row_groups(c) * (p.classes + 1) * c.cols + turning + warp_sums) * ITEMSIZE[p.dtype]
 
 
 CONSTRAINTS = (

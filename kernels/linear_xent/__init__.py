@@ -2,7 +2,8 @@
 
 For an MLP's last layer with few classes it replaces three launches: the logits GEMM, softmax +
 cross-entropy, and the GEMM that carries the gradient back to the last hidden layer (with its
-activation derivative). The last hidden activations A are read twice, W once per block.
+activation derivative). The last hidden activations A are read twice, W once per block. Without the
+loss (op "logits") it is a few-outputs layer's forward pass: Z alone, A read once.
 """
 import itertools
 from dataclasses import dataclass
@@ -18,7 +19,8 @@ TEMPLATE = "linear_xent/linear_xent.cu.j2"
 
 ACTIVATIONS = (None, "sigmoid", "relu")   # the layer input's activation (None: no input gradient)
 KEY_SIZES = ("rows", "classes", "inputs")
-KEY_OPS = tuple(a or NO_OP for a in ACTIVATIONS)
+LOGITS = "logits"                         # the op of Z alone, with no loss
+KEY_OPS = tuple(a or NO_OP for a in ACTIVATIONS) + (LOGITS,)
 MAX_CLASSES = 32                          # a lane stores one class of each row
 
 PARAMS = {
@@ -35,7 +37,8 @@ class Problem:
     """rows x inputs activations A into `classes` logits; `activation` names A's activation when
     the input gradient is wanted; `aligned`: the widest vector every pointer allows; `grad_in_bf16`:
     the input gradient also rounded to bfloat16 (float32 alone); `a_bf16`: A held in bfloat16 bits
-    (a float32 layer); each served by the same tuned record."""
+    (a float32 layer); each served by the same tuned record. `loss` False: the logits alone (no
+    labels, G, input gradient or loss), with records of their own (op "logits")."""
 
     rows: int
     classes: int
@@ -45,9 +48,12 @@ class Problem:
     aligned: int = 4
     grad_in_bf16: bool = False
     a_bf16: bool = False
+    loss: bool = True
 
     def __post_init__(self):
         check_problem(self, ("rows", "classes", "inputs"), "linear_xent")
+        if not self.loss and (self.activation or self.grad_in_bf16):
+            raise ValueError("the logits alone have no input gradient (activation None, no bfloat16 copy)")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation {self.activation!r} is not one of sigmoid, relu or None")
         if self.aligned not in (1, 2, 4):
@@ -59,8 +65,9 @@ class Problem:
 
     @property
     def op(self) -> str:
-        """The key's op: the activation whose derivative the input gradient takes, '-' for none."""
-        return self.activation or NO_OP
+        """The key's op: the activation whose derivative the input gradient takes, '-' for none,
+        'logits' for the logits alone."""
+        return LOGITS if not self.loss else self.activation or NO_OP
 
 
 STATIC_SMEM = 128         # bytes of __shared__ variables in the kernel (a loss per warp)
@@ -102,12 +109,13 @@ CONSTRAINTS = (
 
 def template_args(c, p: Problem) -> dict:
     return dict(c, ctype=DTYPES[p.dtype], classes=p.classes, inputs=p.inputs, activation=p.activation,
-                grad_in_bf16=p.grad_in_bf16, a_bf16=p.a_bf16)
+                grad_in_bf16=p.grad_in_bf16, a_bf16=p.a_bf16, loss=p.loss)
 
 
 def instance_name(c, p: Problem) -> str:
     dt = SHORT[p.dtype]
-    return (f"linear_xent_{dt}_c{p.classes}_k{p.inputs}_{p.activation or 'nograd'}_w{c.warps}_r{c.rows}"
+    what = p.activation or ("nograd" if p.loss else LOGITS)
+    return (f"linear_xent_{dt}_c{p.classes}_k{p.inputs}_{what}_w{c.warps}_r{c.rows}"
             f"_v{c.vec}_u{c.unroll}_{'smem' if c.w_smem else 'l2'}" + ("_bf16in" if p.grad_in_bf16 else "")
             + ("_a16" if p.a_bf16 else ""))
 
@@ -118,7 +126,7 @@ def geometry(c, p: Problem) -> Geometry:
 
 
 def flops(p: Problem) -> int:
-    products = 2 if p.activation else 1
+    products = 2 if p.activation else 1      # Z, and G W where the input gradient is wanted
     return 2 * products * p.rows * p.classes * p.inputs
 
 
@@ -127,7 +135,7 @@ def key_of(p: Problem) -> tuple[tuple[int, ...], str]:
 
 
 def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
-    return Problem(*sizes, dtype, None if op == NO_OP else op, aligned=4)
+    return Problem(*sizes, dtype, None if op in (NO_OP, LOGITS) else op, aligned=4, loss=op != LOGITS)
 
 
 def default_candidates(p: Problem, d):
@@ -166,15 +174,18 @@ def cached_w_candidates(p: Problem, vec: int, slices: int):
         yield dict(warps=warps, rows=rows, vec=vec, unroll=u, w_smem=False)
 
 
-def reference(p: Problem, a, w, bias, labels, scale) -> dict:
-    """{"logits" | "grad" | "grad_in" (with an activation) | "loss"}: the layer in float64 (the
-    bfloat16 copy of grad_in, where asked for, is checked against "grad_in" at bf16). An error
+def reference(p: Problem, a, w, bias, labels=None, scale=None) -> dict:
+    """{"logits" | "grad" | "grad_in" (with an activation) | "loss"} (the logits alone without the
+    loss: labels and scale unread): the layer in float64 (the bfloat16 copy of grad_in, where asked
+    for, is checked against "grad_in" at bf16). An error
     e in a row of Z moves P_c by at most 2 P_c max|e|, so G's and G_in's bounds carry Z's
     (K-scaled) one. A in bfloat16 arrives as its bits (uint16)."""
     a64 = bf16_values(a) if p.a_bf16 else np.asarray(a, np.float64)
     w64, b64 = (np.asarray(x, np.float64) for x in (w, bias))
     z = a64 @ w64.T + b64                                           # Z: (rows, C)
     z_mag = np.abs(a64) @ np.abs(w64).T + np.abs(b64)
+    if not p.loss:
+        return {"logits": (z, z_mag, p.inputs)}
     probs = softmax(z)
     onehot = np.eye(p.classes)[labels]
     g = (probs - onehot) * scale                                    # G: (rows, C)
