@@ -111,13 +111,14 @@ def precision_of(backend_name: str) -> str:
 
 
 def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs: int, graph: bool,
-               precision: str = "fp32", convert: bool = False, compile: bool = False) -> Result:
+               precision: str = "fp32", convert: bool = False, compile: bool = False, fused: bool = False) -> Result:
     """The same network in PyTorch (fp32: TF32 off; tf32: TF32 on; bf16: the forward pass and loss
     under BF16 autocast, float32 weights; cuDNN's algorithm search on), data on the GPU; with
     `graph`, each step replays a CUDA graph (PyTorch's whole-network capture: the gradients set to
     None before the capture, written, not accumulated, by its backward pass); with `convert`, the
     model's layers swapped for autogemm's (autogemm.torch.convert), which follow the same precision
-    settings; with `compile`, the model (converted or not) through torch.compile."""
+    settings; with `compile`, the model (converted or not) through torch.compile; with `fused`, the
+    optimizer's fused implementation (one kernel a step) rather than its default (foreach)."""
     import torch
 
     dev = torch.device("cuda")
@@ -129,12 +130,12 @@ def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs:
     if isinstance(net, ConvNetwork):
         model = torch_cnn(net, torch).to(dev)
         opt = torch.optim.Adam(model.parameters(), lr=ADAM["lr"], betas=(ADAM["beta1"], ADAM["beta2"]),
-                               eps=ADAM["eps"], capturable=graph)
+                               eps=ADAM["eps"], capturable=graph, fused=fused or None)
     else:
         model = torch.nn.Sequential(torch.nn.Linear(x.shape[1], net.hidden),
                                     torch.nn.Sigmoid() if net.activation == "sigmoid" else torch.nn.ReLU(),
                                     torch.nn.Linear(net.hidden, 10)).to(dev)
-        opt = torch.optim.SGD(model.parameters(), lr=net.lr, weight_decay=1e-4)
+        opt = torch.optim.SGD(model.parameters(), lr=net.lr, weight_decay=1e-4, fused=fused or None)
     if convert:
         import autogemm.torch
 
@@ -191,8 +192,8 @@ def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs:
             times.append((time.perf_counter() - start) * 1e3)
     with torch.no_grad():
         accuracy = float((model(xd).argmax(1) == yd).float().mean())
-    name = (("torch-graph" if graph else "torch-eager") + ("-compile" if compile else "") + ("-autogemm" if convert else "")
-            + (f"-{precision}" if precision != "fp32" else ""))
+    name = (("torch-graph" if graph else "torch-eager") + ("-compile" if compile else "") + ("-fused" if fused else "")
+            + ("-autogemm" if convert else "") + (f"-{precision}" if precision != "fp32" else ""))
     return Result(net.name, name, statistics.median(times), epochs, accuracy, len(y), net.batch)
 
 
@@ -213,7 +214,7 @@ def run(nets: list[Network | ConvNetwork], backends: list[str], epochs: int, dat
             if name.startswith("torch"):
                 result = time_torch(net, x, y, epochs, graph=name.startswith("torch-graph"),
                                     precision=precision_of(name), convert="-autogemm" in name,
-                                    compile="-compile" in name)
+                                    compile="-compile" in name, fused="-fused" in name)
             elif name == "numpy" and cnn:         # a slice, of at least a batch
                 images = max(NUMPY_CNN_IMAGES, net.batch)
                 result = time_backend(net, name, x[:images], y[:images], 1)
@@ -231,7 +232,8 @@ def run(nets: list[Network | ConvNetwork], backends: list[str], epochs: int, dat
 
 TORCH_BACKENDS = ("torch-eager", "torch-graph", "torch-graph-tf32", "torch-graph-bf16", "torch-graph-autogemm",
                   "torch-graph-autogemm-tf32", "torch-graph-autogemm-bf16", "torch-graph-compile",
-                  "torch-graph-compile-autogemm", "torch-graph-compile-autogemm-tf32")
+                  "torch-graph-compile-autogemm", "torch-graph-compile-autogemm-tf32", "torch-graph-fused",
+                  "torch-graph-fused-autogemm", "torch-graph-fused-tf32", "torch-graph-fused-autogemm-tf32")
 BACKEND_NAMES = ("numpy", "cublas", "cupy-default", "cupy-tuned", "cupy-tuned-tf32", "cupy-tuned-bf16", *TORCH_BACKENDS)
 
 
@@ -307,7 +309,8 @@ def main(argv=None) -> int:
                                       "cupy-tuned, cupy-tuned-tf32, cupy-tuned-bf16, torch-eager, torch-graph, "
                                       "torch-graph-tf32, torch-graph-bf16, torch-graph-autogemm[-tf32|-bf16]: the "
                                       "PyTorch model converted by autogemm.torch; torch-graph-compile[-autogemm"
-                                      "[-tf32]]: the model through torch.compile; -tf32, -bf16: the GEMMs at that "
+                                      "[-tf32]]: the model through torch.compile; torch-graph-fused[-autogemm][-tf32]: "
+                                      "the optimizer's fused implementation; -tf32, -bf16: the GEMMs at that "
                                       "precision, PyTorch's bf16 under autocast)")
     p.add_argument("--epochs", type=int, default=5, help="timed epochs per run, after one warm-up (default: 5)")
     p.add_argument("--data-dir", help="Fashion-MNIST directory (default: the usual search)")

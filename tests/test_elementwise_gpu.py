@@ -87,9 +87,10 @@ def test_column_sums(rows, cols, dtype):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("shape,op", [((800, 10, 1000), "sigmoid"), ((400, 10, 100), "relu"),
-                                      ((37, 3, 33), "sigmoid"), ((800, 10, 784), "-"), ((1, 32, 4096), "relu")])
+                                      ((37, 3, 33), "sigmoid"), ((800, 10, 784), "-"), ((1, 32, 4096), "relu"),
+                                      ((800, 10, 1000), "logits"), ((37, 32, 130), "logits")])
 def test_linear_xent_every_sampled_config_matches_float64(shape, op, dtype):
-    """Logits, G, G_in and the loss of the default and 12 random configs, within the float64
+    """Logits, G, G_in and the loss (or the logits alone) of the default and 12 random configs, within the float64
     reference's bounds (autogemm.tuning.measure), outputs poisoned before every run."""
     from autogemm.runtime.device import this_device
     from autogemm.runtime.family import family
