@@ -336,6 +336,8 @@ def test_precision_follows_torchs_newer_tf32_setting_too():
 
 
 AUTOGRAD_CHECK = """
+import copy
+
 import torch
 import torch_reference_kernels  # noqa: F401  (CPU kernels for the custom ops)
 import autogemm.torch as agt
@@ -391,6 +393,18 @@ handle.remove()
 assert tracked.count("Linear") == 2            # a global hook sees each layer: run layer by layer
 mlp[2].forward = lambda t: torch.zeros(t.shape[0], 3, dtype=t.dtype)
 assert torch.equal(mlp(x), torch.zeros(4, 3, dtype=torch.float64))   # an instance's own forward is kept
+plain = torch.nn.Sequential(torch.nn.Linear(7, 6), torch.nn.Sigmoid(), torch.nn.Linear(6, 5), torch.nn.ReLU(),
+                            torch.nn.Linear(5, 3)).double()
+frozen = agt.convert(copy.deepcopy(plain))
+x = torch.rand(3, 7, dtype=torch.float64)
+for model in (plain, frozen):                                  # the first layer frozen, the second's weight
+    model[0].requires_grad_(False)
+    model[2].weight.requires_grad_(False)
+    model(x).sum().backward()
+assert "linear_chain" in type(frozen(x).grad_fn).__name__
+for ours, theirs in zip(frozen.parameters(), plain.parameters()):
+    assert (ours.grad is None) == (theirs.grad is None) and (ours.grad is None or torch.allclose(ours.grad, theirs.grad))
+assert frozen[0].weight.grad is None and frozen[2].weight.grad is None and frozen[2].bias.grad is not None
 frozen = agt.Linear(7, 5).double().requires_grad_(False)               # no weight gradient asked for
 x = torch.rand(3, 7, dtype=torch.float64, requires_grad=True)
 frozen(x).sum().backward()

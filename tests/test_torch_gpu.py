@@ -87,6 +87,31 @@ def test_a_converted_mlp_runs_as_one_op_with_torchs_gradients(precision, rtol, a
         torch.testing.assert_close(a.grad, b.grad, rtol=rtol, atol=atol)
 
 
+@pytest.mark.parametrize("input_grad", [False, True])
+def test_a_runs_frozen_layers_get_no_gradient_and_the_others_torchs(input_grad):
+    """The first layer frozen and the second's weight: nothing below the second layer runs unless the
+    input's gradient is wanted; every gradient asked for is torch's."""
+    import copy
+
+    torch.manual_seed(6)
+    nn = torch.nn
+    plain = nn.Sequential(nn.Linear(784, 100), nn.Sigmoid(), nn.Linear(100, 50), nn.ReLU(), nn.Linear(50, 10)).cuda()
+    ours = agt.convert(copy.deepcopy(plain))
+    x = torch.rand(64, 784, device="cuda")
+    grads = []
+    for model in (plain, ours):
+        model[0].requires_grad_(False)
+        model[2].weight.requires_grad_(False)
+        xs = x.clone().requires_grad_(input_grad)
+        model(xs).square().sum().backward()
+        grads.append([p.grad for p in model.parameters()] + [xs.grad])
+    assert "linear_chain" in type(ours(x).grad_fn).__name__
+    for theirs_grad, our_grad in zip(*grads):
+        assert (theirs_grad is None) == (our_grad is None)
+        if our_grad is not None:
+            torch.testing.assert_close(our_grad, theirs_grad, rtol=1e-3, atol=1e-4)
+
+
 def lenet_like():
     torch.manual_seed(0)
     nn = torch.nn

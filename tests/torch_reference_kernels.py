@@ -54,7 +54,7 @@ def _(x, ws, bs, has_bias, activations, precision):
 
 
 @ops.linear_chain_backward.register_kernel("cpu")
-def _(dy, x, ws, ys, activations, input_grad, precision):
+def _(dy, x, ws, ys, activations, input_grad, trained, precision):
     activations = activations.split(",")
     dz, dws, dbs = _dact(dy, ys[-1], activations[-1]), [], []
     for i in reversed(range(len(ws))):

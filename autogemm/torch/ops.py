@@ -199,47 +199,49 @@ def _(x, ws, bs, has_bias, activations, precision):
 
 @torch.library.custom_op("autogemm::linear_chain_backward", mutates_args=(), device_types="cuda")
 def linear_chain_backward(dy: torch.Tensor, x: torch.Tensor, ws: list[torch.Tensor], ys: list[torch.Tensor],
-                          activations: str, input_grad: bool,
+                          activations: str, input_grad: bool, trained: list[bool],
                           precision: str) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+    """trained: whether each layer's weight or bias wants a gradient; a frozen layer's dW_i and db_i
+    are left unwritten (but where a linear_backward pass computes them with the rest), and below
+    the lowest trained layer nothing runs unless dX is wanted."""
     activations = activations.split(",")
     dx = x.new_empty(x.shape if input_grad else (0,))                       # dX: (M, K_1)
     dws = [w.new_empty(w.shape) for w in ws]                               # dW_i: (N_i, K_i), contiguous
     dbs = [w.new_empty(w.shape[0]) for w in ws]                            # db_i: (N_i,)
     summed = [False] * len(ws)                                             # db_i made by the layer above
+    stop = 0 if input_grad else trained.index(True)                        # the lowest layer the pass reaches
     with on_current_stream(x.device):
         dz = as_cupy(dy)                                                   # dZ_L: (M, N_L)
         if activations[-1] != "none":
             dz = elementwise_ops.activation_grad(dz, as_cupy(ys[-1]), activations[-1],
                                                  out=as_cupy(torch.empty_like(dy)))
-        for i in reversed(range(len(ws))):
+        for i in reversed(range(stop, len(ws))):
             a = as_cupy(ys[i - 1]) if i else _matrix(x)                    # the layer's input: (M, K_i)
             below = activations[i - 1] if i else "none"
             w, dw = as_cupy(ws[i]), as_cupy(dws[i])
-            fused = fused_backward(i, ws[i].shape[0], below)
-            if not summed[i] and not fused:
-                elementwise_ops.column_sums(dz, as_cupy(dbs[i]))
-            if i == 0:
-                gemm_ops.gemm(dz, a, dw, trans_a=True, precision=precision)
-                if input_grad:
-                    gemm_ops.gemm(dz, w, as_cupy(dx), precision=precision)
-                break
-            if fused:                                                      # dZ_{i-1}: (M, K_i)
+            if fused_backward(i, ws[i].shape[0], below):                   # dZ_{i-1}: (M, K_i)
                 transposed = input_gradient_transposed(i, precision, input_grad)
-                dz_below = as_cupy(_empty_input_gradient(ys[i - 1], transposed), contiguous=not transposed)
-                elementwise_ops.linear_backward(dz, w, a, dz_below, below, dw, as_cupy(dbs[i - 1]),
-                                                db_out=None if summed[i] else as_cupy(dbs[i]))
+                dz = elementwise_ops.linear_backward(
+                    dz, w, a, as_cupy(_empty_input_gradient(ys[i - 1], transposed), contiguous=not transposed),
+                    below, dw, as_cupy(dbs[i - 1]), db_out=None if summed[i] else as_cupy(dbs[i]))
                 summed[i - 1] = True
-            else:
-                dz_below = as_cupy(ys[i - 1].new_empty(ys[i - 1].shape))
+                continue
+            if trained[i]:
+                if not summed[i]:
+                    elementwise_ops.column_sums(dz, as_cupy(dbs[i]))
                 gemm_ops.gemm(dz, a, dw, trans_a=True, precision=precision)
+            if i > stop:
+                dz_below = as_cupy(ys[i - 1].new_empty(ys[i - 1].shape))
                 gemm_ops.gemm(dz, w, dz_below, precision=precision, epilogue=None if below == "none" else
                               f"d{below}", aux=None if below == "none" else a)
-            dz = dz_below
+                dz = dz_below
+            elif input_grad:
+                gemm_ops.gemm(dz, w, as_cupy(dx), precision=precision)
     return dx, dws, dbs
 
 
 @linear_chain_backward.register_fake
-def _(dy, x, ws, ys, activations, input_grad, precision):
+def _(dy, x, ws, ys, activations, input_grad, trained, precision):
     return (x.new_empty(x.shape if input_grad else (0,)), [w.new_empty(w.shape) for w in ws],
             [w.new_empty(w.shape[0]) for w in ws])
 
@@ -259,11 +261,13 @@ def _linear_chain_grad(ctx, dys):
     saved = ctx.saved_tensors
     x, ws, ys = saved[0], saved[1:1 + ctx.layers], list(saved[1 + ctx.layers:])
     needs_x, needs_w, needs_b = ctx.needs_input_grad[:3]
-    if dys[-1] is None:
+    bias_needs = iter(needs_b)                                 # of the layers that have a bias
+    trained = [bool(has and next(bias_needs)) or need for has, need in zip(ctx.has_bias, needs_w)]
+    if dys[-1] is None or not (needs_x or any(trained)):
         return None, [None] * len(needs_w), [None] * len(needs_b), None, None, None
     dy = dys[-1].contiguous()
     ys += [dy] * (ctx.layers - len(ys))                        # y_L unread without an activation
-    dx, dws, dbs = linear_chain_backward(dy, x, list(ws), ys, ctx.activations, needs_x, ctx.precision)
+    dx, dws, dbs = linear_chain_backward(dy, x, list(ws), ys, ctx.activations, needs_x, trained, ctx.precision)
     dbs = [db for db, has in zip(dbs, ctx.has_bias) if has]
     return ((dx if needs_x else None), [dw if need else None for dw, need in zip(dws, needs_w)],
             [db if need else None for db, need in zip(dbs, needs_b)], None, None, None)
