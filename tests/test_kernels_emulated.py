@@ -196,7 +196,7 @@ def backward_launches(rows, classes, inputs, activation, dtype, sgd, seed):
             np.uint64(0), np.uint64(0))
         null = np.uint64(0)
         args = [g, w, a_in, stored if f32 else null, got["grad_in_bf16"] if bf16 else null, got["dw"], got["db"],
-                got["db_out"] if problem.bias_grad else null, *scratch, np.int32(rows), np.int32(ld_t), t(alpha), t(beta), t(db_beta)]
+                *([got["db_out"]] if problem.bias_grad else []), *scratch, np.int32(rows), np.int32(ld_t), t(alpha), t(beta), t(db_beta)]
         out.append((Launch(fam.instance(cfg, problem), args), got, expected, scratch[1], stored))
     return out
 

@@ -276,8 +276,8 @@ def linear_backward(g, w, a, grad_in, activation, dw, db, alpha=1.0, beta=0.0, d
         workspace = scratch("workspace", dtype, geo.workspace_elems) if geo.workspace_elems else null
         counters = scratch("counters", np.int32, geo.counters) if geo.counters else null
         return (g, w, a, grad_in if grad_in is not None else null, grad_in_bf16 if grad_in_bf16 is not None else null,
-                dw, db, db_out if db_out is not None else null, workspace, counters, np.int32(rows), np.int32(ld_t),
-                s(alpha), s(beta), s(db_beta))
+                dw, db, *([db_out] if db_out is not None else []), workspace, counters, np.int32(rows),
+                np.int32(ld_t), s(alpha), s(beta), s(db_beta))
 
     launch("linear_backward", problem, config, args)
     return grad_in if grad_in is not None else grad_in_bf16
