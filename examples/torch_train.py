@@ -34,12 +34,13 @@ def main() -> int:
     p.add_argument("--precision", choices=("fp32", "tf32"), default="fp32",
                    help="tf32: torch.backends.cuda.matmul.allow_tf32 (and cuDNN's), which autogemm follows too")
     p.add_argument("--torch-only", action="store_true", help="keep PyTorch's own layers")
+    p.add_argument("--seed", type=int, default=0, help="torch's seed: the initial weights")
     args = p.parse_args()
     if not torch.cuda.is_available():
         sys.exit("error: this example trains on a CUDA GPU; PyTorch sees none")
     recipe = RECIPES[args.model]
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.precision == "tf32"
-    torch.manual_seed(0)
+    torch.manual_seed(args.seed)
 
     data = load_dataset("fashion-mnist", scale="unit", dtype=np.float32)
     x = torch.from_numpy(data.train.x).cuda().reshape(-1, *recipe["shape"])      # X: (54000, *shape)
