@@ -158,6 +158,35 @@ def test_a_repeated_call_is_remembered_until_what_it_closes_over_or_the_registry
     assert REGISTRY[name] is not module and kernel(name, problem, cfg, H100).geometry.grid == (7, 1, 1)
 
 
+def test_launch_functions_that_alternate_keep_each_ones_geometry():
+    """Other code, other closures or another object's method: the kernels built with the old
+    functions forgotten, also where the arguments were seen before."""
+    from autogemm.ops.kernels import kernel
+
+    class Op:
+        def __init__(self, blocks):
+            self.blocks = blocks
+
+        def grid(self, cfg, p):
+            return self.blocks
+
+    problem, cfg = raw.RawProblem((1000,), "float32"), {"BLOCK": 64, "ITEMS": 2, "FACTOR": 2}
+    five, seven = (lambda cfg, p: 5), (lambda cfg, p: (7,))
+    boxed = lambda blocks: (lambda box: lambda cfg, p: box[0])([blocks])  # noqa: E731  (an unhashable closure)
+    for grid, blocks in ((five, 5), (seven, 7), (five, 5), (boxed(9), 9), (boxed(11), 11), (Op(3).grid, 3),
+                         (Op(4).grid, 4)):
+        name = raw.family_of(SCALE, "scale", {"n": 1000}, SPACE, grid, BLOCK, "float32")
+        assert kernel(name, problem, cfg, H100).geometry.grid == (blocks, 1, 1)
+
+
+@pytest.mark.parametrize("problem, space", [({"n": 1000.0}, SPACE), ({"n": True}, SPACE),
+                                            ({"n": 1000}, {**SPACE, "BLOCK": [32.0, 64]})])
+def test_values_equal_to_ones_seen_but_of_another_type_are_checked_again(problem, space):
+    raw.family_of(SCALE, "scale", {"n": 1000 if problem["n"] != 1 else 1}, SPACE, GRID, BLOCK, "float32")
+    with pytest.raises(BadArguments):
+        raw.family_of(SCALE, "scale", problem, space, GRID, BLOCK, "float32")
+
+
 def test_a_bad_launch_shape_fails_the_config_in_one_line():
     name = raw.family_of(SCALE, "scale", {"n": 10}, SPACE, lambda cfg, p: (0,), BLOCK, "float32")
     fam = family(name)

@@ -43,6 +43,7 @@ PREFIX = "kernel_"
 MAX_SIZES, MAX_PARAMS = 8, 32        # what a tuned file's keys and configs hold
 _DEFINE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _known: dict[tuple, tuple] = {}     # family_of's arguments -> (family, its module): checked, registered
+KNOWN_MAX = 256                     # entries kept (new lambdas each call would add one a call)
 _checked: set = set()               # (family, problem, lookup.generation) whose record launch_kernel has checked
 _warned: set = set()                # (family, problem) said to be tuned on an older source
 _read: dict[Path, tuple] = {}       # a source file -> ((mtime ns, size) when read, its text)
@@ -77,18 +78,20 @@ def family_of(source, name: str, problem: Mapping, space: Mapping, grid: Callabl
               dtype: str, constraints=(), shared_bytes: Callable | None = None) -> str:
     """Register `name` of `source` as family kernel_<name> (again, where its source or space
     changed); its family name. BadArguments, one line, for what cannot be one. Arguments seen
-    before (the same source text, sizes, space and launch functions' code) cost a dict lookup."""
+    before (the same source text, sizes and space, of the same types, and the same launch function
+    objects) cost a dict lookup. The launch functions are taken as pure functions of (config,
+    problem): a kernel is built once per problem and config with what they gave then."""
     text = source_text(source)
     launch_of = (grid, block, shared_bytes, tuple(constraints) if isinstance(constraints, (list, tuple)) else constraints)
     try:
-        known = (text, name, tuple(problem.items()), tuple((k, tuple(v)) for k, v in space.items()), dtype,
-                 _code(launch_of), os.environ.get(locations.CACHE_ENV))
+        known = (text, name, tuple((k, type(v), v) for k, v in problem.items()),
+                 tuple((k, tuple((type(c), c) for c in v)) for k, v in space.items()), dtype, launch_of,
+                 os.environ.get(locations.CACHE_ENV), os.environ.get("HOME"))
         family, module = _known.get(known, (None, None))
     except (TypeError, AttributeError):      # unhashable or not mappings: the checks below say what
         known, family, module = None, None, None
     if module is not None and REGISTRY.get(family) is module:
-        if module.LAUNCH != launch_of:       # the same code, other closures
-            _set_launch(module, launch_of)
+        _use_launch(module, launch_of)
         return family
     if not isinstance(name, str) or not _DEFINE.fullmatch(name) or len(PREFIX + name) > 40:
         raise BadArguments(f"name {brief(name)}: give the kernel's name in the source (extern \"C\"), at most "
@@ -131,16 +134,23 @@ def family_of(source, name: str, problem: Mapping, space: Mapping, grid: Callabl
     if module is None or getattr(module, "DIGEST", None) != digest:
         module = _module(family, name, digest, tuple(problem), params)
         _register(module, folder)
-    elif _code(module.LAUNCH) != _code(launch_of):
-        lookup.reload()                       # the kernels rendered with the old geometry are forgotten
-    _set_launch(module, launch_of)
+    _use_launch(module, launch_of)
     if known is not None:
+        if len(_known) >= KNOWN_MAX:
+            _known.clear()
         _known[known] = (family, module)
     return family
 
 
-def _set_launch(module, launch_of: tuple):
-    """The family's geometry from the caller's functions, each guarded (its errors one line naming it)."""
+def _use_launch(module, launch_of: tuple):
+    """The family's geometry from the caller's functions (grid, block, shared_bytes, constraints),
+    each guarded (its errors one line naming it); the kernels built with functions that compute
+    otherwise forgotten."""
+    current = getattr(module, "LAUNCH", None)
+    if current == launch_of:
+        return
+    if current is not None and _code(current) != _code(launch_of):
+        lookup.reload()
     grid, block, shared_bytes, constraints = launch_of
     guard = lambda what, f: plugins._guarded(module.NAME, what, f) if f is not None else None  # noqa: E731
     module.LAUNCH = launch_of
@@ -150,12 +160,15 @@ def _set_launch(module, launch_of: tuple):
 
 
 def _code(f):
-    """What a launch function computes by: its code, defaults and the values it closes over (an
-    unhashable one by identity), or a tuple's of them."""
+    """What a launch function computes by: its code, defaults, the values it closes over and the
+    object it is a method of (an unhashable one by identity: compared only while both are alive),
+    or a tuple's of them."""
     if isinstance(f, tuple):
         return tuple(map(_code, f))
     cells = tuple(_hashable(cell.cell_contents) for cell in getattr(f, "__closure__", None) or ())
-    return (getattr(f, "__code__", f), _hashable(getattr(f, "__defaults__", None)), cells)
+    owner = getattr(f, "__self__", None)
+    return (getattr(f, "__code__", getattr(getattr(f, "__func__", None), "__code__", f)),
+            _hashable(getattr(f, "__defaults__", None)), cells, ("object", id(owner)) if owner is not None else None)
 
 
 def _hashable(value):

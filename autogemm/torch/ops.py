@@ -209,7 +209,7 @@ def linear_chain_backward(dy: torch.Tensor, x: torch.Tensor, ws: list[torch.Tens
     dws = [w.new_empty(w.shape) for w in ws]                               # dW_i: (N_i, K_i), contiguous
     dbs = [w.new_empty(w.shape[0]) for w in ws]                            # db_i: (N_i,)
     summed = [False] * len(ws)                                             # db_i made by the layer above
-    stop = 0 if input_grad else trained.index(True)                        # the lowest layer the pass reaches
+    stop = 0 if input_grad else next((i for i, t in enumerate(trained) if t), len(ws))   # the lowest layer reached
     with on_current_stream(x.device):
         dz = as_cupy(dy)                                                   # dZ_L: (M, N_L)
         if activations[-1] != "none":
