@@ -22,14 +22,13 @@ def cache_of_its_own(monkeypatch, tmp_path):
 @pytest.fixture(autouse=True)
 def registry_as_it_was():
     """The raw kernels' families forgotten after each test: the rest of the suite sees ours alone."""
-    from autogemm.runtime import render
+    from autogemm.runtime import plugins
     from kernels import REGISTRY
 
     before = set(REGISTRY)
     yield
     for name in set(REGISTRY) - before:
-        REGISTRY.pop(name)
-        render.remove_family_folder(name)
+        plugins.unregister(name)
     family.cache_clear()
 
 

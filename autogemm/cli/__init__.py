@@ -317,7 +317,7 @@ def cmd_tune(args) -> int:
         raise AutogemmError("--stale tunes the stale records of the tuned file; it takes no --shapes, --model or --layers")
     arithmetic = _arithmetic(args)
     if args.torch is not None:
-        targets = _torch_targets(args)
+        targets = _torch_targets(args, arithmetic)
     elif args.family is not None:
         targets = _family_targets(args.family, args.problem, arithmetic)
     else:
@@ -476,14 +476,14 @@ def _family_targets(given: str, problems: list[str], dtype: str) -> list:
     return targets
 
 
-def _torch_targets(args) -> list:
+def _torch_targets(args, arithmetic: str) -> list:
     """The launches of one forward and backward pass of the PyTorch model `--torch` names, converted
-    (autogemm.torch), on --batch inputs of --input's shape, of --families."""
+    (autogemm.torch), on --batch inputs of --input's shape, of --families; float32 records serve
+    every precision's calls, so at that arithmetic each precision's launches."""
     if args.batch is None:
         raise AutogemmError("--torch needs --batch: the batch size the model trains with")
     from autogemm.torch import targets as torch_targets
 
-    arithmetic = _arithmetic(args)        # float32 records serve every precision's calls: each one's launches
     precisions = PRECISIONS if arithmetic == "float32" else ("bf16",) if arithmetic == "bfloat16" else (args.precision,)
     found = torch_targets.launches(torch_targets.model_of(args.torch), args.input, args.batch, precisions)
     chosen = [t for t in found if t.family in args.families]

@@ -44,6 +44,7 @@ from autogemm.errors import InvalidConfig, StoreError
 from autogemm.runtime.device import DeviceInfo
 from autogemm.runtime.family import Config, families, family
 from autogemm.store.keys import Key, brief, parse_key, problem_of
+from kernels import REGISTRY
 
 SCHEMA = 1
 MAX_BYTES = 64 << 20      # a tuned file of every shape of many networks is well under 1 MiB
@@ -220,7 +221,7 @@ def _foreign(item, where: str) -> bool:
     """Whether `item` is a record of a family not registered in this process (a plugin family whose
     package is not installed or loaded here), checked only as plain data: kept and written back as
     read, never looked up."""
-    if not isinstance(item, dict) or not isinstance(item.get("family"), str) or item["family"] in families():
+    if not isinstance(item, dict) or not isinstance(item.get("family"), str) or item["family"] in REGISTRY:
         return False
     if not (_WORD.fullmatch(item["family"]) and item["family"].isidentifier()):
         raise StoreError(f"{where}: family {brief(item['family'])} is not a family name")

@@ -183,15 +183,17 @@ class KernelMeasure:
             return np.maximum(self.normal(*shape), 0)
         return self.rng.uniform(0.01, 0.99, shape).astype(self.dtype)
 
-    def check(self, out, value, magnitude, k: int) -> float:
+    def check(self, out, value, magnitude, k: int, dtype=None) -> float:
         """max-norm relative error of `out` (device) against the reference (host: copied to the
-        device once, and the check runs there); Mismatch if off."""
+        device once, and the check runs there), at `out`'s arithmetic `dtype` (default: the key's);
+        Mismatch if off."""
         import cupy
 
         if id(value) not in self._on_device:
             self._on_device[id(value)] = (value, cupy.asarray(value), cupy.asarray(magnitude))
         _, value, magnitude = self._on_device[id(value)]
-        verdict = compare(out.reshape(value.shape), value, magnitude, k, self.dtype, self.precision)
+        dtype = self.dtype if dtype is None else dtype
+        verdict = compare(out.reshape(value.shape), value, magnitude, k, dtype, self.precision)
         if not verdict.ok:
             raise Mismatch(verdict.describe())
         return verdict.max_rel_error

@@ -18,7 +18,6 @@ from autogemm.store import locations
 from autogemm.store.keys import Target
 from autogemm.store.records import Meta, file_for
 from autogemm.tuning.measure import KernelMeasure, Mismatch
-from autogemm.tuning.verify import compare
 from autogemm.tuning.search import Settings
 from autogemm.tuning.tune import tune_targets
 from kernels import REGISTRY
@@ -48,12 +47,12 @@ class RawMeasure(KernelMeasure):
             array.set(self.given[name])
         run()
         errors = []
-        for name, (value, magnitude, k) in self.expected_outputs.items():
-            verdict = compare(self.arrays[name], *(cupy_of(v) for v in (value, magnitude)), k,
-                              str(self.given[name].dtype) if self.given[name].dtype.kind == "f" else "float64")
-            if not verdict.ok:
-                raise Mismatch(f"{name}: {verdict.describe()}")
-            errors.append(verdict.max_rel_error)
+        for name, expected in self.expected_outputs.items():
+            dtype = self.given[name].dtype if self.given[name].dtype.kind == "f" else np.float64
+            try:
+                errors.append(self.check(self.arrays[name], *expected, dtype=dtype))
+            except Mismatch as exc:
+                raise Mismatch(f"{name}: {exc}") from None
         return max(errors)
 
 
@@ -95,12 +94,6 @@ def tune_kernel(source, name: str, problem: Mapping, arrays: Mapping, space: Map
     if result.result is None:
         raise AutogemmError(f"autogemm.tune_kernel({name}): {result.error}")
     return dict(result.result.config)
-
-
-def cupy_of(a):
-    import cupy
-
-    return cupy.asarray(a)
 
 
 def _expected(reference: Callable, arrays: Mapping, accumulates: int) -> dict:
