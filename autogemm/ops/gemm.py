@@ -19,6 +19,7 @@ import numpy as np
 from autogemm.errors import BadArguments
 from autogemm.ops.kernels import implementation, kernel, launch, scratch
 from autogemm.runtime import compile as compiler
+from autogemm.runtime import dependent_launch
 from autogemm.runtime.device import DeviceInfo, require_cupy, this_device
 from autogemm.runtime.family import Instance, family
 from autogemm.runtime.tensor_map import TensorMap, kernel_args
@@ -184,7 +185,8 @@ class GemmCall:
             self.widen()
         for instance, args in (*self.staging, (self.instance, self.args)):
             g = instance.geometry
-            compiler.load(instance)(g.launch_grid(self.sm_count), g.block, args, shared_mem=g.smem_bytes)
+            dependent_launch.launch(compiler.load(instance), instance.waits, g.launch_grid(self.sm_count), g.block,
+                                    args, g.smem_bytes)
 
 
 def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,

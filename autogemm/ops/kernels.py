@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from autogemm.runtime import compile as compiler
+from autogemm.runtime import dependent_launch
 from autogemm.runtime.device import DeviceInfo, this_device
 from autogemm.runtime.family import Config, Instance, family
 from autogemm.store import lookup
@@ -112,5 +113,5 @@ def launch(call: str, problem, config: Mapping | str | None, args: Callable[[Geo
     device = this_device()
     inst = kernel(implementation(call, problem, config, device), problem, config, device)
     g = inst.geometry
-    compiler.load(inst)(g.grid, g.block, args(g), shared_mem=g.smem_bytes)
+    dependent_launch.launch(compiler.load(inst), inst.waits, g.grid, g.block, args(g), g.smem_bytes)
     return inst

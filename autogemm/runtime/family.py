@@ -17,6 +17,7 @@ import jinja2
 from autogemm.errors import InvalidConfig, brief
 from autogemm.runtime import plugins
 from autogemm.runtime.device import DeviceInfo
+from autogemm.runtime.dependent_launch import with_wait
 from autogemm.runtime.render import code_hash, render, source_hash
 from kernels import REGISTRY
 from kernels.contract import Geometry, KernelFamily
@@ -69,6 +70,7 @@ class Instance:
     geometry: Geometry
     config: Config
     options: tuple[str, ...] = ()   # NVRTC options of the family's own (kernels.contract.KernelFamily)
+    waits: bool = False             # the source begins with dependent_launch.WAIT: launched by PDL in graphs
 
     @functools.cached_property
     def source_hash(self) -> str:
@@ -252,8 +254,9 @@ class Family:
             where = f" (line {exc.lineno})" if getattr(exc, "lineno", None) else ""
             raise InvalidConfig(f"{self.module.TEMPLATE}{where} does not render for {name}: "
                                 f"{type(exc).__name__}: {brief(str(exc), 200)}") from None
-        return Instance(self.name, name, source, self.module.geometry(cfg, problem), cfg,
-                        getattr(self.module, "COMPILE_OPTIONS", ()))
+        waiting = with_wait(source, name)
+        return Instance(self.name, name, waiting or source, self.module.geometry(cfg, problem), cfg,
+                        getattr(self.module, "COMPILE_OPTIONS", ()), waits=waiting is not None)
 
     def flops(self, problem) -> int:
         return self.module.flops(problem)

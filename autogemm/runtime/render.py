@@ -77,13 +77,13 @@ def clear_caches():
 
 
 # A string or character literal (kept whole), a // comment or a /* */ comment.
-_LITERAL_OR_COMMENT = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|//[^\n]*|/\*.*?\*/', re.S)
+LITERAL_OR_COMMENT = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|//[^\n]*|/\*.*?\*/', re.S)
 
 
 def normalised(source: str) -> str:
     """CUDA `source` as its tokens: lines spliced at a trailing backslash, comments dropped, each
     preprocessor directive a line of its own, and every other run of whitespace one space."""
-    source = _LITERAL_OR_COMMENT.sub(lambda m: m[0] if m[0][0] in "\"'" else " ", source.replace("\\\n", " "))
+    source = LITERAL_OR_COMMENT.sub(lambda m: m[0] if m[0][0] in "\"'" else " ", source.replace("\\\n", " "))
     lines, code = [], []
     for line in source.splitlines():
         words = line.split()

@@ -67,6 +67,7 @@ def _argument_type():
         def __init__(self, storage: np.ndarray, at: int):
             super().__init__(storage.ctypes.data + at)
             self.storage = storage
+            self.address = storage.ctypes.data + at     # for a launch by ctypes (runtime/dependent_launch.py)
 
     return MapArgument
 

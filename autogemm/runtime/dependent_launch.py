@@ -1,0 +1,137 @@
+"""Programmatic dependent launch: a kernel's blocks resident while the grid before it finishes.
+
+Every kernel a family renders begins by waiting for the grid before it in its stream to finish and
+its writes to be visible (`griddepcontrol.wait`, which returns at once where there is nothing to
+wait for). Launched into a CUDA graph being captured, on a GPU of compute capability 9.0 or more,
+such a kernel goes in by cuLaunchKernelEx with the programmatic-stream-serialization attribute
+(through ctypes: CuPy's launches take no attributes): the graph then launches it as the blocks of
+the grid before it exit rather than after that grid completes, and one kernel's completion, the
+next one's launch and its blocks' start overlap (benchmarks/issue41-h200/pdl/: 6-9% off the
+trainer's epochs). Because each such kernel waits before it reads or writes anything, every kernel
+after it in the stream, waiting for it, also waits for all before it.
+
+Eager launches (no capture) stay on CuPy's launch, the cheaper on the host; so does a kernel whose
+source has no wait (where its entry point could not be found), an argument of a type this module
+does not pass, and everything with $AUTOGEMM_DEPENDENT_LAUNCH=0.
+"""
+import ctypes
+import functools
+import os
+import re
+
+import numpy as np
+
+from autogemm.errors import AutogemmError, brief
+from autogemm.runtime.render import LITERAL_OR_COMMENT
+
+# The kernel's first statement. Signalling dependents early (griddepcontrol.launch_dependents) was
+# measured and not kept: waiting blocks then hold SMs that a graph's parallel branches need.
+WAIT = ('\n#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n'
+        '    asm volatile("griddepcontrol.wait;" ::: "memory");   // the grid before this one: finished, visible\n'
+        '#endif\n')
+MIN_COMPUTE_CAPABILITY, MIN_DRIVER = 90, 12030
+ENV = "AUTOGEMM_DEPENDENT_LAUNCH"
+_PROGRAMMATIC_STREAM_SERIALIZATION = 6     # CUlaunchAttributeID
+
+
+def with_wait(source: str, name: str) -> str | None:
+    """`source` with WAIT as the first statement of the __global__ function `name`'s body; None where
+    no definition of it follows a __global__ (comments and string literals are not read)."""
+    masked = LITERAL_OR_COMMENT.sub(lambda m: " " * len(m[0]), source)
+    first_kernel = masked.find("__global__")
+    if first_kernel < 0:
+        return None
+    for match in re.finditer(rf"\b{re.escape(name)}\s*\(", masked[first_kernel:]):
+        at, depth = first_kernel + match.end(), 1
+        while at < len(masked) and depth:
+            depth += {"(": 1, ")": -1}.get(masked[at], 0)
+            at += 1
+        body = re.compile(r"\s*\{").match(masked, at)
+        if depth == 0 and body:          # a definition, not a declaration or a call
+            return source[:body.end()] + WAIT + source[body.end():]
+    return None
+
+
+class _Attribute(ctypes.Structure):        # CUlaunchAttribute: an id, then a 64-byte value, 8-aligned
+    _fields_ = [("id", ctypes.c_int), ("value", ctypes.c_int64 * 8)]
+
+
+class _Config(ctypes.Structure):           # CUlaunchConfig
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared_mem", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_Attribute)), ("n_attrs", ctypes.c_uint)]
+
+
+@functools.cache
+def _launch_kernel_ex():
+    function = ctypes.CDLL("libcuda.so.1").cuLaunchKernelEx
+    function.argtypes = [ctypes.POINTER(_Config), ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+    function.restype = ctypes.c_int
+    return function
+
+
+@functools.cache
+def enabled(device_id: int) -> bool:
+    """Whether captured launches on this device go in dependent: compute capability 9.0 or more, a
+    driver that captures them into graphs (CUDA 12.3), and not turned off by
+    $AUTOGEMM_DEPENDENT_LAUNCH=0 (1, the default: on)."""
+    import cupy
+
+    setting = os.environ.get(ENV, "1")
+    if setting not in ("0", "1"):
+        raise AutogemmError(f"${ENV} is {brief(setting)}: set it to 1 (programmatic dependent launch in "
+                            "CUDA graphs, the default) or 0 (off)")
+    return (setting == "1" and cupy.cuda.runtime.driverGetVersion() >= MIN_DRIVER
+            and int(cupy.cuda.Device(device_id).compute_capability) >= MIN_COMPUTE_CAPABILITY)
+
+
+def _parameters(args) -> list | None:
+    """Host copies of `args` as the kernel takes them (a pointer, a scalar's bytes, a tensor map's),
+    each with an address; None for an argument of another type."""
+    import cupy
+
+    values = []
+    for a in args:
+        if isinstance(a, cupy.ndarray):
+            values.append(np.array(a.data.ptr, np.uint64))
+        elif isinstance(a, np.generic):
+            values.append(np.array(a))
+        elif hasattr(a, "address"):                  # a tensor map (autogemm.runtime.tensor_map)
+            values.append(a)
+        else:
+            return None
+    return values
+
+
+def _dims(x) -> ctypes.Array:
+    x = tuple(x) if isinstance(x, tuple | list) else (x,)
+    return (ctypes.c_uint * 3)(*x, *(1,) * (3 - len(x)))
+
+
+def launch(kernel, waits: bool, grid, block, args: tuple, shared_mem: int = 0):
+    """Launch `kernel` (a cupy.RawKernel; `waits`: its source begins with WAIT) on the current
+    stream: by programmatic dependent launch where this module's docstring says, else CuPy's call."""
+    import cupy
+
+    stream = cupy.cuda.get_current_stream()
+    if waits and _capturing(stream) and enabled(cupy.cuda.Device().id):
+        values = _parameters(args)
+        if values is not None:
+            pointers = (ctypes.c_void_p * max(len(values), 1))(
+                *(v.address if not isinstance(v, np.ndarray) else v.ctypes.data for v in values))
+            attribute = _Attribute(_PROGRAMMATIC_STREAM_SERIALIZATION)
+            attribute.value[0] = 1
+            config = _Config(_dims(grid), _dims(block), shared_mem, stream.ptr, ctypes.pointer(attribute), 1)
+            status = _launch_kernel_ex()(ctypes.byref(config), kernel.kernel.ptr, pointers, None)
+            if status:
+                raise cupy.cuda.driver.CUDADriverError(status)
+            return
+    kernel(grid, block, args, shared_mem=shared_mem)
+
+
+def _capturing(stream) -> bool:
+    import cupy
+
+    try:
+        return stream.is_capturing()
+    except cupy.cuda.runtime.CUDARuntimeError:     # the legacy stream, asked while another stream captures
+        return False

@@ -1,0 +1,105 @@
+"""Programmatic dependent launch (autogemm/runtime/dependent_launch.py): the wait each rendered
+kernel begins with, found in any layout of a kernel's definition and nowhere else; on a GPU, a
+captured chain of kernels launched dependent computes exactly what the same calls compute eagerly."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import autogemm
+from autogemm.runtime import dependent_launch
+from autogemm.runtime.dependent_launch import WAIT, with_wait
+from autogemm.runtime.family import family
+from autogemm.store.keys import problem_of
+from autogemm.store.records import load
+
+
+def body_start(source: str, name: str) -> str:
+    """The text that follows WAIT in `source`: what the kernel did first before it."""
+    return source[source.index(WAIT) + len(WAIT):].lstrip()
+
+
+def test_the_wait_is_the_first_statement_of_the_named_kernel():
+    source = ('// scale(x) of a kernel\n#define N 4\n__device__ float twice(float v) { return 2 * v; }\n'
+              'extern "C" __global__ void __launch_bounds__(128, 1) __cluster_dims__(2, 1, 1)\n'
+              'scale(const float* x,   // pointers: x (N, C) (see "scale(" below\n'
+              '      float* y, int n)\n{\n    y[0] = twice(x[0]);\n}\n')
+    out = with_wait(source, "scale")
+    assert out.count(WAIT) == 1
+    assert body_start(out, "scale").startswith("y[0] = twice(x[0]);")
+    assert out.replace(WAIT, "") == source
+
+
+def test_a_declaration_or_another_kernel_of_the_name_is_passed_over():
+    source = ('extern "C" __global__ void scale(const float* x, float* y);\n'
+              'extern "C" __global__ void scale_all(const float* x) { }\n'
+              'extern "C" __global__ void scale(const float* x, float* y) { y[0] = x[0]; }\n')
+    out = with_wait(source, "scale")
+    assert out.count(WAIT) == 1
+    assert out.index(WAIT) > source.index("scale_all")
+    assert body_start(out, "scale").startswith("y[0] = x[0];")
+
+
+@pytest.mark.parametrize("source", [
+    '__device__ void scale(float* y) { y[0] = 1; }\n',                                  # no kernel
+    'extern "C" __global__ void other(float* y) { /* scale(y) { */ }\n',                # in a comment
+    'extern "C" __global__ void other(const char* s = "scale(x) {") { }\n',             # in a string
+])
+def test_no_kernel_of_the_name_leaves_the_source_without_a_wait(source):
+    assert with_wait(source, "scale") is None
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).parents[1] / "tuned").glob("*.json")), ids=lambda p: p.name)
+def test_every_shipped_records_kernel_waits_and_is_otherwise_as_rendered(path):
+    """Each record's kernel begins with the wait (so it may be launched dependent), and the wait is
+    the only difference from its template's rendering, which the record's code hash covers."""
+    for record in load(path).records.values():
+        fam = family(record.key.family)
+        inst = fam.instance(record.config, problem_of(record.key))
+        assert inst.waits, record.key
+        assert inst.source.count(WAIT) == 1 and inst.source.replace(WAIT, "").count("griddepcontrol") == 0
+
+
+@pytest.mark.gpu
+def test_a_captured_chain_launched_dependent_computes_what_eager_calls_do(monkeypatch):
+    """Three dependent GEMMs (the tiled family, gemm_wgmma with tensor maps, a fused epilogue) and a
+    convolution, captured into a graph: by cuLaunchKernelEx on Hopper, bit for bit the eager results."""
+    cupy = pytest.importorskip("cupy")
+    launched = []
+    real = dependent_launch._launch_kernel_ex()
+    monkeypatch.setattr(dependent_launch, "_launch_kernel_ex",
+                        lambda: lambda config, function, *rest: (launched.append(function), real(config, function, *rest))[1])
+    rng = np.random.default_rng(7)
+
+    def normal(*shape):
+        return cupy.asarray(rng.standard_normal(shape).astype(np.float32))
+
+    a, b, c, d, bias = normal(300, 200), normal(200, 136), normal(136, 264), normal(264, 72), normal(72)
+    w, cb = normal(4, 1, 3, 3), normal(4)
+    outs = [cupy.empty((300, 136), np.float32), cupy.empty((300, 264), np.float32),
+            cupy.empty((300, 72), np.float32), cupy.empty((150, 4, 10, 10), np.float32)]
+
+    def chain():
+        autogemm.gemm(a, b, out=outs[0])
+        autogemm.gemm(outs[0], c, out=outs[1], kernel_family="gemm_wgmma")
+        autogemm.gemm(outs[1], d, out=outs[2], epilogue="bias_relu", bias=bias)
+        autogemm.conv2d(outs[2].reshape(150, 1, 12, 12), w, cb, outs[3])
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        chain()                                          # compiles, allocates scratch: not in a capture
+        eager = [o.copy() for o in outs]
+        assert not launched
+        stream.begin_capture()
+        chain()
+        graph = stream.end_capture()
+        for o in outs:
+            o.fill(np.nan)
+        graph.launch(stream)
+        stream.synchronize()
+    for got, want in zip(outs, eager):
+        assert bool((got == want).all())
+    if dependent_launch.enabled(cupy.cuda.Device().id):
+        assert len(launched) >= 4
+    else:
+        assert not launched
