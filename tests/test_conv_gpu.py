@@ -38,14 +38,6 @@ def test_conv2d_configs_match_float64(name, n, c, h, w, f, k, activation, dtype)
         assert verdict.ok, f"{inst.name}: {verdict.describe()}"
 
 
-def tiled(fam, p, device) -> list:
-    """The direct backward pass's default config with each image's gradients in shared memory (none
-    of other families)."""
-    if "tile" not in fam.params:
-        return []
-    return [fam.validate(dict(fam.default(p, device), tile=1, ppt=1), p, device)]
-
-
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("n, c, h, w, f, k, activation", CONVS)
 @pytest.mark.parametrize("name", ["conv2d_dgrad", "conv2d_dgrad_direct"])
@@ -65,7 +57,7 @@ def test_conv2d_dgrad_configs_match_float64(name, n, c, h, w, f, k, activation, 
     aux = rng.uniform(0, 1, (n, c, h, w)).astype(dtype)                      # the layer below's output
     value, magnitude, depth = conv2d_dgrad.reference(p, g, wt, aux)["dx"]
     fam, device = family(name), this_device()
-    for cfg in fam.candidates(p, device)[:2] + fam.sample(p, device, 4, seed=n) + tiled(fam, p, device):
+    for cfg in fam.candidates(p, device)[:2] + fam.sample(p, device, 4, seed=n):
         inst = fam.instance(cfg, p)
         dx = cupy.full((n, c, h, w), cupy.nan, dtype)                        # dX: (N, C, H, W), poisoned
         g_, args = inst.geometry, (cupy.asarray(g), cupy.asarray(wt), cupy.asarray(aux), dx, np.int32(n))
@@ -151,7 +143,7 @@ def test_a_fused_pool_equals_the_convolution_then_the_pool(n, c, h, w, f, k, act
     want = cupy.empty((n, f, 2 * h2, 2 * w2), dtype)
     autogemm.maxpool2x2_backward(dx, where, want, aux, activation)
     fam = family("conv2d_dgrad_direct")
-    for cfg in fam.candidates(q, device)[:2] + fam.sample(q, device, 3, seed=n) + tiled(fam, q, device):
+    for cfg in fam.candidates(q, device)[:2] + fam.sample(q, device, 3, seed=n):
         got = cupy.full_like(want, cupy.nan)
         autogemm.conv2d_backward_data(g, wd, got, aux, activation, config=cfg, where=where)
         assert cupy.array_equal(got, want), cfg

@@ -745,16 +745,6 @@ def test_conv2d_matches_float64_on_the_cpu(name, tmp_path):
     run_and_check(cases, tmp_path)
 
 
-def tiled(fam, p, seed: int) -> list:
-    """A config of the direct backward pass that copies each image's gradients to shared memory (two
-    groups of channels where the problem has more than one), sampled otherwise; none of other families."""
-    if "tile" not in fam.params:
-        return []
-    cpt = max(v for v in fam.params["cpt"] if v <= max(1, p.c // 2))
-    return [fam.validate(dict(fam.sample(p, H100, 1, seed=seed)[0], tile=1, ppt=1, cpt=cpt, threads=(64, 128)[seed % 2]),
-                         p, H100)]
-
-
 @pytest.mark.parametrize("name", ["conv2d_dgrad", "conv2d_dgrad_direct"])
 def test_conv2d_dgrad_matches_float64_on_the_cpu(name, tmp_path):
     from kernels import conv2d_dgrad
@@ -768,7 +758,7 @@ def test_conv2d_dgrad_matches_float64_on_the_cpu(name, tmp_path):
         wt = (rng.standard_normal((f, c, k, k)) / k).astype(t)               # W: (F, C, K, K)
         aux = saved_output(rng, activation, (n, c, h, w), t)                 # the layer below's output
         value, magnitude, depth = conv2d_dgrad.reference(p, g, wt, aux)["dx"]
-        for cfg in fam.candidates(p, H100)[:1] + fam.sample(p, H100, 3, seed=seed) + tiled(fam, p, seed):
+        for cfg in fam.candidates(p, H100)[:1] + fam.sample(p, H100, 3, seed=seed):
             dx = np.full((n, c, h, w), np.nan, t)                            # dX: (N, C, H, W), poisoned
             args = [g, wt, aux if activation else np.uint64(0), dx, np.int32(n)]
             cases.append((Launch(fam.instance(cfg, p), args), dx, (value, magnitude), depth, dtype))
@@ -810,7 +800,7 @@ def test_direct_convolutions_with_a_fused_pool_match_float64_on_the_cpu(tmp_path
         aux = saved_output(rng, activation, (n, f, h, w), t)                 # the pooled activations
         maxima = rng.integers(0, 4, (n, f, h, w)).astype(np.int8)            # where each window's maximum was
         value, magnitude, depth = conv2d_dgrad.reference(q, g, wd, aux, maxima)["dx"]
-        for cfg in backward.candidates(q, H100)[:1] + backward.sample(q, H100, 2, seed=seed) + tiled(backward, q, seed):
+        for cfg in backward.candidates(q, H100)[:1] + backward.sample(q, H100, 2, seed=seed):
             dx = np.full((n, f, 2 * h, 2 * w), np.nan, t)                    # dX unpooled, poisoned
             args = [g, wd, aux if activation else np.uint64(0), maxima, dx, np.int32(n)]
             cases.append((Launch(backward.instance(cfg, q), args), dx, (value, magnitude), depth, dtype))

@@ -2,9 +2,8 @@
 implementation of conv2d_dgrad's call, for few channels and filters.
 
 A thread computes whole input pixels for a group of CPT channels: it reads the output gradients
-that the pixel fed (F x K x K, neighbouring threads sharing them through L1, or with `tile` from
-an image's gradients that its block copied to shared memory) and multiplies them with the group's
-filter taps, held in shared memory; the layer below's activation derivative is fused,
+that the pixel fed (F x K x K, neighbouring threads sharing them through L1) and multiplies them with
+the group's filter taps, held in shared memory; the layer below's activation derivative is fused,
 and its 2 x 2 max-pool's backward pass where the problem has one (each pixel's gradient written to
 its window's maximum in the unpooled maps, zeros beside it).
 """
@@ -24,7 +23,6 @@ PARAMS = {
     "threads": (64, 128, 256, 512),   # threads per block, one input pixel each at a time
     "cpt": (1, 2, 3, 4, 6, 8, 12, 16, 32),   # channels per thread (and per block: grid y covers C)
     "ppt": (1, 2, 4),                 # pixels per thread, THREADS apart
-    "tile": (0, 1),                   # 1: a block an image, its output gradients in shared memory
 }
 
 
@@ -32,16 +30,9 @@ def weights_bytes(c, p) -> int:
     return c.cpt * p.depth * ITEMSIZE[p.dtype]
 
 
-def smem_bytes(c, p) -> int:
-    """The group's taps, and with `tile` an image's output gradients with K - 1 zeros around each map."""
-    pad = 2 * (p.k - 1)
-    return weights_bytes(c, p) + c.tile * p.f * (p.out_h + pad) * (p.out_w + pad) * ITEMSIZE[p.dtype]
-
-
 CONSTRAINTS = (
     ("threads per block must fit the device", lambda c, p, d: c.threads <= d.max_threads_per_block),
-    ("the group's taps (and a tiled block's image) must fit shared memory", lambda c, p, d: smem_bytes(c, p) <= d.smem_per_block),
-    ("a tiled block loops over its image's pixels: PPT 1", lambda c, p, d: not c.tile or c.ppt == 1),
+    ("the group's taps must fit shared memory", lambda c, p, d: weights_bytes(c, p) <= d.smem_per_block),
     ("CPT must not exceed the channels rounded up to a choice", lambda c, p, d: c.cpt < 2 * p.c or c.cpt == 1),
     ("grid rows ceil(C/CPT) at most 65535", lambda c, p, d: ceil_div(p.c, c.cpt) <= 65535),
 )
@@ -51,7 +42,7 @@ def default_candidates(p, d):
     """Every channel in one group where it fits in 16, else groups of 16 or fewer; 256 threads, 2 pixels each."""
     for cpt in conv2d_direct.groups_first(PARAMS["cpt"], p.c, 16):
         for threads, ppt in ((256, 2), (128, 1)):
-            yield dict(threads=threads, cpt=cpt, ppt=ppt, tile=0)
+            yield dict(threads=threads, cpt=cpt, ppt=ppt)
 
 
 def template_args(c, p) -> dict:
@@ -62,12 +53,12 @@ def template_args(c, p) -> dict:
 
 def instance_name(c, p) -> str:
     return (f"{NAME}_{SHORT[p.dtype]}_c{p.c}_h{p.h}_w{p.w}_f{p.f}_k{p.k}_{p.activation or 'linear'}"
-            f"{'_pool' if p.pool else ''}_t{c.threads}_c{c.cpt}_p{c.ppt}{'_tile' if c.tile else ''}")
+            f"{'_pool' if p.pool else ''}_t{c.threads}_c{c.cpt}_p{c.ppt}")
 
 
 def geometry(c, p) -> Geometry:
-    blocks = p.n if c.tile else ceil_div(p.m, c.threads * c.ppt)
-    return Geometry(grid=(blocks, ceil_div(p.c, c.cpt), 1), block=(c.threads, 1, 1), smem_bytes=smem_bytes(c, p))
+    return Geometry(grid=(ceil_div(p.m, c.threads * c.ppt), ceil_div(p.c, c.cpt), 1), block=(c.threads, 1, 1),
+                    smem_bytes=weights_bytes(c, p))
 
 
 flops = conv2d_dgrad.flops
