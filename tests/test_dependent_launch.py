@@ -1,13 +1,16 @@
 """Programmatic dependent launch (autogemm/runtime/dependent_launch.py): the wait each rendered
 kernel begins with, found in any layout of a kernel's definition and nowhere else; on a GPU, a
 captured chain of kernels launched dependent computes exactly what the same calls compute eagerly."""
+import sys
+import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import autogemm
-from autogemm.runtime import dependent_launch
+from autogemm.errors import AutogemmError
+from autogemm.runtime import dependent_launch, tensor_map
 from autogemm.runtime.dependent_launch import WAIT, with_wait
 from autogemm.runtime.family import family
 from autogemm.store.keys import problem_of
@@ -44,9 +47,51 @@ def test_a_declaration_or_another_kernel_of_the_name_is_passed_over():
     '__device__ void scale(float* y) { y[0] = 1; }\n',                                  # no kernel
     'extern "C" __global__ void other(float* y) { /* scale(y) { */ }\n',                # in a comment
     'extern "C" __global__ void other(const char* s = "scale(x) {") { }\n',             # in a string
+    '#define KERNEL extern "C" __global__ void scale(float* y) \\\n { y[0] = 1; }\nKERNEL\n',   # in a macro
+    'extern "C" __global__ void other(float* y) { }\n'                                  # a device function
+    'struct S { __device__ void scale(float* y) { y[0] = 1; } };\n',
+    '#if __CUDA_ARCH__ < 900\nextern "C" __global__ void scale(float* y) { y[0] = 1; }\n'   # two definitions
+    '#else\nextern "C" __global__ void scale(float* y) { y[0] = 2; }\n#endif\n',
 ])
 def test_no_kernel_of_the_name_leaves_the_source_without_a_wait(source):
     assert with_wait(source, "scale") is None
+
+
+@pytest.mark.parametrize("value, on", [(None, True), ("", True), ("1", True), ("0", False)])
+def test_the_switch_reads_1_or_unset_as_on_and_0_as_off(monkeypatch, value, on):
+    if value is None:
+        monkeypatch.delenv(dependent_launch.ENV, raising=False)
+    else:
+        monkeypatch.setenv(dependent_launch.ENV, value)
+    assert dependent_launch.setting() is on
+
+
+@pytest.mark.parametrize("value", ["yes", "2", "off", " 1"])
+def test_any_other_value_of_the_switch_is_a_one_line_error(monkeypatch, value):
+    monkeypatch.setenv(dependent_launch.ENV, value)
+    with pytest.raises(AutogemmError, match=r"AUTOGEMM_DEPENDENT_LAUNCH is .*: set it to 1 .* or 0"):
+        dependent_launch.setting()
+
+
+def test_arguments_are_passed_as_cupy_passes_them(monkeypatch):
+    """Each argument's bytes as the kernel reads them; None (CuPy's call, no dependent launch) for a
+    type CuPy would not pass either."""
+    class Array:                                    # stands in for cupy.ndarray
+        def __init__(self, ptr):
+            self.data = types.SimpleNamespace(ptr=ptr)
+
+    class Map:                                      # stands in for a tensor map's argument
+        address = 1234
+
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(ndarray=Array))
+    monkeypatch.setattr(tensor_map, "map_argument_type", lambda: Map)
+    m = Map()
+    values = dependent_launch._parameters((Array(0xdead0), np.int32(-3), np.float32(0.5), None, True, 7, 2.5, m))
+    as_bytes = [v.tobytes() for v in values[:-1]]
+    assert as_bytes == [np.uint64(0xdead0).tobytes(), np.int32(-3).tobytes(), np.float32(0.5).tobytes(),
+                        np.uint64(0).tobytes(), b"\x01", np.int64(7).tobytes(), np.float64(2.5).tobytes()]
+    assert values[-1] is m
+    assert dependent_launch._parameters((Array(1), "text")) is None
 
 
 @pytest.mark.parametrize("path", sorted((Path(__file__).parents[1] / "tuned").glob("*.json")), ids=lambda p: p.name)

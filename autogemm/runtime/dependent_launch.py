@@ -2,17 +2,18 @@
 
 Every kernel a family renders begins by waiting for the grid before it in its stream to finish and
 its writes to be visible (`griddepcontrol.wait`, which returns at once where there is nothing to
-wait for). Launched into a CUDA graph being captured, on a GPU of compute capability 9.0 or more,
-such a kernel goes in by cuLaunchKernelEx with the programmatic-stream-serialization attribute
-(through ctypes: CuPy's launches take no attributes): the graph then launches it as the blocks of
-the grid before it exit rather than after that grid completes, and one kernel's completion, the
-next one's launch and its blocks' start overlap (benchmarks/issue41-h200/pdl/: 6-9% off the
-trainer's epochs). Because each such kernel waits before it reads or writes anything, every kernel
-after it in the stream, waiting for it, also waits for all before it.
+wait for; `with_wait` puts it first in the body where it finds the one definition of the kernel).
+Launched into a CUDA graph being captured, on a GPU of compute capability 9.0 or more, such a kernel
+goes in by cuLaunchKernelEx with the programmatic-stream-serialization attribute (through ctypes:
+CuPy's launches take no attributes): the graph then launches it as the blocks of the grid before it
+exit rather than after that grid completes, and one kernel's completion, the next one's launch and
+its blocks' start overlap (benchmarks/issue41-h200/: 2-7% off the trainer's epochs). Because each
+such kernel waits before it reads or writes anything, every kernel after it in the stream, waiting
+for it, also waits for all before it.
 
-Eager launches (no capture) stay on CuPy's launch, the cheaper on the host; so does a kernel whose
-source has no wait (where its entry point could not be found), an argument of a type this module
-does not pass, and everything with $AUTOGEMM_DEPENDENT_LAUNCH=0.
+Eager launches (no capture) stay on CuPy's launch, the cheaper on the host; so does a kernel with no
+wait (a raw kernel, named by a #define; a source whose definition was not found), an argument of a
+type CuPy would not pass either, and everything with $AUTOGEMM_DEPENDENT_LAUNCH=0.
 """
 import ctypes
 import functools
@@ -29,27 +30,32 @@ from autogemm.runtime.render import LITERAL_OR_COMMENT
 WAIT = ('\n#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n'
         '    asm volatile("griddepcontrol.wait;" ::: "memory");   // the grid before this one: finished, visible\n'
         '#endif\n')
-MIN_COMPUTE_CAPABILITY, MIN_DRIVER = 90, 12030
+MIN_COMPUTE_CAPABILITY, MIN_DRIVER, MIN_NVRTC = 90, 12030, (11, 8)
 ENV = "AUTOGEMM_DEPENDENT_LAUNCH"
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6     # CUlaunchAttributeID
+_DIRECTIVE = re.compile(r"^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", re.M)    # a preprocessor line, its continuations too
+_BODY = re.compile(r"\s*\{")
 
 
 def with_wait(source: str, name: str) -> str | None:
-    """`source` with WAIT as the first statement of the __global__ function `name`'s body; None where
-    no definition of it follows a __global__ (comments and string literals are not read)."""
+    """`source` with WAIT as the first statement of the body of `name`, where `name` has exactly one
+    definition declared __global__; else None. Comments, literals and preprocessor lines (macros,
+    code between #if branches is read as any code) are not searched."""
     masked = LITERAL_OR_COMMENT.sub(lambda m: " " * len(m[0]), source)
-    first_kernel = masked.find("__global__")
-    if first_kernel < 0:
-        return None
-    for match in re.finditer(rf"\b{re.escape(name)}\s*\(", masked[first_kernel:]):
-        at, depth = first_kernel + match.end(), 1
+    masked = _DIRECTIVE.sub(lambda m: re.sub(r"[^\n]", " ", m[0]), masked)
+    bodies = []
+    for match in re.finditer(rf"\b{re.escape(name)}\s*\(", masked):
+        declaration = masked[max(masked.rfind(c, 0, match.start()) for c in ";{}") + 1:match.start()]
+        at, depth = match.end(), 1
         while at < len(masked) and depth:
             depth += {"(": 1, ")": -1}.get(masked[at], 0)
             at += 1
-        body = re.compile(r"\s*\{").match(masked, at)
-        if depth == 0 and body:          # a definition, not a declaration or a call
-            return source[:body.end()] + WAIT + source[body.end():]
-    return None
+        body = _BODY.match(masked, at)
+        if "__global__" in declaration.split() and depth == 0 and body:   # a kernel's definition
+            bodies.append(body.end())
+    if len(bodies) != 1:
+        return None
+    return source[:bodies[0]] + WAIT + source[bodies[0]:]
 
 
 class _Attribute(ctypes.Structure):        # CUlaunchAttribute: an id, then a 64-byte value, 8-aligned
@@ -69,25 +75,34 @@ def _launch_kernel_ex():
     return function
 
 
+def setting() -> bool:
+    """$AUTOGEMM_DEPENDENT_LAUNCH: 1 or unset (on), 0 (off); any other value is an error."""
+    value = os.environ.get(ENV) or "1"
+    if value not in ("0", "1"):
+        raise AutogemmError(f"${ENV} is {brief(value)}: set it to 1 (programmatic dependent launch in "
+                            "CUDA graphs, the default) or 0 (off)")
+    return value == "1"
+
+
 @functools.cache
 def enabled(device_id: int) -> bool:
-    """Whether captured launches on this device go in dependent: compute capability 9.0 or more, a
-    driver that captures them into graphs (CUDA 12.3), and not turned off by
-    $AUTOGEMM_DEPENDENT_LAUNCH=0 (1, the default: on)."""
+    """Whether captured launches on this device go in dependent: not turned off (`setting`, read
+    once a process), compute capability 9.0 or more, NVRTC 11.8 or later (which compiles the wait
+    for it), and a driver that captures them into graphs (CUDA 12.3)."""
     import cupy
 
-    setting = os.environ.get(ENV, "1")
-    if setting not in ("0", "1"):
-        raise AutogemmError(f"${ENV} is {brief(setting)}: set it to 1 (programmatic dependent launch in "
-                            "CUDA graphs, the default) or 0 (off)")
-    return (setting == "1" and cupy.cuda.runtime.driverGetVersion() >= MIN_DRIVER
+    return (setting() and cupy.cuda.runtime.driverGetVersion() >= MIN_DRIVER
+            and cupy.cuda.nvrtc.getVersion() >= MIN_NVRTC
             and int(cupy.cuda.Device(device_id).compute_capability) >= MIN_COMPUTE_CAPABILITY)
 
 
 def _parameters(args) -> list | None:
-    """Host copies of `args` as the kernel takes them (a pointer, a scalar's bytes, a tensor map's),
-    each with an address; None for an argument of another type."""
+    """Host copies of `args` as CuPy would pass them (an array: its pointer; a NumPy scalar: its
+    bytes; a Python int, float or bool: int64, float64, bool; None: a null pointer; a tensor map:
+    its 128 bytes), each with an address; None for an argument of another type."""
     import cupy
+
+    from autogemm.runtime.tensor_map import map_argument_type
 
     values = []
     for a in args:
@@ -95,7 +110,15 @@ def _parameters(args) -> list | None:
             values.append(np.array(a.data.ptr, np.uint64))
         elif isinstance(a, np.generic):
             values.append(np.array(a))
-        elif hasattr(a, "address"):                  # a tensor map (autogemm.runtime.tensor_map)
+        elif a is None:
+            values.append(np.array(0, np.uint64))
+        elif isinstance(a, bool):
+            values.append(np.array(a, np.bool_))
+        elif isinstance(a, int):
+            values.append(np.array(a, np.int64))
+        elif isinstance(a, float):
+            values.append(np.array(a, np.float64))
+        elif isinstance(a, map_argument_type()):
             values.append(a)
         else:
             return None
@@ -113,7 +136,7 @@ def launch(kernel, waits: bool, grid, block, args: tuple, shared_mem: int = 0):
     import cupy
 
     stream = cupy.cuda.get_current_stream()
-    if waits and _capturing(stream) and enabled(cupy.cuda.Device().id):
+    if setting() and waits and _capturing(stream) and enabled(cupy.cuda.Device().id):
         values = _parameters(args)
         if values is not None:
             pointers = (ctypes.c_void_p * max(len(values), 1))(

@@ -57,7 +57,8 @@ HASHED_NAME = "kernel"
 
 @functools.cache
 def source_hash(template: str, args: tuple, options: tuple[str, ...] = (), helpers: tuple[str, ...] = ()) -> str:
-    """SHA-256 (16 hex digits) of what the compiler sees of one kernel: `template` rendered with
+    """SHA-256 (16 hex digits) of what the compiler sees of one kernel (but the wait for the grid
+    before it that every kernel begins with, runtime/dependent_launch.py): `template` rendered with
     `args` ((name, value) pairs; the kernel named HASHED_NAME), normalised (`normalised`), its
     NVRTC `options`, and the code of the `helpers`, templates of kernels launched with it. A tuned
     record is current while this is unchanged: code moved between files, comments and layout

@@ -59,7 +59,7 @@ def _driver():
 
 
 @functools.cache
-def _argument_type():
+def map_argument_type():
     """A CuPy CPointer (what a launch copies a parameter from) that keeps its bytes alive."""
     from cupy.cuda.function import CPointer
 
@@ -85,4 +85,4 @@ def _encoded(ptr: int, dtype: np.dtype, dims, ld: int, box, swizzle: int):
     if status:
         raise AutogemmError(f"cuTensorMapEncodeTiled failed (CUresult {status}) for a {dims[1]}x{dims[0]} {dtype} "
                           f"array, rows {ld} elements apart, box {box[1]}x{box[0]}, swizzle {swizzle}")
-    return _argument_type()(storage, at)
+    return map_argument_type()(storage, at)
