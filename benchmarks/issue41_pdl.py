@@ -1,4 +1,5 @@
-"""An experiment: programmatic dependent launch (PDL) between the step's kernels.
+"""An experiment, run at f4d7f4c before the built path (autogemm/runtime/dependent_launch.py):
+programmatic dependent launch (PDL) between the step's kernels.
 
 Each kernel autogemm compiles gets, first thing in its body, `griddepcontrol.wait` (its blocks wait
 there until the grid before it in the stream has finished and its writes are visible) and then
