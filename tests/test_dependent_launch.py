@@ -1,6 +1,8 @@
 """Programmatic dependent launch (autogemm/runtime/dependent_launch.py): the wait each rendered
 kernel begins with, found in any layout of a kernel's definition and nowhere else; on a GPU, a
 captured chain of kernels launched dependent computes exactly what the same calls compute eagerly."""
+import shutil
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -94,15 +96,59 @@ def test_arguments_are_passed_as_cupy_passes_them(monkeypatch):
     assert dependent_launch._parameters((Array(1), "text")) is None
 
 
+def test_the_compiler_compiles_the_waiting_source_and_says_so(monkeypatch):
+    """compile.load builds each kernel with the wait first in its body where it finds it (waits:
+    True), else the source as rendered (waits: False); each once."""
+    from autogemm.runtime import compile as compiler
+    from autogemm.runtime.family import Instance
+    from kernels.contract import Geometry
+
+    built = []
+
+    class Module:                                   # stands in for cupy.RawModule
+        def __init__(self, code, options):
+            built.append(code)
+
+        def get_function(self, name):
+            return types.SimpleNamespace(compile=lambda: None, name=name)
+
+    fake = types.SimpleNamespace(RawModule=Module, cuda=types.SimpleNamespace(
+        Device=lambda: types.SimpleNamespace(id=0), compiler=types.SimpleNamespace(CompileException=RuntimeError)))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(compiler, "_cache", {})
+    geometry = Geometry(grid=(1, 1, 1), block=(32, 1, 1))
+    found = Instance("f", "k1", 'extern "C" __global__ void k1(float* y) { y[0] = 1; }\n', geometry, None)
+    hidden = Instance("f", "k2", '#define K2 extern "C" __global__ void k2(float* y) { y[0] = 1; }\nK2\n', geometry, None)
+    assert compiler.waits(found) and compiler.load(found).name == "k1"
+    assert not compiler.waits(hidden) and compiler.load(hidden).name == "k2"
+    assert built == [with_wait(found.source, "k1"), hidden.source]
+
+
 @pytest.mark.parametrize("path", sorted((Path(__file__).parents[1] / "tuned").glob("*.json")), ids=lambda p: p.name)
-def test_every_shipped_records_kernel_waits_and_is_otherwise_as_rendered(path):
-    """Each record's kernel begins with the wait (so it may be launched dependent), and the wait is
-    the only difference from its template's rendering, which the record's code hash covers."""
+def test_every_shipped_records_kernel_is_compiled_waiting(path):
+    """Each record's kernel is found and compiled with the wait first (so it may be launched
+    dependent), the only difference from its template's rendering, which the record's hash covers."""
     for record in load(path).records.values():
-        fam = family(record.key.family)
-        inst = fam.instance(record.config, problem_of(record.key))
-        assert inst.waits, record.key
-        assert inst.source.count(WAIT) == 1 and inst.source.replace(WAIT, "").count("griddepcontrol") == 0
+        inst = family(record.key.family).instance(record.config, problem_of(record.key))
+        waiting = with_wait(inst.source, inst.name)
+        assert waiting is not None and waiting.replace(WAIT, "", 1) == inst.source, record.key
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.parametrize("family_name, key", [("gemm_wgmma", ("800x1000x784", "nt+bias_sigmoid")),
+                                              ("conv2d_dgrad_direct", ("1000x6x13x13x10x3", "pool"))])
+def test_a_waiting_kernel_compiles_for_hopper_with_the_wait_in_it(family_name, key, tmp_path):
+    from autogemm.runtime.device import H100
+    from autogemm.store.keys import Key
+
+    fam = family(family_name)
+    problem = problem_of(Key(family_name, key[0], key[1], "float32"))
+    inst = fam.instance(fam.default(problem, H100), problem)
+    (tmp_path / "k.cu").write_text(with_wait(inst.source, inst.name))
+    for kind in ("-cubin", "-ptx"):
+        subprocess.run(["nvcc", "-arch=sm_90a", kind, "-o", str(tmp_path / f"k{kind}"), str(tmp_path / "k.cu")],
+                       check=True, capture_output=True)
+    assert (tmp_path / "k-ptx").read_text().count("griddepcontrol.wait;") == 1
 
 
 @pytest.mark.gpu

@@ -12,7 +12,6 @@ import pytest
 import autogemm.runtime.render
 from autogemm.errors import InvalidConfig
 from autogemm.ops.kernels import kernel
-from autogemm.runtime.dependent_launch import WAIT
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import families, family
 from kernels import FAMILIES
@@ -398,8 +397,7 @@ PINNED = {"fma": (BASE, dict(BASE, copy="async", stages=3, vec=2, split_k=2, pad
           "3xtf32": (TF32X3, dict(TF32X3, bm=128, bk=32, ty=16, tx=8, split_k=2))}
 # SHA-256 (16 digits) of the rendered code of each math path's PINNED configs on every op, even and
 # uneven shapes, every epilogue, with and without C: an edit of one path's template must leave the
-# other path's kernels as they are. Update a digest only for a change of its path's kernels. The
-# grid-dependency wait every kernel begins with (runtime/dependent_launch.py) is not the template's.
+# other path's kernels as they are. Update a digest only for a change of its path's kernels.
 RENDERED = {"fma": "a1cba096728b9855", "3xtf32": "52cf055671557840"}
 
 
@@ -411,8 +409,7 @@ def test_each_math_paths_rendered_code_is_pinned(math):
     for i, (values, dtype, (ta, tb), shape) in enumerate(itertools.product(
             PINNED[math], dtypes, itertools.product((False, True), repeat=2), ((1024, 1024, 1024), (800, 1000, 784)))):
         problem = gemm.Problem.contiguous(*shape, dtype, ta, tb, epilogue=next(epilogues), use_c=i % 2 == 1)
-        source = GEMM.instance(GEMM.config(values), problem).source.replace(WAIT, "")
-        digest.update(autogemm.runtime.render.code_of(source).encode())
+        digest.update(autogemm.runtime.render.code_of(GEMM.instance(GEMM.config(values), problem).source).encode())
     assert digest.hexdigest()[:16] == RENDERED[math]
 
 

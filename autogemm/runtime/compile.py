@@ -1,7 +1,10 @@
-"""Compiling rendered kernels with cupy.RawModule (NVRTC), cached in-process by source and options."""
+"""Compiling rendered kernels with cupy.RawModule (NVRTC), cached in-process by source and options;
+each kernel compiled with the wait for the grid before it first in its body (dependent_launch.WAIT)
+where its definition is found."""
 import re
 
 from autogemm.errors import CompileError
+from autogemm.runtime.dependent_launch import with_wait
 from autogemm.runtime.family import Instance
 
 OPTIONS = ("--std=c++17",)
@@ -9,31 +12,42 @@ OPTIONS = ("--std=c++17",)
 # two kernels drains first, which cost a third of an epoch's time when kernels asked for different
 # carveouts (benchmarks/README.md).
 CARVEOUT_PERCENT = 100
-_cache: dict[tuple, object] = {}
+_cache: dict[tuple, tuple[object, bool]] = {}     # (source hash, options, device) -> (kernel, waits)
 
 
 def load(instance: Instance, options: tuple[str, ...] = OPTIONS):
     """The cupy.RawKernel of `instance` on the current device, compiling it on first use (with
     `options` and the instance's own)."""
+    return _compiled(instance, options)[0]
+
+
+def waits(instance: Instance, options: tuple[str, ...] = OPTIONS) -> bool:
+    """Whether `instance`'s compiled kernel begins with the wait for the grid before it (compiled
+    on first use)."""
+    return _compiled(instance, options)[1]
+
+
+def _compiled(instance: Instance, options: tuple[str, ...]) -> tuple[object, bool]:
     import cupy
 
     options = options + instance.options
     key = (instance.source_hash, options, cupy.cuda.Device().id)
-    kernel = _cache.get(key)
-    if kernel is None:
+    compiled = _cache.get(key)
+    if compiled is None:
+        waiting = with_wait(instance.source, instance.name)
         try:
-            module = cupy.RawModule(code=instance.source, options=options)
+            module = cupy.RawModule(code=waiting or instance.source, options=options)
             kernel = module.get_function(instance.name)
             kernel.compile()  # force NVRTC now, so errors surface here, not at the first launch
         except cupy.cuda.compiler.CompileException as exc:
-            raise CompileError(f"{instance.name}: NVRTC failed: {describe(exc, instance.source)}") from None
+            raise CompileError(f"{instance.name}: NVRTC failed: {describe(exc, waiting or instance.source)}") from None
         if instance.geometry.smem_bytes > 0:
             # Opt in to the size: beyond 48 KiB with the kernel's static shared memory (the split-K
             # flag), a launch without it fails.
             kernel.max_dynamic_shared_size_bytes = instance.geometry.smem_bytes
         kernel.preferred_shared_memory_carveout = CARVEOUT_PERCENT
-        _cache[key] = kernel
-    return kernel
+        compiled = _cache[key] = (kernel, waiting is not None)
+    return compiled
 
 
 def describe(exc: Exception, source: str) -> str:

@@ -1,8 +1,9 @@
 """Programmatic dependent launch: a kernel's blocks resident while the grid before it finishes.
 
-Every kernel a family renders begins by waiting for the grid before it in its stream to finish and
+Every kernel autogemm compiles begins by waiting for the grid before it in its stream to finish and
 its writes to be visible (`griddepcontrol.wait`, which returns at once where there is nothing to
-wait for; `with_wait` puts it first in the body where it finds the one definition of the kernel).
+wait for; compile.py puts it first in the body with `with_wait`, where it finds the one definition
+of the kernel: a record's code hash, of the template's rendering, does not cover it).
 Launched into a CUDA graph being captured, on a GPU of compute capability 9.0 or more, such a kernel
 goes in by cuLaunchKernelEx with the programmatic-stream-serialization attribute (through ctypes:
 CuPy's launches take no attributes): the graph then launches it as the blocks of the grid before it
@@ -44,7 +45,7 @@ def with_wait(source: str, name: str) -> str | None:
     masked = LITERAL_OR_COMMENT.sub(lambda m: " " * len(m[0]), source)
     masked = _DIRECTIVE.sub(lambda m: re.sub(r"[^\n]", " ", m[0]), masked)
     bodies = []
-    for match in re.finditer(rf"\b{re.escape(name)}\s*\(", masked):
+    for match in _mentions(masked, name):
         declaration = masked[max(masked.rfind(c, 0, match.start()) for c in ";{}") + 1:match.start()]
         at, depth = match.end(), 1
         while at < len(masked) and depth:
@@ -56,6 +57,18 @@ def with_wait(source: str, name: str) -> str | None:
     if len(bodies) != 1:
         return None
     return source[:bodies[0]] + WAIT + source[bodies[0]:]
+
+
+def _mentions(text: str, name: str):
+    """The matches of `name(` in `text` as a whole word (found by str.find: a regular expression
+    beginning with \\b scans each position)."""
+    call = re.compile(rf"{re.escape(name)}\s*\(")
+    at = text.find(name)
+    while at >= 0:
+        match = call.match(text, at)
+        if match and not (at and (text[at - 1].isalnum() or text[at - 1] == "_")):
+            yield match
+        at = text.find(name, at + 1)
 
 
 class _Attribute(ctypes.Structure):        # CUlaunchAttribute: an id, then a 64-byte value, 8-aligned
@@ -131,7 +144,7 @@ def _dims(x) -> ctypes.Array:
 
 
 def launch(kernel, waits: bool, grid, block, args: tuple, shared_mem: int = 0):
-    """Launch `kernel` (a cupy.RawKernel; `waits`: its source begins with WAIT) on the current
+    """Launch `kernel` (a cupy.RawKernel; `waits`: its body begins with WAIT) on the current
     stream: by programmatic dependent launch where this module's docstring says, else CuPy's call."""
     import cupy
 

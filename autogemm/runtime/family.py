@@ -17,7 +17,6 @@ import jinja2
 from autogemm.errors import InvalidConfig, brief
 from autogemm.runtime import plugins
 from autogemm.runtime.device import DeviceInfo
-from autogemm.runtime.dependent_launch import with_wait
 from autogemm.runtime.render import code_hash, render, source_hash
 from kernels import REGISTRY
 from kernels.contract import Geometry, KernelFamily
@@ -70,7 +69,6 @@ class Instance:
     geometry: Geometry
     config: Config
     options: tuple[str, ...] = ()   # NVRTC options of the family's own (kernels.contract.KernelFamily)
-    waits: bool = False             # the source begins with dependent_launch.WAIT: launched by PDL in graphs
 
     @functools.cached_property
     def source_hash(self) -> str:
@@ -254,9 +252,8 @@ class Family:
             where = f" (line {exc.lineno})" if getattr(exc, "lineno", None) else ""
             raise InvalidConfig(f"{self.module.TEMPLATE}{where} does not render for {name}: "
                                 f"{type(exc).__name__}: {brief(str(exc), 200)}") from None
-        waiting = with_wait(source, name)
-        return Instance(self.name, name, waiting or source, self.module.geometry(cfg, problem), cfg,
-                        getattr(self.module, "COMPILE_OPTIONS", ()), waits=waiting is not None)
+        return Instance(self.name, name, source, self.module.geometry(cfg, problem), cfg,
+                        getattr(self.module, "COMPILE_OPTIONS", ()))
 
     def flops(self, problem) -> int:
         return self.module.flops(problem)
