@@ -119,8 +119,8 @@ def test_the_compiler_compiles_the_waiting_source_and_says_so(monkeypatch):
     geometry = Geometry(grid=(1, 1, 1), block=(32, 1, 1))
     found = Instance("f", "k1", 'extern "C" __global__ void k1(float* y) { y[0] = 1; }\n', geometry, None)
     hidden = Instance("f", "k2", '#define K2 extern "C" __global__ void k2(float* y) { y[0] = 1; }\nK2\n', geometry, None)
-    assert compiler.waits(found) and compiler.load(found).name == "k1"
-    assert not compiler.waits(hidden) and compiler.load(hidden).name == "k2"
+    assert compiler.compiled(found)[1] and compiler.load(found).name == "k1"
+    assert not compiler.compiled(hidden)[1] and compiler.load(hidden).name == "k2"
     assert built == [with_wait(found.source, "k1"), hidden.source]
 
 

@@ -185,8 +185,8 @@ class GemmCall:
             self.widen()
         for instance, args in (*self.staging, (self.instance, self.args)):
             g = instance.geometry
-            dependent_launch.launch(compiler.load(instance), compiler.waits(instance), g.launch_grid(self.sm_count),
-                                    g.block, args, g.smem_bytes)
+            dependent_launch.launch(*compiler.compiled(instance), g.launch_grid(self.sm_count), g.block, args,
+                                    g.smem_bytes)
 
 
 def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,

@@ -113,5 +113,5 @@ def launch(call: str, problem, config: Mapping | str | None, args: Callable[[Geo
     device = this_device()
     inst = kernel(implementation(call, problem, config, device), problem, config, device)
     g = inst.geometry
-    dependent_launch.launch(compiler.load(inst), compiler.waits(inst), g.grid, g.block, args(g), g.smem_bytes)
+    dependent_launch.launch(*compiler.compiled(inst), g.grid, g.block, args(g), g.smem_bytes)
     return inst

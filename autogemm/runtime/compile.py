@@ -18,16 +18,12 @@ _cache: dict[tuple, tuple[object, bool]] = {}     # (source hash, options, devic
 def load(instance: Instance, options: tuple[str, ...] = OPTIONS):
     """The cupy.RawKernel of `instance` on the current device, compiling it on first use (with
     `options` and the instance's own)."""
-    return _compiled(instance, options)[0]
+    return compiled(instance, options)[0]
 
 
-def waits(instance: Instance, options: tuple[str, ...] = OPTIONS) -> bool:
-    """Whether `instance`'s compiled kernel begins with the wait for the grid before it (compiled
-    on first use)."""
-    return _compiled(instance, options)[1]
-
-
-def _compiled(instance: Instance, options: tuple[str, ...]) -> tuple[object, bool]:
+def compiled(instance: Instance, options: tuple[str, ...] = OPTIONS) -> tuple[object, bool]:
+    """`load`'s kernel, and whether it begins with the wait for the grid before it (what
+    dependent_launch.launch takes)."""
     import cupy
 
     options = options + instance.options

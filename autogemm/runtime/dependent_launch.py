@@ -148,8 +148,8 @@ def launch(kernel, waits: bool, grid, block, args: tuple, shared_mem: int = 0):
     stream: by programmatic dependent launch where this module's docstring says, else CuPy's call."""
     import cupy
 
-    stream = cupy.cuda.get_current_stream()
-    if setting() and waits and _capturing(stream) and enabled(cupy.cuda.Device().id):
+    stream = cupy.cuda.get_current_stream() if setting() and waits else None
+    if stream is not None and _capturing(stream) and enabled(cupy.cuda.Device().id):
         values = _parameters(args)
         if values is not None:
             pointers = (ctypes.c_void_p * max(len(values), 1))(
