@@ -19,7 +19,8 @@ _WHERE = {
     **dict.fromkeys(["gemm", "plan_gemm", "GemmCall", "row_major_operand", "empty_column_major", "to_bf16",
                      "transpose"], "autogemm.ops.gemm"),
     **dict.fromkeys(["elementwise", "bias_activation", "activation_grad", "sgd_update", "adam_update",
-                     "softmax_xent", "linear_xent", "linear_logits", "linear_backward", "column_sums"], "autogemm.ops.elementwise"),
+                     "softmax_xent", "linear_xent", "linear_logits", "linear_backward", "column_sums", "dense_stack"],
+                    "autogemm.ops.elementwise"),
     # any family's kernel on named arrays (a plugin family's: autogemm/runtime/plugins.py), and a
     # family package registered from its folder
     **dict.fromkeys(["launch", "load_family"], "autogemm.ops.families"),
@@ -51,11 +52,14 @@ _WHERE = {
     "GEMM_EPILOGUES": "kernels.gemm.call", "GEMM_PRECISIONS": "kernels.gemm.call",
     "LINEAR_XENT_MAX_CLASSES": "kernels.linear_xent", "LINEAR_BACKWARD_MAX_CLASSES": "kernels.linear_backward",
     "LINEAR_BACKWARD_TRANSPOSED": "kernels.linear_backward",
+    # a dense stack's limits: its classes, and the weights every block of its kernel reads
+    "DENSE_STACK_MAX_CLASSES": "kernels.dense_stack", "DENSE_STACK_MAX_WEIGHTS": "kernels.dense_stack",
 }
 # A public name that is another name in its module.
 _RENAMED = {"key_dtypes": "dtypes", "CONV_POOL_OP": "POOL", "gemm_key_op": "key_op", "GEMM_EPILOGUES": "EPILOGUES",
             "GEMM_PRECISIONS": "PRECISIONS", "LINEAR_XENT_MAX_CLASSES": "MAX_CLASSES",
-            "LINEAR_BACKWARD_MAX_CLASSES": "MAX_CLASSES", "LINEAR_BACKWARD_TRANSPOSED": "TRANSPOSED"}
+            "LINEAR_BACKWARD_MAX_CLASSES": "MAX_CLASSES", "LINEAR_BACKWARD_TRANSPOSED": "TRANSPOSED",
+            "DENSE_STACK_MAX_CLASSES": "MAX_CLASSES", "DENSE_STACK_MAX_WEIGHTS": "STACK_MAX_WEIGHTS"}
 
 __all__ = list(_WHERE)
 

@@ -5,13 +5,13 @@ measure (`measure.py`, the tuning layer's: operands, reference and launch for ti
 (common.cuh, bf16.cuh, split_k.cuh) and bf16.py. A new family is its folder and a line in FAMILIES.
 """
 from kernels import (adam, colsum, conv2d, conv2d_dgrad, conv2d_dgrad_direct, conv2d_direct, conv2d_wgrad,
-                     conv2d_wgrad_direct, elementwise, gemm, gemm_naive, gemm_wgmma, linear_backward, linear_xent,
-                     pool2x2, softmax_xent, to_bf16, transpose)
+                     conv2d_wgrad_direct, dense_stack, elementwise, gemm, gemm_naive, gemm_wgmma, linear_backward,
+                     linear_xent, pool2x2, softmax_xent, to_bf16, transpose)
 from kernels.contract import KernelFamily
 
 # Every family, in order: where several compute one call, the first listed runs it untuned.
 FAMILIES: tuple[KernelFamily, ...] = (
-    gemm, gemm_wgmma, gemm_naive, elementwise, softmax_xent, colsum, linear_xent, linear_backward,
+    gemm, gemm_wgmma, gemm_naive, elementwise, softmax_xent, colsum, linear_xent, linear_backward, dense_stack,
     conv2d_direct, conv2d, conv2d_dgrad_direct, conv2d_dgrad, conv2d_wgrad_direct, conv2d_wgrad,
     pool2x2, adam, to_bf16, transpose)
 

@@ -87,6 +87,17 @@ def keeps(constraints: tuple, values: dict, problem, device) -> bool:
     return all(holds(c, problem, device) for _, holds in constraints)
 
 
+def key_arity(key_sizes: tuple[str, ...]) -> tuple[int, bool]:
+    """(the fewest sizes a key of a family with these KEY_SIZES has, whether it may have more)."""
+    return len(key_sizes), key_sizes[-1].endswith("...")
+
+
+def arity_fits(key_sizes: tuple[str, ...], count: int) -> bool:
+    """Whether a key of a family with these KEY_SIZES may have `count` sizes."""
+    fewest, more = key_arity(key_sizes)
+    return count == fewest or (more and count > fewest)
+
+
 def check_problem(problem, sizes: tuple[str, ...], what: str):
     """ValueError unless `problem`'s dtype is one of DTYPES and each of its `sizes` an int in
     1..MAX_SIZE."""
@@ -146,7 +157,8 @@ class KernelFamily(Protocol):
     PARAMS: dict                # {name: (allowed values, ...)}: every value a template may receive
     CONSTRAINTS: tuple          # ((message, predicate(cfg, problem, device) -> bool), ...): what can run
     Problem: type               # the frozen description of one call (shape, dtype, layout, epilogue)
-    KEY_SIZES: tuple            # what the sizes of a tuned key stand for, e.g. ("m", "n", "k")
+    KEY_SIZES: tuple            # what the sizes of a tuned key stand for, e.g. ("m", "n", "k"); a last
+                                # name ending in "..." stands for one or more ("rows", "widths...")
     KEY_OPS: tuple              # the ops a tuned key may carry (NO_OP alone where the family has none)
 
     def default_candidates(self, problem, device) -> Iterable[dict]:

@@ -82,13 +82,13 @@ class CNN:
         wheres = [bk.xp.empty(s, np.int8) if layer.kind == "pool" else None for s, layer in zip(shapes, self.layers)]
         return acts, wheres
 
-    def hidden(self, x, acts, wheres):
-        """Fill A_l of every layer but the last from x (n, C, H, W); returns the last layer's input
-        (x itself when the last layer is the only one)."""
+    def hidden(self, x, acts, wheres, upto: int | None = None):
+        """Fill A_l of every layer below `upto` (default: all but the last) from x (n, C, H, W);
+        returns layer upto's input (x itself for the first)."""
         bk = self.backend
         n = x.shape[0]
         a = x
-        for l, layer in enumerate(self.layers[:-1]):
+        for l, layer in enumerate(self.layers[:len(self.layers) - 1 if upto is None else upto]):
             out = acts[l][:n]
             if self.pool_fused_forward(l):
                 pass                     # the convolution below wrote it
@@ -110,6 +110,22 @@ class CNN:
         n = x.shape[0]
         a = as_rows(self.hidden(x, acts, wheres))
         return self.backend.gemm(a, self.W[-1], acts[-1][:n], trans_b=True, epilogue="bias", bias=self.b[-1])
+
+    def dense_stack_start(self) -> int | None:
+        """The first of the dense layers that end the network, where they are at least two (a hidden
+        one and the output layer) and their input's gradient needs no activation derivative (the
+        images, or a pool's output): what Backend.dense_stack can run. None otherwise."""
+        last = len(self.layers) - 1
+        first = last
+        while first > 0 and self.layers[first - 1].kind == "dense":
+            first -= 1
+        if first == last or self.layers[last].kind != "dense" or (first > 0 and self.activated(first - 1)):
+            return None
+        return first
+
+    def stack_widths(self, first: int) -> tuple[int, ...]:
+        """The widths of the dense stack from layer `first`: its inputs, then each layer's."""
+        return (math.prod(self.layers[first].shape_in), *(layer.width for layer in self.layers[first:]))
 
     def images(self, x):
         """Rows x (n, features) viewed as images (n, C, H, W)."""
@@ -207,6 +223,10 @@ class CNNStep:
         # the output layer's operation also gives G_{last-1} when act' applies to it
         last = len(model.layers) - 1
         self._output_carries_down = last > 0 and model.activated(last - 1)
+        # the dense layers at the top as one operation (forward, loss, gradients carried down), where
+        # the backend fuses them; their weight gradients go on side branches of their own
+        first = model.dense_stack_start()
+        self.stack = first if first is not None and bk.fuses_dense_stack(max_rows, model.stack_widths(first)) else None
         self._x = None
 
     def reset_loss(self):
@@ -223,21 +243,37 @@ class CNNStep:
         m = self.model
         n, last = x.shape[0], len(m.layers) - 1
         self._x = m.images(x)
+        if self.stack is not None:
+            first = self.stack
+            a = as_rows(m.hidden(self._x, self.acts, self.where, upto=first))
+            m.backend.dense_stack(a, m.W[first:], m.b[first:], labels, [y[:n] for y in self.acts[first:]],
+                                  [g[:n] for g in self.deltas[first:]], 1.0 / self.batch, self.loss_sum,
+                                  m.activation, as_rows(self.deltas[first - 1][:n]) if first > 0 else None)
+            return
         a = as_rows(m.hidden(self._x, self.acts, self.where))
         below = as_rows(self.deltas[last - 1][:n]) if self._output_carries_down else None
         m.backend.linear_xent(a, m.W[last], m.b[last], labels, self.acts[last][:n], self.deltas[last][:n],
                               1.0 / self.batch, self.loss_sum, below, m.activation if below is not None else None)
 
-    def backward(self, layer_done=lambda l: None, join=True):
+    def backward(self, layer_done=lambda l: None, join=True, lanes=True):
         """dW_l, db_l of every conv and dense layer, then layer_done(l), and each G_{l-1} = the
         gradient carried down, times act'(A_{l-1}) where layer l-1 is activated.
 
         The gradient carried down is the critical path; each layer's weight gradient goes on a side
         branch beside it (it only reads G_l and A_{l-1}), joined at the end (or by the caller,
-        without `join`), with whatever layer_done put on the side branch."""
+        without `join`), with whatever layer_done put on the side branch. The dense stack's
+        gradients carried down are the forward pass's; its layers' weight gradients go on a lane
+        each (with `lanes`; else on the side branch's one, in order, as layer_done may need)."""
         m, bk = self.model, self.model.backend
         n, last = self._x.shape[0], len(m.layers) - 1
         for l in reversed(range(len(m.layers))):
+            if self.stack is not None and l >= self.stack:
+                g, a = self.deltas[l][:n], as_rows(self._input(l, n))
+                with bk.side_branch(1 + last - l if lanes else 0):
+                    bk.gemm(g, a, self.dW[l], trans_a=True)
+                    bk.column_sums(g, self.db[l])
+                layer_done(l)
+                continue
             if m.pool_fused_backward(l):
                 continue                 # the convolution above did its backward pass
             layer, g, a = m.layers[l], self.deltas[l][:n], self._input(l, n)
@@ -318,7 +354,7 @@ class CNNStep:
                 if l in self.bucket_ready:
                     with bk.side_branch():  # the side stream: after layer l's dW_l, db_l where they ran there
                         allreduce(self.buckets[self.bucket_ready[l]])
-            self.backward(layer_done=reduce_aside, join=False)
+            self.backward(layer_done=reduce_aside, join=False, lanes=False)
             lap("backward")
             bk.join_branch()                # the weight gradients and every bucket's all-reduce
             lap("comm")

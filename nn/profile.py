@@ -38,8 +38,9 @@ from nn.networks import ConvNetwork, Network, cnn_networks, cnn_of, networks
 from nn.outputs import claim_json, write_json
 from nn.train import positive_int
 
-OPERATIONS = ("gemm", "linear_xent", "linear_backward", "softmax_xent", "column_sums", "sgd_update", "conv2d",
-              "conv2d_backward_data", "conv2d_backward_weights", "maxpool2x2", "maxpool2x2_backward", "adam_update")
+OPERATIONS = ("gemm", "linear_xent", "linear_backward", "dense_stack", "softmax_xent", "column_sums", "sgd_update",
+              "conv2d", "conv2d_backward_data", "conv2d_backward_weights", "maxpool2x2", "maxpool2x2_backward",
+              "adam_update")
 
 
 @dataclass
@@ -66,6 +67,10 @@ def describe(name: str, args, kwargs, column_major=()) -> str:
         a, w = args[:2]
         activation = kwargs.get("activation", args[9] if len(args) > 9 else None)
         return f"linear_xent {a.shape[0]}x{w.shape[0]}x{a.shape[1]}" + (f" {activation}" if activation else "")
+    if name == "dense_stack":
+        x, weights = args[:2]
+        widths = "x".join(map(str, (x.shape[1], *(w.shape[0] for w in weights))))
+        return f"dense_stack {x.shape[0]}x{widths} {args[8]}" + (" +dx" if len(args) > 9 and args[9] is not None else "")
     if name == "linear_backward":
         g, w, a, grad_in, activation, dw = args[:6]
         transposed = autogemm.row_major_operand(grad_in, False)[1]      # stored as G^T

@@ -10,6 +10,7 @@ import numpy as np
 import autogemm
 from autogemm import CONV_POOL_OP, NO_OP
 from nn.backends.base import Backend
+from nn.backends.gpu import stack_fused
 from nn.backends.storage import Storage
 from nn.cnn import CNN, CNNStep, init_cnn_params
 from nn.errors import NNError
@@ -50,7 +51,7 @@ class LaunchRecorder(Backend):
             self.on_side += [self._side] * len(families)
 
     @contextlib.contextmanager
-    def side_branch(self):
+    def side_branch(self, lane: int = 0):
         before, self._side = self._side, True
         try:
             yield
@@ -120,6 +121,14 @@ class LaunchRecorder(Backend):
         _, transposed = autogemm.row_major_operand(grad_in, False)      # column-major: stored as G^T
         self._record("linear_backward", (a.shape[0], w.shape[0], a.shape[1]),
                      activation + (autogemm.LINEAR_BACKWARD_TRANSPOSED if transposed else ""), role)
+
+    def fuses_dense_stack(self, rows, widths):
+        return stack_fused(widths)
+
+    def dense_stack(self, x, weights, biases, labels, outs, grads, scale, loss_acc, activation, grad_in=None):
+        widths = (x.shape[1], *(w.shape[0] for w in weights))
+        role = f"{', '.join(self.name_of(o) for o in outs)} and their gradients"
+        self._record("dense_stack", (x.shape[0], *widths), activation + ("+dx" if grad_in is not None else ""), role)
 
     def column_sums(self, g, out, scale=1.0, accumulate=False):
         self._row_major(g, "column sums' input")

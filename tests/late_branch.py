@@ -6,12 +6,14 @@ from nn.backends.numpy_backend import NumpyBackend
 
 
 class LateBranchBackend(NumpyBackend):
+    """Side branches of every lane run together at the join, in the order enqueued."""
+
     def __init__(self, dtype):
         super().__init__(dtype)
         self.inside, self.deferred = False, []
 
     @contextlib.contextmanager
-    def side_branch(self):
+    def side_branch(self, lane=0):
         self.inside = True
         yield
         self.inside = False

@@ -106,6 +106,50 @@ def test_steps_do_not_depend_on_when_their_side_branches_run(optimizer):
     assert np.array_equal(*results)
 
 
+class Stacking:
+    """A backend that takes a CNN's top dense layers as one operation (as the cupy backend does with
+    autogemm's dense_stack kernel; here Backend's own operations), noting each call's widths."""
+
+    def fuses_dense_stack(self, rows, widths):
+        self.stacks = getattr(self, "stacks", []) + [widths]
+        return True
+
+
+class StackingNumpy(Stacking, get_backend("numpy", "float64").__class__):
+    pass
+
+
+class StackingLateBranch(Stacking, LateBranchBackend):
+    pass
+
+
+@pytest.mark.parametrize("spec, stack", [
+    ("conv3x3,pool2,dense6,dense5", (27, 6, 5, 4)),             # a pool's output into the stack
+    ("conv3x2,pool2,pool2,dense4,dense3", (3, 4, 3, 4)),
+    ("dense7,dense5", (64, 7, 5, 4)),                           # the images into the stack: no input gradient
+    ("conv2x3,conv3x3,dense5,dense4", None),                    # a convolution's activated output: act' below
+    ("conv3x3,pool2,dense6", (27, 6, 4)),                       # one hidden layer
+    ("conv3x3,pool2", None),                                    # the output layer alone: its own kernel
+])
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_the_dense_stack_as_one_operation_gives_the_layers_own_steps_bit_for_bit(spec, stack, optimizer):
+    """The step with its top dense layers as one operation (forward, loss, gradients carried down;
+    their weight gradients each on a lane of its own, run early or late) equals the step on the
+    layers' own operations; only stacks of two or more dense layers above the images or a pool go."""
+    results = []
+    for backend in (get_backend("numpy", "float64"), StackingNumpy("float64"), StackingLateBranch("float64")):
+        model, x, labels = network(spec, "relu", rows=6, backend=backend)
+        step = CNNStep(model, max_rows=len(x), batch=len(x), optimizer=optimizer, lr=0.05)
+        assert (step.stack is not None) == (stack is not None and isinstance(backend, Stacking))
+        if isinstance(backend, Stacking) and stack is not None:
+            assert backend.stacks == [stack]
+        for _ in range(3):
+            step.train_batch(x, labels)
+        results.append((model.flat.copy(), loss(step, x, labels)))
+    for flat, value in results[1:]:
+        assert np.array_equal(flat, results[0][0]) and value == results[0][1]
+
+
 # ---------------------------------------------------------------- bucketed all-reduces
 
 def offset(view, flat) -> int:

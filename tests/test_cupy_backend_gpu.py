@@ -169,8 +169,10 @@ def test_a_side_branch_hands_the_stream_back():
     import cupy
 
     bk = get_backend("cupy", "float32")
-    with bk.side_branch():
-        assert cupy.cuda.get_current_stream().ptr == bk.side.ptr
+    for lane in (0, 2):
+        with bk.side_branch(lane):
+            assert cupy.cuda.get_current_stream().ptr == bk._lanes[lane][0].ptr != bk.stream.ptr
+        assert cupy.cuda.get_current_stream().ptr == bk.stream.ptr
     bk.join_branch()
     assert cupy.cuda.get_current_stream().ptr == bk.stream.ptr
 

@@ -18,7 +18,7 @@ from kernels import FAMILIES
 
 BUILT_IN = [module.NAME for module in FAMILIES]     # a plugin family's tests are its own
 from autogemm.tuning.targets import parse_shapes
-from kernels import (adam, call_of, colsum, elementwise, gemm, linear_backward, linear_xent, pool2x2,
+from kernels import (adam, call_of, colsum, dense_stack, elementwise, gemm, linear_backward, linear_xent, pool2x2,
                      softmax_xent, to_bf16)
 from kernels.contract import ceil_div
 
@@ -64,6 +64,10 @@ def problems_of(name: str, dtype: str) -> list:
                 ((1000, 6, 26, 26, "forward", None), (3, 1, 2, 3, "backward", "relu"), (7, 10, 11, 11, "backward", None))]
     if name == "adam":
         return [adam.Problem(n, dtype) for n in (54528, 1, 4099)]
+    if name == "dense_stack":
+        return [dense_stack.Problem(rows, widths, dtype, act, dx) for rows, widths, act, dx in
+                ((128, (250, 128, 100, 80, 10), "relu", True), (1, (1, 1, 1), "sigmoid", False),
+                 (33, (57, 31, 17, 32), "relu", False))]
     if name == "to_bf16":      # float32 alone
         return [to_bf16.Problem(n, aligned=aligned) for n, aligned in ((627200, 8), (1, 1), (4099, 2))]
     return [family(name).Problem(rows, cols, dtype) for rows, cols in ((800, 10), (1, 1), (33, 1000))]
@@ -433,11 +437,14 @@ def test_every_registered_family_keeps_the_contract():
 
 
 def key_sizes(name: str, small: tuple) -> tuple:
-    """Sizes of a valid tuned key of family `name`: `small` cut to the key's length, or a convolution's."""
+    """Sizes of a valid tuned key of family `name`: `small` cut to the key's length, or a convolution's,
+    or a dense stack's through layers of `small`'s widths."""
     from kernels import REGISTRY
 
     if name.startswith("conv2d"):
         return 2, 3, 9, 8, 4, 3
+    if name == "dense_stack":
+        return small[0], 5, *small[1:], 4
     return (2, 3, 9, 8) if name == "pool2x2" else small[:len(REGISTRY[name].KEY_SIZES)]
 
 
@@ -455,6 +462,10 @@ def reference_operands(name: str, p, rng) -> dict:
     if name == "linear_xent":
         return {"a": rng.uniform(0, 1, (p.rows, p.inputs)), "w": normal((p.classes, p.inputs)),
                 "bias": normal(p.classes), "labels": rng.integers(0, p.classes, p.rows), "scale": 1 / p.rows}
+    if name == "dense_stack":
+        weights, biases = dense_stack.parameters(p, rng)
+        return {"x": normal((p.rows, p.widths[0])), "weights": weights, "biases": biases,
+                "labels": rng.integers(0, p.widths[-1], p.rows), "scale": 1 / p.rows}
     if name == "linear_backward":
         return {"g": normal((p.rows, p.classes)), "w": normal((p.classes, p.inputs)),
                 "a": rng.uniform(0, 1, (p.rows, p.inputs)), "dw": normal((p.classes, p.inputs)), "db": normal(p.inputs),

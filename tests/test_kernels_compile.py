@@ -19,7 +19,7 @@ import pytest
 
 from autogemm.runtime.device import H100
 from autogemm.runtime.family import family
-from kernels import REGISTRY, adam, elementwise, gemm, linear_backward, linear_xent, pool2x2, to_bf16
+from kernels import REGISTRY, adam, dense_stack, elementwise, gemm, linear_backward, linear_xent, pool2x2, to_bf16
 from kernels.contract import RowsProblem
 from kernels.gemm.call import LAYOUTS
 
@@ -83,7 +83,8 @@ def small_families() -> list:
     """gemm_naive, elementwise (every op), softmax_xent, colsum, linear_xent (with and without the
     input gradient and its bfloat16 copy, K with and without a ragged last slice, the float64 defaults
     of 10 x 4096, whose W does not fit shared memory), linear_backward
-    (both activations, 10 and 32 classes, the bfloat16 copy beside float32 and alone, transposed), the
+    (both activations, 10 and 32 classes, the bfloat16 copy beside float32 and alone, transposed), dense
+    stacks (LeNet's and LeNet-5's, a tiny one; with and without the input gradient), the
     convolutions (a one-channel layer, LeNet-5's second, odd sizes; the direct ones with a fused pool
     too), pooling both ways and Adam, both dtypes, sampled
     configs; the bfloat16 rounding's every vector width."""
@@ -100,6 +101,12 @@ def small_families() -> list:
             fam = family(name)
             problem = fam.Problem(800, 10, dtype)
             out += [fam.instance(cfg, problem) for cfg in fam.sample(problem, H100, 8)]
+        stack = family("dense_stack")
+        for rows, widths, activation, dx in ((128, (250, 128, 100, 80, 10), "relu", True),
+                                             (37, (400, 120, 84, 10), "sigmoid", False), (5, (3, 7, 1), "relu", True)):
+            problem = dense_stack.Problem(rows, widths, dtype, activation, dx)
+            out += [stack.instance(cfg, problem) for cfg in stack.candidates(problem, H100)[:1]
+                    + stack.sample(problem, H100, 3, seed=rows)]
         lx = family("linear_xent")
         for activation, inputs in ((None, 784), ("sigmoid", 1000), ("relu", 4096), ("sigmoid", 100), ("relu", 33)):
             problem = linear_xent.Problem(800, 10, inputs, dtype, activation)

@@ -171,7 +171,11 @@ def test_the_cnn_step_launches_every_convolution_direction_pooling_and_one_adam(
         ("conv2d_wgrad_direct", f"conv2d_wgrad_direct {conv1}", "dW1, db1 from G1, A0"),
         ("conv2d_wgrad", f"conv2d_wgrad {conv1}", "dW1, db1 from G1, A0"),
         ("adam", "adam 54528", "Adam on every parameter (54528)")]
-    assert ("gemm", (1000, 128, 250), "nt+bias_relu") in launches(targets)          # the flattened maps into dense128
+    dense = launches(targets)
+    # the dense layers forward, the loss and their gradients carried down in one launch; their weight gradients beside
+    assert ("dense_stack", (1000, 250, 128, 100, 80, 10), "relu+dx") in dense
+    assert ("gemm", (128, 250, 1000), "tn") in dense and ("colsum", (1000, 128), "-") in dense
+    assert not any(family in ("gemm", "linear_xent") and op != "tn" for family, _, op in dense)
     four = launches(cnn_step_targets(batch=128, ranks=(4,), layers="conv4x5,dense16"))
     assert ("conv2d", (32, 1, 28, 28, 4, 5), "-") in four and ("conv2d", (28, 1, 28, 28, 4, 5), "-") in four
     for target in targets:                                               # every key is a valid problem

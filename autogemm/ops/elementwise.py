@@ -10,6 +10,7 @@ from autogemm.ops.kernels import launch, scratch
 from autogemm.runtime.device import require_cupy
 from kernels import adam as adam_family
 from kernels import colsum as colsum_family
+from kernels import dense_stack as ds_family
 from kernels import elementwise as ew_family
 from kernels import linear_backward as lb_family
 from kernels import linear_xent as lx_family
@@ -187,6 +188,51 @@ def linear_xent(a, w, bias, labels, logits, grad, scale, loss_acc, grad_in=None,
                                   grad_in_bf16 if grad_in_bf16 is not None else np.uint64(0), loss_acc,
                                   np.int32(rows), _scalar(dtype)(scale)), config)
     return grad
+
+
+def dense_stack(x, weights, biases, labels, outs, grads, scale, loss_acc, activation="relu", grad_in=None,
+                config=None):
+    """A stack of small dense layers and its loss, forward and back, in one kernel: for l = 1 .. L,
+    outs[l-1] = act(A_{l-1} weights[l-1]^T + biases[l-1]) (A_0 = x; the last, the logits, without
+    act); grads[L-1] = (softmax(logits) - onehot(labels)) * scale, loss_acc[0] += the summed
+    cross-entropy; grads[l-2] = (grads[l-1] weights[l-1]) * act'(outs[l-2]); with `grad_in` (x's
+    shape), grad_in = grads[0] weights[0]. x (rows, W_0), weights[l-1] (W_l, W_{l-1}), biases (W_l,),
+    outs and grads (rows, W_l), labels int32 (rows,); at least one hidden layer, at most 32 classes.
+    The weight gradients (grads[l-1]^T A_{l-1}, column sums) are the caller's: GEMMs beside it."""
+    dtype = _contiguous(x, "dense_stack: x").dtype
+    arrays = {"weights": list(weights), "biases": list(biases), "outs": list(outs), "grads": list(grads)}
+    layers = len(arrays["weights"])
+    if x.ndim != 2 or not all(len(v) == layers for v in arrays.values()) or not 2 <= layers <= ds_family.MAX_LAYERS:
+        raise BadArguments(f"dense_stack: x must be (rows, W_0), and weights, biases, outs and grads lists of one "
+                           f"length, 2 to {ds_family.MAX_LAYERS} layers; got x {x.shape} and "
+                           + ", ".join(f"{len(v)} {name}" for name, v in arrays.items()))
+    rows = x.shape[0]
+    widths = (x.shape[1], *(w.shape[0] if w.ndim == 2 else 0 for w in arrays["weights"]))
+    wanted = {"weights": lambda l: (widths[l], widths[l - 1]), "biases": lambda l: (widths[l],),
+              "outs": lambda l: (rows, widths[l]), "grads": lambda l: (rows, widths[l])}
+    wrong = [f"{name}[{l - 1}] {v.shape}" for name, values in arrays.items() for l, v in enumerate(values, 1)
+             if _contiguous(v, f"dense_stack: {name}[{l - 1}]").shape != wanted[name](l)]
+    if grad_in is not None and _contiguous(grad_in, "dense_stack: grad_in").shape != x.shape:
+        wrong.append(f"grad_in {grad_in.shape}")
+    if wrong or 0 in (rows, *widths):
+        raise BadArguments(f"dense_stack: weights[l-1] must be (W_l, W_(l-1)), biases (W_l,), outs and grads "
+                           f"(rows, W_l), grad_in x's shape, every size >= 1; got x {x.shape}, " + ", ".join(wrong))
+    if any(v.dtype != dtype for values in arrays.values() for v in values) or \
+            (grad_in is not None and grad_in.dtype != dtype) or labels.dtype != np.int32 or labels.shape != (rows,):
+        raise BadArguments(f"dense_stack: every array must be {dtype}, labels int32 ({rows},)")
+    if loss_acc.dtype != dtype or loss_acc.size < 1:
+        raise BadArguments(f"dense_stack: loss_acc must be a {dtype} array of at least one element")
+    if widths[-1] > ds_family.MAX_CLASSES or activation not in ds_family.ACTIVATIONS:
+        raise BadArguments(f"dense_stack: at most {ds_family.MAX_CLASSES} classes and an activation of "
+                           f"{', '.join(ds_family.ACTIVATIONS)}; got {widths[-1]} classes, {activation!r}")
+    problem = ds_family.Problem(rows, widths, str(dtype), activation, grad_in is not None)
+    args = [x]
+    for w, b, out, g in zip(*arrays.values()):
+        args += [w, b, out, g]
+    null = np.uint64(0)
+    _run("dense_stack", problem, (*args, grad_in if grad_in is not None else null, labels, loss_acc,
+                                  np.int32(rows), _scalar(dtype)(scale)), config)
+    return grads[-1]
 
 
 def linear_logits(a, w, bias, logits, config=None):

@@ -23,6 +23,7 @@ from pathlib import Path
 from autogemm.errors import AutogemmError, brief, first_line
 from autogemm.runtime import render
 from kernels import REGISTRY
+from kernels.contract import arity_fits, key_arity
 
 GROUP = "autogemm.families"
 MAX_CHOICES = 1024        # a parameter's choices: a categorical distribution Optuna searches
@@ -140,8 +141,11 @@ def register(module, origin: str) -> str:
         fail("CONSTRAINTS: each a (message, predicate(cfg, problem, device)) pair")
     if not module.KEY_OPS or not all(isinstance(op, str) and _WORD.fullmatch(op) for op in module.KEY_OPS):
         fail("KEY_OPS: the ops a key may carry, words (kernels.contract.NO_OP where it has none)")
-    if not module.KEY_SIZES or not all(isinstance(size, str) and size.isidentifier() for size in module.KEY_SIZES):
-        fail("KEY_SIZES: what a key's sizes stand for, names (\"rows\", \"cols\")")
+    if not module.KEY_SIZES or not all(isinstance(size, str) and size.removesuffix("...").isidentifier()
+                                       and (size == module.KEY_SIZES[-1] or not size.endswith("..."))
+                                       for size in module.KEY_SIZES):
+        fail("KEY_SIZES: what a key's sizes stand for, names (\"rows\", \"cols\"; the last may end in \"...\": "
+             "one or more)")
     _folders[name] = folder
     render.add_family_folder(name, folder)
     REGISTRY[name] = Guarded(module)
@@ -197,8 +201,9 @@ def _checked_key(module, key) -> tuple:
     """key_of's (sizes, op), checked: as many positive ints as KEY_SIZES, an op of KEY_OPS."""
     sizes, op = key
     sizes = tuple(sizes)
-    if len(sizes) != len(module.KEY_SIZES) or not all(type(s) is int and 0 < s < 2**31 for s in sizes):
-        raise FamilyError(f"family {module.NAME}: its key_of gave sizes {brief(sizes)}: {len(module.KEY_SIZES)} "
+    if not arity_fits(module.KEY_SIZES, len(sizes)) or not all(type(s) is int and 0 < s < 2**31 for s in sizes):
+        fewest, more = key_arity(module.KEY_SIZES)
+        raise FamilyError(f"family {module.NAME}: its key_of gave sizes {brief(sizes)}: {fewest}{' or more' * more} "
                           f"positive 32-bit ints ({', '.join(module.KEY_SIZES)})")
     if op not in module.KEY_OPS:
         raise FamilyError(f"family {module.NAME}: its key_of gave op {brief(op)}, not one of KEY_OPS")

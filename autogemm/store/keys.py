@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from autogemm.errors import brief  # noqa: F401 (re-exported)
 from kernels import REGISTRY, call_of
-from kernels.contract import DTYPES, MAX_SIZE, NO_OP
+from kernels.contract import DTYPES, MAX_SIZE, NO_OP, arity_fits, key_arity
 
 
 def ops(family: str) -> tuple[str, ...]:
@@ -31,9 +31,10 @@ def dtypes(family: str) -> tuple[str, ...]:
     return getattr(REGISTRY[family], "KEY_DTYPES", tuple(DTYPES))
 
 
-def arity(family: str) -> int:
-    """How many sizes the family's shape has."""
-    return len(REGISTRY[family].KEY_SIZES)
+def arity(family: str) -> str:
+    """How many sizes the family's shape has, in words ("3", "2 or more")."""
+    fewest, more = key_arity(REGISTRY[family].KEY_SIZES)
+    return f"{fewest} or more" if more else str(fewest)
 
 
 class Key(NamedTuple):
@@ -60,7 +61,7 @@ def make_key(family: str, sizes, op: str, dtype: str) -> Key:
     if op not in ops(family):
         raise ValueError(f"op {brief(op)} is not one of {', '.join(ops(family))} for {family}")
     sizes = tuple(sizes)
-    if len(sizes) != arity(family) or not all(type(s) is int and 1 <= s <= MAX_SIZE for s in sizes):
+    if not arity_fits(REGISTRY[family].KEY_SIZES, len(sizes)) or not all(type(s) is int and 1 <= s <= MAX_SIZE for s in sizes):
         raise ValueError(f"{family} needs {arity(family)} sizes, integers in 1..{MAX_SIZE}, got {brief(sizes)}")
     return Key(family, "x".join(map(str, sizes)), op, dtype)
 

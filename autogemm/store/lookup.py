@@ -108,7 +108,7 @@ def _similar(a: Key, b: Key) -> bool:
 
 
 def _group(key: Key) -> tuple:
-    return key.family, key.op, key.dtype
+    return key.family, key.op, key.dtype, len(key.sizes)
 
 
 generation = 0          # counts reloads: what callers cached from an older generation is stale

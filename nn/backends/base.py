@@ -125,6 +125,28 @@ class Backend(ABC):
         self.gemm(g, a, dw, trans_a=True, alpha=alpha, beta=beta)
         self.column_sums(grad_in, db, alpha, accumulate_db)
 
+    def fuses_dense_stack(self, rows: int, widths: tuple[int, ...]) -> bool:
+        """Whether `dense_stack` on these widths (inputs, hidden layers', classes) is one kernel here,
+        worth calling in place of the layers' own operations."""
+        return False
+
+    def dense_stack(self, x, weights, biases, labels, outs, grads, scale, loss_acc, activation, grad_in=None):
+        """Dense layers and their loss, forward and back: outs[i] = act(A_i weights[i]^T +
+        biases[i]) (A_0 = x; the last, the logits, without act, its loss into loss_acc and gradient
+        into grads[-1] as linear_xent), then each grads[i-1] = (grads[i] weights[i]) * act'(outs[i-1])
+        and, with `grad_in`, grad_in = grads[0] weights[0]. Not the weight gradients. Here the
+        layers' own operations; a GPU backend fuses them into one kernel (autogemm.dense_stack)."""
+        a = x
+        for w, b, out in zip(weights[:-1], biases[:-1], outs[:-1]):
+            self.gemm(a, w, out, trans_b=True, epilogue=f"bias_{activation}", bias=b)
+            a = out
+        self.linear_xent(a, weights[-1], biases[-1], labels, outs[-1], grads[-1], scale, loss_acc, grads[-2],
+                         activation)
+        for i in reversed(range(1, len(weights) - 1)):
+            self.gemm(grads[i], weights[i], grads[i - 1], epilogue=f"d{activation}", aux=outs[i - 1])
+        if grad_in is not None:
+            self.gemm(grads[0], weights[0], grad_in)
+
     @abstractmethod
     def column_sums(self, g, out, scale=1.0, accumulate=False):
         """out[j] = scale * sum_i g[i, j] (the bias gradients), or out[j] += that with `accumulate`
@@ -175,14 +197,14 @@ class Backend(ABC):
     # ---- concurrency inside a step ----------------------------------------------------------
 
     @contextlib.contextmanager
-    def side_branch(self):
+    def side_branch(self, lane: int = 0):
         """Operations enqueued inside start after everything enqueued before, and may run alongside
-        what is enqueued after, until `join_branch` (a second stream on a GPU, a branch of the
-        captured graph; plain program order here)."""
+        what is enqueued after, until `join_branch`, and alongside other lanes' (a stream a lane on a
+        GPU, branches of the captured graph; plain program order here). A lane keeps its own order."""
         yield
 
     def join_branch(self) -> None:
-        """Operations enqueued from now on wait for the side branch's."""
+        """Operations enqueued from now on wait for every side branch's."""
 
     # ---- timing (resolved at epoch boundaries, so asynchronous backends need no sync per step) ----
 

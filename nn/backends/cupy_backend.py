@@ -8,7 +8,7 @@ import functools
 
 import autogemm
 from nn.backends.base import EPILOGUES
-from nn.backends.gpu import GpuBackend
+from nn.backends.gpu import GpuBackend, stack_fused
 from nn.backends.storage import Storage
 
 
@@ -126,6 +126,17 @@ class CupyBackend(GpuBackend):
         copy = self.storage.written_bf16_copy(grad_in, alone=True)
         autogemm.linear_backward(g, w, self.storage.stored(a), grad_in if copy is None else None, activation, dw, db, alpha,
                                  beta, 1.0 if accumulate_db else 0.0, grad_in_bf16=copy, config=self.config)
+
+    def fuses_dense_stack(self, rows, widths):
+        return stack_fused(widths)
+
+    def dense_stack(self, x, weights, biases, labels, outs, grads, scale, loss_acc, activation, grad_in=None):
+        if x.shape[0] == 0:
+            return
+        for a in (x, *outs):
+            self.storage.check_float32_values(a)
+        autogemm.dense_stack(x, weights, biases, labels, outs, grads, scale, loss_acc, activation, grad_in,
+                             config=self.config)
 
     def column_sums(self, g, out, scale=1.0, accumulate=False):
         self.storage.check_float32_values(g)

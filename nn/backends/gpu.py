@@ -37,6 +37,15 @@ def this_ranks_gpu(gpus: int) -> int:
     return gpu_for_rank(local_rank(), gpus)
 
 
+def stack_fused(widths: tuple[int, ...]) -> bool:
+    """Whether autogemm's dense_stack kernel runs dense layers of these widths (inputs, at least one
+    hidden layer's, classes) in the cupy backend: few classes, weights small enough for every block
+    of it to read them all (autogemm.DENSE_STACK_MAX_WEIGHTS)."""
+    weights = sum(a * b for a, b in zip(widths, widths[1:]))
+    return (3 <= len(widths) and widths[-1] <= autogemm.DENSE_STACK_MAX_CLASSES
+            and weights <= autogemm.DENSE_STACK_MAX_WEIGHTS)
+
+
 class GpuBackend(Backend):
     """A backend on this rank's GPU: `tuned` picks autogemm's configs from tuned/ (else the family
     defaults); `precision` is its GEMMs'. A GPU backend adds its GEMM and output layer."""
@@ -55,9 +64,9 @@ class GpuBackend(Backend):
         self.device_name = cupy.cuda.runtime.getDeviceProperties(self.device.id)["name"].decode()  # its tuned file's
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.stream.use()
-        self.side = cupy.cuda.Stream(non_blocking=True)       # the side branch of a step
+        self._lanes = []           # the side branches of a step: (stream, its join event), made as asked for
+        self._forked = set()       # the lanes used since the last join
         self._fork = cupy.cuda.Event(disable_timing=True)
-        self._join = cupy.cuda.Event(disable_timing=True)
         self.config = None if tuned else "default"  # None: autogemm's tuned lookup
         self.precision = precision
 
@@ -139,20 +148,28 @@ class GpuBackend(Backend):
     # ---- concurrency inside a step ----------------------------------------------------------
 
     @contextlib.contextmanager
-    def side_branch(self):
+    def side_branch(self, lane: int = 0):
+        cupy = self.xp
+        while len(self._lanes) <= lane:
+            self._lanes.append((cupy.cuda.Stream(non_blocking=True), cupy.cuda.Event(disable_timing=True)))
+        side = self._lanes[lane][0]
         self._fork.record(self.stream)
-        self.side.wait_event(self._fork)
-        # use(), not `with self.side`: leaving that context need not make self.stream current again
+        side.wait_event(self._fork)
+        self._forked.add(lane)
+        # use(), not `with side`: leaving that context need not make self.stream current again
         # (it restores what its own stack saw), and work on any other stream escapes the graph.
-        self.side.use()
+        side.use()
         try:
             yield
         finally:
             self.stream.use()
 
     def join_branch(self):
-        self._join.record(self.side)
-        self.stream.wait_event(self._join)
+        for lane in sorted(self._forked):
+            side, joined = self._lanes[lane]
+            joined.record(side)
+            self.stream.wait_event(joined)
+        self._forked.clear()
 
     # ---- CUDA graphs ----------------------------------------------------------------------
 

@@ -1,0 +1,112 @@
+"""The dense_stack family (kernels/dense_stack): its kernels on the CPU emulator against float64
+(ragged blocks, odd widths, both activations, with and without the input's gradient, float32 and
+float64), its keys of any depth, and its constraints."""
+import numpy as np
+import pytest
+
+from autogemm.runtime.device import H100
+from autogemm.runtime.family import family
+from autogemm.store.keys import Key, make_key, problem_of
+from autogemm.testing.emulator import GXX, Launch, run
+from autogemm.tuning.verify import compare
+from kernels import dense_stack as ds
+
+# (rows, widths, activation, grad_in, dtype): LeNet's stack at a ragged batch, odd widths, one hidden
+# layer, a deep narrow stack, classes 1 and 32.
+STACKS = [(37, (250, 128, 100, 80, 10), "relu", True, "float32"),
+          (19, (57, 33, 10), "sigmoid", False, "float64"),
+          (11, (40, 31, 17, 9, 5, 32), "sigmoid", True, "float32"),
+          (9, (16, 70, 1), "relu", False, "float32"),
+          (21, (33, 24, 3), "relu", True, "float64")]
+
+
+def stack_launch(rows, widths, activation, grad_in, dtype, cfg, seed):
+    """(launch, outputs, expected) of one problem and config: every output poisoned with NaN."""
+    rng = np.random.default_rng(seed)
+    p = ds.Problem(rows, widths, dtype, activation, grad_in)
+    t = np.dtype(dtype).type
+    x = rng.standard_normal((rows, widths[0])).astype(t)                    # X: (rows, W_0)
+    weights, biases = ds.parameters(p, rng)
+    labels = rng.integers(0, widths[-1], rows).astype(np.int32)            # (rows,)
+    scale = 1.0 / rows
+    got = {"loss": np.zeros(1, t)}
+    args = [x]
+    for l, (w, b) in enumerate(zip(weights, biases), 1):
+        got[f"out{l}"] = np.full((rows, widths[l]), np.nan, t)
+        got[f"grad{l}"] = np.full((rows, widths[l]), np.nan, t)
+        args += [w, b, got[f"out{l}"], got[f"grad{l}"]]
+    if grad_in:
+        got["grad_in"] = np.full((rows, widths[0]), np.nan, t)
+    args += [got.get("grad_in", np.uint64(0)), labels, got["loss"], np.int32(rows), t(scale)]
+    fam = family("dense_stack")
+    launch = Launch(fam.instance(fam.validate(cfg, p, H100), p), args)
+    return launch, got, ds.reference(p, x, weights, biases, labels, scale), dtype
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(GXX is None, reason="g++ is not on PATH: the emulated kernels need it")
+def test_every_output_matches_float64_on_the_cpu(tmp_path):
+    fam, cases = family("dense_stack"), []
+    for seed, (rows, widths, activation, grad_in, dtype) in enumerate(STACKS):
+        p = ds.Problem(rows, widths, dtype, activation, grad_in)
+        configs = [fam.default(p, H100)] + fam.sample(p, H100, 2, seed=seed)
+        cases += [stack_launch(rows, widths, activation, grad_in, dtype, cfg, seed) for cfg in configs]
+    run([launch for launch, *_ in cases], tmp_path)
+    seen = {(c.rows, c.warps, c.chunk) for launch, *_ in cases for c in [launch.instance.config]}
+    assert len({r for r, _, _ in seen}) >= 3 and len({k for _, _, k in seen}) >= 2
+    for launch, got, expected, dtype in cases:
+        assert set(expected) == set(got)
+        for name, (value, magnitude, k) in expected.items():
+            verdict = compare(got[name].reshape(value.shape), value, magnitude, k, dtype)
+            assert verdict.ok, f"{launch.instance.name} {name}: {verdict.describe()}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows, widths, activation, grad_in, dtype", STACKS + [(128, (250, 128, 100, 80, 10), "relu",
+                                                                                  True, "float32")])
+@pytest.mark.parametrize("config", ["default", None])
+def test_the_op_on_the_gpu_matches_float64(rows, widths, activation, grad_in, dtype, config):
+    """autogemm.dense_stack on CuPy arrays, the default config and the tuned lookup's, against the reference."""
+    import cupy
+
+    import autogemm
+
+    rng = np.random.default_rng(rows)
+    p = ds.Problem(rows, widths, dtype, activation, grad_in)
+    t = np.dtype(dtype).type
+    x = rng.standard_normal((rows, widths[0])).astype(t)                    # X: (rows, W_0)
+    weights, biases = ds.parameters(p, rng)
+    labels = rng.integers(0, widths[-1], rows).astype(np.int32)            # (rows,)
+    expected = ds.reference(p, x, weights, biases, labels, 1 / rows)
+    got = {name: cupy.full(value.shape, np.nan, t) for name, (value, _, _) in expected.items() if name != "loss"}
+    got["loss"] = cupy.zeros(1, t)
+    layers = len(weights)
+    autogemm.dense_stack(cupy.asarray(x), [cupy.asarray(w) for w in weights], [cupy.asarray(b) for b in biases],
+                         cupy.asarray(labels), [got[f"out{l}"] for l in range(1, layers + 1)],
+                         [got[f"grad{l}"] for l in range(1, layers + 1)], 1 / rows, got["loss"], activation,
+                         got.get("grad_in"), config=config)
+    for name, (value, magnitude, k) in expected.items():
+        verdict = compare(cupy.asnumpy(got[name]).reshape(value.shape), value, magnitude, k, dtype)
+        assert verdict.ok, f"{name}: {verdict.describe()}"
+
+
+def test_keys_of_any_depth_round_trip():
+    key = make_key("dense_stack", (128, 250, 128, 100, 80, 10), "relu+dx", "float32")
+    assert key == Key("dense_stack", "128x250x128x100x80x10", "relu+dx", "float32")
+    assert problem_of(key) == ds.Problem(128, (250, 128, 100, 80, 10), "float32", "relu", True)
+    assert problem_of(make_key("dense_stack", (5, 3, 2, 1), "sigmoid", "float64")).widths == (3, 2, 1)
+    for sizes in ((128, 250), (128, 250, 10)):          # too few sizes for a stack
+        with pytest.raises(ValueError, match="4 or more sizes"):
+            make_key("dense_stack", sizes, "relu", "float32")
+
+
+def test_constraints_reject_what_cannot_run():
+    fam = family("dense_stack")
+    lenet = ds.Problem(128, (250, 128, 100, 80, 10), "float32", "relu", True)
+    assert fam.default(lenet, H100) == {"rows": 8, "warps": 8, "chunk": 32}
+    for bad, why in ((ds.Problem(128, (250, 128, 33), "float32"), "at most 32 classes"),
+                     (ds.Problem(4, (250, 128, 10), "float32"), "more rows than the batch"),
+                     (ds.Problem(128, (4000, 2000, 10), "float64"), "shared memory")):
+        cfg = {"rows": 8, "warps": 8, "chunk": 32}
+        with pytest.raises(Exception, match=why):
+            fam.validate(cfg, bad, H100)
