@@ -14,7 +14,7 @@ stages=" ${*:-tests tune bench profile} "
 lenet5=conv6x5,pool2,conv16x5,pool2,dense120,dense84
 if [[ $stages == *" tests "* ]]; then
     timeout -s INT 420 python -m pytest -q -m gpu -p no:cacheprovider tests/test_dense_stack.py tests/test_cnn_gpu.py \
-        tests/test_cupy_backend_gpu.py -k "dense_stack or op_on_the_gpu or lenet or public or side_branch or all_reduce" \
+        tests/test_cupy_backend_gpu.py -k "op_on_the_gpu or lenet_in_float64 or lenet_graph or side_branch or all_reduce" \
         > "$work/pytest-gpu.txt" 2>&1
     echo "pytest: exit $? $(tail -1 "$work/pytest-gpu.txt")"
 fi

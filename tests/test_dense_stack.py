@@ -52,8 +52,9 @@ def test_every_output_matches_float64_on_the_cpu(tmp_path):
         configs = [fam.default(p, H100)] + fam.sample(p, H100, 2, seed=seed)
         cases += [stack_launch(rows, widths, activation, grad_in, dtype, cfg, seed) for cfg in configs]
     run([launch for launch, *_ in cases], tmp_path)
-    seen = {(c.rows, c.warps, c.chunk) for launch, *_ in cases for c in [launch.instance.config]}
+    seen = {(c.rows, c.warps, c.cols) for launch, *_ in cases for c in [launch.instance.config]}
     assert len({r for r, _, _ in seen}) >= 3 and len({k for _, _, k in seen}) >= 2
+    assert {v for launch, *_ in cases for v in launch.instance.name.split("_v")[1].split("_")[0]} == {"1", "2", "4"}
     for launch, got, expected, dtype in cases:
         assert set(expected) == set(got)
         for name, (value, magnitude, k) in expected.items():
@@ -103,10 +104,10 @@ def test_keys_of_any_depth_round_trip():
 def test_constraints_reject_what_cannot_run():
     fam = family("dense_stack")
     lenet = ds.Problem(128, (250, 128, 100, 80, 10), "float32", "relu", True)
-    assert fam.default(lenet, H100) == {"rows": 8, "warps": 8, "chunk": 32}
+    assert fam.default(lenet, H100) == {"rows": 2, "warps": 16, "cols": 2}
     for bad, why in ((ds.Problem(128, (250, 128, 33), "float32"), "at most 32 classes"),
                      (ds.Problem(4, (250, 128, 10), "float32"), "more rows than the batch"),
-                     (ds.Problem(128, (4000, 2000, 10), "float64"), "shared memory")):
-        cfg = {"rows": 8, "warps": 8, "chunk": 32}
+                     (ds.Problem(128, (4096, 4096, 10), "float64"), "shared memory")):
+        cfg = {"rows": 8, "warps": 8, "cols": 2}
         with pytest.raises(Exception, match=why):
             fam.validate(cfg, bad, H100)

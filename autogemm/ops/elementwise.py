@@ -225,7 +225,9 @@ def dense_stack(x, weights, biases, labels, outs, grads, scale, loss_acc, activa
     if widths[-1] > ds_family.MAX_CLASSES or activation not in ds_family.ACTIVATIONS:
         raise BadArguments(f"dense_stack: at most {ds_family.MAX_CLASSES} classes and an activation of "
                            f"{', '.join(ds_family.ACTIVATIONS)}; got {widths[-1]} classes, {activation!r}")
-    problem = ds_family.Problem(rows, widths, str(dtype), activation, grad_in is not None)
+    vecs = tuple(max(v for v in (1, 2, 4) if k % v == 0 and w.data.ptr % (v * w.itemsize) == 0)
+                 for k, w in zip(widths, arrays["weights"]))
+    problem = ds_family.Problem(rows, widths, str(dtype), activation, grad_in is not None, vecs)
     args = [x]
     for w, b, out, g in zip(*arrays.values()):
         args += [w, b, out, g]

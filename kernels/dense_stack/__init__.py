@@ -5,8 +5,8 @@ of their GEMMs is a few microseconds of launch and latency for a fraction of a m
 arithmetic, one after another on the step's critical path (three forward, the output layer, three
 back). Here one block takes R rows of the batch through all of them: the forward pass with bias and
 activation, softmax + cross-entropy, and the backward pass down to the stack's input, its rows'
-activations and gradients in shared memory between layers; every block reads every weight, so the
-stack suits weights of some hundred KB (STACK_MAX_WEIGHTS), not wide layers. It writes every
+activations and gradients in shared memory between layers; every block reads every weight from L2
+(twice), so the stack suits weights of some hundred KB (STACK_MAX_WEIGHTS), not wide layers. It writes every
 activation and gradient, for the weight gradients (G_l^T A_{l-1} and the column sums), which other
 launches compute beside it. (The fully fused MLPs of tiny-cuda-nn do the same for one block's rows.)
 """
@@ -19,6 +19,7 @@ import numpy as np
 from kernels.contract import DTYPES, ITEMSIZE, SHORT, Geometry, ceil_div, check_problem
 from kernels.softmax_xent import softmax, xent_loss
 
+
 NAME = "dense_stack"
 TEMPLATE = "dense_stack/dense_stack.cu.j2"
 
@@ -28,34 +29,48 @@ KEY_SIZES = ("rows", "inputs", "hidden", "widths...")   # then the other hidden 
 KEY_OPS = tuple(a + dx for a in ACTIVATIONS for dx in ("", INPUT_GRAD))
 MAX_CLASSES = 32                        # a lane holds one class of a row
 MAX_LAYERS = 8
-STACK_MAX_WEIGHTS = 1 << 17             # elements of all W_l: what every block streams from L2 twice
+MAX_WIDTH = 4096
+STACK_MAX_WEIGHTS = 1 << 17             # elements of all W_l: what every block reads from L2 twice
 
 PARAMS = {
-    "rows": (1, 2, 4, 8, 16, 32),  # rows of the batch per block
-    "warps": (2, 4, 8, 16),        # warps per block
-    "chunk": (8, 16, 32, 64),      # rows of a product's reduction staged in shared memory at a time
+    "rows": (1, 2, 4, 8),          # rows of the batch per block
+    "warps": (4, 8, 16, 32),       # warps per block
+    "cols": (1, 2, 4, 8),          # a forward layer's outputs a warp takes at a time (their loads in flight together)
 }
+
+
+def widest_vec(k: int) -> int:
+    """The widest vector (elements) along a row of k elements."""
+    return max(v for v in (1, 2, 4) if k % v == 0)
 
 
 @dataclass(frozen=True)
 class Problem:
     """rows of `widths[0]` inputs through dense layers of widths[1:] (the last the classes' logits),
-    `activation` after each hidden layer; `grad_in`: the input's gradient wanted (no derivative)."""
+    `activation` after each hidden layer; `grad_in`: the input's gradient wanted (no derivative).
+    `vecs`: per layer, the widest vector (1, 2, 4 elements) its W's rows allow (their length, the
+    pointer), one tuned record serving each; None: the widest each length allows."""
 
     rows: int
     widths: tuple[int, ...]
     dtype: str = "float32"
     activation: str = "relu"
     grad_in: bool = False
+    vecs: tuple[int, ...] | None = None
 
     def __post_init__(self):
         check_problem(self, ("rows",), "dense_stack")
         if type(self.widths) is not tuple or not 3 <= len(self.widths) <= MAX_LAYERS + 1 \
-                or not all(type(w) is int and w >= 1 for w in self.widths):
-            raise ValueError(f"dense_stack widths must be a tuple of 3 to {MAX_LAYERS + 1} positive ints (inputs, "
-                             f"at least one hidden layer, classes), got {self.widths!r}")
+                or not all(type(w) is int and 1 <= w <= MAX_WIDTH for w in self.widths):
+            raise ValueError(f"dense_stack widths must be a tuple of 3 to {MAX_LAYERS + 1} ints in 1..{MAX_WIDTH} "
+                             f"(inputs, at least one hidden layer, classes), got {self.widths!r}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation {self.activation!r} is not one of {', '.join(ACTIVATIONS)}")
+        if self.vecs is None:
+            object.__setattr__(self, "vecs", tuple(widest_vec(k) for k in self.widths[:-1]))
+        if type(self.vecs) is not tuple or len(self.vecs) != self.layers \
+                or any(v not in (1, 2, 4) or k % v for v, k in zip(self.vecs, self.widths)):
+            raise ValueError(f"dense_stack vecs {self.vecs!r}: one of 1, 2, 4 a layer, dividing its inputs")
 
     @property
     def layers(self) -> int:
@@ -67,67 +82,49 @@ class Problem:
         return sum(a * b for a, b in zip(self.widths, self.widths[1:]))
 
 
-def lane_cols(n: int, warps: int, rows: int) -> int:
-    """Columns of an n-wide product a lane owns (the template's lane_cols)."""
-    return ceil_div(n, 32 * (warps // min(warps, rows)))
-
-
-def chunk_row(n: int, warps: int, rows: int) -> int:
-    """Elements of a staged chunk's row for an n-wide product (the template's chunk_row)."""
-    return 32 * (warps // min(warps, rows)) * lane_cols(n, warps, rows) + 1
-
-
-def product_widths(p: Problem) -> list[int]:
-    """The output widths of the kernel's products: each layer forward, each gradient carried down
-    (to the input where grad_in)."""
-    return list(p.widths[1:]) + list(p.widths[1:-1]) + ([p.widths[0]] if p.grad_in else [])
-
-
-def offsets(p: Problem, rows: int) -> list[int]:
-    """Where each A_l starts in shared memory (elements), and where they end."""
-    return [rows * s for s in itertools.accumulate(p.widths, initial=0)]
+def offsets(c, p: Problem) -> list[int]:
+    """Where each A_l starts in shared memory (elements, 16-byte aligned), then the two gradients
+    and the slices' sums."""
+    starts = [0]
+    for size in [c.rows * w for w in p.widths] + [c.rows * max(p.widths)] * 2:
+        starts.append(starts[-1] + -(-size // 4) * 4)
+    return starts
 
 
 def smem_bytes(c, p: Problem) -> int:
-    widest = max(p.widths)
-    elems = offsets(p, c.rows)[-1] + 2 * c.rows * widest + c.chunk * chunk_row(widest, c.warps, c.rows)
-    return elems * ITEMSIZE[p.dtype]
+    return (offsets(c, p)[-1] + c.rows * 32 * c.warps) * ITEMSIZE[p.dtype]
 
 
-STATIC_SMEM = 16 * 8            # a loss per warp
+STATIC_SMEM = 32 * 8            # a loss per warp
 
 
-def staged_loads(c, p: Problem) -> int:
-    """Registers a thread holds the next chunk in, for the widest product."""
-    return ceil_div(c.chunk * max(product_widths(p)), 32 * c.warps) * ITEMSIZE[p.dtype] // 4
-
-
-def accumulators(c, p: Problem) -> int:
-    """32-bit registers of a lane's accumulators, for the widest product."""
-    rows_a_lane = c.rows // min(c.warps, c.rows)
-    return rows_a_lane * lane_cols(max(product_widths(p)), c.warps, c.rows) * ITEMSIZE[p.dtype] // 4
+def forward_loads(c, p: Problem) -> int:
+    """32-bit registers of the weights a lane has in flight in a forward layer (the widest)."""
+    return max(c.cols * ceil_div(k, 32 * v) * v for k, v in zip(p.widths, p.vecs)) * ITEMSIZE[p.dtype] // 4
 
 
 CONSTRAINTS = (
     (f"at most {MAX_CLASSES} classes (a lane holds one class of a row)", lambda c, p, d: p.widths[-1] <= MAX_CLASSES),
     ("threads per block must fit the device", lambda c, p, d: 32 * c.warps <= d.max_threads_per_block),
-    ("the rows' activations, gradients and a chunk must fit shared memory",
+    ("the rows' activations and gradients must fit shared memory",
      lambda c, p, d: smem_bytes(c, p) + STATIC_SMEM <= d.smem_per_block),
-    ("the staged chunk must fit registers: at most 64 32-bit words a thread", lambda c, p, d: staged_loads(c, p) <= 64),
-    ("the accumulators must fit registers: at most 64 32-bit words a lane", lambda c, p, d: accumulators(c, p) <= 64),
+    ("a forward layer's weights in flight must fit registers: at most 64 32-bit words a lane",
+     lambda c, p, d: forward_loads(c, p) <= 64),
+    ("the accumulators (rows x cols) must fit registers: at most 32", lambda c, p, d: c.rows * c.cols <= 32),
     ("a block of more rows than the batch only idles", lambda c, p, d: c.rows == 1 or c.rows // 2 < p.rows),
 )
 
 
 def template_args(c, p: Problem) -> dict:
     return dict(c, ctype=DTYPES[p.dtype], widths=p.widths, activation=p.activation, grad_in=p.grad_in,
-                offsets=tuple(offsets(p, c.rows)))
+                vecs=p.vecs, offsets=tuple(offsets(c, p)))
 
 
 def instance_name(c, p: Problem) -> str:
     widths = "x".join(map(str, p.widths))
-    return (f"dense_stack_{SHORT[p.dtype]}_{widths}_{p.activation}{'_dx' if p.grad_in else ''}"
-            f"_r{c.rows}_w{c.warps}_k{c.chunk}")
+    vecs = "".join(map(str, p.vecs))
+    return (f"dense_stack_{SHORT[p.dtype]}_{widths}_{p.activation}{'_dx' if p.grad_in else ''}_v{vecs}"
+            f"_r{c.rows}_w{c.warps}_c{c.cols}")
 
 
 def geometry(c, p: Problem) -> Geometry:
@@ -149,11 +146,11 @@ def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
 
 
 def default_candidates(p: Problem, d):
-    """Eight rows a block on eight warps, chunks of 32 (the product's rows in a warp's loads); then
-    fewer and more rows a block (more blocks read the weights, fewer rows each), other warps and chunks."""
-    yield dict(rows=8, warps=8, chunk=32)
-    for rows, warps, chunk in itertools.product((4, 16, 2, 32, 1), (8, 4, 16), (32, 16, 64)):
-        yield dict(rows=rows, warps=warps, chunk=chunk)
+    """Two rows a block on 16 warps, two forward outputs a warp at a time; then other rows (more
+    blocks reading the weights, or fewer reading them for more rows), warps and outputs."""
+    yield dict(rows=2, warps=16, cols=2)
+    for rows, warps, cols in itertools.product((1, 4, 2, 8), (16, 8, 32, 4), (2, 4, 1, 8)):
+        yield dict(rows=rows, warps=warps, cols=cols)
 
 
 def reference(p: Problem, x, weights, biases, labels, scale) -> dict:
