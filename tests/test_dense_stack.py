@@ -1,6 +1,8 @@
 """The dense_stack family (kernels/dense_stack): its kernels on the CPU emulator against float64
 (ragged blocks, odd widths, both activations, with and without the input's gradient, float32 and
 float64), its keys of any depth, and its constraints."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -104,7 +106,8 @@ def test_keys_of_any_depth_round_trip():
 def test_constraints_reject_what_cannot_run():
     fam = family("dense_stack")
     lenet = ds.Problem(128, (250, 128, 100, 80, 10), "float32", "relu", True)
-    assert fam.default(lenet, H100) == {"rows": 2, "warps": 16, "cols": 2}
+    assert fam.default(lenet, H100) == {"rows": 1, "warps": 16, "cols": 4}
+    assert fam.default(dataclasses.replace(lenet, rows=1000), H100)["rows"] == 4
     for bad, why in ((ds.Problem(128, (250, 128, 33), "float32"), "at most 32 classes"),
                      (ds.Problem(4, (250, 128, 10), "float32"), "more rows than the batch"),
                      (ds.Problem(128, (4096, 4096, 10), "float64"), "shared memory")):

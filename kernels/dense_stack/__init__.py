@@ -33,7 +33,7 @@ MAX_WIDTH = 4096
 STACK_MAX_WEIGHTS = 1 << 17             # elements of all W_l: what every block reads from L2 twice
 
 PARAMS = {
-    "rows": (1, 2, 4, 8),          # rows of the batch per block
+    "rows": (1, 2, 4, 8, 16),      # rows of the batch per block
     "warps": (4, 8, 16, 32),       # warps per block
     "cols": (1, 2, 4, 8),          # a forward layer's outputs a warp takes at a time (their loads in flight together)
 }
@@ -146,11 +146,14 @@ def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
 
 
 def default_candidates(p: Problem, d):
-    """Two rows a block on 16 warps, two forward outputs a warp at a time; then other rows (more
-    blocks reading the weights, or fewer reading them for more rows), warps and outputs."""
-    yield dict(rows=2, warps=16, cols=2)
-    for rows, warps, cols in itertools.product((1, 4, 2, 8), (16, 8, 32, 4), (2, 4, 1, 8)):
-        yield dict(rows=rows, warps=warps, cols=cols)
+    """The fewest rows a block that leave at most two blocks an SM (more blocks read the weights
+    more often; fewer rows each finish sooner), 16 warps, four forward outputs a warp at a time;
+    then other rows, warps and outputs."""
+    rows = next((r for r in PARAMS["rows"] if ceil_div(p.rows, r) <= 2 * d.sm_count), PARAMS["rows"][-1])
+    yield dict(rows=rows, warps=16, cols=4)
+    for r, warps, cols in itertools.product(sorted(PARAMS["rows"], key=lambda r: abs(r - rows)), (16, 8, 32, 4),
+                                            (4, 2, 8, 1)):
+        yield dict(rows=r, warps=warps, cols=cols)
 
 
 def reference(p: Problem, x, weights, biases, labels, scale) -> dict:
