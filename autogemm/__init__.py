@@ -52,14 +52,14 @@ _WHERE = {
     "GEMM_EPILOGUES": "kernels.gemm.call", "GEMM_PRECISIONS": "kernels.gemm.call",
     "LINEAR_XENT_MAX_CLASSES": "kernels.linear_xent", "LINEAR_BACKWARD_MAX_CLASSES": "kernels.linear_backward",
     "LINEAR_BACKWARD_TRANSPOSED": "kernels.linear_backward",
-    # a dense stack's limits: its classes, and the weights every block of its kernel reads
-    "DENSE_STACK_MAX_CLASSES": "kernels.dense_stack", "DENSE_STACK_MAX_WEIGHTS": "kernels.dense_stack",
+    # whether the dense_stack kernel runs a stack of these widths; its op's suffix for the input's gradient
+    "dense_stack_runs": "kernels.dense_stack", "DENSE_STACK_INPUT_GRAD": "kernels.dense_stack",
 }
 # A public name that is another name in its module.
 _RENAMED = {"key_dtypes": "dtypes", "CONV_POOL_OP": "POOL", "gemm_key_op": "key_op", "GEMM_EPILOGUES": "EPILOGUES",
             "GEMM_PRECISIONS": "PRECISIONS", "LINEAR_XENT_MAX_CLASSES": "MAX_CLASSES",
             "LINEAR_BACKWARD_MAX_CLASSES": "MAX_CLASSES", "LINEAR_BACKWARD_TRANSPOSED": "TRANSPOSED",
-            "DENSE_STACK_MAX_CLASSES": "MAX_CLASSES", "DENSE_STACK_MAX_WEIGHTS": "STACK_MAX_WEIGHTS"}
+            "dense_stack_runs": "runs", "DENSE_STACK_INPUT_GRAD": "INPUT_GRAD"}
 
 __all__ = list(_WHERE)
 

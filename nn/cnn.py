@@ -239,7 +239,8 @@ class CNNStep:
     def forward(self, x, labels):
         """x (n, features) images as rows: every A_l, the logits, the loss into loss_sum and
         G_last = (softmax(Z) - Y) / batch; also G_{last-1} when the last layer's input is activated
-        (one fused output-layer operation, Backend.linear_xent)."""
+        (one fused output-layer operation, Backend.linear_xent). With the dense stack
+        (Backend.dense_stack), every G_l of its layers too, and the gradient below it."""
         m = self.model
         n, last = x.shape[0], len(m.layers) - 1
         self._x = m.images(x)

@@ -118,17 +118,26 @@ def launch_us(gpu: str | None, family: str, sizes, op: str, arithmetic: str) -> 
     """(how well it is known, as autogemm's lookup ranks a choice: lower is better; its time in the
     epoch's graph) of one launch of `family`, from the tuned records of the GPU named `gpu` (None:
     no records, a roofline)."""
-    matmul = family.startswith("gemm") or family in ("linear_xent", "linear_backward")
+    matmul = family.startswith("gemm") or family in ("linear_xent", "linear_backward", "dense_stack")
     found = autogemm.measured(family, sizes, op, arithmetic, gpu) if gpu is not None else None
     if found is not None:
         t = max(1.0, found.median_us - RECORD_OVERHEAD_US)
         if found.source == "exact":
             return (0, 0.0, found.median_us), t
         alpha = ALPHA[0] + (ALPHA[1] - ALPHA[0]) * min(1.0, max(0.0, math.log10(t / 20)))
-        return (1, found.distance, found.median_us), t * (math.prod(sizes) / math.prod(found.sizes)) ** alpha
+        return (1, found.distance, found.median_us), t * (_work(family, sizes) / _work(family, found.sizes)) ** alpha
     fixed = FIXED_US["gemm" if family.startswith("gemm") else "other"]
-    work = math.prod(sizes)
+    work = _work(family, sizes)
     return (2, 0.0, 0.0), fixed + (2 * work / ROOFLINE["flops"] if matmul else 8 * work / ROOFLINE["bytes"]) * 1e6
+
+
+def _work(family: str, sizes) -> int:
+    """What a launch's time scales with: its sizes' product (a GEMM's m n k, an array's elements), or
+    a dense stack's products of rows and each layer's weights, forward and back."""
+    if family == "dense_stack":
+        rows, *widths = sizes
+        return 2 * rows * sum(a * b for a, b in zip(widths, widths[1:]))
+    return math.prod(sizes)
 
 
 def step_compute_us(launches, gpu: str | None, dtype: str, precision: str) -> float:

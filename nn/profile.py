@@ -70,7 +70,8 @@ def describe(name: str, args, kwargs, column_major=()) -> str:
     if name == "dense_stack":
         x, weights = args[:2]
         widths = "x".join(map(str, (x.shape[1], *(w.shape[0] for w in weights))))
-        return f"dense_stack {x.shape[0]}x{widths} {args[8]}" + (" +dx" if len(args) > 9 and args[9] is not None else "")
+        dx = autogemm.DENSE_STACK_INPUT_GRAD if len(args) > 9 and args[9] is not None else ""
+        return f"dense_stack {x.shape[0]}x{widths}:{args[8]}{dx}"
     if name == "linear_backward":
         g, w, a, grad_in, activation, dw = args[:6]
         transposed = autogemm.row_major_operand(grad_in, False)[1]      # stored as G^T

@@ -128,7 +128,8 @@ class LaunchRecorder(Backend):
     def dense_stack(self, x, weights, biases, labels, outs, grads, scale, loss_acc, activation, grad_in=None):
         widths = (x.shape[1], *(w.shape[0] for w in weights))
         role = f"{', '.join(self.name_of(o) for o in outs)} and their gradients"
-        self._record("dense_stack", (x.shape[0], *widths), activation + ("+dx" if grad_in is not None else ""), role)
+        op = activation + (autogemm.DENSE_STACK_INPUT_GRAD if grad_in is not None else "")
+        self._record("dense_stack", (x.shape[0], *widths), op, role)
 
     def column_sums(self, g, out, scale=1.0, accumulate=False):
         self._row_major(g, "column sums' input")

@@ -114,3 +114,49 @@ def test_constraints_reject_what_cannot_run():
         cfg = {"rows": 8, "warps": 8, "cols": 2}
         with pytest.raises(Exception, match=why):
             fam.validate(cfg, bad, H100)
+
+
+@pytest.mark.gpu
+def test_bad_arguments_are_one_line_errors():
+    import cupy
+
+    import autogemm
+
+    rows, widths = 6, (12, 8, 5)
+    x = cupy.ones((rows, widths[0]), np.float32)
+    weights = [cupy.ones((8, 12), np.float32), cupy.ones((5, 8), np.float32)]
+    biases = [cupy.zeros(8, np.float32), cupy.zeros(5, np.float32)]
+    outs = [cupy.empty((rows, 8), np.float32), cupy.empty((rows, 5), np.float32)]
+    grads = [cupy.empty((rows, 8), np.float32), cupy.empty((rows, 5), np.float32)]
+    labels, loss = cupy.zeros(rows, np.int32), cupy.zeros(1, np.float32)
+
+    def call(**change):
+        args = dict(x=x, weights=weights, biases=biases, labels=labels, outs=outs, grads=grads, scale=1.0,
+                    loss_acc=loss, activation="relu", grad_in=None) | change
+        autogemm.dense_stack(**args)
+
+    call()                                                                   # the good call runs
+    for change, message in [(dict(weights=weights[:1]), "lists of one length"),
+                            (dict(weights=[weights[0].T.copy(), weights[1]]), "weights\\[0\\] \\(12, 8\\)"),
+                            (dict(x=x.astype(np.float64)), "every array must be float64"),
+                            (dict(outs=[outs[0][:, ::2], outs[1]]), "C-contiguous"),
+                            (dict(labels=labels.astype(np.int64)), "labels must be"),
+                            (dict(labels=cupy.zeros(2 * rows, np.int32)[::2]), "labels must be"),
+                            (dict(loss_acc=np.zeros(1, np.float32)), "loss_acc must be"),
+                            (dict(activation="tanh"), "activation must be"),
+                            (dict(grads=[outs[0], grads[1]]), "overlapping"),
+                            (dict(grad_in=x), "overlapping"),
+                            (dict(weights=[cupy.ones((8, 12), np.float32), cupy.ones((33, 8), np.float32)],
+                                  biases=[biases[0], cupy.zeros(33, np.float32)],
+                                  outs=[outs[0], cupy.empty((rows, 33), np.float32)],
+                                  grads=[grads[0], cupy.empty((rows, 33), np.float32)]), "at most 32 classes")]:
+        with pytest.raises(autogemm.BadArguments, match=message) as info:
+            call(**change)
+        assert "\n" not in str(info.value)
+
+
+def test_which_stacks_run():
+    assert ds.runs((250, 128, 100, 80, 10)) and ds.runs((256, 120, 84, 10))
+    assert not ds.runs((1568, 256, 10))                    # too many weights for every block to read
+    assert not ds.runs((2880, 16, 10))                     # a row too long for the forward loads in flight
+    assert not ds.runs((250, 128, 33)) and not ds.runs((8000, 4, 10)) and not ds.runs((8,) * 11)

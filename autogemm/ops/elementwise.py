@@ -195,10 +195,12 @@ def dense_stack(x, weights, biases, labels, outs, grads, scale, loss_acc, activa
     """A stack of small dense layers and its loss, forward and back, in one kernel: for l = 1 .. L,
     outs[l-1] = act(A_{l-1} weights[l-1]^T + biases[l-1]) (A_0 = x; the last, the logits, without
     act); grads[L-1] = (softmax(logits) - onehot(labels)) * scale, loss_acc[0] += the summed
-    cross-entropy; grads[l-2] = (grads[l-1] weights[l-1]) * act'(outs[l-2]); with `grad_in` (x's
-    shape), grad_in = grads[0] weights[0]. x (rows, W_0), weights[l-1] (W_l, W_{l-1}), biases (W_l,),
-    outs and grads (rows, W_l), labels int32 (rows,); at least one hidden layer, at most 32 classes.
+    cross-entropy (a label outside [0, C) adds no loss and no -1, as in linear_xent);
+    grads[l-2] = (grads[l-1] weights[l-1]) * act'(outs[l-2]); with `grad_in` (x's shape),
+    grad_in = grads[0] weights[0]. x (rows, W_0), weights[l-1] (W_l, W_{l-1}), biases (W_l,), outs
+    and grads (rows, W_l), labels int32 (rows,); at least one hidden layer, at most 32 classes.
     The weight gradients (grads[l-1]^T A_{l-1}, column sums) are the caller's: GEMMs beside it."""
+    cupy = require_cupy()
     dtype = _contiguous(x, "dense_stack: x").dtype
     arrays = {"weights": list(weights), "biases": list(biases), "outs": list(outs), "grads": list(grads)}
     layers = len(arrays["weights"])
@@ -218,16 +220,30 @@ def dense_stack(x, weights, biases, labels, outs, grads, scale, loss_acc, activa
         raise BadArguments(f"dense_stack: weights[l-1] must be (W_l, W_(l-1)), biases (W_l,), outs and grads "
                            f"(rows, W_l), grad_in x's shape, every size >= 1; got x {x.shape}, " + ", ".join(wrong))
     if any(v.dtype != dtype for values in arrays.values() for v in values) or \
-            (grad_in is not None and grad_in.dtype != dtype) or labels.dtype != np.int32 or labels.shape != (rows,):
-        raise BadArguments(f"dense_stack: every array must be {dtype}, labels int32 ({rows},)")
-    if loss_acc.dtype != dtype or loss_acc.size < 1:
-        raise BadArguments(f"dense_stack: loss_acc must be a {dtype} array of at least one element")
-    if widths[-1] > ds_family.MAX_CLASSES or activation not in ds_family.ACTIVATIONS:
-        raise BadArguments(f"dense_stack: at most {ds_family.MAX_CLASSES} classes and an activation of "
-                           f"{', '.join(ds_family.ACTIVATIONS)}; got {widths[-1]} classes, {activation!r}")
-    vecs = tuple(max(v for v in (1, 2, 4) if k % v == 0 and w.data.ptr % (v * w.itemsize) == 0)
+            (grad_in is not None and grad_in.dtype != dtype):
+        raise BadArguments(f"dense_stack: every array must be {dtype}")
+    if not isinstance(labels, cupy.ndarray) or labels.dtype != np.int32 or labels.shape != (rows,) or \
+            not labels.flags.c_contiguous:
+        raise BadArguments(f"dense_stack: labels must be a C-contiguous int32 cupy array of shape ({rows},)")
+    if not isinstance(loss_acc, cupy.ndarray) or loss_acc.dtype != dtype or loss_acc.size < 1:
+        raise BadArguments(f"dense_stack: loss_acc must be a {dtype} cupy array of at least one element")
+    if activation not in ds_family.ACTIVATIONS:
+        raise BadArguments(f"dense_stack: activation must be one of {', '.join(ds_family.ACTIVATIONS)}, "
+                           f"got {activation!r}")
+    written = arrays["outs"] + arrays["grads"] + ([grad_in] if grad_in is not None else [])
+    read = [x, labels, *arrays["weights"], *arrays["biases"]]
+    if any(overlaps(out, other) for i, out in enumerate(written) for other in read + written[i + 1:]):
+        raise BadArguments("dense_stack: outs, grads and grad_in must be arrays of their own, overlapping no "
+                           "other argument")
+    # each layer's widest vector along W's rows: its length, 16 bytes and the pointer allowing
+    vecs = tuple(max(v for v in (1, 2, 4) if k % v == 0 and v * w.itemsize <= 16 and w.data.ptr % (v * w.itemsize) == 0)
                  for k, w in zip(widths, arrays["weights"]))
-    problem = ds_family.Problem(rows, widths, str(dtype), activation, grad_in is not None, vecs)
+    try:
+        problem = ds_family.Problem(rows, widths, str(dtype), activation, grad_in is not None, vecs)
+    except ValueError as exc:
+        raise BadArguments(f"dense_stack: {exc}") from None
+    if widths[-1] > ds_family.MAX_CLASSES:
+        raise BadArguments(f"dense_stack: at most {ds_family.MAX_CLASSES} classes, got {widths[-1]}")
     args = [x]
     for w, b, out, g in zip(*arrays.values()):
         args += [w, b, out, g]

@@ -61,7 +61,8 @@ def make_key(family: str, sizes, op: str, dtype: str) -> Key:
     if op not in ops(family):
         raise ValueError(f"op {brief(op)} is not one of {', '.join(ops(family))} for {family}")
     sizes = tuple(sizes)
-    if not arity_fits(REGISTRY[family].KEY_SIZES, len(sizes)) or not all(type(s) is int and 1 <= s <= MAX_SIZE for s in sizes):
+    if not arity_fits(REGISTRY[family].KEY_SIZES, len(sizes)) or \
+            not all(type(s) is int and 1 <= s <= MAX_SIZE for s in sizes):
         raise ValueError(f"{family} needs {arity(family)} sizes, integers in 1..{MAX_SIZE}, got {brief(sizes)}")
     return Key(family, "x".join(map(str, sizes)), op, dtype)
 
@@ -125,6 +126,9 @@ def same_problem(a: Key, b: Key) -> bool:
 
 
 def distance(a: Key, b: Key) -> float:
-    """Sum over sizes of |log(a_i / b_i)|: 0 for the same shape, log 2 for one size doubled."""
+    """Sum over sizes of |log(a_i / b_i)|: 0 for the same shape, log 2 for one size doubled; infinite
+    between keys of different numbers of sizes (dense stacks of other depths)."""
+    if len(a.sizes) != len(b.sizes):
+        return math.inf
     return sum(abs(math.log(x / y)) for x, y in zip(a.sizes, b.sizes))
 

@@ -104,7 +104,7 @@ class Index:
 
 
 def _similar(a: Key, b: Key) -> bool:
-    return all(max(x, y) <= NEAR_RATIO * min(x, y) for x, y in zip(a.sizes, b.sizes))
+    return len(a.sizes) == len(b.sizes) and all(max(x, y) <= NEAR_RATIO * min(x, y) for x, y in zip(a.sizes, b.sizes))
 
 
 def _group(key: Key) -> tuple:

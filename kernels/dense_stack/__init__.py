@@ -6,12 +6,13 @@ arithmetic, one after another on the step's critical path (three forward, the ou
 back). Here one block takes R rows of the batch through all of them: the forward pass with bias and
 activation, softmax + cross-entropy, and the backward pass down to the stack's input, its rows'
 activations and gradients in shared memory between layers; every block reads every weight from L2
-(twice), so the stack suits weights of some hundred KB (STACK_MAX_WEIGHTS), not wide layers. It writes every
-activation and gradient, for the weight gradients (G_l^T A_{l-1} and the column sums), which other
-launches compute beside it. (The fully fused MLPs of tiny-cuda-nn do the same for one block's rows.)
+(twice), so the stack suits weights of some hundred KB (STACK_MAX_WEIGHTS), not wide layers. It
+writes every activation and gradient, for the weight gradients (G_l^T A_{l-1} and the column
+sums), which other launches compute beside it. (The fully fused MLPs of tiny-cuda-nn do the same for one block's rows.)
 """
 import itertools
 import math
+import types
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,9 +40,9 @@ PARAMS = {
 }
 
 
-def widest_vec(k: int) -> int:
-    """The widest vector (elements) along a row of k elements."""
-    return max(v for v in (1, 2, 4) if k % v == 0)
+def widest_vec(k: int, dtype: str) -> int:
+    """The widest vector (elements, at most 16 bytes) along a row of k elements."""
+    return max(v for v in (1, 2, 4) if k % v == 0 and v * ITEMSIZE[dtype] <= 16)
 
 
 @dataclass(frozen=True)
@@ -67,10 +68,11 @@ class Problem:
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation {self.activation!r} is not one of {', '.join(ACTIVATIONS)}")
         if self.vecs is None:
-            object.__setattr__(self, "vecs", tuple(widest_vec(k) for k in self.widths[:-1]))
-        if type(self.vecs) is not tuple or len(self.vecs) != self.layers \
-                or any(v not in (1, 2, 4) or k % v for v, k in zip(self.vecs, self.widths)):
-            raise ValueError(f"dense_stack vecs {self.vecs!r}: one of 1, 2, 4 a layer, dividing its inputs")
+            object.__setattr__(self, "vecs", tuple(widest_vec(k, self.dtype) for k in self.widths[:-1]))
+        if type(self.vecs) is not tuple or len(self.vecs) != self.layers or any(
+                v not in (1, 2, 4) or k % v or v * ITEMSIZE[self.dtype] > 16 for v, k in zip(self.vecs, self.widths)):
+            raise ValueError(f"dense_stack vecs {self.vecs!r}: one of 1, 2, 4 a layer, dividing its inputs, "
+                             "at most 16 bytes")
 
     @property
     def layers(self) -> int:
@@ -86,8 +88,8 @@ def offsets(c, p: Problem) -> list[int]:
     """Where each A_l starts in shared memory (elements, 16-byte aligned), then the two gradients
     and the slices' sums."""
     starts = [0]
-    for size in [c.rows * w for w in p.widths] + [c.rows * max(p.widths)] * 2:
-        starts.append(starts[-1] + -(-size // 4) * 4)
+    for size in [c.rows * w for w in p.widths] + [c.rows * max(p.widths[1:])] * 2:
+        starts.append(starts[-1] + ceil_div(size, 4) * 4)
     return starts
 
 
@@ -111,8 +113,22 @@ CONSTRAINTS = (
     ("a forward layer's weights in flight must fit registers: at most 64 32-bit words a lane",
      lambda c, p, d: forward_loads(c, p) <= 64),
     ("the accumulators (rows x cols) must fit registers: at most 32", lambda c, p, d: c.rows * c.cols <= 32),
+    ("1024 threads have 64 registers each: at most 8 accumulators and 32 words of weights in flight",
+     lambda c, p, d: c.warps < 32 or (c.rows * c.cols <= 8 and forward_loads(c, p) <= 32)),
     ("a block of more rows than the batch only idles", lambda c, p, d: c.rows == 1 or c.rows // 2 < p.rows),
 )
+
+
+def runs(widths: tuple[int, ...], dtype: str = "float32") -> bool:
+    """Whether the family runs a stack of these widths (inputs, hidden layers', classes) on any GPU
+    of 48 KB of shared memory a block, and it is one it suits (STACK_MAX_WEIGHTS)."""
+    try:
+        p = Problem(1, tuple(widths), dtype)
+    except ValueError:
+        return False
+    smallest = types.SimpleNamespace(rows=1, warps=4, cols=1)
+    return (p.widths[-1] <= MAX_CLASSES and p.weights <= STACK_MAX_WEIGHTS and forward_loads(smallest, p) <= 64
+            and smem_bytes(smallest, p) + STATIC_SMEM <= 48 * 1024)
 
 
 def template_args(c, p: Problem) -> dict:

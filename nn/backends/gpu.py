@@ -38,12 +38,10 @@ def this_ranks_gpu(gpus: int) -> int:
 
 
 def stack_fused(widths: tuple[int, ...]) -> bool:
-    """Whether autogemm's dense_stack kernel runs dense layers of these widths (inputs, at least one
-    hidden layer's, classes) in the cupy backend: few classes, weights small enough for every block
-    of it to read them all (autogemm.DENSE_STACK_MAX_WEIGHTS)."""
-    weights = sum(a * b for a, b in zip(widths, widths[1:]))
-    return (3 <= len(widths) and widths[-1] <= autogemm.DENSE_STACK_MAX_CLASSES
-            and weights <= autogemm.DENSE_STACK_MAX_WEIGHTS)
+    """Whether the cupy backend runs dense layers of these widths (inputs, hidden layers', classes)
+    as autogemm's dense_stack kernel: where it can, and their weights are few enough for every block
+    of it to read them all."""
+    return autogemm.dense_stack_runs(tuple(widths))
 
 
 class GpuBackend(Backend):
