@@ -98,6 +98,7 @@ def test_keys_of_any_depth_round_trip():
     assert key == Key("dense_stack", "128x250x128x100x80x10", "relu+dx", "float32")
     assert problem_of(key) == ds.Problem(128, (250, 128, 100, 80, 10), "float32", "relu", True)
     assert problem_of(make_key("dense_stack", (5, 3, 2, 1), "sigmoid", "float64")).widths == (3, 2, 1)
+    assert ds.Problem(128, "250x128x10") == ds.Problem(128, (250, 128, 10))      # as --problem gives it
     for sizes in ((128, 250), (128, 250, 10)):          # too few sizes for a stack
         with pytest.raises(ValueError, match="4 or more sizes"):
             make_key("dense_stack", sizes, "relu", "float32")

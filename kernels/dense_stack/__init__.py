@@ -12,6 +12,7 @@ sums), which other launches compute beside it. (The fully fused MLPs of tiny-cud
 """
 import itertools
 import math
+import re
 import types
 from dataclasses import dataclass
 
@@ -47,7 +48,8 @@ def widest_vec(k: int, dtype: str) -> int:
 
 @dataclass(frozen=True)
 class Problem:
-    """rows of `widths[0]` inputs through dense layers of widths[1:] (the last the classes' logits),
+    """rows of `widths[0]` inputs through dense layers of widths[1:] (the last the classes' logits;
+    widths also as text, "250x128x10": `autogemm tune --family dense_stack --problem ...`),
     `activation` after each hidden layer; `grad_in`: the input's gradient wanted (no derivative).
     `vecs`: per layer, the widest vector (1, 2, 4 elements) its W's rows allow (their length, the
     pointer), one tuned record serving each; None: the widest each length allows."""
@@ -61,6 +63,8 @@ class Problem:
 
     def __post_init__(self):
         check_problem(self, ("rows",), "dense_stack")
+        if type(self.widths) is str and re.fullmatch(r"\d+(x\d+)+", self.widths):   # --problem widths=250x128x10
+            object.__setattr__(self, "widths", tuple(int(w) for w in self.widths.split("x")))
         if type(self.widths) is not tuple or not 3 <= len(self.widths) <= MAX_LAYERS + 1 \
                 or not all(type(w) is int and 1 <= w <= MAX_WIDTH for w in self.widths):
             raise ValueError(f"dense_stack widths must be a tuple of 3 to {MAX_LAYERS + 1} ints in 1..{MAX_WIDTH} "
