@@ -25,10 +25,12 @@ def test_nn_follows_batch_and_hidden_sizes():
 
 
 def test_lenet_is_its_dense_gemms_and_its_convolution_calls_on_one_full_batch():
+    """LeNet's dense layers run forward and back as one dense_stack launch: its GEMMs are their weight
+    gradients, over the batch."""
     shapes = parse_shapes("lenet")
-    assert (shapes[0].m, shapes[0].n, shapes[0].k, shapes[0].op) == (1000, 128, 250, "nt+bias_relu")   # its default batch
-    assert {s.m for s in shapes if s.op.startswith("nt")} == {1000}
-    assert (parse_shapes("lenet", batch=128)[0].m, parse_shapes("lenet", batch=128)[-1].k) == (128, 128)
+    assert (shapes[0].m, shapes[0].n, shapes[0].k, shapes[0].op) == (10, 80, 1000, "tn")   # its default batch
+    assert {(s.k, s.op) for s in shapes} == {(1000, "tn")} and len(shapes) == 4
+    assert parse_shapes("lenet", batch=128)[-1].k == 128
     convs = network_convolutions("lenet,nn,17x33x65")          # the MLP and explicit GEMMs have none
     assert [(t.family, t.sizes) for t in convs] == [
         ("conv2d", (1000, 1, 28, 28, 6, 3)), ("conv2d", (1000, 6, 13, 13, 10, 3)),

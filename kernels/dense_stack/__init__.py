@@ -109,6 +109,11 @@ def forward_loads(c, p: Problem) -> int:
     return max(c.cols * ceil_div(k, 32 * v) * v for k, v in zip(p.widths, p.vecs)) * ITEMSIZE[p.dtype] // 4
 
 
+def live_words(c, p: Problem) -> int:
+    """32-bit registers of a thread's accumulators (forward and back) and weights in flight."""
+    return (c.rows * c.cols + c.rows) * ITEMSIZE[p.dtype] // 4 + forward_loads(c, p)
+
+
 CONSTRAINTS = (
     (f"at most {MAX_CLASSES} classes (a lane holds one class of a row)", lambda c, p, d: p.widths[-1] <= MAX_CLASSES),
     ("threads per block must fit the device", lambda c, p, d: 32 * c.warps <= d.max_threads_per_block),
@@ -117,8 +122,11 @@ CONSTRAINTS = (
     ("a forward layer's weights in flight must fit registers: at most 64 32-bit words a lane",
      lambda c, p, d: forward_loads(c, p) <= 64),
     ("the accumulators (rows x cols) must fit registers: at most 32", lambda c, p, d: c.rows * c.cols <= 32),
-    ("1024 threads have 64 registers each: at most 8 accumulators and 32 words of weights in flight",
-     lambda c, p, d: c.warps < 32 or (c.rows * c.cols <= 8 and forward_loads(c, p) <= 32)),
+    ("1024 threads have 64 registers each: one row a block, at most 4 outputs a warp and 32 words of weights in "
+     "flight (more spill)",
+     lambda c, p, d: c.warps < 32 or (c.rows == 1 and c.cols <= 4 and forward_loads(c, p) <= 32)),
+    ("the accumulators and the weights in flight must fit half a thread's registers (more spill)",
+     lambda c, p, d: c.warps == 32 or live_words(c, p) <= min(255, 65536 // (32 * c.warps)) // 2),
     ("a block of more rows than the batch only idles", lambda c, p, d: c.rows == 1 or c.rows // 2 < p.rows),
 )
 
