@@ -161,3 +161,16 @@ def test_which_stacks_run():
     assert not ds.runs((1568, 256, 10))                    # too many weights for every block to read
     assert not ds.runs((2880, 16, 10))                     # a row too long for the forward loads in flight
     assert not ds.runs((250, 128, 33)) and not ds.runs((8000, 4, 10)) and not ds.runs((8,) * 11)
+
+
+def test_every_shipped_stack_record_is_in_the_space():
+    from pathlib import Path
+
+    from autogemm.store.records import load
+
+    fam = family("dense_stack")
+    records = [r for path in (Path(__file__).parents[1] / "tuned").glob("*.json") for r in load(path).records.values()
+               if r.key.family == "dense_stack"]
+    assert records
+    for r in records:
+        fam.validate(dict(r.config), problem_of(r.key), H100)

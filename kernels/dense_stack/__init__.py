@@ -109,9 +109,14 @@ def forward_loads(c, p: Problem) -> int:
     return max(c.cols * ceil_div(k, 32 * v) * v for k, v in zip(p.widths, p.vecs)) * ITEMSIZE[p.dtype] // 4
 
 
-def live_words(c, p: Problem) -> int:
-    """32-bit registers of a thread's accumulators (forward and back) and weights in flight."""
-    return (c.rows * c.cols + c.rows) * ITEMSIZE[p.dtype] // 4 + forward_loads(c, p)
+def accumulator_words(c, p: Problem) -> int:
+    """32-bit registers of a thread's accumulators, forward and back."""
+    return (c.rows * c.cols + c.rows) * ITEMSIZE[p.dtype] // 4
+
+
+def registers(c) -> int:
+    """The registers a thread of the block may have."""
+    return min(255, 65536 // (32 * c.warps))
 
 
 CONSTRAINTS = (
@@ -125,8 +130,9 @@ CONSTRAINTS = (
     ("1024 threads have 64 registers each: one row a block, at most 4 outputs a warp and 32 words of weights in "
      "flight (more spill)",
      lambda c, p, d: c.warps < 32 or (c.rows == 1 and c.cols <= 4 and forward_loads(c, p) <= 32)),
-    ("the accumulators and the weights in flight must fit half a thread's registers (more spill)",
-     lambda c, p, d: c.warps == 32 or live_words(c, p) <= min(255, 65536 // (32 * c.warps)) // 2),
+    ("a thread's accumulators must fit a quarter of its registers, its weights in flight half (more spill)",
+     lambda c, p, d: c.warps == 32 or (4 * accumulator_words(c, p) <= registers(c)
+                                       and 2 * forward_loads(c, p) <= registers(c))),
     ("a block of more rows than the batch only idles", lambda c, p, d: c.rows == 1 or c.rows // 2 < p.rows),
 )
 
