@@ -52,14 +52,16 @@ _WHERE = {
     "GEMM_EPILOGUES": "kernels.gemm.call", "GEMM_PRECISIONS": "kernels.gemm.call",
     "LINEAR_XENT_MAX_CLASSES": "kernels.linear_xent", "LINEAR_BACKWARD_MAX_CLASSES": "kernels.linear_backward",
     "LINEAR_BACKWARD_TRANSPOSED": "kernels.linear_backward",
-    # whether the dense_stack kernel runs a stack of these widths; its op's suffix for the input's gradient
+    # whether the dense_stack kernel runs a stack of these widths; its ops' suffixes for the input's
+    # gradient, and for that gradient below a pool
     "dense_stack_runs": "kernels.dense_stack", "DENSE_STACK_INPUT_GRAD": "kernels.dense_stack",
+    "DENSE_STACK_POOLED": "kernels.dense_stack",
 }
 # A public name that is another name in its module.
 _RENAMED = {"key_dtypes": "dtypes", "CONV_POOL_OP": "POOL", "gemm_key_op": "key_op", "GEMM_EPILOGUES": "EPILOGUES",
             "GEMM_PRECISIONS": "PRECISIONS", "LINEAR_XENT_MAX_CLASSES": "MAX_CLASSES",
             "LINEAR_BACKWARD_MAX_CLASSES": "MAX_CLASSES", "LINEAR_BACKWARD_TRANSPOSED": "TRANSPOSED",
-            "dense_stack_runs": "runs", "DENSE_STACK_INPUT_GRAD": "INPUT_GRAD"}
+            "dense_stack_runs": "runs", "DENSE_STACK_INPUT_GRAD": "INPUT_GRAD", "DENSE_STACK_POOLED": "POOLED"}
 
 __all__ = list(_WHERE)
 

@@ -227,6 +227,10 @@ class CNNStep:
         # the backend fuses them; their weight gradients go on side branches of their own
         first = model.dense_stack_start()
         self.stack = first if first is not None and bk.fuses_dense_stack(max_rows, model.stack_widths(first)) else None
+        # ... and the gradient below the pool under it (with act' of the convolution under that), so
+        # the pool's backward pass is the stack's
+        self.stack_pools = (self.stack is not None and self.stack > 1 and model.layers[self.stack - 1].kind == "pool"
+                            and model.activated(self.stack - 2))
         self._x = None
 
     def reset_loss(self):
@@ -247,9 +251,12 @@ class CNNStep:
         if self.stack is not None:
             first = self.stack
             a = as_rows(m.hidden(self._x, self.acts, self.where, upto=first))
+            below, where = (as_rows(self.deltas[first - 1][:n]) if first > 0 else None), None
+            if self.stack_pools:
+                below, where = self.deltas[first - 2][:n], self.where[first - 1][:n]
             m.backend.dense_stack(a, m.W[first:], m.b[first:], labels, [y[:n] for y in self.acts[first:]],
                                   [g[:n] for g in self.deltas[first:]], 1.0 / self.batch, self.loss_sum,
-                                  m.activation, as_rows(self.deltas[first - 1][:n]) if first > 0 else None)
+                                  m.activation, below, where)
             return
         a = as_rows(m.hidden(self._x, self.acts, self.where))
         below = as_rows(self.deltas[last - 1][:n]) if self._output_carries_down else None
@@ -275,7 +282,7 @@ class CNNStep:
                     bk.column_sums(g, self.db[l])
                 layer_done(l)
                 continue
-            if m.pool_fused_backward(l):
+            if m.pool_fused_backward(l) or (self.stack_pools and l == self.stack - 1):
                 continue                 # the convolution above did its backward pass
             layer, g, a = m.layers[l], self.deltas[l][:n], self._input(l, n)
             below = self.deltas[l - 1][:n] if l > 0 and not (l == last and self._output_carries_down) else None

@@ -71,6 +71,7 @@ def describe(name: str, args, kwargs, column_major=()) -> str:
         x, weights = args[:2]
         widths = "x".join(map(str, (x.shape[1], *(w.shape[0] for w in weights))))
         dx = autogemm.DENSE_STACK_INPUT_GRAD if len(args) > 9 and args[9] is not None else ""
+        dx = autogemm.DENSE_STACK_POOLED if len(args) > 10 and args[10] is not None else dx
         return f"dense_stack {x.shape[0]}x{widths}:{args[8]}{dx}"
     if name == "linear_backward":
         g, w, a, grad_in, activation, dw = args[:6]

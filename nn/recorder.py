@@ -125,9 +125,14 @@ class LaunchRecorder(Backend):
     def fuses_dense_stack(self, rows, widths):
         return stack_fused(widths)
 
-    def dense_stack(self, x, weights, biases, labels, outs, grads, scale, loss_acc, activation, grad_in=None):
+    def dense_stack(self, x, weights, biases, labels, outs, grads, scale, loss_acc, activation, grad_in=None,
+                    where=None):
         widths = (x.shape[1], *(w.shape[0] for w in weights))
         role = f"{', '.join(self.name_of(o) for o in outs)} and their gradients"
+        if where is not None:                   # the gradient below the pool: the pool's input map for the inputs
+            self._record("dense_stack", (x.shape[0], *grad_in.shape[1:], *widths[1:]),
+                         activation + autogemm.DENSE_STACK_POOLED, role)
+            return
         op = activation + (autogemm.DENSE_STACK_INPUT_GRAD if grad_in is not None else "")
         self._record("dense_stack", (x.shape[0], *widths), op, role)
 

@@ -20,14 +20,22 @@ STACKS = [(37, (250, 128, 100, 80, 10), "relu", True, "float32"),
           (11, (40, 31, 17, 9, 5, 32), "sigmoid", True, "float32"),
           (9, (16, 70, 1), "relu", False, "float32"),
           (21, (33, 24, 3), "relu", True, "float64")]
+# (rows, pooled map (C, H, W), the stack's widths past its input, activation, dtype): the gradient below
+# the pool: LeNet's (odd sides: a last row and column of zeros), even sides, one channel.
+POOLED = [(37, (10, 11, 11), (128, 100, 80, 10), "relu", "float32"),
+          (9, (3, 4, 6), (7, 5), "sigmoid", "float64"),
+          (5, (1, 5, 4), (6, 2), "relu", "float32")]
 
 
-def stack_launch(rows, widths, activation, grad_in, dtype, cfg, seed):
+def stack_launch(rows, widths, activation, grad_in, dtype, cfg, seed, pool=None):
     """(launch, outputs, expected) of one problem and config: every output poisoned with NaN."""
     rng = np.random.default_rng(seed)
-    p = ds.Problem(rows, widths, dtype, activation, grad_in)
+    p = ds.Problem(rows, widths, dtype, activation, grad_in, pool=pool)
     t = np.dtype(dtype).type
     x = rng.standard_normal((rows, widths[0])).astype(t)                    # X: (rows, W_0)
+    if pool:                                                                # a pooled activation
+        x = (np.maximum(x, 0) if activation == "relu" else rng.uniform(0.01, 0.99, x.shape)).astype(t)
+    where = rng.integers(0, 4, (rows, widths[0])).astype(np.int8) if pool else None
     weights, biases = ds.parameters(p, rng)
     labels = rng.integers(0, widths[-1], rows).astype(np.int32)            # (rows,)
     scale = 1.0 / rows
@@ -38,11 +46,12 @@ def stack_launch(rows, widths, activation, grad_in, dtype, cfg, seed):
         got[f"grad{l}"] = np.full((rows, widths[l]), np.nan, t)
         args += [w, b, got[f"out{l}"], got[f"grad{l}"]]
     if grad_in:
-        got["grad_in"] = np.full((rows, widths[0]), np.nan, t)
+        got["grad_in"] = np.full((rows, *pool) if pool else (rows, widths[0]), np.nan, t)
+    args += [where] if pool else []
     args += [got.get("grad_in", np.uint64(0)), labels, got["loss"], np.int32(rows), t(scale)]
     fam = family("dense_stack")
     launch = Launch(fam.instance(fam.validate(cfg, p, H100), p), args)
-    return launch, got, ds.reference(p, x, weights, biases, labels, scale), dtype
+    return launch, got, ds.reference(p, x, weights, biases, labels, scale, where), dtype
 
 
 @pytest.mark.slow
@@ -53,6 +62,10 @@ def test_every_output_matches_float64_on_the_cpu(tmp_path):
         p = ds.Problem(rows, widths, dtype, activation, grad_in)
         configs = [fam.default(p, H100)] + fam.sample(p, H100, 2, seed=seed)
         cases += [stack_launch(rows, widths, activation, grad_in, dtype, cfg, seed) for cfg in configs]
+    for seed, (rows, pool, widths, activation, dtype) in enumerate(POOLED):
+        p = ds.Problem(rows, (pool[0] * (pool[1] // 2) * (pool[2] // 2), *widths), dtype, activation, True, pool=pool)
+        configs = [fam.default(p, H100)] + fam.sample(p, H100, 2, seed=seed)
+        cases += [stack_launch(rows, p.widths, activation, True, dtype, cfg, seed, pool) for cfg in configs]
     run([launch for launch, *_ in cases], tmp_path)
     seen = {(c.rows, c.warps, c.cols) for launch, *_ in cases for c in [launch.instance.config]}
     assert len({r for r, _, _ in seen}) >= 3 and len({k for _, _, k in seen}) >= 2
@@ -93,9 +106,42 @@ def test_the_op_on_the_gpu_matches_float64(rows, widths, activation, grad_in, dt
         assert verdict.ok, f"{name}: {verdict.describe()}"
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows, pool, widths, activation, dtype", POOLED)
+def test_the_op_below_a_pool_on_the_gpu_matches_float64(rows, pool, widths, activation, dtype):
+    """autogemm.dense_stack with `where`: the input's gradient below the pool, against the reference."""
+    import cupy
+
+    import autogemm
+
+    rng = np.random.default_rng(rows)
+    p = ds.Problem(rows, (pool[0] * (pool[1] // 2) * (pool[2] // 2), *widths), dtype, activation, True, pool=pool)
+    t = np.dtype(dtype).type
+    x = rng.standard_normal((rows, p.widths[0]))
+    x = (np.maximum(x, 0) if activation == "relu" else rng.uniform(0.01, 0.99, x.shape)).astype(t)   # pooled A
+    where = rng.integers(0, 4, (rows, pool[0], pool[1] // 2, pool[2] // 2)).astype(np.int8)
+    weights, biases = ds.parameters(p, rng)
+    labels = rng.integers(0, p.widths[-1], rows).astype(np.int32)
+    expected = ds.reference(p, x, weights, biases, labels, 1 / rows, where)
+    got = {name: cupy.full(value.shape, np.nan, t) for name, (value, _, _) in expected.items() if name != "loss"}
+    got["loss"] = cupy.zeros(1, t)
+    layers = p.layers
+    autogemm.dense_stack(cupy.asarray(x), [cupy.asarray(w) for w in weights], [cupy.asarray(b) for b in biases],
+                         cupy.asarray(labels), [got[f"out{l}"] for l in range(1, layers + 1)],
+                         [got[f"grad{l}"] for l in range(1, layers + 1)], 1 / rows, got["loss"], activation,
+                         got["grad_in"], cupy.asarray(where))
+    for name, (value, magnitude, k) in expected.items():
+        verdict = compare(cupy.asnumpy(got[name]).reshape(value.shape), value, magnitude, k, dtype)
+        assert verdict.ok, f"{name}: {verdict.describe()}"
+
+
 def test_keys_of_any_depth_round_trip():
     key = make_key("dense_stack", (128, 250, 128, 100, 80, 10), "relu+dx", "float32")
     assert key == Key("dense_stack", "128x250x128x100x80x10", "relu+dx", "float32")
+    pooled = make_key("dense_stack", (128, 10, 11, 11, 128, 100, 80, 10), "relu+pool", "float32")
+    assert problem_of(pooled) == ds.Problem(128, (250, 128, 100, 80, 10), "float32", "relu", True,
+                                            pool=(10, 11, 11))
+    assert ds.key_of(problem_of(pooled)) == (pooled.sizes, "relu+pool")
     assert problem_of(key) == ds.Problem(128, (250, 128, 100, 80, 10), "float32", "relu", True)
     assert problem_of(make_key("dense_stack", (5, 3, 2, 1), "sigmoid", "float64")).widths == (3, 2, 1)
     assert ds.Problem(128, "250x128x10") == ds.Problem(128, (250, 128, 10))      # as --problem gives it

@@ -84,7 +84,8 @@ def small_families() -> list:
     input gradient and its bfloat16 copy, K with and without a ragged last slice, the float64 defaults
     of 10 x 4096, whose W does not fit shared memory), linear_backward
     (both activations, 10 and 32 classes, the bfloat16 copy beside float32 and alone, transposed), dense
-    stacks (LeNet's and LeNet-5's, a tiny one; with and without the input gradient), the
+    stacks (LeNet's and LeNet-5's, a tiny one; with and without the input gradient, LeNet's below its
+    pool), the
     convolutions (a one-channel layer, LeNet-5's second, odd sizes; the direct ones with a fused pool
     too), pooling both ways and Adam, both dtypes, sampled
     configs; the bfloat16 rounding's every vector width."""
@@ -107,6 +108,8 @@ def small_families() -> list:
             problem = dense_stack.Problem(rows, widths, dtype, activation, dx)
             out += [stack.instance(cfg, problem) for cfg in stack.candidates(problem, H100)[:1]
                     + stack.sample(problem, H100, 3, seed=rows)]
+        problem = dense_stack.Problem(128, (250, 128, 100, 80, 10), dtype, "relu", True, pool=(10, 11, 11))
+        out += [stack.instance(cfg, problem) for cfg in stack.candidates(problem, H100)[:1] + stack.sample(problem, H100, 2)]
         lx = family("linear_xent")
         for activation, inputs in ((None, 784), ("sigmoid", 1000), ("relu", 4096), ("sigmoid", 100), ("relu", 33)):
             problem = linear_xent.Problem(800, 10, inputs, dtype, activation)

@@ -191,14 +191,17 @@ def linear_xent(a, w, bias, labels, logits, grad, scale, loss_acc, grad_in=None,
 
 
 def dense_stack(x, weights, biases, labels, outs, grads, scale, loss_acc, activation="relu", grad_in=None,
-                config=None):
+                where=None, config=None):
     """A stack of small dense layers and its loss, forward and back, in one kernel: for l = 1 .. L,
     outs[l-1] = act(A_{l-1} weights[l-1]^T + biases[l-1]) (A_0 = x; the last, the logits, without
     act); grads[L-1] = (softmax(logits) - onehot(labels)) * scale, loss_acc[0] += the summed
     cross-entropy (a label outside [0, C) adds no loss and no -1, as in linear_xent);
     grads[l-2] = (grads[l-1] weights[l-1]) * act'(outs[l-2]); with `grad_in` (x's shape),
-    grad_in = grads[0] weights[0]. x (rows, W_0), weights[l-1] (W_l, W_{l-1}), biases (W_l,), outs
-    and grads (rows, W_l), labels int32 (rows,); at least one hidden layer, at most 32 classes.
+    grad_in = grads[0] weights[0]; with `where` (int8 (rows, C, H // 2, W // 2): x is a 2 x 2
+    max-pool's output, an activation's, and `where` its maxima, as autogemm.maxpool2x2 gives them),
+    grad_in (rows, C, H, W) is that gradient times act'(x) below the pool: at each window's maximum,
+    zero elsewhere. x (rows, W_0), weights[l-1] (W_l, W_{l-1}), biases (W_l,), outs and grads
+    (rows, W_l), labels int32 (rows,); at least one hidden layer, at most 32 classes.
     The weight gradients (grads[l-1]^T A_{l-1}, column sums) are the caller's: GEMMs beside it."""
     cupy = require_cupy()
     dtype = _contiguous(x, "dense_stack: x").dtype
@@ -214,7 +217,19 @@ def dense_stack(x, weights, biases, labels, outs, grads, scale, loss_acc, activa
               "outs": lambda l: (rows, widths[l]), "grads": lambda l: (rows, widths[l])}
     wrong = [f"{name}[{l - 1}] {v.shape}" for name, values in arrays.items() for l, v in enumerate(values, 1)
              if _contiguous(v, f"dense_stack: {name}[{l - 1}]").shape != wanted[name](l)]
-    if grad_in is not None and _contiguous(grad_in, "dense_stack: grad_in").shape != x.shape:
+    pool = None
+    if where is not None:
+        pool = tuple(grad_in.shape[1:]) if grad_in is not None and grad_in.ndim == 4 else None
+        if pool is None or grad_in.shape[0] != rows or pool[0] * (pool[1] // 2) * (pool[2] // 2) != widths[0]:
+            raise BadArguments(f"dense_stack: with `where`, grad_in must be the pool's input gradient (rows, C, H, W), "
+                               f"C (H // 2) (W // 2) = {widths[0]}; got "
+                               + ("none" if grad_in is None else f"{grad_in.shape}"))
+        _contiguous(grad_in, "dense_stack: grad_in")
+        if not isinstance(where, cupy.ndarray) or where.dtype != np.int8 or not where.flags.c_contiguous or \
+                where.shape != (rows, pool[0], pool[1] // 2, pool[2] // 2):
+            raise BadArguments(f"dense_stack: where must be a C-contiguous int8 cupy array of shape "
+                               f"{(rows, pool[0], pool[1] // 2, pool[2] // 2)} (the pool's maxima)")
+    elif grad_in is not None and _contiguous(grad_in, "dense_stack: grad_in").shape != x.shape:
         wrong.append(f"grad_in {grad_in.shape}")
     if wrong or 0 in (rows, *widths):
         raise BadArguments(f"dense_stack: weights[l-1] must be (W_l, W_(l-1)), biases (W_l,), outs and grads "
@@ -231,7 +246,7 @@ def dense_stack(x, weights, biases, labels, outs, grads, scale, loss_acc, activa
         raise BadArguments(f"dense_stack: activation must be one of {', '.join(ds_family.ACTIVATIONS)}, "
                            f"got {activation!r}")
     written = arrays["outs"] + arrays["grads"] + ([grad_in] if grad_in is not None else [])
-    read = [x, labels, *arrays["weights"], *arrays["biases"]]
+    read = [x, labels, *arrays["weights"], *arrays["biases"]] + ([where] if where is not None else [])
     if any(overlaps(out, other) for i, out in enumerate(written) for other in read + written[i + 1:]):
         raise BadArguments("dense_stack: outs, grads and grad_in must be arrays of their own, overlapping no "
                            "other argument")
@@ -239,7 +254,7 @@ def dense_stack(x, weights, biases, labels, outs, grads, scale, loss_acc, activa
     vecs = tuple(max(v for v in (1, 2, 4) if k % v == 0 and v * w.itemsize <= 16 and w.data.ptr % (v * w.itemsize) == 0)
                  for k, w in zip(widths, arrays["weights"]))
     try:
-        problem = ds_family.Problem(rows, widths, str(dtype), activation, grad_in is not None, vecs)
+        problem = ds_family.Problem(rows, widths, str(dtype), activation, grad_in is not None, vecs, pool)
     except ValueError as exc:
         raise BadArguments(f"dense_stack: {exc}") from None
     if widths[-1] > ds_family.MAX_CLASSES:
@@ -248,6 +263,7 @@ def dense_stack(x, weights, biases, labels, outs, grads, scale, loss_acc, activa
     for w, b, out, g in zip(*arrays.values()):
         args += [w, b, out, g]
     null = np.uint64(0)
+    args += [where] if where is not None else []
     _run("dense_stack", problem, (*args, grad_in if grad_in is not None else null, labels, loss_acc,
                                   np.int32(rows), _scalar(dtype)(scale)), config)
     return grads[-1]

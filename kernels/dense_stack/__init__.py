@@ -27,8 +27,10 @@ TEMPLATE = "dense_stack/dense_stack.cu.j2"
 
 ACTIVATIONS = ("sigmoid", "relu")
 INPUT_GRAD = "+dx"                      # an op's suffix: the stack's input gradient is written too
-KEY_SIZES = ("rows", "inputs", "hidden", "widths...")   # then the other hidden layers' widths, the classes
-KEY_OPS = tuple(a + dx for a in ACTIVATIONS for dx in ("", INPUT_GRAD))
+POOLED = "+pool"                        # ... below the 2 x 2 max-pool whose output is the stack's input
+KEY_SIZES = ("rows", "inputs", "hidden", "widths...")   # then the other hidden layers' widths, the classes;
+                                                        # "+pool": the pool's input map C, H, W for inputs
+KEY_OPS = tuple(a + dx for a in ACTIVATIONS for dx in ("", INPUT_GRAD, POOLED))
 MAX_CLASSES = 32                        # a lane holds one class of a row
 MAX_LAYERS = 8
 MAX_WIDTH = 4096
@@ -52,7 +54,9 @@ class Problem:
     widths also as text, "250x128x10": `autogemm tune --family dense_stack --problem ...`),
     `activation` after each hidden layer; `grad_in`: the input's gradient wanted (no derivative).
     `vecs`: per layer, the widest vector (1, 2, 4 elements) its W's rows allow (their length, the
-    pointer), one tuned record serving each; None: the widest each length allows."""
+    pointer), one tuned record serving each; None: the widest each length allows. `pool` (C, H, W):
+    the input is a 2 x 2 max-pool's output of that map, an activation's (X > 0 or in (0, 1)), and
+    the input's gradient goes below the pool, times act'(X), at each window's maximum."""
 
     rows: int
     widths: tuple[int, ...]
@@ -60,6 +64,7 @@ class Problem:
     activation: str = "relu"
     grad_in: bool = False
     vecs: tuple[int, ...] | None = None
+    pool: tuple[int, int, int] | None = None
 
     def __post_init__(self):
         check_problem(self, ("rows",), "dense_stack")
@@ -77,6 +82,11 @@ class Problem:
                 v not in (1, 2, 4) or k % v or v * ITEMSIZE[self.dtype] > 16 for v, k in zip(self.vecs, self.widths)):
             raise ValueError(f"dense_stack vecs {self.vecs!r}: one of 1, 2, 4 a layer, dividing its inputs, "
                              "at most 16 bytes")
+        if self.pool is not None and (
+                type(self.pool) is not tuple or len(self.pool) != 3 or not all(type(x) is int and x >= 1 for x in self.pool)
+                or self.pool[0] * (self.pool[1] // 2) * (self.pool[2] // 2) != self.widths[0] or not self.grad_in):
+            raise ValueError(f"dense_stack pool {self.pool!r}: the (C, H, W) map whose 2 x 2 pooling is the "
+                             f"{self.widths[0]} inputs, with the input's gradient")
 
     @property
     def layers(self) -> int:
@@ -92,7 +102,8 @@ def offsets(c, p: Problem) -> list[int]:
     """Where each A_l starts in shared memory (elements, 16-byte aligned), then the two gradients
     and the slices' sums."""
     starts = [0]
-    for size in [c.rows * w for w in p.widths] + [c.rows * max(p.widths[1:])] * 2:
+    widest = max(p.widths if p.pool else p.widths[1:])     # with a pool, G_in too goes through shared memory
+    for size in [c.rows * w for w in p.widths] + [c.rows * widest] * 2:
         starts.append(starts[-1] + ceil_div(size, 4) * 4)
     return starts
 
@@ -151,13 +162,14 @@ def runs(widths: tuple[int, ...], dtype: str = "float32") -> bool:
 
 def template_args(c, p: Problem) -> dict:
     return dict(c, ctype=DTYPES[p.dtype], widths=p.widths, activation=p.activation, grad_in=p.grad_in,
-                vecs=p.vecs, offsets=tuple(offsets(c, p)))
+                vecs=p.vecs, offsets=tuple(offsets(c, p)), pool=p.pool)
 
 
 def instance_name(c, p: Problem) -> str:
     widths = "x".join(map(str, p.widths))
     vecs = "".join(map(str, p.vecs))
-    return (f"dense_stack_{SHORT[p.dtype]}_{widths}_{p.activation}{'_dx' if p.grad_in else ''}_v{vecs}"
+    below = f"_pool{'x'.join(map(str, p.pool))}" if p.pool else "_dx" if p.grad_in else ""
+    return (f"dense_stack_{SHORT[p.dtype]}_{widths}_{p.activation}{below}_v{vecs}"
             f"_r{c.rows}_w{c.warps}_c{c.cols}")
 
 
@@ -172,10 +184,16 @@ def flops(p: Problem) -> int:
 
 
 def key_of(p: Problem) -> tuple[tuple[int, ...], str]:
+    if p.pool:
+        return (p.rows, *p.pool, *p.widths[1:]), p.activation + POOLED
     return (p.rows, *p.widths), p.activation + (INPUT_GRAD if p.grad_in else "")
 
 
 def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
+    if op.endswith(POOLED):
+        c, h, w = sizes[1:4]
+        return Problem(sizes[0], (c * (h // 2) * (w // 2), *sizes[4:]), dtype, op.removesuffix(POOLED), True,
+                       pool=(c, h, w))
     return Problem(sizes[0], tuple(sizes[1:]), dtype, op.removesuffix(INPUT_GRAD), op.endswith(INPUT_GRAD))
 
 
@@ -190,7 +208,7 @@ def default_candidates(p: Problem, d):
         yield dict(rows=r, warps=warps, cols=cols)
 
 
-def reference(p: Problem, x, weights, biases, labels, scale) -> dict:
+def reference(p: Problem, x, weights, biases, labels, scale, where=None) -> dict:
     """{"out{l}", "grad{l}" (l = 1 .. L), "grad_in" where wanted, "loss"}: the stack in float64.
     Magnitudes carry |.| through the chain (activations are 1-Lipschitz); k is the longest chain of
     sums behind an element. An error e in a row of Z moves P_c by at most 2 P_c max|e| (as
@@ -221,6 +239,11 @@ def reference(p: Problem, x, weights, biases, labels, scale) -> dict:
             break
         carried, carried_mag = g @ w64[l - 1], g_mag @ np.abs(w64[l - 1])
         k += p.widths[l]
+        if l == 1 and p.pool:                                          # times act'(X), below the pool
+            slope = (a[0] > 0).astype(np.float64) if p.activation == "relu" else a[0] * (1 - a[0])
+            g_in, g_in_mag = carried * slope, carried_mag * (np.abs(slope) + mag[0])
+            expected["grad_in"] = tuple(unpooled(v, where, p.pool) for v in (g_in, g_in_mag)) + (k,)
+            break
         if l == 1:
             expected["grad_in"] = (carried, carried_mag, k)
             break
@@ -231,6 +254,18 @@ def reference(p: Problem, x, weights, biases, labels, scale) -> dict:
     loss, loss_mag, _ = xent_loss(probs, labels)   # each row's log-sum-exp also carries Z's error
     expected["loss"] = (loss, loss_mag + 2 * mag[L].max(1).sum(), ks[L] + p.widths[-1])
     return expected
+
+
+def unpooled(v, where, pool) -> np.ndarray:
+    """v (rows, C * (H // 2) * (W // 2)) at each 2 x 2 window's maximum (`where`, 0..3 row by row) of
+    a (rows, C, H, W) map, zero elsewhere."""
+    c, h, w = pool
+    rows = v.shape[0]
+    out = np.zeros((rows, c, h, w))
+    v, where = v.reshape(rows, c, h // 2, w // 2), np.asarray(where).reshape(rows, c, h // 2, w // 2)
+    for at in range(4):
+        out[:, :, at // 2:2 * (h // 2):2, at % 2:2 * (w // 2):2] += np.where(where == at, v, 0)
+    return out
 
 
 def parameters(p: Problem, rng: np.random.Generator):

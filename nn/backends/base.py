@@ -130,12 +130,15 @@ class Backend(ABC):
         worth calling in place of the layers' own operations."""
         return False
 
-    def dense_stack(self, x, weights, biases, labels, outs, grads, scale, loss_acc, activation, grad_in=None):
+    def dense_stack(self, x, weights, biases, labels, outs, grads, scale, loss_acc, activation, grad_in=None,
+                    where=None):
         """Dense layers and their loss, forward and back: outs[i] = act(A_i weights[i]^T +
         biases[i]) (A_0 = x; the last, the logits, without act, its loss into loss_acc and gradient
         into grads[-1] as linear_xent), then each grads[i-1] = (grads[i] weights[i]) * act'(outs[i-1])
-        and, with `grad_in`, grad_in = grads[0] weights[0]. Not the weight gradients. Here the
-        layers' own operations; a GPU backend fuses them into one kernel (autogemm.dense_stack)."""
+        and, with `grad_in`, grad_in = grads[0] weights[0]; with `where` too (x a 2 x 2 max-pool's
+        output, an activation's, and its maxima), that gradient times act'(x) below the pool, into
+        grad_in (n, C, H, W). Not the weight gradients. Here the layers' own operations; a GPU
+        backend fuses them into one kernel (autogemm.dense_stack)."""
         a = x
         for w, b, out in zip(weights[:-1], biases[:-1], outs[:-1]):
             self.gemm(a, w, out, trans_b=True, epilogue=f"bias_{activation}", bias=b)
@@ -144,7 +147,12 @@ class Backend(ABC):
                          activation)
         for i in reversed(range(1, len(weights) - 1)):
             self.gemm(grads[i], weights[i], grads[i - 1], epilogue=f"d{activation}", aux=outs[i - 1])
-        if grad_in is not None:
+        if where is not None:
+            pooled_grad = self.empty(x.shape)                       # (n, C * (H // 2) * (W // 2))
+            self.gemm(grads[0], weights[0], pooled_grad)
+            self.maxpool2x2_backward(pooled_grad.reshape(where.shape), where, grad_in, x.reshape(where.shape),
+                                     activation)
+        elif grad_in is not None:
             self.gemm(grads[0], weights[0], grad_in)
 
     @abstractmethod

@@ -130,12 +130,13 @@ class CupyBackend(GpuBackend):
     def fuses_dense_stack(self, rows, widths):
         return stack_fused(widths)
 
-    def dense_stack(self, x, weights, biases, labels, outs, grads, scale, loss_acc, activation, grad_in=None):
+    def dense_stack(self, x, weights, biases, labels, outs, grads, scale, loss_acc, activation, grad_in=None,
+                    where=None):
         if x.shape[0] == 0:
             return
         for a in (x, *outs):
             self.storage.check_float32_values(a)
-        autogemm.dense_stack(x, weights, biases, labels, outs, grads, scale, loss_acc, activation, grad_in,
+        autogemm.dense_stack(x, weights, biases, labels, outs, grads, scale, loss_acc, activation, grad_in, where,
                              config=self.config)
 
     def column_sums(self, g, out, scale=1.0, accumulate=False):
