@@ -44,7 +44,7 @@ def main(checkout: Path) -> int:
         # LeNet's dense stack (below its pool, the first four sizes its map's)
         shapes = {"conv2d": ((1000, 1, 28, 28, 6, 3), (1000, 32, 12, 12, 64, 5)),
                   "pool2x2": ((1000, 6, 26, 26),), "dense": ((128, 10, 11, 11, 128, 100, 80, 10),)
-                  }.get(name.split("_")[0], ((800, 10, 784)[:int(arity(name))],))
+                  }.get(name.split("_")[0]) or ((800, 10, 784)[:int(arity(name))],)
         for op, dtype, sizes in itertools.product(ops(name), dtypes(name), shapes):
             problem = problem_of(make_key(name, sizes, op, dtype))
             for cfg in fam.candidates(problem, H100) + fam.sample(problem, H100, 8):
