@@ -119,7 +119,7 @@ class CNN:
         first = last
         while first > 0 and self.layers[first - 1].kind == "dense":
             first -= 1
-        if first == last or self.layers[last].kind != "dense" or (first > 0 and self.activated(first - 1)):
+        if first == last or (first > 0 and self.activated(first - 1)):
             return None
         return first
 
@@ -226,7 +226,7 @@ class CNNStep:
         # the dense layers at the top as one operation (forward, loss, gradients carried down), where
         # the backend fuses them; their weight gradients go on side branches of their own
         first = model.dense_stack_start()
-        self.stack = first if first is not None and bk.fuses_dense_stack(max_rows, model.stack_widths(first)) else None
+        self.stack = first if first is not None and bk.fuses_dense_stack(model.stack_widths(first)) else None
         # ... and the gradient below the pool under it (with act' of the convolution under that), so
         # the pool's backward pass is the stack's
         self.stack_pools = (self.stack is not None and self.stack > 1 and model.layers[self.stack - 1].kind == "pool"

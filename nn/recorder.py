@@ -10,7 +10,6 @@ import numpy as np
 import autogemm
 from autogemm import CONV_POOL_OP, NO_OP
 from nn.backends.base import Backend
-from nn.backends.gpu import stack_fused
 from nn.backends.storage import Storage
 from nn.cnn import CNN, CNNStep, init_cnn_params
 from nn.errors import NNError
@@ -122,8 +121,8 @@ class LaunchRecorder(Backend):
         self._record("linear_backward", (a.shape[0], w.shape[0], a.shape[1]),
                      activation + (autogemm.LINEAR_BACKWARD_TRANSPOSED if transposed else ""), role)
 
-    def fuses_dense_stack(self, rows, widths):
-        return stack_fused(widths)
+    def fuses_dense_stack(self, widths):
+        return autogemm.dense_stack_runs(widths)         # as the cupy backend
 
     def dense_stack(self, x, weights, biases, labels, outs, grads, scale, loss_acc, activation, grad_in=None,
                     where=None):

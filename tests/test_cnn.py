@@ -110,7 +110,7 @@ class Stacking:
     """A backend that takes a CNN's top dense layers as one operation (as the cupy backend does with
     autogemm's dense_stack kernel; here Backend's own operations), noting each call's widths."""
 
-    def fuses_dense_stack(self, rows, widths):
+    def fuses_dense_stack(self, widths):
         self.stacks = getattr(self, "stacks", []) + [widths]
         return True
 

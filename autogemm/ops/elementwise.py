@@ -251,8 +251,7 @@ def dense_stack(x, weights, biases, labels, outs, grads, scale, loss_acc, activa
         raise BadArguments("dense_stack: outs, grads and grad_in must be arrays of their own, overlapping no "
                            "other argument")
     # each layer's widest vector along W's rows: its length, 16 bytes and the pointer allowing
-    vecs = tuple(max(v for v in (1, 2, 4) if k % v == 0 and v * w.itemsize <= 16 and w.data.ptr % (v * w.itemsize) == 0)
-                 for k, w in zip(widths, arrays["weights"]))
+    vecs = tuple(min(ds_family.widest_vec(k, str(dtype)), _aligned(w)) for k, w in zip(widths, arrays["weights"]))
     try:
         problem = ds_family.Problem(rows, widths, str(dtype), activation, grad_in is not None, vecs, pool)
     except ValueError as exc:

@@ -164,6 +164,19 @@ class KernelMeasure:
         return self.check(self.out, *self.expected)
 
     # ---- helpers ------------------------------------------------------------------------------------
+    def verify_named(self, run, loss_acc=None) -> float:
+        """verify for outputs `self.out` named as `self.expected`'s: each poisoned, `loss_acc` (where
+        the reference has a "loss") zeroed, then each checked; the largest error."""
+        for out in self.out.values():
+            out.fill(self.POISON)
+        if loss_acc is not None:
+            loss_acc.fill(0)
+        run()
+        error = max(self.check(out, *self.expected[name]) for name, out in self.out.items())
+        if loss_acc is not None:
+            self.check(loss_acc, *self.expected["loss"])
+        return error
+
     def normal(self, *shape):
         return self.rng.standard_normal(shape).astype(self.dtype)
 

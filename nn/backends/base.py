@@ -125,7 +125,7 @@ class Backend(ABC):
         self.gemm(g, a, dw, trans_a=True, alpha=alpha, beta=beta)
         self.column_sums(grad_in, db, alpha, accumulate_db)
 
-    def fuses_dense_stack(self, rows: int, widths: tuple[int, ...]) -> bool:
+    def fuses_dense_stack(self, widths: tuple[int, ...]) -> bool:
         """Whether `dense_stack` on these widths (inputs, hidden layers', classes) is one kernel here,
         worth calling in place of the layers' own operations."""
         return False

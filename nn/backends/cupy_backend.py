@@ -8,7 +8,7 @@ import functools
 
 import autogemm
 from nn.backends.base import EPILOGUES
-from nn.backends.gpu import GpuBackend, stack_fused
+from nn.backends.gpu import GpuBackend
 from nn.backends.storage import Storage
 
 
@@ -127,8 +127,8 @@ class CupyBackend(GpuBackend):
         autogemm.linear_backward(g, w, self.storage.stored(a), grad_in if copy is None else None, activation, dw, db, alpha,
                                  beta, 1.0 if accumulate_db else 0.0, grad_in_bf16=copy, config=self.config)
 
-    def fuses_dense_stack(self, rows, widths):
-        return stack_fused(widths)
+    def fuses_dense_stack(self, widths):
+        return autogemm.dense_stack_runs(widths)
 
     def dense_stack(self, x, weights, biases, labels, outs, grads, scale, loss_acc, activation, grad_in=None,
                     where=None):

@@ -37,13 +37,6 @@ def this_ranks_gpu(gpus: int) -> int:
     return gpu_for_rank(local_rank(), gpus)
 
 
-def stack_fused(widths: tuple[int, ...]) -> bool:
-    """Whether the cupy backend runs dense layers of these widths (inputs, hidden layers', classes)
-    as autogemm's dense_stack kernel: where it can, and their weights are few enough for every block
-    of it to read them all."""
-    return autogemm.dense_stack_runs(tuple(widths))
-
-
 class GpuBackend(Backend):
     """A backend on this rank's GPU: `tuned` picks autogemm's configs from tuned/ (else the family
     defaults); `precision` is its GEMMs'. A GPU backend adds its GEMM and output layer."""
