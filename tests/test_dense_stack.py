@@ -58,9 +58,13 @@ def stack_launch(rows, widths, activation, grad_in, dtype, cfg, seed, pool=None)
 @pytest.mark.skipif(GXX is None, reason="g++ is not on PATH: the emulated kernels need it")
 def test_every_output_matches_float64_on_the_cpu(tmp_path):
     fam, cases = family("dense_stack"), []
+    # a warp's sums over every number of slots, 1 to 32 (rows x cols), beside the default and a sample
+    slots = [dict(rows=1, warps=4, cols=1), dict(rows=2, warps=8, cols=1), dict(rows=4, warps=4, cols=8),
+             dict(rows=16, warps=4, cols=2)]
     for seed, (rows, widths, activation, grad_in, dtype) in enumerate(STACKS):
         p = ds.Problem(rows, widths, dtype, activation, grad_in)
-        configs = [fam.default(p, H100)] + fam.sample(p, H100, 2, seed=seed)
+        configs = [fam.default(p, H100)] + fam.sample(p, H100, 2, seed=seed) + [
+            c for c in slots[seed % 2::2] if fam.fits(fam.holds(c), p, H100)]
         cases += [stack_launch(rows, widths, activation, grad_in, dtype, cfg, seed) for cfg in configs]
     for seed, (rows, pool, widths, activation, dtype) in enumerate(POOLED):
         p = ds.Problem(rows, (pool[0] * (pool[1] // 2) * (pool[2] // 2), *widths), dtype, activation, True, pool=pool)
