@@ -50,7 +50,7 @@ class LaunchRecorder(Backend):
             self.on_side += [self._side] * len(families)
 
     @contextlib.contextmanager
-    def side_branch(self, lane: int = 0):
+    def side_branch(self, lane: int = 0, after=None):
         before, self._side = self._side, True
         try:
             yield
