@@ -271,34 +271,16 @@ class CNNStep:
         branch beside it (it only reads G_l and A_{l-1}), joined at the end (or by the caller,
         without `join`), with whatever layer_done put on the side branch. The dense stack's
         gradients carried down are the forward pass's; its layers' weight gradients go on a lane
-        each (with `lanes`; else on the side branch's one, in order, as layer_done may need). With
-        `lanes`, side work is enqueued after the next operation of the critical path, from a branch
-        point before it: a GPU starts the blocks of what was enqueued first, so the critical path's
-        go first."""
+        each (with `lanes`; else on the side branch's one, in order, as layer_done may need)."""
         m, bk = self.model, self.model.backend
         n, last = self._x.shape[0], len(m.layers) - 1
-        waiting = []                     # (branch point, lane, layer, its weight gradient's operations)
-
-        def aside(lane, l, ops):
-            if lanes:
-                waiting.append((bk.branch_point(), lane, l, ops))
-            else:
-                with bk.side_branch(lane):
-                    ops()
-                layer_done(l)
-
-        def enqueue_waiting():
-            for point, lane, l, ops in waiting:
-                with bk.side_branch(lane, after=point):
-                    ops()
-                layer_done(l)
-            waiting.clear()
-
         for l in reversed(range(len(m.layers))):
             if self.stack is not None and l >= self.stack:
                 g, a = self.deltas[l][:n], as_rows(self._input(l, n))
-                aside(1 + last - l if lanes else 0, l, lambda g=g, a=a, l=l: (
-                    bk.gemm(g, a, self.dW[l], trans_a=True), bk.column_sums(g, self.db[l])))
+                with bk.side_branch(1 + last - l if lanes else 0):
+                    bk.gemm(g, a, self.dW[l], trans_a=True)
+                    bk.column_sums(g, self.db[l])
+                layer_done(l)
                 continue
             if m.pool_fused_backward(l) or (self.stack_pools and l == self.stack - 1):
                 continue                 # the convolution above did its backward pass
@@ -311,18 +293,14 @@ class CNNStep:
                 aux = a if m.activated(l - 2) else None     # the pooled values decide act' at the maxima
             act = m.activation if aux is not None else None     # the derivative to apply, with aux
             if layer.kind != "pool":
-                def weight_gradient(layer=layer, g=g, a=a, l=l):
+                # beside the gradient carried down; with none to carry, a branch would only add its fork and join
+                with bk.side_branch() if below is not None else contextlib.nullcontext():
                     if layer.kind == "dense":
                         bk.gemm(g, as_rows(a), self.dW[l], trans_a=True)
                         bk.column_sums(g, self.db[l])
                     else:
                         bk.conv2d_backward_weights(g, a, self.dW[l], self.db[l])
-                if below is not None:
-                    aside(0, l, weight_gradient)
-                else:                    # with none to carry, a branch would only add its fork and join
-                    enqueue_waiting()
-                    weight_gradient()
-                    layer_done(l)
+                layer_done(l)
             if below is None:
                 continue
             if layer.kind == "dense":
@@ -333,8 +311,6 @@ class CNNStep:
             else:   # act' of the pooled layer at each maximum: a function of the pooled value
                 pooled = self.acts[l][:n] if aux is not None else None
                 bk.maxpool2x2_backward(g, self.where[l][:n], below, pooled, act)
-            enqueue_waiting()
-        enqueue_waiting()
         if join:
             bk.join_branch()
 

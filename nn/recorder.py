@@ -50,7 +50,7 @@ class LaunchRecorder(Backend):
             self.on_side += [self._side] * len(families)
 
     @contextlib.contextmanager
-    def side_branch(self, lane: int = 0, after=None):
+    def side_branch(self, lane: int = 0):
         before, self._side = self._side, True
         try:
             yield

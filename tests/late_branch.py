@@ -13,7 +13,7 @@ class LateBranchBackend(NumpyBackend):
         self.inside, self.deferred = False, []
 
     @contextlib.contextmanager
-    def side_branch(self, lane=0, after=None):
+    def side_branch(self, lane=0):
         self.inside = True
         yield
         self.inside = False

@@ -177,26 +177,6 @@ def test_a_side_branch_hands_the_stream_back():
     assert cupy.cuda.get_current_stream().ptr == bk.stream.ptr
 
 
-def test_a_side_branch_from_a_branch_point_sees_the_work_before_it():
-    """side_branch(after=branch_point()) entered later starts after what was enqueued before the
-    point (the critical path's next operation, enqueued between, may run alongside)."""
-    import cupy
-
-    bk = get_backend("cupy", "float32")
-    x, seen = cupy.zeros(1 << 20, cupy.float32), cupy.zeros(1 << 20, cupy.float32)
-    for step in range(1, 4):
-        x += 1                                   # (1 << 20,) on the main stream, before the point
-        point = bk.branch_point()
-        y = cupy.sin(x) * 2                      # main work after the point
-        with bk.side_branch(1, after=point):
-            assert cupy.cuda.get_current_stream().ptr == bk._lanes[1][0].ptr
-            seen[...] = x
-        assert cupy.cuda.get_current_stream().ptr == bk.stream.ptr
-        bk.join_branch()
-        bk.synchronize()
-        assert float(seen.min()) == float(seen.max()) == step and y.shape == x.shape
-
-
 def test_graph_replay_equals_eager_steps(tmp_path, data_dir):
     common = ("--hidden", 64, "--epochs", 2, "--dtype", "float64", "--data-dir", data_dir, "--backend", "cupy")
     graph, _ = _train(tmp_path, "graph", *common)

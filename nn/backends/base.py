@@ -204,16 +204,11 @@ class Backend(ABC):
 
     # ---- concurrency inside a step ----------------------------------------------------------
 
-    def branch_point(self):
-        """Where a side branch may start later (side_branch's `after`): after everything enqueued so far."""
-        return None
-
     @contextlib.contextmanager
-    def side_branch(self, lane: int = 0, after=None):
-        """Operations enqueued inside start after everything enqueued before (or before the
-        branch_point `after`), and may run alongside what is enqueued after, until `join_branch`, and
-        alongside other lanes' (a stream a lane on a GPU, branches of the captured graph; plain
-        program order here). A lane keeps its own order."""
+    def side_branch(self, lane: int = 0):
+        """Operations enqueued inside start after everything enqueued before, and may run alongside
+        what is enqueued after, until `join_branch`, and alongside other lanes' (a stream a lane on a
+        GPU, branches of the captured graph; plain program order here). A lane keeps its own order."""
         yield
 
     def join_branch(self) -> None:

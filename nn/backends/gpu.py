@@ -58,8 +58,6 @@ class GpuBackend(Backend):
         self._lanes = []           # the side branches of a step: (stream, its join event), made as asked for
         self._forked = set()       # the lanes used since the last join
         self._fork = cupy.cuda.Event(disable_timing=True)
-        self._points = []          # the events of branch points, reused after each join
-        self._points_used = 0
         self.config = None if tuned else "default"  # None: autogemm's tuned lookup
         self.precision = precision
 
@@ -140,23 +138,14 @@ class GpuBackend(Backend):
 
     # ---- concurrency inside a step ----------------------------------------------------------
 
-    def branch_point(self):
-        if self._points_used == len(self._points):
-            self._points.append(self.xp.cuda.Event(disable_timing=True))
-        point = self._points[self._points_used]
-        self._points_used += 1
-        point.record(self.stream)
-        return point
-
     @contextlib.contextmanager
-    def side_branch(self, lane: int = 0, after=None):
+    def side_branch(self, lane: int = 0):
         cupy = self.xp
         while len(self._lanes) <= lane:
             self._lanes.append((cupy.cuda.Stream(non_blocking=True), cupy.cuda.Event(disable_timing=True)))
         side = self._lanes[lane][0]
-        if after is None:
-            self._fork.record(self.stream)
-        side.wait_event(self._fork if after is None else after)
+        self._fork.record(self.stream)
+        side.wait_event(self._fork)
         self._forked.add(lane)
         # use(), not `with side`: leaving that context need not make self.stream current again
         # (it restores what its own stack saw), and work on any other stream escapes the graph.
@@ -172,7 +161,6 @@ class GpuBackend(Backend):
             joined.record(side)
             self.stream.wait_event(joined)
         self._forked.clear()
-        self._points_used = 0
 
     # ---- CUDA graphs ----------------------------------------------------------------------
 
