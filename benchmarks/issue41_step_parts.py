@@ -1,6 +1,7 @@
 """Issue 41: where LeNet's step at batch 1000 goes, by leaving work out: the whole step timed as
 nn.profile times it (a CUDA graph of `--reps` steps), then again with one kind of operation made a
-no-op (the step's time without it; the numbers are wrong, the timing is not). With `--ncu`, one
+no-op (the step's time without it; the numbers are wrong, the timing is not), or with side
+branches' lanes merged. With `--ncu`, one
 eager step between cudaProfilerStart/Stop, for `ncu --profile-from-start off`.
 
     python benchmarks/issue41_step_parts.py [--batch 1000] [--ncu]
@@ -34,6 +35,17 @@ def skipping(backend, name, which=lambda i: True):
         yield count
     finally:
         delattr(backend, name)
+
+
+@contextlib.contextmanager
+def lanes_merged(backend, lane_of):
+    """backend.side_branch(lane) on lane_of(lane) instead."""
+    method = backend.side_branch
+    backend.side_branch = lambda lane=0: method(lane_of(lane))
+    try:
+        yield
+    finally:
+        del backend.side_branch
 
 
 def main():
@@ -72,10 +84,15 @@ def main():
         "without the dense stack": [("dense_stack", per_step)],
         "without conv2's backward data": [("conv2d_backward_data", per_step)],
         "without Adam": [("adam_update", per_step)],
+        "the dense weight gradients on one lane": lambda lane: min(lane, 1),
+        "every side branch on one lane": lambda lane: 0,
     }
     rows = []
     for what, skips in variants.items():
         with contextlib.ExitStack() as stack:
+            if callable(skips):
+                stack.enter_context(lanes_merged(backend, skips))
+                skips = []
             for name, which in skips:
                 stack.enter_context(skipping(backend, name, which))
             rows.append(time_calls(what, backend, lambda: step.train_batch(x, labels), args.reps, args.replays))
