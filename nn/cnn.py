@@ -277,8 +277,8 @@ class CNNStep:
         for l in reversed(range(len(m.layers))):
             if self.stack is not None and l >= self.stack:
                 g, a = self.deltas[l][:n], as_rows(self._input(l, n))
-                with bk.side_branch(1 + last - l if lanes else 0):
-                    bk.gemm(g, a, self.dW[l], trans_a=True)
+                with bk.side_branch(1 + last - l if lanes else 0):   # in float32, as the stack trains
+                    bk.gemm(g, a, self.dW[l], trans_a=True, precision="fp32")
                     bk.column_sums(g, self.db[l])
                 layer_done(l)
                 continue

@@ -88,7 +88,7 @@ class LaunchRecorder(Backend):
 
     # ---- the step's operations, as launches -----------------------------------------------------
     def gemm(self, a, b, out, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,
-             epilogue=None, bias=None, aux=None):
+             epilogue=None, bias=None, aux=None, precision=None):
         self._row_major(out, "GEMM output")
         k = a.shape[0] if trans_a else a.shape[1]
         product = f"{self.name_of(a)}{'^T' if trans_a else ''} {self.name_of(b)}{'^T' if trans_b else ''}"

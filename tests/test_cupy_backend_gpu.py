@@ -349,6 +349,25 @@ def test_bf16_gemms_read_bfloat16_copies_of_their_operands():
     assert compare(cupy.asnumpy(dw), want, magnitude, 800, np.float32, "bf16").ok
 
 
+def test_a_gemm_at_its_own_precision_reads_float32_operands_as_the_fp32_backend_does():
+    """gemm(precision="fp32") on a bf16 backend (a CNN's dense-stack weight gradients, float32 as the
+    stack trains): no bfloat16 copies, the fp32 backend's kernel, the same bits."""
+    import cupy
+
+    rng = np.random.default_rng(23)
+    g_host = rng.standard_normal((1000, 128)).astype(np.float32)     # G: (1000, 128)
+    a_host = rng.standard_normal((1000, 250)).astype(np.float32)     # A: (1000, 250)
+    results = []
+    for precision in ("bf16", "fp32"):
+        bk = get_backend("cupy", "float32", tuned=True, precision=precision)
+        dw = bk.empty((128, 250))
+        bk.gemm(bk.asarray(g_host), bk.asarray(a_host), dw, trans_a=True, precision="fp32")
+        (plan,) = bk._plans.values()
+        assert not hasattr(plan, "rounding")
+        results.append(cupy.asnumpy(dw))
+    assert np.array_equal(*results)
+
+
 @pytest.mark.parametrize("writer", ["linear_xent", "linear_backward"])
 def test_bf16_input_gradient_is_written_in_bfloat16_by_the_output_layer(writer):
     """At precision bf16 the output layer's kernel that makes its input gradient writes it in bfloat16

@@ -92,13 +92,15 @@ class Backend(ABC):
 
     @abstractmethod
     def gemm(self, a, b, out, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,
-             epilogue=None, bias=None, aux=None):
+             epilogue=None, bias=None, aux=None, precision=None):
         """out = epi(alpha * op(a) @ op(b) + beta * c); returns `out`.
 
         op(x) is x.T when trans_x. `c` defaults to `out` (BLAS semantics: beta=1 accumulates into
         `out`, and c=out with beta != 0 updates in place). Epilogues: None; "bias": + bias row;
         "bias_sigmoid" / "bias_relu": act(. + bias row); "dsigmoid": . * aux * (1 - aux) with
         aux = the saved sigmoid output; "drelu": . * (aux > 0). A K = 0 product is zero.
+        `precision`: this product's (fp32, tf32, bf16) instead of the backend's (None), on its float32
+        operands as they are.
         """
 
     @abstractmethod

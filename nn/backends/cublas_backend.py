@@ -17,12 +17,12 @@ class CublasBackend(GpuBackend):
     can_capture = False
 
     def gemm(self, a, b, out, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,
-             epilogue=None, bias=None, aux=None):
+             epilogue=None, bias=None, aux=None, precision=None):
         if epilogue not in EPILOGUES:
             raise ValueError(f"unknown epilogue {epilogue!r}")
         if c is not None and c is not out and beta != 0:
             out[...] = c
-        autogemm.cublas_gemm(a, b, out, trans_a, trans_b, self.precision, alpha, beta)
+        autogemm.cublas_gemm(a, b, out, trans_a, trans_b, precision or self.precision, alpha, beta)
         if epilogue in ("bias", "bias_sigmoid", "bias_relu"):
             autogemm.bias_activation(out, bias, epilogue[5:] or None, out=out, config=self.config)
         elif epilogue in ("dsigmoid", "drelu"):

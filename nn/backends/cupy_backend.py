@@ -55,7 +55,7 @@ class CupyBackend(GpuBackend):
     # ---- the GEMM and the output layer -------------------------------------------------------
 
     def gemm(self, a, b, out, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,
-             epilogue=None, bias=None, aux=None):
+             epilogue=None, bias=None, aux=None, precision=None):
         if epilogue not in EPILOGUES:
             raise ValueError(f"unknown epilogue {epilogue!r}")
         if out.size == 0:  # a rank with no rows of this batch
@@ -67,34 +67,36 @@ class CupyBackend(GpuBackend):
             if self.storage.in_bf16_alone(out):
                 self.storage.bf16_copy(out)[0].fill(0)
             return out
+        precision = precision or self.precision
         key = (_layout(a), _layout(b), _layout(out), _layout(c), _layout(bias), _layout(aux),
-               alpha, beta, trans_a, trans_b, epilogue)
+               alpha, beta, trans_a, trans_b, epilogue, precision)
         plan = self._plans.get(key)
         if plan is None:
             a, b = self.storage.k_major_operand(a, trans_a), self.storage.k_major_operand(b, not trans_b)
             c = out if beta != 0 and c is None else c
-            plan = self._widened(self._plan(a, b, out, alpha, beta, trans_a, trans_b, c, epilogue, bias, aux), c, aux)
+            plan = self._widened(self._plan(a, b, out, alpha, beta, trans_a, trans_b, c, epilogue, bias, aux,
+                                            precision=precision), c, aux)
             self._plans[key] = plan
         plan()
         return out
 
-    def _plan(self, a, b, out, *args):
+    def _plan(self, a, b, out, *args, precision):
         """The GEMM as one call, into `out`'s bfloat16 copy where out is stored in bfloat16 alone (by a
         kernel that writes it so, else the float32 result rounded into it)."""
         out16 = self.storage.stored(out)
         if out16 is out:
-            return self._plan_into(a, b, out, *args)
+            return self._plan_into(a, b, out, *args, precision=precision)
         try:
-            return self._plan_into(a, b, out16, *args)
+            return self._plan_into(a, b, out16, *args, precision=precision)
         except autogemm.InvalidConfig:            # no kernel writes bfloat16 here
-            return RoundedGemm(self._plan_into(a, b, out, *args), [],
+            return RoundedGemm(self._plan_into(a, b, out, *args, precision=precision), [],
                                [functools.partial(autogemm.to_bf16, out, out16, config=self.config)])
 
-    def _plan_into(self, a, b, *args):
-        """The GEMM as one call: at precision bf16, on the bfloat16 copies of its operands where a
-        kernel can read them (their rounding first), else on the float32 arrays."""
-        plan = lambda x, y: autogemm.plan_gemm(x, y, *args, config=self.config, precision=self.precision)  # noqa: E731
-        if not self.storage.reads_bf16(a, b):
+    def _plan_into(self, a, b, *args, precision):
+        """The GEMM as one call: at precision bf16 (the backend's), on the bfloat16 copies of its
+        operands where a kernel can read them (their rounding first), else on the float32 arrays."""
+        plan = lambda x, y: autogemm.plan_gemm(x, y, *args, config=self.config, precision=precision)  # noqa: E731
+        if precision != self.precision or not self.storage.reads_bf16(a, b):
             return self._widened(plan(a, b), a, b)
         (a16, round_a), (b16, round_b) = self.storage.bf16_copy(a), self.storage.bf16_copy(b)
         try:

@@ -43,7 +43,7 @@ class NumpyBackend(Backend):
     # ---- the step's operations -----------------------------------------------------------
 
     def gemm(self, a, b, out, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,
-             epilogue=None, bias=None, aux=None):
+             epilogue=None, bias=None, aux=None, precision=None):
         if epilogue not in EPILOGUES:
             raise ValueError(f"unknown epilogue {epilogue!r}")
         op_a = a.T if trans_a else a
