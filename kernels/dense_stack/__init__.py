@@ -40,7 +40,6 @@ PARAMS = {
     "rows": (1, 2, 4, 8, 16),      # rows of the batch per block
     "warps": (4, 8, 16, 32),       # warps per block
     "cols": (1, 2, 4, 8),          # a forward layer's outputs a warp takes at a time (their loads in flight together)
-    "pcols": (1, 2),               # a backward layer's outputs a thread takes (each read of G feeds them all)
 }
 
 
@@ -110,7 +109,7 @@ def offsets(c, p: Problem) -> list[int]:
 
 
 def smem_bytes(c, p: Problem) -> int:
-    return (offsets(c, p)[-1] + c.rows * 32 * c.warps * c.pcols) * ITEMSIZE[p.dtype]
+    return (offsets(c, p)[-1] + c.rows * 32 * c.warps) * ITEMSIZE[p.dtype]
 
 
 STATIC_SMEM = 32 * 8            # a loss per warp
@@ -123,7 +122,7 @@ def forward_loads(c, p: Problem) -> int:
 
 def accumulator_words(c, p: Problem) -> int:
     """32-bit registers of a thread's accumulators, forward and back."""
-    return (c.rows * c.cols + c.rows * c.pcols) * ITEMSIZE[p.dtype] // 4
+    return (c.rows * c.cols + c.rows) * ITEMSIZE[p.dtype] // 4
 
 
 def registers(c) -> int:
@@ -156,7 +155,7 @@ def runs(widths: tuple[int, ...], dtype: str = "float32") -> bool:
         p = Problem(1, tuple(widths), dtype)
     except ValueError:
         return False
-    smallest = types.SimpleNamespace(rows=1, warps=4, cols=1, pcols=1)
+    smallest = types.SimpleNamespace(rows=1, warps=4, cols=1)
     return (p.widths[-1] <= MAX_CLASSES and p.weights <= STACK_MAX_WEIGHTS and forward_loads(smallest, p) <= 64
             and smem_bytes(smallest, p) + STATIC_SMEM <= 48 * 1024)
 
@@ -171,7 +170,7 @@ def instance_name(c, p: Problem) -> str:
     vecs = "".join(map(str, p.vecs))
     below = f"_pool{'x'.join(map(str, p.pool))}" if p.pool else "_dx" if p.grad_in else ""
     return (f"dense_stack_{SHORT[p.dtype]}_{widths}_{p.activation}{below}_v{vecs}"
-            f"_r{c.rows}_w{c.warps}_c{c.cols}_p{c.pcols}")
+            f"_r{c.rows}_w{c.warps}_c{c.cols}")
 
 
 def geometry(c, p: Problem) -> Geometry:
@@ -200,13 +199,13 @@ def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
 
 def default_candidates(p: Problem, d):
     """The fewest rows a block that leave at most two blocks an SM (more blocks read the weights
-    more often; fewer rows each finish sooner), 16 warps, four forward outputs a warp at a time, one
-    backward output a thread; then other rows, warps and outputs."""
+    more often; fewer rows each finish sooner), 16 warps, four forward outputs a warp at a time;
+    then other rows, warps and outputs."""
     rows = next((r for r in PARAMS["rows"] if ceil_div(p.rows, r) <= 2 * d.sm_count), PARAMS["rows"][-1])
-    yield dict(rows=rows, warps=16, cols=4, pcols=1)
-    for r, warps, cols, pcols in itertools.product(sorted(PARAMS["rows"], key=lambda r: abs(r - rows)),
-                                                   (16, 8, 32, 4), (4, 2, 8, 1), (1, 2)):
-        yield dict(rows=r, warps=warps, cols=cols, pcols=pcols)
+    yield dict(rows=rows, warps=16, cols=4)
+    for r, warps, cols in itertools.product(sorted(PARAMS["rows"], key=lambda r: abs(r - rows)), (16, 8, 32, 4),
+                                            (4, 2, 8, 1)):
+        yield dict(rows=r, warps=warps, cols=cols)
 
 
 def reference(p: Problem, x, weights, biases, labels, scale, where=None) -> dict:
