@@ -125,17 +125,21 @@ def launch_us(gpu: str | None, family: str, sizes, op: str, arithmetic: str) -> 
         if found.source == "exact":
             return (0, 0.0, found.median_us), t
         alpha = ALPHA[0] + (ALPHA[1] - ALPHA[0]) * min(1.0, max(0.0, math.log10(t / 20)))
-        return (1, found.distance, found.median_us), t * (_work(family, sizes) / _work(family, found.sizes)) ** alpha
+        scale = _work(family, sizes, op) / _work(family, found.sizes, op)
+        return (1, found.distance, found.median_us), t * scale ** alpha
     fixed = FIXED_US["gemm" if family.startswith("gemm") else "other"]
-    work = _work(family, sizes)
+    work = _work(family, sizes, op)
     return (2, 0.0, 0.0), fixed + (2 * work / ROOFLINE["flops"] if matmul else 8 * work / ROOFLINE["bytes"]) * 1e6
 
 
-def _work(family: str, sizes) -> int:
+def _work(family: str, sizes, op: str) -> int:
     """What a launch's time scales with: its sizes' product (a GEMM's m n k, an array's elements), or
     a dense stack's products of rows and each layer's weights, forward and back."""
     if family == "dense_stack":
         rows, *widths = sizes
+        if op.endswith(autogemm.DENSE_STACK_POOLED):   # the pool's input map C x H x W for the inputs
+            c, h, w, *widths = widths
+            widths = [c * (h // 2) * (w // 2), *widths]
         return 2 * rows * sum(a * b for a, b in zip(widths, widths[1:]))
     return math.prod(sizes)
 

@@ -136,3 +136,11 @@ def test_the_records_a_launchs_time_comes_from():
     assert near.source == "nearest" and near.distance > 0
     assert autogemm.measured("gemm", (8, 9, 7), "nt", "float32", H100) is None       # nothing within 4x
     assert autogemm.has_records(H100) and not autogemm.has_records("NVIDIA A100-SXM4-80GB")
+
+
+def test_a_dense_stack_below_a_pool_costs_what_its_pooled_inputs_do():
+    """A "+pool" key names the pool's input map (C, H, W) for the stack's inputs: its roofline is the
+    stack's of C (H // 2) (W // 2) inputs, not of the map's sizes as widths."""
+    pooled = cost_model.launch_us(None, "dense_stack", (1000, 10, 11, 11, 128, 100, 80, 10), "relu+pool", "float32")
+    flat = cost_model.launch_us(None, "dense_stack", (1000, 250, 128, 100, 80, 10), "relu+dx", "float32")
+    assert pooled == flat
