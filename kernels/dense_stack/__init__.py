@@ -156,8 +156,8 @@ def runs(widths: tuple[int, ...], dtype: str = "float32") -> bool:
     except ValueError:
         return False
     smallest = types.SimpleNamespace(rows=1, warps=4, cols=1)
-    return (p.widths[-1] <= MAX_CLASSES and p.weights <= STACK_MAX_WEIGHTS and forward_loads(smallest, p) <= 64
-            and smem_bytes(smallest, p) + STATIC_SMEM <= 48 * 1024)
+    gpu = types.SimpleNamespace(max_threads_per_block=1024, smem_per_block=48 * 1024)
+    return p.weights <= STACK_MAX_WEIGHTS and all(fits(smallest, p, gpu) for _, fits in CONSTRAINTS)
 
 
 def template_args(c, p: Problem) -> dict:
