@@ -136,6 +136,8 @@ def test_the_records_a_launchs_time_comes_from():
     assert near.source == "nearest" and near.distance > 0
     assert autogemm.measured("gemm", (8, 9, 7), "nt", "float32", H100) is None       # nothing within 4x
     assert autogemm.has_records(H100) and not autogemm.has_records("NVIDIA A100-SXM4-80GB")
+    stack = autogemm.measured("dense_stack", (1000, 250, 128, 100, 80, 10), "relu+dx", "float32", H100)
+    assert stack.source == "exact"      # the H200's record (this H100 file has none): the launch lookup runs there
 
 
 def test_a_dense_stack_below_a_pool_costs_what_its_pooled_inputs_do():

@@ -174,6 +174,52 @@ def test_a_stale_config_outside_todays_space_or_unable_to_run_is_passed_over(tun
     assert lookup.choose("gemm", gemm_problem(800, 1000, 64), H100).source == "default"
 
 
+H200 = dataclasses.replace(H100, name="NVIDIA H200")     # one chip with other memory: a twin of the H100
+H100_PCIE = dataclasses.replace(H100, name="NVIDIA H100 PCIe", sm_count=114)
+
+
+def test_a_call_no_record_of_this_gpu_serves_takes_its_twins(tuned, shipped, caplog):
+    """A twin (same compute capability and SM count) shipped with autogemm serves what this GPU's
+    own records do not, exact or nearest, before the default; any own record comes first."""
+    write_store(shipped, [record(config=dict(GEMM, split_k=3)), record((400, 1000, 784), config=dict(GEMM, split_k=2))],
+                device=H200)
+    write_store(tuned, [record((200, 100, 784), config=dict(GEMM, split_k=6))])
+    with caplog.at_level(logging.INFO, logger="autogemm"):
+        twins = lookup.choose("gemm", gemm_problem(800, 1000, 784), H100)
+        nearest = lookup.choose("gemm", gemm_problem(410, 1000, 784), H100)
+    own = lookup.choose("gemm", gemm_problem(210, 100, 784), H100)
+    assert (twins.source, twins.twin, twins.config["split_k"]) == ("exact", "NVIDIA H200", 3)
+    assert (nearest.source, nearest.twin, nearest.record.key.shape) == ("nearest", "NVIDIA H200", "400x1000x784")
+    assert (own.source, own.twin, own.config["split_k"]) == ("nearest", "", 6)
+    assert "tuned on NVIDIA H200 (this GPU's twin" in caplog.text and str(file_for(shipped, H200)) in caplog.text
+    mine = lookup.choose("gemm", gemm_problem(400, 1000, 784), H200)        # the H200 reads its own file
+    assert (mine.source, mine.twin) == ("exact", "")
+
+
+def test_twins_are_shipped_current_results_of_the_same_chip(tuned, shipped):
+    """Not a GPU of another SM count, not a twin's stale record, not another GPU's file in the user's
+    store (named for that GPU, it is not read for this one), and none inside untuned()."""
+    write_store(shipped, [record(config=dict(GEMM, split_k=3)),
+                          record((400, 1000, 784), config=dict(GEMM, split_k=2), template_hash="0" * 16)], device=H200)
+    write_store(tuned, [record((200, 1000, 784), config=dict(GEMM, split_k=4))], device=H200)
+    assert lookup.choose("gemm", gemm_problem(800, 1000, 784), H100_PCIE).source == "default"
+    assert lookup.choose("gemm", gemm_problem(400, 1000, 784), H100).config["split_k"] == 3   # nearest, not stale
+    assert lookup.choose("gemm", gemm_problem(200, 1000, 784), H100).record.key.shape == "800x1000x784"
+    with lookup.untuned():
+        assert lookup.choose("gemm", gemm_problem(800, 1000, 784), H100).source == "default"
+
+
+def test_a_twins_config_this_gpu_cannot_run_is_passed_over(tuned, shipped):
+    small = dataclasses.replace(H100, name="NVIDIA H100 48 KB", smem_per_block=48 * 1024)
+    write_store(shipped, [record(config=dict(GEMM, bm=128, bn=128, bk=32, stages=4))], device=H100)
+    assert lookup.choose("gemm", gemm_problem(800, 1000, 784), small).source == "default"
+    write_store(shipped, [record(config=dict(GEMM, bm=128, bn=128, bk=32, stages=4)),
+                          record((400, 1000, 784), config=dict(GEMM, split_k=2))], device=H100)
+    lookup.reload()
+    choice = lookup.choose("gemm", gemm_problem(800, 1000, 784), small)
+    assert (choice.source, choice.twin, choice.record.key.shape) == ("nearest", H100.name, "400x1000x784")
+
+
 def test_elementwise_families(tuned):
     write_store(tuned, [
         record((800, 10), "-", fam="softmax_xent", config=dict(block=64, tpr=8), cublas_us=None),

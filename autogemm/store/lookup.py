@@ -11,7 +11,9 @@ where its shape has none by those of its layout tuned without one (kernels.gemm.
 
 Two folders hold tuned files (autogemm.store.locations): the one `autogemm tune` writes (the user's
 store), then the results shipped with autogemm. For each key, a current record beats a stale one,
-and between two of the same kind the user's wins. Each file is read once and read again only when its mtime or size changes; callers
+and between two of the same kind the user's wins. A call that none of this GPU's records serves takes
+the shipped current records of its twins, other GPUs of the same compute capability and SM count (an
+H100 SXM and an H200 are one chip with other memory), in the same order, before the default. Each file is read once and read again only when its mtime or size changes; callers
 (autogemm.ops.kernels) cache the instance chosen per problem, so a repeated call never comes
 here. A file that does not load raises its StoreError: a corrupted store never yields a silently
 different kernel.
@@ -45,6 +47,7 @@ class Choice:
     record: Record | None = None
     distance: float = 0.0
     other_op: bool = False       # the record is of another op (a GEMM's layout, tuned without the call's epilogue)
+    twin: str = ""               # the record is of this GPU's twin, so named (twin_indexes)
 
     @property
     def rank(self) -> tuple[int, float, float]:
@@ -69,9 +72,9 @@ _RANK = {"exact": 0, "stale": 0, "nearest": 1, "default": 2}
 class Index:
     """Loaded stores, arranged for lookup: per key the record that serves it, current ones (also
     by group, for the nearest shape) apart from stale ones. `stores` come first-wins: the user's
-    file before the shipped one."""
+    file before the shipped one; with `stale=False`, their current records alone."""
 
-    def __init__(self, stores: list[Store]):
+    def __init__(self, stores: list[Store], stale: bool = True):
         self.stores = stores
         self.exact: dict[Key, Record] = {}
         self.stale: dict[Key, Record] = {}
@@ -79,6 +82,8 @@ class Index:
         self.origin: dict[Record, Path] = {}       # which file each record came from
         for store in stores:
             for record in store.records.values():
+                if record.stale and not stale:
+                    continue
                 chosen = self.stale if record.stale else self.exact
                 if record.key not in chosen:
                     chosen[record.key] = record
@@ -113,7 +118,7 @@ def _group(key: Key) -> tuple:
 
 generation = 0          # counts reloads: what callers cached from an older generation is stale
 _loaded: dict[Path, tuple[tuple, Store]] = {}
-_indexes: dict[tuple, Index] = {}
+_indexes: dict[tuple, tuple[tuple, Index]] = {}    # files' paths -> (their stamps, Index)
 _logged: set = set()
 _untuned = False       # inside untuned(): no tuned file is read
 
@@ -124,23 +129,41 @@ def index_for(device: DeviceInfo, directories: list[Path] | None = None) -> Inde
     if directories is None:
         directories = [] if _untuned else [folder for _, folder in locations.lookup_dirs()]
     stores = [store for folder in directories if (store := _store(file_for(folder, device), device))]
-    if not stores:
-        return None
-    stamp = tuple(_loaded[s.path][0] for s in stores)
-    if stamp not in _indexes:
-        _indexes.clear()           # the files changed: the index of the old ones is of no more use
-        _indexes[stamp] = index = Index(stores)
-        stale = index.stale_serving()
-        if stale:
+    return _indexed(stores, stale=True) if stores else None
+
+
+def twin_indexes(device: DeviceInfo) -> list[Index]:
+    """The current records of each twin of `device` in the shipped folder (none inside `untuned()`),
+    by GPU name: GPUs of its compute capability and SM count, whose tuned configs fit it as they fit
+    them (every choice is still checked against this GPU: Family.fits)."""
+    if _untuned:
+        return []
+    own = file_for(locations.shipped_dir(), device).name
+    stores = [store for path in sorted(locations.shipped_dir().glob("*.json")) if path.name != own
+              if (store := _store(path, None))]
+    return [_indexed([s], stale=False) for s in stores if s.meta.gpu != device.name
+            and (s.meta.compute_capability, s.meta.sm_count) == (device.compute_capability, device.sm_count)]
+
+
+def _indexed(stores: list[Store], stale: bool) -> Index:
+    """The Index of `stores`, built again only when one of their files has changed; a new build
+    of this GPU's own stores (`stale`) warns of the stale records it serves."""
+    paths = tuple(s.path for s in stores)
+    stamp = tuple(_loaded[path][0] for path in paths)
+    if paths not in _indexes or _indexes[paths][0] != stamp:
+        _indexes[paths] = stamp, Index(stores, stale)
+        serving = _indexes[paths][1].stale_serving()
+        if serving:
             log.warning("autogemm: %s: %d stale record(s): their kernels' templates changed since tuning; "
                         "their configs still serve their own shapes until `autogemm tune --stale` re-tunes them",
-                        ", ".join(str(s.path) for s in stores), len(stale))
-    return _indexes[stamp]
+                        ", ".join(str(path) for path in paths), len(serving))
+    return _indexes[paths][1]
 
 
-def _store(path: Path, device: DeviceInfo) -> Store | None:
+def _store(path: Path, device: DeviceInfo | None) -> Store | None:
     """The file at `path`, loaded (again only if its mtime or size changed, or a family has been
-    registered since: its records were read as another's), or None if absent."""
+    registered since: its records were read as another's), or None if absent; StoreError where it
+    holds another GPU's results than `device`'s (None: any GPU's)."""
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -149,38 +172,27 @@ def _store(path: Path, device: DeviceInfo) -> Store | None:
         raise StoreError(f"{path}: cannot read: {files.failure(exc)}") from None
     stamp = (path, st.st_mtime_ns, st.st_size, len(REGISTRY))
     cached = _loaded.get(path)
-    if cached and cached[0] == stamp:
-        return cached[1]
-    store = load(path)
-    if store.meta.gpu != device.name:
+    if not (cached and cached[0] == stamp):
+        cached = _loaded[path] = (stamp, load(path))
+    store = cached[1]
+    if device is not None and store.meta.gpu != device.name:
         raise StoreError(f"{path}: holds results for {store.meta.gpu}, not this GPU ({device.name})")
-    _loaded[path] = (stamp, store)
     return store
 
 
 def choose(family_name: str, problem, device: DeviceInfo) -> Choice:
     """The config for `problem`: exact tuned record, else exact stale one, else nearest usable one,
-    else the default. Logs the choice once per key (family, shape, op, dtype) on the "autogemm" logger."""
+    of this GPU's, else of its twins', else the default. Logs the choice once per key (family,
+    shape, op, dtype) on the "autogemm" logger."""
     fam = family(family_name)
     key = key_of(family_name, problem)
-    index = index_for(device)
-    choice = None
-    if index is not None:
-        fits = lambda cfg: cfg is not None and fam.fits(cfg, problem, device)  # noqa: E731
-        # A GEMM with an epilogue takes its own op's record of an arithmetic, else its layout's; a
-        # tf32 or bf16 call then the best of its precision's and the more accurate ones' (their
-        # configs at the call's precision where the family can: Family.at_precision).
-        best: dict[str, Choice] = {}
-        lowered_fits = lambda cfg: cfg is not None and fits(fam.at_precision(cfg, problem))  # noqa: E731
-        for serving in serving_keys(key):
-            lower = serving.dtype != key.dtype      # a more accurate arithmetic's record: usable as it runs here
-            usable = (lambda cfg: fits(cfg) or lowered_fits(cfg)) if lower else fits
-            c = _from_index(index, serving, fam, usable, other_op=serving.op != key.op)
-            if c and lower and fits(lowered := fam.at_precision(c.config, problem)):
-                c = dataclasses.replace(c, config=lowered)
-            if c and (serving.dtype not in best or c.rank_in_arithmetic < best[serving.dtype].rank_in_arithmetic):
-                best[serving.dtype] = c
-        choice = min(best.values(), key=lambda c: c.rank, default=None)
+    own = index_for(device)
+    choice, index = (_choose_in(own, fam, key, problem, device), own) if own is not None else (None, None)
+    if choice is None:
+        twins = [(c, twin) for twin in twin_indexes(device) if (c := _choose_in(twin, fam, key, problem, device))]
+        if twins:
+            choice, index = min(twins, key=lambda found: found[0].rank)
+            choice = dataclasses.replace(choice, twin=index.stores[0].meta.gpu)
     if choice is None:
         choice = Choice(fam.default(problem, device), "default")
     if key not in _logged:
@@ -192,9 +204,30 @@ def choose(family_name: str, problem, device: DeviceInfo) -> Choice:
                           f"(nearest, distance {choice.distance:.2f})"}[choice.source]
         if choice.other_op:
             how += f" as {choice.record.key.op}"
+        if choice.twin:
+            how += f" on {choice.twin} (this GPU's twin: no record of its own serves it)"
         origin = f" from {index.origin[choice.record]}" if choice.record else ""
         log.info("autogemm: %s: %s %s%s", key, how, name, origin)
     return choice
+
+
+def _choose_in(index: Index, fam, key: Key, problem, device: DeviceInfo) -> Choice | None:
+    """The best of `index`'s records that serve `key` and can run `problem` on `device`, or None."""
+    fits = lambda cfg: cfg is not None and fam.fits(cfg, problem, device)  # noqa: E731
+    # A GEMM with an epilogue takes its own op's record of an arithmetic, else its layout's; a
+    # tf32 or bf16 call then the best of its precision's and the more accurate ones' (their
+    # configs at the call's precision where the family can: Family.at_precision).
+    best: dict[str, Choice] = {}
+    lowered_fits = lambda cfg: cfg is not None and fits(fam.at_precision(cfg, problem))  # noqa: E731
+    for serving in serving_keys(key):
+        lower = serving.dtype != key.dtype      # a more accurate arithmetic's record: usable as it runs here
+        usable = (lambda cfg: fits(cfg) or lowered_fits(cfg)) if lower else fits
+        c = _from_index(index, serving, fam, usable, other_op=serving.op != key.op)
+        if c and lower and fits(lowered := fam.at_precision(c.config, problem)):
+            c = dataclasses.replace(c, config=lowered)
+        if c and (serving.dtype not in best or c.rank_in_arithmetic < best[serving.dtype].rank_in_arithmetic):
+            best[serving.dtype] = c
+    return min(best.values(), key=lambda c: c.rank, default=None)
 
 
 def _from_index(index: Index, key: Key, fam, fits, other_op: bool) -> Choice | None:
@@ -219,12 +252,24 @@ class Measured:
 
 def measured(family_name: str, sizes, op: str, arithmetic: str, gpu: str | None = None) -> Measured | None:
     """The record that lookup would take a launch's time from: the fastest of its shape's records
-    among those serving it, else the nearest serving one (the closest, then the faster); None where
-    the tuned files hold neither. `gpu`: whose files to read (a GPU's name; default: this GPU's)."""
+    among those serving it, else the nearest serving one (the closest, then the faster), of the
+    GPU's files, else of its twins'; None where they hold neither. `gpu`: whose files to read (a
+    GPU's name; default: this GPU's)."""
     index = _index_of(gpu)
     if index is None:
         return None
     key = make_key(family_name, sizes, op, arithmetic)
+    found = _measured_in(index, key)
+    if found is None:
+        meta = index.stores[0].meta
+        device = dataclasses.replace(H100, name=meta.gpu, compute_capability=meta.compute_capability,
+                                     sm_count=meta.sm_count)
+        twins = [m for twin in twin_indexes(device) if (m := _measured_in(twin, key))]
+        found = min(twins, key=lambda m: (m.source != "exact", m.distance, m.median_us), default=None)
+    return found
+
+
+def _measured_in(index: Index, key: Key) -> Measured | None:
     exact = [r for k in serving_keys(key) if (r := index.exact.get(k) or index.stale.get(k))]
     if exact:
         best = min(exact, key=lambda r: r.median_us)
