@@ -209,6 +209,19 @@ def test_twins_are_shipped_current_results_of_the_same_chip(tuned, shipped):
         assert lookup.choose("gemm", gemm_problem(800, 1000, 784), H100).source == "default"
 
 
+def test_a_file_of_another_gpu_that_does_not_load_is_passed_over_with_a_warning(tuned, shipped, caplog):
+    write_store(shipped, [record(config=dict(GEMM, split_k=3))], device=H200)
+    (shipped / "nvidia-a100.json").write_text("{")
+    with caplog.at_level(logging.WARNING, logger="autogemm"):
+        choice = lookup.choose("gemm", gemm_problem(800, 1000, 784), H100)
+    assert (choice.source, choice.twin) == ("exact", "NVIDIA H200")
+    assert "nvidia-a100.json" in caplog.text and "passed over" in caplog.text
+    path = write_store(shipped, [record()])              # this GPU's own file stays a hard error
+    path.write_text("{")
+    with pytest.raises(StoreError, match="nvidia-h100-80gb-hbm3.json"):
+        lookup.choose("gemm", gemm_problem(400, 1000, 784), H100)
+
+
 def test_a_twins_config_this_gpu_cannot_run_is_passed_over(tuned, shipped):
     small = dataclasses.replace(H100, name="NVIDIA H100 48 KB", smem_per_block=48 * 1024)
     write_store(shipped, [record(config=dict(GEMM, bm=128, bn=128, bk=32, stages=4))], device=H100)

@@ -135,14 +135,24 @@ def index_for(device: DeviceInfo, directories: list[Path] | None = None) -> Inde
 def twin_indexes(device: DeviceInfo) -> list[Index]:
     """The current records of each twin of `device` in the shipped folder (none inside `untuned()`),
     by GPU name: GPUs of its compute capability and SM count, whose tuned configs fit it as they fit
-    them (every choice is still checked against this GPU: Family.fits)."""
+    them (every choice is still checked against this GPU: Family.fits). A file there that does not
+    load is passed over with a warning: it is no file of this GPU's."""
     if _untuned:
         return []
     own = file_for(locations.shipped_dir(), device).name
-    stores = [store for path in sorted(locations.shipped_dir().glob("*.json")) if path.name != own
-              if (store := _store(path, None))]
-    return [_indexed([s], stale=False) for s in stores if s.meta.gpu != device.name
-            and (s.meta.compute_capability, s.meta.sm_count) == (device.compute_capability, device.sm_count)]
+    twins = []
+    for path in sorted(locations.shipped_dir().glob("*.json")):
+        try:
+            store = _store(path, None) if path.name != own else None
+        except StoreError as exc:       # another GPU's file: this GPU's calls go on without it
+            if path not in _logged:
+                _logged.add(path)
+                log.warning("autogemm: %s (looking for a twin of %s's tuned results: passed over)", exc, device.name)
+            continue
+        if store and store.meta.gpu != device.name and (store.meta.compute_capability, store.meta.sm_count) == (
+                device.compute_capability, device.sm_count):
+            twins.append(_indexed([store], stale=False))
+    return twins
 
 
 def _indexed(stores: list[Store], stale: bool) -> Index:
