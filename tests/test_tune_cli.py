@@ -40,6 +40,7 @@ def test_tune_without_a_gpu_is_a_one_line_error(tmp_path):
     (["--trials", "0"], "argument --trials: 0 must be >= 1"),
     (["--trials", "many"], "argument --trials: 'many' is not an integer"),
     (["--timeout", "-5"], "argument --timeout: -5 must be a number > 0"),
+    (["--patience", "-1"], "argument --patience: -1 must be >= 0"),
     (["--families", "gemm,fft"], "argument --families: 'gemm,fft': unknown 'fft'; families are"),
     (["--fix", "bk=17"], "restricting bk: bk=17 is not in the gemm space"),
     (["--shapes", "3x4"], "--shapes: '3x4' is not MxNxK[:op]"),
@@ -335,6 +336,22 @@ def test_tune_stores_results_and_prints_a_summary(fake_gpu, tmp_path, capsys):
     assert "added" in row
     assert all(r.command == "autogemm tune --shapes nn --hidden 100 --families gemm,linear_xent --trials 6 "
                             f"--out {out}" for r in records.values())
+
+
+@pytest.mark.parametrize("patience", [None, "0"])
+def test_patience_0_measures_every_trial_where_the_default_search_ends_early(fake_gpu, tmp_path, patience):
+    out = tmp_path / "tuned"
+    args = ["tune", "--shapes", "800x1000x784:nt", "--families", "gemm", "--trials", "60", "--timeout", "600",
+            "--out", str(out)] + (["--patience", patience] if patience else [])
+    assert cli.main(args) == 0
+    (record,) = load(file_for(out, H100)).records.values()
+    assert (record.trials == 60) == (patience == "0")
+
+
+def test_tunes_default_patience_is_the_searchs():
+    from autogemm.tuning.search import Settings
+
+    assert cli.SEARCH_PATIENCE == Settings().patience
 
 
 def test_tune_into_a_log_prints_a_line_as_each_target_finishes(fake_gpu, tmp_path, capsys):

@@ -62,6 +62,7 @@ def _integer(lowest: int, highest: int | None = None, why: str = ""):
 
 
 _positive_int = _integer(1)                                  # counts: trials, repetitions
+SEARCH_PATIENCE = 8          # tune's --patience: autogemm.tuning.search.Settings.patience (a test keeps them one)
 _seed = _integer(0, 2**32 - 1)                            # what Optuna's samplers take
 _size = _integer(1, MAX_SIZE, ", more than the kernels' 32-bit sizes hold")
 _rank_count = _integer(1, 1024)
@@ -383,7 +384,8 @@ def cmd_tune(args) -> int:
     for name, count in Counter(t.family for t in elsewhere).items():
         print(f"autogemm tune: {count} shape(s) left to the other implementations of their call: {name} "
               f"cannot run them on {device.name}: {why[name]}")
-    settings = Settings(trials=args.trials, timeout=args.timeout, seed=args.seed)
+    patience = SEARCH_PATIENCE if args.patience is None else args.patience or None
+    settings = Settings(trials=args.trials, timeout=args.timeout, seed=args.seed, patience=patience)
     console = _console()
     where = f"{len(gpus)} GPUs ({','.join(map(str, gpus))}: {', '.join(m.name for m in models)})" if gpus else device.name
     into = ", ".join(str(file_for(out, m)) for m in models)
@@ -807,6 +809,10 @@ def _tune_parser(sub):
                            "gaining ends sooner (default: 40)")
     tune.add_argument("--timeout", type=_positive_float, default=20.0,
                       help="seconds of search per shape, the final re-timing not counted (default: 20)")
+    tune.add_argument("--patience", type=_integer(0, 10**6), metavar="N",
+                      help="proposals in a row without a 1%% gain before the search turns to the best configs' "
+                           "neighbours, and as many more before it ends; 0: it never ends early, --trials and "
+                           f"--timeout alone stop it (default: {SEARCH_PATIENCE})")
     tune.add_argument("--out", metavar="DIR",
                       help="store folder (default: $AUTOGEMM_TUNED if set; else the repository's tuned/ in a "
                            "checkout; else the user store, ~/.cache/autogemm/tuned)")
