@@ -201,6 +201,7 @@ def test_launch_refuses_a_family_that_does_not_say_how_and_arrays_it_cannot_take
     (["--family", str(EXAMPLE), "--problem", "rows=8,rows=9,cols=8"], "rows is given twice"),
     (["--family", str(EXAMPLE), "--problem", "rows=8,cols=8", "--gpus", "all"], "loads installed families only"),
     (["--family", "nothing_here", "--problem", "rows=1"], "unknown kernel family 'nothing_here'"),
+    (["--family", "linear_xent", "--problem", "rows=8,classes=10,inputs=16,loss=no"], "loss is true or false, not 'no'"),
     (["--problem", "rows=1"], "--family and --problem go together"),
     (["--family", str(EXAMPLE), "--problem", "rows=1,cols=8", "--shapes", "nn"], "takes no --shapes"),
 ])
@@ -257,3 +258,14 @@ def test_bench_family_times_the_default_and_the_chosen_config_of_each_problem(mo
     assert cli.main(["bench", "--family", str(EXAMPLE), "--problem", "rows=64,cols=128", "--config",
                      '{"lanes": 3}']) == 2
     assert "--config 1: missing rowsoftmax parameter(s) vec, rows, cached" in capsys.readouterr().err
+
+
+def test_a_problems_bool_fields_read_true_and_false():
+    """`loss=false` once reached linear_xent's Problem as the text 'false', which is truthy: the
+    launch with the loss was tuned in place of the logits alone."""
+    from autogemm.cli import _family_targets
+
+    logits, = _family_targets("linear_xent", ["rows=800,classes=10,inputs=1000,loss=false"], "float32")
+    with_loss, = _family_targets("linear_xent", ["rows=800,classes=10,inputs=1000,loss=1"], "float32")
+    transposed, = _family_targets("linear_backward", ["rows=8,classes=10,inputs=16,grad_in_transposed=TRUE"], "float32")
+    assert (logits.key("float32").op, with_loss.key("float32").op, transposed.key("float32").op) == ("logits", "-", "sigmoid_t")

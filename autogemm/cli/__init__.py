@@ -463,8 +463,7 @@ def _family_targets(given: str, problems: list[str], dtype: str) -> list:
             if key in fields or key == "dtype":
                 raise AutogemmError(f"--problem {brief(text)}: {key} " + ("is --dtype's to give" if key == "dtype"
                                                                           else "is given twice"))
-            number = re.fullmatch(r"-?[0-9]{1,12}", value)
-            fields[key] = int(value) if number else value
+            fields[key] = _field_value(module.Problem, key, value, text)
         try:
             problem = module.Problem(**fields, dtype=dtype)
             target = Target(name, *module.key_of(problem), "--problem " + text)
@@ -476,6 +475,22 @@ def _family_targets(given: str, problems: list[str], dtype: str) -> list:
                                 f"{first_line(exc)}") from None
         targets.append(target)
     return targets
+
+
+def _field_value(problem_class, key: str, value: str, text: str):
+    """`value` of --problem's `key` as the Problem's field takes it: true/false (or 1/0) for a bool,
+    an integer where it reads as one, else the text (the Problem checks it)."""
+    import typing
+
+    try:
+        kind = typing.get_type_hints(problem_class).get(key)
+    except Exception:                               # a plugin's annotations that do not resolve
+        kind = None
+    if kind is bool:
+        if value.lower() not in ("true", "false", "1", "0"):
+            raise AutogemmError(f"--problem {brief(text)}: {key} is true or false, not {brief(value)}")
+        return value.lower() in ("true", "1")
+    return int(value) if re.fullmatch(r"-?[0-9]{1,12}", value) else value
 
 
 def _torch_targets(args, arithmetic: str) -> list:
