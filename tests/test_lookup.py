@@ -222,6 +222,53 @@ def test_a_file_of_another_gpu_that_does_not_load_is_passed_over_with_a_warning(
         lookup.choose("gemm", gemm_problem(400, 1000, 784), H100)
 
 
+def test_a_gpus_own_index_and_its_index_as_a_twin_are_apart(tuned, shipped, caplog):
+    """One file read both ways (the H200's: its own, with its stale records; the H100's twin's,
+    without them): neither gets the other's."""
+    write_store(shipped, [record(config=dict(GEMM, split_k=3), template_hash="0" * 16),
+                          record((400, 1000, 784), config=dict(GEMM, split_k=2))], device=H200)
+    assert lookup.has_records(H200)
+    assert lookup.choose("gemm", gemm_problem(800, 1000, 784), H100).record.key.shape == "400x1000x784"
+    lookup.reload()
+    assert lookup.choose("gemm", gemm_problem(800, 1000, 784), H100).record.key.shape == "400x1000x784"
+    with caplog.at_level(logging.WARNING, logger="autogemm"):
+        assert lookup.choose("gemm", gemm_problem(800, 1000, 784), H200).source == "stale"
+    assert "1 stale record" in caplog.text
+
+
+def test_another_gpus_file_that_does_not_load_is_read_once_while_it_stays_as_it_is(tuned, shipped, monkeypatch):
+    bad = shipped / "nvidia-a100.json"
+    write_store(shipped, [record()], device=H200)
+    bad.write_text("{")
+    reads = []
+    real_load = lookup.load
+    monkeypatch.setattr(lookup, "load", lambda path: (reads.append(Path(path).name), real_load(path))[1])
+    for m in (100, 200, 300):
+        lookup.choose("gemm", gemm_problem(m, 1000, 784), H100)
+    assert reads.count("nvidia-a100.json") == 1
+    bad.write_text("{ }")
+    lookup.choose("gemm", gemm_problem(400, 1000, 784), H100)
+    assert reads.count("nvidia-a100.json") == 2
+
+
+def test_the_cost_models_times_come_from_a_twin_where_this_gpu_has_no_file(tuned, shipped, monkeypatch):
+    """nn's trainer names its own GPU: a name without a file of its own has twins where it is this
+    GPU's (no GPU here: none)."""
+    write_store(shipped, [record(median_us=42.0)], device=H200)
+    assert lookup.has_records(H100) and lookup.measured("gemm", (800, 1000, 784), "nt", "float32", H100).median_us == 42.0
+    assert not lookup.has_records(H100.name) and not lookup.has_records(H100_PCIE)
+    monkeypatch.setattr(lookup, "this_device", lambda: H100)
+    assert lookup.has_records(H100.name) and not lookup.has_records(H100_PCIE.name)
+    assert lookup.measured("gemm", (800, 1000, 784), "nt", "float32", H100.name).median_us == 42.0
+
+
+def test_between_families_this_gpus_record_ranks_before_a_twins_of_the_same_kind():
+    own = lookup.Choice(Config(GEMM), "exact", record(median_us=50.0))
+    twin = lookup.Choice(Config(GEMM), "exact", record(median_us=10.0), twin="NVIDIA H200")
+    near = lookup.Choice(Config(GEMM), "nearest", record(median_us=1.0), distance=0.1)
+    assert sorted([near, twin, own], key=lambda c: c.rank) == [own, twin, near]
+
+
 def test_a_twins_config_this_gpu_cannot_run_is_passed_over(tuned, shipped):
     small = dataclasses.replace(H100, name="NVIDIA H100 48 KB", smem_per_block=48 * 1024)
     write_store(shipped, [record(config=dict(GEMM, bm=128, bn=128, bk=32, stages=4))], device=H100)
@@ -678,3 +725,10 @@ def test_every_launch_of_the_float64_large_step_gets_a_config_that_fits(tmp_path
         assert all(calls.values()), [c for c, ok in calls.items() if not ok]
     finally:
         lookup.reload()
+
+
+def test_bench_names_a_twins_record_with_its_gpu():
+    from autogemm.tuning.bench import _variant
+
+    twin = lookup.Choice(Config(GEMM), "exact", record(), twin="NVIDIA H200")
+    assert (_variant(twin), _variant(dataclasses.replace(twin, twin=""))) == ("tuned on NVIDIA H200", "tuned")

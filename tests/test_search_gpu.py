@@ -30,7 +30,8 @@ def test_two_gemm_shapes_are_tuned_stored_and_used(folders, capsys):
     from autogemm.ops.gemm import plan_gemm
     from autogemm.runtime.device import this_device
 
-    status = cli.main(["tune", "--shapes", "800x1000x784:nt,800x10x1000:nt", "--trials", "12", "--timeout", "60"])
+    status = cli.main(["tune", "--shapes", "800x1000x784:nt,800x10x1000:nt", "--trials", "12", "--timeout", "60",
+                       "--patience", "0"])
     printed = capsys.readouterr()
     assert status == 0, printed.err
     assert "autogemm tune: best of each shape" in printed.out
@@ -67,6 +68,7 @@ def test_a_gemm_with_an_epilogue_is_tuned_with_it_and_its_fused_call_uses_the_re
 
     import autogemm
     from autogemm.ops.gemm import plan_gemm
+    from autogemm.ops.kernels import implementation
     from autogemm.runtime.device import this_device
 
     status = cli.main(["tune", "--shapes", "600x1000x784:nt+bias_sigmoid,300x200x100:nn+drelu", "--trials", "6",
@@ -90,8 +92,9 @@ def test_a_gemm_with_an_epilogue_is_tuned_with_it_and_its_fused_call_uses_the_re
                                          bias=bias)["d"]
     fused()
     assert compare(cupy.asnumpy(fused.out), value, magnitude, 784, np.float32).ok
-    bare = plan_gemm(da, dw, trans_b=True, kernel_family=forward.key.family)
-    served = lookup.choose(forward.key.family, gemm.Problem.contiguous(600, 1000, 784, trans_b=True), this_device())
+    bare = plan_gemm(da, dw, trans_b=True)         # the call picks its family (autogemm.ops.kernels.implementation)
+    plain = gemm.Problem.contiguous(600, 1000, 784, trans_b=True)
+    served = lookup.choose(implementation("gemm", plain, None, this_device()), plain, this_device())
     assert served.record is None or served.record.key.op == "nt"       # the shipped records', never the fused one
     assert bare.instance.config == served.config
     bench = folders / "bench.json"
@@ -117,7 +120,7 @@ def test_the_other_families_tune_against_numpy(folders, capsys):
 
 
 def test_resume_after_a_finished_run_measures_nothing_new(folders, capsys):
-    args = ["tune", "--shapes", "64x64x64:nn", "--trials", "5"]
+    args = ["tune", "--shapes", "64x64x64:nn", "--trials", "5", "--families", "gemm"]
     assert cli.main(args) == 0
     assert cli.main([*args, "--resume"]) == 0
     assert "from the finished study" in capsys.readouterr().out

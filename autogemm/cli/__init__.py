@@ -186,7 +186,8 @@ def _bench_family(args) -> int:
         fam, problem = family(key.family), problem_of(key)
         measure = measure_for(key, dev)
         choice = lookup.choose(key.family, problem, dev)
-        variants = [("default", fam.default(problem, dev)), (choice.source, choice.config)]
+        looked_up = f"{choice.source} on {choice.twin}" if choice.twin else choice.source
+        variants = [("default", fam.default(problem, dev)), (looked_up, choice.config)]
         variants += [(f"config{i}", fam.validate(c, problem, dev, f"--config {i}")) for i, c in enumerate(configs, 1)]
         default_us = None
         for variant, cfg in variants:

@@ -11,12 +11,13 @@ where its shape has none by those of its layout tuned without one (kernels.gemm.
 
 Two folders hold tuned files (autogemm.store.locations): the one `autogemm tune` writes (the user's
 store), then the results shipped with autogemm. For each key, a current record beats a stale one,
-and between two of the same kind the user's wins. A call that none of this GPU's records serves takes
-the shipped current records of its twins, other GPUs of the same compute capability and SM count (an
-H100 SXM and an H200 are one chip with other memory), in the same order, before the default. Each file is read once and read again only when its mtime or size changes; callers
-(autogemm.ops.kernels) cache the instance chosen per problem, so a repeated call never comes
-here. A file that does not load raises its StoreError: a corrupted store never yields a silently
-different kernel.
+and between two of the same kind the user's wins. A call that none of this GPU's records serves
+takes the shipped current records of its twins, other GPUs of the same compute capability and SM
+count (an H100 SXM and an H200 are one chip with other memory), in the same order, before the
+default. Each file is read once and read again only when its mtime or size changes; callers
+(autogemm.ops.kernels) cache the instance chosen per problem, so a repeated call never comes here.
+A file of this GPU's that does not load raises its StoreError: a corrupted store never yields a
+silently different kernel; another GPU's is passed over with a warning.
 """
 import contextlib
 import dataclasses
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autogemm import files
-from autogemm.errors import StoreError
+from autogemm.errors import AutogemmError, StoreError
 from autogemm.runtime.device import H100, DeviceInfo, this_device
 from autogemm.runtime.family import Config, family
 from autogemm.store import locations
@@ -50,20 +51,21 @@ class Choice:
     twin: str = ""               # the record is of this GPU's twin, so named (twin_indexes)
 
     @property
-    def rank(self) -> tuple[int, float, float]:
+    def rank(self) -> tuple[int, bool, float, float]:
         """Lower is better: a record of the shape, then a nearest one (the closer first), then the
-        default; between two records of the shape, the faster. A stale record's time is still a
-        measurement of its own shape (its template changed since), so it competes with exact ones
-        on time; a nearest record's time is another shape's, so distance decides first."""
-        return _RANK[self.source], self.distance, self.record.median_us if self.record else 0.0
+        default; of each kind this GPU's before a twin's (whose times are another GPU's); between
+        two records of the shape, the faster. A stale record's time is still a measurement of its
+        own shape (its template changed since), so it competes with exact ones on time; a nearest
+        record's time is another shape's, so distance decides first."""
+        return _RANK[self.source], bool(self.twin), self.distance, self.record.median_us if self.record else 0.0
 
     @property
-    def rank_in_arithmetic(self) -> tuple[int, float, bool, float]:
+    def rank_in_arithmetic(self) -> tuple[int, bool, float, bool, float]:
         """`rank` between the records of one family and arithmetic: between two as close, one of
         the call's own op first (a GEMM's tuned with its epilogue; the other, timed without it,
         is faster on paper only)."""
-        source, distance, time = self.rank
-        return source, distance, self.other_op, time
+        source, twin, distance, time = self.rank
+        return source, twin, distance, self.other_op, time
 
 
 _RANK = {"exact": 0, "stale": 0, "nearest": 1, "default": 2}
@@ -118,56 +120,72 @@ def _group(key: Key) -> tuple:
 
 generation = 0          # counts reloads: what callers cached from an older generation is stale
 _loaded: dict[Path, tuple[tuple, Store]] = {}
-_indexes: dict[tuple, tuple[tuple, Index]] = {}    # files' paths -> (their stamps, Index)
+_unloadable: dict[Path, tuple] = {}    # another GPU's files that did not load: their stamp, passed over until it changes
+_indexes: dict[tuple, tuple[tuple, Index]] = {}    # (files' paths, with stale records) -> (their stamps, Index)
 _logged: set = set()
 _untuned = False       # inside untuned(): no tuned file is read
 
 
 def index_for(device: DeviceInfo, directories: list[Path] | None = None) -> Index | None:
     """The stores of `device` in `directories` (default: the user's, then the shipped folder, none
-    inside `untuned()`), first-wins, or None where no folder has a file for it."""
+    inside `untuned()`), first-wins, or None where no folder has a file for it. A new index of them
+    warns of the stale records it serves."""
     if directories is None:
         directories = [] if _untuned else [folder for _, folder in locations.lookup_dirs()]
     stores = [store for folder in directories if (store := _store(file_for(folder, device), device))]
-    return _indexed(stores, stale=True) if stores else None
+    if not stores:
+        return None
+    index, built = _indexed(stores, stale=True)
+    serving = index.stale_serving()
+    if built and serving:
+        log.warning("autogemm: %s: %d stale record(s): their kernels' templates changed since tuning; "
+                    "their configs still serve their own shapes until `autogemm tune --stale` re-tunes them",
+                    ", ".join(str(s.path) for s in stores), len(serving))
+    return index
 
 
 def twin_indexes(device: DeviceInfo) -> list[Index]:
     """The current records of each twin of `device` in the shipped folder (none inside `untuned()`),
     by GPU name: GPUs of its compute capability and SM count, whose tuned configs fit it as they fit
     them (every choice is still checked against this GPU: Family.fits). A file there that does not
-    load is passed over with a warning: it is no file of this GPU's."""
+    load is passed over with a warning, once for as long as it stays as it is."""
     if _untuned:
         return []
     own = file_for(locations.shipped_dir(), device).name
     twins = []
     for path in sorted(locations.shipped_dir().glob("*.json")):
+        if path.name == own or _unloadable.get(path) == _stamp(path):
+            continue
         try:
-            store = _store(path, None) if path.name != own else None
+            store = _store(path, None)
         except StoreError as exc:       # another GPU's file: this GPU's calls go on without it
-            if path not in _logged:
-                _logged.add(path)
-                log.warning("autogemm: %s (looking for a twin of %s's tuned results: passed over)", exc, device.name)
+            _unloadable[path] = _stamp(path)
+            log.warning("autogemm: %s (looking for a twin of %s's tuned results: passed over)", exc, device.name)
             continue
         if store and store.meta.gpu != device.name and (store.meta.compute_capability, store.meta.sm_count) == (
                 device.compute_capability, device.sm_count):
-            twins.append(_indexed([store], stale=False))
+            twins.append(_indexed([store], stale=False)[0])
     return twins
 
 
-def _indexed(stores: list[Store], stale: bool) -> Index:
-    """The Index of `stores`, built again only when one of their files has changed; a new build
-    of this GPU's own stores (`stale`) warns of the stale records it serves."""
+def _indexed(stores: list[Store], stale: bool) -> tuple[Index, bool]:
+    """(the Index of `stores`, with their stale records or not; whether it was built now): built
+    again only when one of their files has changed."""
     paths = tuple(s.path for s in stores)
     stamp = tuple(_loaded[path][0] for path in paths)
-    if paths not in _indexes or _indexes[paths][0] != stamp:
-        _indexes[paths] = stamp, Index(stores, stale)
-        serving = _indexes[paths][1].stale_serving()
-        if serving:
-            log.warning("autogemm: %s: %d stale record(s): their kernels' templates changed since tuning; "
-                        "their configs still serve their own shapes until `autogemm tune --stale` re-tunes them",
-                        ", ".join(str(path) for path in paths), len(serving))
-    return _indexes[paths][1]
+    cached = _indexes.get((paths, stale))
+    if cached is not None and cached[0] == stamp:
+        return cached[1], False
+    _indexes[paths, stale] = stamp, Index(stores, stale)
+    return _indexes[paths, stale][1], True
+
+
+def _stamp(path: Path) -> tuple | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return path, st.st_mtime_ns, st.st_size, len(REGISTRY)
 
 
 def _store(path: Path, device: DeviceInfo | None) -> Store | None:
@@ -196,8 +214,8 @@ def choose(family_name: str, problem, device: DeviceInfo) -> Choice:
     shape, op, dtype) on the "autogemm" logger."""
     fam = family(family_name)
     key = key_of(family_name, problem)
-    own = index_for(device)
-    choice, index = (_choose_in(own, fam, key, problem, device), own) if own is not None else (None, None)
+    index = index_for(device)
+    choice = _choose_in(index, fam, key, problem, device) if index is not None else None
     if choice is None:
         twins = [(c, twin) for twin in twin_indexes(device) if (c := _choose_in(twin, fam, key, problem, device))]
         if twins:
@@ -260,22 +278,18 @@ class Measured:
     sizes: tuple         # the record's shape
 
 
-def measured(family_name: str, sizes, op: str, arithmetic: str, gpu: str | None = None) -> Measured | None:
+def measured(family_name: str, sizes, op: str, arithmetic: str,
+             gpu: str | DeviceInfo | None = None) -> Measured | None:
     """The record that lookup would take a launch's time from: the fastest of its shape's records
     among those serving it, else the nearest serving one (the closest, then the faster), of the
-    GPU's files, else of its twins'; None where they hold neither. `gpu`: whose files to read (a
-    GPU's name; default: this GPU's)."""
-    index = _index_of(gpu)
-    if index is None:
-        return None
+    GPU's files, else of its twins'; None where they hold neither. `gpu`: whose files (this GPU's
+    by default; a GPU named has twins only where a file of its own says which chip it is)."""
     key = make_key(family_name, sizes, op, arithmetic)
-    found = _measured_in(index, key)
+    own, twins = _indexes_of(gpu)
+    found = _measured_in(own, key) if own is not None else None
     if found is None:
-        meta = index.stores[0].meta
-        device = dataclasses.replace(H100, name=meta.gpu, compute_capability=meta.compute_capability,
-                                     sm_count=meta.sm_count)
-        twins = [m for twin in twin_indexes(device) if (m := _measured_in(twin, key))]
-        found = min(twins, key=lambda m: (m.source != "exact", m.distance, m.median_us), default=None)
+        measured_twins = [m for twin in twins if (m := _measured_in(twin, key))]
+        found = min(measured_twins, key=lambda m: (m.source != "exact", m.distance, m.median_us), default=None)
     return found
 
 
@@ -291,13 +305,35 @@ def _measured_in(index: Index, key: Key) -> Measured | None:
     return Measured("nearest", d, record.median_us, record.key.sizes)
 
 
-def has_records(gpu: str | None = None) -> bool:
-    """Whether a tuned file of this GPU (or of the GPU named `gpu`) is there to read."""
-    return _index_of(gpu) is not None
+def has_records(gpu: str | DeviceInfo | None = None) -> bool:
+    """Whether a tuned file of this GPU (or of `gpu`), or of a twin of it, is there to read."""
+    own, twins = _indexes_of(gpu)
+    return own is not None or bool(twins)
 
 
-def _index_of(gpu: str | None) -> Index | None:
-    return index_for(this_device() if gpu is None else dataclasses.replace(H100, name=gpu))
+def _indexes_of(gpu: str | DeviceInfo | None) -> tuple[Index | None, list[Index]]:
+    """(the own index, the twins' indexes) of this GPU (None), of a DeviceInfo, or of the GPU so
+    named: which chip that is, its own file's meta says, else this GPU where it is the one named
+    (nn's trainer names its own); a GPU named that is neither has no twins."""
+    if gpu is None or isinstance(gpu, DeviceInfo):
+        device = this_device() if gpu is None else gpu
+        return index_for(device), twin_indexes(device)
+    named = dataclasses.replace(H100, name=gpu)
+    own = index_for(named)
+    if own is not None:
+        meta = own.stores[0].meta
+        chip = dataclasses.replace(named, compute_capability=meta.compute_capability, sm_count=meta.sm_count)
+    else:
+        chip = _this_gpu_if_named(gpu)
+    return own, twin_indexes(chip) if chip is not None else []
+
+
+def _this_gpu_if_named(name: str) -> DeviceInfo | None:
+    try:
+        device = this_device()
+    except AutogemmError:               # no GPU here
+        return None
+    return device if device.name == name else None
 
 
 @contextlib.contextmanager
@@ -320,5 +356,6 @@ def reload():
     global generation
     generation += 1
     _loaded.clear()
+    _unloadable.clear()
     _indexes.clear()
     _logged.clear()

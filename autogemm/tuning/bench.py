@@ -121,10 +121,12 @@ def _mark_the_call(rows: dict, call: str, problem, device, variant_of) -> None:
 
 
 def _variant(choice) -> str:
-    """A looked-up config's variant name: tuned, stale or nearest, and the op its record was tuned as
-    where that is not the call's (a GEMM's layout, without the call's epilogue)."""
+    """A looked-up config's variant name: tuned, stale or nearest, the op its record was tuned as
+    where that is not the call's (a GEMM's layout, without the call's epilogue), and the GPU it was
+    tuned on where that is this one's twin."""
     name = {"exact": "tuned"}.get(choice.source, choice.source)
-    return f"{name} as {choice.record.key.op}" if choice.other_op else name
+    name = f"{name} as {choice.record.key.op}" if choice.other_op else name
+    return f"{name} on {choice.twin}" if choice.twin else name
 
 
 def bench_convolution(target: Target, dtype=np.float32, reps: int = 50, flush_l2: bool = True,
