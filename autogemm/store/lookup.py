@@ -180,9 +180,12 @@ def _indexed(stores: list[Store], stale: bool) -> tuple[Index, bool]:
     return _indexes[paths, stale][1], True
 
 
-def _stamp(path: Path) -> tuple | None:
+def _stamp(path: Path, st=None) -> tuple | None:
+    """What tells one version of a file from another (its stat, and the families registered: a
+    family registered since can read records read before as another's); None where it cannot be
+    stat'ed."""
     try:
-        st = path.stat()
+        st = st or path.stat()
     except OSError:
         return None
     return path, st.st_mtime_ns, st.st_size, len(REGISTRY)
@@ -198,7 +201,7 @@ def _store(path: Path, device: DeviceInfo | None) -> Store | None:
         return None
     except OSError as exc:
         raise StoreError(f"{path}: cannot read: {files.failure(exc)}") from None
-    stamp = (path, st.st_mtime_ns, st.st_size, len(REGISTRY))
+    stamp = _stamp(path, st)
     cached = _loaded.get(path)
     if not (cached and cached[0] == stamp):
         cached = _loaded[path] = (stamp, load(path))
