@@ -288,10 +288,10 @@ def measured(family_name: str, sizes, op: str, arithmetic: str,
     GPU's files, else of its twins'; None where they hold neither. `gpu`: whose files (this GPU's
     by default; a GPU named has twins only where a file of its own says which chip it is)."""
     key = make_key(family_name, sizes, op, arithmetic)
-    own, twins = _indexes_of(gpu)
+    own, chip = _own_and_chip(gpu)
     found = _measured_in(own, key) if own is not None else None
-    if found is None:
-        measured_twins = [m for twin in twins if (m := _measured_in(twin, key))]
+    if found is None and chip is not None:
+        measured_twins = [m for twin in twin_indexes(chip) if (m := _measured_in(twin, key))]
         found = min(measured_twins, key=lambda m: (m.source != "exact", m.distance, m.median_us), default=None)
     return found
 
@@ -310,25 +310,24 @@ def _measured_in(index: Index, key: Key) -> Measured | None:
 
 def has_records(gpu: str | DeviceInfo | None = None) -> bool:
     """Whether a tuned file of this GPU (or of `gpu`), or of a twin of it, is there to read."""
-    own, twins = _indexes_of(gpu)
-    return own is not None or bool(twins)
+    own, chip = _own_and_chip(gpu)
+    return own is not None or chip is not None and bool(twin_indexes(chip))
 
 
-def _indexes_of(gpu: str | DeviceInfo | None) -> tuple[Index | None, list[Index]]:
-    """(the own index, the twins' indexes) of this GPU (None), of a DeviceInfo, or of the GPU so
-    named: which chip that is, its own file's meta says, else this GPU where it is the one named
-    (nn's trainer names its own); a GPU named that is neither has no twins."""
+def _own_and_chip(gpu: str | DeviceInfo | None) -> tuple[Index | None, DeviceInfo | None]:
+    """(the own index, the device whose twins serve where it has no record) of this GPU (None), of
+    a DeviceInfo, or of the GPU so named: which chip that is, its own file's meta says, else this
+    GPU where it is the one named (nn's trainer names its own); a GPU named that is neither has no
+    twins (None)."""
     if gpu is None or isinstance(gpu, DeviceInfo):
         device = this_device() if gpu is None else gpu
-        return index_for(device), twin_indexes(device)
+        return index_for(device), device
     named = dataclasses.replace(H100, name=gpu)
     own = index_for(named)
-    if own is not None:
-        meta = own.stores[0].meta
-        chip = dataclasses.replace(named, compute_capability=meta.compute_capability, sm_count=meta.sm_count)
-    else:
-        chip = _this_gpu_if_named(gpu)
-    return own, twin_indexes(chip) if chip is not None else []
+    if own is None:
+        return None, _this_gpu_if_named(gpu)
+    meta = own.stores[0].meta
+    return own, dataclasses.replace(named, compute_capability=meta.compute_capability, sm_count=meta.sm_count)
 
 
 def _this_gpu_if_named(name: str) -> DeviceInfo | None:
