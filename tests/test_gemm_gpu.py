@@ -872,3 +872,46 @@ def test_cublas_baseline_of_bfloat16_operands(ta, tb):
     value, magnitude, _ = reference(problem, bf16_bits(host["a"]), bf16_bits(host["b"]), 1.5, 0.5, host["c"])["d"]
     verdict = compare(cupy.asnumpy(out), value, magnitude, k, np.float32)
     assert verdict.ok, verdict.describe()
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32"])
+@pytest.mark.parametrize("kernel_family", ["gemm", "gemm_wgmma"])
+def test_a_head_is_summed_with_the_gemm(precision, kernel_family):
+    """gemm(..., head=(w_h, b_h, h)): the MLP's hidden layer and its logits in one call (on Hopper
+    one launch: summed in gemm_wgmma's epilogue; the tiled family runs the logits apart), both
+    within their bounds, bit-identical on a second call (the row counters reset themselves)."""
+    import cupy
+
+    import autogemm
+    from autogemm.ops import gemm as gemm_ops
+    from autogemm.runtime.device import this_device
+
+    if kernel_family == "gemm_wgmma" and not hopper():
+        pytest.skip("gemm_wgmma runs on Hopper")
+    rng = np.random.default_rng(21)
+    m, n, k, outputs = 800, 1000, 784, 10
+    host = dict(a=rng.standard_normal((m, k)).astype(np.float32), b=rng.standard_normal((n, k)).astype(np.float32),
+                bias=rng.standard_normal(n).astype(np.float32),
+                w_h=(rng.standard_normal((outputs, n)) / np.sqrt(n)).astype(np.float32),
+                b_h=rng.standard_normal(outputs).astype(np.float32))
+    dev = {key: cupy.asarray(v) for key, v in host.items()}
+    problem = Problem.contiguous(m, n, k, "float32", False, True, epilogue="bias_sigmoid", precision=precision,
+                                 head=outputs)
+    want = reference(problem, host["a"], host["b"], bias=host["bias"], head_w=host["w_h"], head_b=host["b_h"])
+    results = []
+    for _ in range(2):
+        d = cupy.full((m, n), np.nan, np.float32)                              # D: (M, N)
+        h = cupy.full((m, outputs), np.nan, np.float32)                        # H: (M, 10)
+        call = gemm_ops.plan_gemm(dev["a"], dev["b"], d, trans_b=True, epilogue="bias_sigmoid", bias=dev["bias"],
+                                  kernel_family=kernel_family, precision=precision, head=(dev["w_h"], dev["b_h"], h))
+        assert (call.head_apart is None) == (gemm_ops.head_fused(problem, this_device(), kernel_family))
+        call()
+        for got, (value, magnitude, kk) in ((d, want["d"]), (h, want["head"])):
+            verdict = compare(cupy.asnumpy(got), value, magnitude, kk, np.float32, precision)
+            assert verdict.ok, f"{call.instance.name}: {verdict.describe()}"
+        results.append(cupy.asnumpy(h))
+    assert np.array_equal(*results)
+    with pytest.raises(autogemm.BadArguments, match="head's h must be"):
+        autogemm.gemm(dev["a"], dev["b"], trans_b=True, head=(dev["w_h"], None, cupy.zeros((m, 3), np.float32)))
+    with pytest.raises(autogemm.BadArguments, match="head's w_h must be"):
+        autogemm.gemm(dev["a"], dev["b"], trans_b=True, head=(dev["w_h"][:, :5], None, h))
