@@ -146,8 +146,8 @@ def smem_bytes(c, p: Problem) -> int:
     2 + INFLIGHT) holding, of each operand, its transposed tile if it is M/N-major and its lo part
     under 3xTF32 (of A, nothing where it is read into registers), or under BF16 its bfloat16 tile
     where it is float32 (bfloat16 operands are read as they land); a producer's three 8-byte
-    mbarriers a stage, and a persistent block's one a computing warpgroup; room to align them to
-    1024 bytes."""
+    mbarriers a stage, and a persistent block's one a computing warpgroup; a head's columns of W_h;
+    room to align them to 1024 bytes."""
     a_mn, b_mn = mn_major(p)
     split = c.math == "3xtf32"
     if c.math == "bf16":
@@ -157,7 +157,8 @@ def smem_bytes(c, p: Problem) -> int:
         prepared = (a_prepared * c.bm + (b_mn + split) * c.bn) * k_step(p) * p.itemsize
     buffers = c.stages if c.producer else 2 + c.inflight
     barriers = 24 * c.stages + 8 * c.warpgroups * c.persistent if c.producer else 0
-    return c.stages * (c.bm + c.bn) * STAGE_ROW_BYTES + buffers * prepared + barriers + SWIZZLE_ALIGN
+    head = p.head * c.bn * p.itemsize
+    return c.stages * (c.bm + c.bn) * STAGE_ROW_BYTES + buffers * prepared + barriers + head + SWIZZLE_ALIGN
 
 
 def m_tiles(c) -> int:
