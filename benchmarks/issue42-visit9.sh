@@ -3,8 +3,8 @@
 # gemm_wgmma), one launch fewer a step. Phase `checks`: the GPU tests of the head and of
 # autogemm.torch, and the step's kernels (benchmarks/issue42_profile.py) on this tree and on
 # .device/base (`git archive <the commit before> autogemm kernels nn pyproject.toml tuned`).
-# Phase `bench`: nn.bench's converted MLP against PyTorch, base and this tree alternated, each in its
-# own process. From the repository root:
+# Phase `bench`: the step's kernels on this tree, then nn.bench's converted MLP against PyTorch,
+# base and this tree alternated, each in its own process. From the repository root:
 #   source .device/env.sh && bash benchmarks/issue42-visit9.sh checks|bench
 set -uo pipefail
 source benchmarks/entry-points.sh
@@ -29,6 +29,8 @@ if [ "$phase" = checks ]; then
     done
     grep -h "head\|linear_xent\|gemm_wgmma" "$work"/profile-tf32-*.txt
 else
+    timeout 90 python benchmarks/issue42_profile.py --model mlp --precision tf32 > "$work/profile-tf32-after.txt" 2>&1
+    grep -E "µs of kernels|head" "$work/profile-tf32-after.txt"
     for t in before after before after; do
         PYTHONPATH="$(tree $t):${PYTHONPATH:-}" timeout -s INT 130 python -m nn.bench --networks cme213 --epochs 5 \
             --json "$work/bench-$t-$SECONDS.json" --backends \
