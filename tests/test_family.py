@@ -271,10 +271,6 @@ def test_render_refuses_missing_values():
     lambda: gemm.Problem(1, 1, 1, epilogue="gelu"),
     lambda: gemm.Problem(1, 1, 1, trans_a=1),
     lambda: gemm.Problem(1, 1, 1, vec_a=3),
-    lambda: gemm.Problem(1, 1, 1, head=17),
-    lambda: gemm.Problem(1, 1, 1, head=-1),
-    lambda: gemm.Problem(1, 1, 1, "float64", head=2),
-    lambda: gemm.Problem(1, 1, 1, precision="bf16", bf16_out=True, head=2),
     lambda: elementwise.Problem("tanh", 1, 1),
     lambda: elementwise.Problem("bias", 0, 1),
     lambda: elementwise.Problem("bias", 1, 1, "int32"),
@@ -286,21 +282,6 @@ def test_render_refuses_missing_values():
 def test_problems_reject_bad_descriptions(make):
     with pytest.raises(ValueError):
         make()
-
-
-def test_a_head_runs_on_gemm_wgmma_alone_and_its_records_are_the_gemms():
-    """A head is summed in gemm_wgmma's epilogue (K unsplit, not swapped, not persistent); the other
-    GEMM families refuse it, and its key is the GEMM's: the records tuned without it serve it."""
-    plain = gemm.Problem.contiguous(800, 1000, 784, "float32", False, True, epilogue="bias_sigmoid", precision="tf32")
-    headed = dataclasses.replace(plain, head=10)
-    assert gemm.key_of(headed) == gemm.key_of(plain)
-    wgmma = family("gemm_wgmma")
-    assert wgmma.can_run(headed, H100) and not family("gemm").can_run(headed, H100)
-    assert not family("gemm_naive").fits(family("gemm_naive").default(plain, H100), headed, H100)
-    for cfg in wgmma.sample(plain, H100, 40, seed=1):
-        fits = not (cfg.split_k > 1 or cfg.swap or cfg.persistent)
-        assert wgmma.fits(cfg, headed, H100) == fits, cfg
-    assert "_head10_" in wgmma.instance(wgmma.default(headed, H100), headed).name
 
 
 # ---- instances -------------------------------------------------------------------------------

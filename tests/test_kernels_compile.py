@@ -174,7 +174,7 @@ def wgmma_sample() -> list:
     """gemm_wgmma: its default for every epilogue and C or not, on ragged and even shapes, every op
     (each operand K-major or transposed in shared memory), every precision, bfloat16 operands and D, and
     sampled configs (one to four 64-row tiles a warpgroup, every stage count, tile width and math,
-    both pipelines, copies by cp.async and by TMA), and heads of 1 to 16 outputs."""
+    both pipelines, copies by cp.async and by TMA)."""
     fam, out = family("gemm_wgmma"), []
     shapes = itertools.cycle(((800, 1000, 784), (132, 68, 260), (1024, 1024, 1024)))
     ops = itertools.cycle(((False, True), (True, False), (False, False), (True, True), (True, False)))
@@ -192,10 +192,6 @@ def wgmma_sample() -> list:
         problem = gemm.Problem.contiguous(800, 1000 + (epilogue is None), 784, "float32", False, True, epilogue=epilogue,
                                           precision="bf16", bf16_operands=bf16_operands, bf16_out=True)    # D in bfloat16
         out += [fam.instance(cfg, problem) for cfg in [fam.default(problem, H100), *fam.sample(problem, H100, 2)]]
-    for precision, outputs in (("tf32", 10), ("fp32", 16), ("bf16", 1)):                # a head summed from D
-        problem = gemm.Problem.contiguous(800, 1000, 784, "float32", False, True, epilogue="bias_sigmoid",
-                                          precision=precision, head=outputs)
-        out += [fam.instance(cfg, problem) for cfg in [fam.default(problem, H100), *fam.sample(problem, H100, 3)]]
     return out
 
 

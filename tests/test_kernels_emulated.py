@@ -533,52 +533,6 @@ def test_gemm_wgmma_descriptors_swizzle_and_fragments_on_the_cpu(tmp_path, monke
     run_and_check(gemm_launches(monkeypatch, WGMMAS, "gemm_wgmma"), tmp_path)
 
 
-# A head (H = D W_h^T + b_h, the narrow layer above D) summed in the epilogue: (M, N, K, trans_a,
-# trans_b, epilogue, head outputs, with b_h, config[, precision]): ragged M and N (W_h's columns
-# zero past N, the last row of tiles short), 1 to 16 outputs, one and two 64-row tiles a warpgroup,
-# one and two warpgroups, each pipeline, TMA in 2 x 2 clusters (blocks past D's edge), A in
-# registers, B transposed in shared memory, b_h or none; the tile counters left at zero.
-WGMMA_HEADS = [
-    (130, 70, 100, False, True, "bias_sigmoid", 10, True, wgmma_config(64, 64, 1, 3, "tf32"), "tf32"),
-    (200, 100, 164, False, True, "bias_relu", 16, False, wgmma_config(128, 48, 2, 3, producer=1, tma=1)),
-    (70, 136, 300, False, True, None, 1, True,
-     wgmma_config(128, 64, 1, 4, "tf32", 1, producer=1, tma=1, cluster=(2, 2)), "tf32"),
-    (132, 72, 100, True, True, "bias_sigmoid", 3, True, wgmma_config(128, 64, 1, 3, "tf32", reg_a=1), "tf32"),
-    (68, 200, 120, False, False, "bias", 7, True, wgmma_config(64, 96, 1, 4, producer=1)),
-]
-
-
-def test_gemm_wgmma_sums_a_head_in_its_epilogue_on_the_cpu(tmp_path, monkeypatch):
-    entry = importlib.import_module("autogemm.ops.gemm")
-    monkeypatch.setattr(entry, "scratch", lambda kind, dtype, size: np.zeros(size, dtype))
-    rng, launches = np.random.default_rng(11), []
-    for m, n, k, ta, tb, epilogue, outputs, with_bias, configs, *precision in WGMMA_HEADS:
-        precision = precision[0] if precision else "fp32"
-        a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)         # op(A): (M, K)
-        b = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)         # op(B): (K, N)
-        bias = rng.standard_normal(n).astype(np.float32)
-        w_h = (rng.standard_normal((outputs, n)) / np.sqrt(n)).astype(np.float32)   # W_h: (H, N)
-        b_h = rng.standard_normal(outputs).astype(np.float32) if with_bias else None
-        problem = gemm.Problem.contiguous(m, n, k, "float32", ta, tb, epilogue=epilogue, precision=precision,
-                                          head=outputs)
-        want = gemm.reference(problem, a, b, bias=bias, head_w=w_h, head_b=b_h)
-        cfg, = configs(problem)
-        assert not family("gemm_wgmma").violations(cfg, problem, H100), (cfg, problem)
-        instance = family("gemm_wgmma").instance(cfg, problem)
-        d = np.full((m, n), np.nan, np.float32)                                      # D: (M, N)
-        h = np.full((m, outputs), np.nan, np.float32)                                # H: (M, H)
-        args = entry.launch_args(instance, a, b, d, d, bias, None, (m, n, k, a.shape[1], b.shape[1], n, n, n),
-                                 1.0, 0.0, (w_h, b_h, h))
-        launches.append((Launch(instance, list(args)), d, h, want, precision))
-    run([launch for launch, *_ in launches], tmp_path)
-    for launch, d, h, want, precision in launches:
-        for got, (value, magnitude, k) in ((d, want["d"]), (h, want["head"])):
-            verdict = compare(got, value, magnitude, k, "float32", precision)
-            assert verdict.ok, f"{launch.instance.name}: {verdict.describe()}"
-        counters = launch.args[7]
-        assert counters.size and not counters.any(), f"{launch.instance.name}: tile counters left nonzero"
-
-
 # D in bfloat16 (precision bf16): column pairs stored as one 4-byte word, odd N column by column;
 # C apart from D; split-K's float32 sums rounded once; each math that serves bf16; every op;
 # bfloat16 operands in persistent blocks.

@@ -8,9 +8,7 @@ the bits, as `to_bf16` makes them; C, D and the epilogue's arrays are then float
 a uint16 array: the float32 result rounded to bfloat16 as `to_bf16` rounds). bfloat16 rows that no
 family reads (not a multiple of 16 bytes) are widened to float32 first, exactly, and multiplied at
 precision bf16; float32 rows of that kind are copied into aligned ones first at precision tf32 or
-bf16 where that lets gemm_wgmma read them. A head (the narrow layer above D, an MLP's logits: H = D
-W_h^T + b_h) is summed in gemm_wgmma's epilogue where it can run the call, else by the output
-layer's own kernel after the GEMM.
+bf16 where that lets gemm_wgmma read them.
 """
 import functools
 from collections.abc import Callable, Mapping
@@ -28,7 +26,7 @@ from autogemm.runtime.tensor_map import TensorMap, kernel_args
 from kernels import IMPLEMENTATIONS
 from kernels import to_bf16 as to_bf16_family
 from kernels.contract import MAX_SIZE, RowsProblem, ceil_div
-from kernels.gemm.call import EPILOGUES, MAX_HEAD, PRECISIONS, Problem
+from kernels.gemm.call import EPILOGUES, PRECISIONS, Problem
 
 def leading_dim(x, what: str, call: str = "gemm") -> int:
     """Leading dimension (elements) of a row-major 2-D array; BadArguments for other layouts."""
@@ -84,7 +82,7 @@ def overlaps(x, y) -> bool:
 
 def gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,
          epilogue=None, bias=None, aux=None, config: Mapping | str | None = None, kernel_family="gemm",
-         precision="fp32", head=None):
+         precision="fp32"):
     """out = epi(alpha * op(a) @ op(b) + beta * c); returns `out` (allocated when None).
 
     op(x) is x.T when trans_x; a and b row-major or column-major. With beta != 0 and no `c`, `out`
@@ -97,12 +95,9 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=No
     rounded to TF32 or bfloat16 in each product, float32 sums, where a faster kernel does so; a
     more accurate one may serve it). Bfloat16 operands (uint16 bits from `to_bf16`) need "bf16", as
     does a uint16 `out`, D written in bfloat16 (`c`, `bias` and `aux` stay float32; beta needs `c`).
-    head: (w_h, b_h, h) to compute h = D w_h^T + b_h too (w_h (H, N) C-contiguous, b_h (H,) or None,
-    h (M, H) row-major; float32, H at most 16), in FP32 from D's float32 values: in the GEMM's
-    epilogue where gemm_wgmma runs the call, else in a launch of its own after it.
     """
     call = plan_gemm(a, b, out, alpha, beta, trans_a, trans_b, c, epilogue, bias, aux, config, kernel_family,
-                     precision, head)
+                     precision)
     call()
     return call.out
 
@@ -184,7 +179,6 @@ class GemmCall:
     staging: tuple = ()     # ((Instance, args), ...)
     sm_count: int = 1       # the GPU's SMs, over which a persistent kernel's blocks spread
     widen: Callable | None = None   # operands copied into aligned rows first (aligned_operands)
-    head_apart: Callable | None = None   # the head's own launch, where the kernel does not sum it
 
     def __call__(self):
         if self.widen is not None:
@@ -193,13 +187,11 @@ class GemmCall:
             g = instance.geometry
             dependent_launch.launch(*compiler.compiled(instance), g.launch_grid(self.sm_count), g.block, args,
                                     g.smem_bytes)
-        if self.head_apart is not None:
-            self.head_apart()
 
 
 def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, c=None,
               epilogue=None, bias=None, aux=None, config: Mapping | str | None = None,
-              kernel_family="gemm", precision="fp32", head=None) -> GemmCall:
+              kernel_family="gemm", precision="fp32") -> GemmCall:
     """Check the arguments of `gemm`, choose and render its kernel, bind the launch arguments.
 
     Call the plan on the stream current when it was planned: its scratch (split-K partial sums,
@@ -259,66 +251,23 @@ def plan_gemm(a, b, out=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     if epilogue in ("dsigmoid", "drelu") and aux is None:
         raise BadArguments(f"gemm: epilogue {epilogue} needs aux, the saved activation of shape ({m}, {n})")
 
-    if head is not None:
-        _check_head(head, m, n, out, (a, b, bias, aux, c))
-
     ldd = leading_dim(out, "out")
     ldc = leading_dim(c, "c") if use_c else ldd
     ldaux = leading_dim(aux, "aux") if aux is not None else ldd
     vec_out = min(vector_width(x, leading_dim(x, name)) for name, x in operands.items() if x is not None)
     problem = Problem(m, n, k, str(dtype), bool(trans_a), bool(trans_b), epilogue, use_c,
-                      vector_width(a, lda), vector_width(b, ldb), vec_out, precision, bf16_operands, bf16_out,
-                      0 if head is None else head[0].shape[0])
+                      vector_width(a, lda), vector_width(b, ldb), vec_out, precision, bf16_operands, bf16_out)
     device = this_device()
-    widen = head_apart = None
+    widen = None
     if config is None and operand_copies(problem, device, kernel_family):
         (a, lda), (b, ldb), widen = aligned_operands(a, lda, b, ldb)
         problem = replace(problem, vec_a=vector_width(a, lda), vec_b=vector_width(b, ldb), bf16_operands=False)
-    if head is not None and config is None and not head_fused(problem, device, kernel_family):
-        problem, head_apart = replace(problem, head=0), _head_apart(out, *head)
     name = implementation("gemm", problem, config, device) if kernel_family == "gemm" else kernel_family
     instance = kernel(name, problem, config, device)
     (a, lda), (b, ldb), staging = staged_operands(instance, a, lda, b, ldb, device)
     args = launch_args(instance, a, b, c if use_c else out, out, bias, aux,
-                       (m, n, k, lda, ldb, ldc, ldd, ldaux), alpha, beta, head if problem.head else None)
-    return GemmCall(instance, out, kernel_args(args), staging, device.sm_count, widen, head_apart)
-
-
-def _check_head(head, m: int, n: int, out, inputs):
-    """head = (w_h, b_h, h): w_h (H, N) C-contiguous, b_h (H,) contiguous or None, h (M, H) with
-    unit column stride, all float32 like D, H from 1 to MAX_HEAD, h apart from every other array."""
-    cupy = require_cupy()
-    if not (isinstance(head, tuple) and len(head) == 3):
-        raise BadArguments("gemm: head must be a tuple (w_h, b_h, h): h = D w_h^T + b_h, b_h may be None")
-    w, b, h = head
-    if not isinstance(w, cupy.ndarray) or w.ndim != 2 or not 1 <= w.shape[0] <= MAX_HEAD or w.shape[1] != n:
-        raise BadArguments(f"gemm: head's w_h must be a cupy array of shape (H, {n}), H from 1 to {MAX_HEAD}, "
-                           f"got {getattr(w, 'shape', type(w).__name__)}")
-    outputs = w.shape[0]
-    if out.dtype != np.float32 or any(x is not None and x.dtype != np.float32 for x in head):
-        raise BadArguments("gemm: a head is summed from a float32 out: w_h, b_h and h must be float32 too")
-    if not w.flags.c_contiguous or (b is not None and (b.shape != (outputs,) or not b.flags.c_contiguous)):
-        raise BadArguments(f"gemm: head's w_h must be C-contiguous and b_h a contiguous ({outputs},) array or None")
-    if not isinstance(h, cupy.ndarray) or h.shape != (m, outputs) or (outputs > 1 and h.strides[1] != h.itemsize):
-        raise BadArguments(f"gemm: head's h must be a float32 cupy array of shape ({m}, {outputs}), rows contiguous")
-    if any(x is not None and overlaps(h, x) for x in (out, w, b, *inputs)):
-        raise BadArguments("gemm: head's h overlaps another array; pass an array of its own")
-
-
-@functools.cache
-def head_fused(problem: Problem, device: DeviceInfo, kernel_family: str = "gemm") -> bool:
-    """Whether a kernel of the call (`kernel_family` "gemm": of any family) can sum its head."""
-    names = IMPLEMENTATIONS["gemm"] if kernel_family == "gemm" else (kernel_family,)
-    return any(family(name).can_run(problem, device) for name in names)
-
-
-def _head_apart(d, w, b, h):
-    """The head's own launch after the GEMM (linear_xent's logits): where no kernel of the call sums
-    it. The output layer's ops import this module, so they are imported here, when first needed."""
-    from autogemm.ops.elementwise import linear_logits
-
-    bias = b if b is not None else require_cupy().zeros(w.shape[0], np.float32)
-    return functools.partial(linear_logits, d, w, bias, h)
+                       (m, n, k, lda, ldb, ldc, ldd, ldaux), alpha, beta)
+    return GemmCall(instance, out, kernel_args(args), staging, device.sm_count, widen)
 
 
 @functools.cache
@@ -382,11 +331,10 @@ def _bf16_to_f32_bits():
                                             "autogemm_bf16_to_f32")
 
 
-def launch_args(instance: Instance, a, b, c, d, bias, aux, sizes, alpha, beta, head=None) -> tuple:
-    """The kernel arguments of a GEMM-family instance, scratch for split-K or a head, the head's
-    arrays ((w_h, b_h or None, h) where its problem has one) and the tensor maps of A and B (where its
-    kernel takes them) included; `a`, `b` and their leading dimensions are the kernel's
-    (staged_operands'), M and N the call's (exchanged for a `swapped` kernel)."""
+def launch_args(instance: Instance, a, b, c, d, bias, aux, sizes, alpha, beta) -> tuple:
+    """The kernel arguments of a GEMM-family instance, scratch for split-K and the tensor maps of A
+    and B (where its kernel takes them) included; `a`, `b` and their leading dimensions are the
+    kernel's (staged_operands'), M and N the call's (exchanged for a `swapped` kernel)."""
     g = instance.geometry
     if g.swapped:
         sizes = (sizes[1], sizes[0], *sizes[2:])
@@ -399,6 +347,4 @@ def launch_args(instance: Instance, a, b, c, d, bias, aux, sizes, alpha, beta, h
             bias if bias is not None else null, aux if aux is not None else null,
             workspace if workspace is not None else null, counters if counters is not None else null,
             *(np.int32(s) for s in sizes), scalar(alpha), scalar(beta),
-            *(() if head is None else (head[0], null if head[1] is None else head[1], head[2],
-                                       np.int32(leading_dim(head[2], "h")))),
             *(TensorMap(*operands[m.operand], m.box, m.swizzle) for m in g.tensor_maps))

@@ -10,8 +10,7 @@ formula of their own (create_graph=True fails there).
     autogemm::linear            y = act(x w^T + b)
     autogemm::linear_backward   dx, dw, db of it, from dy and the saved y
     autogemm::linear_chain      y_1 .. y_L of consecutive layers y_i = act_i(y_{i-1} w_i^T + b_i)
-                                (differentiable through y_L only; a layer of few outputs summed
-                                in the epilogue of the GEMM below it)
+                                (differentiable through y_L only)
     autogemm::linear_chain_backward   dx, the dw_i and db_i of it, each act' fused into a kernel
     autogemm::linear_xent       logits = x w^T + b, the mean cross-entropy and its gradient dlogits
     autogemm::conv2d            y = act(x * w + b), 2 x 2 max-pooled where asked (y, where)
@@ -27,7 +26,6 @@ from autogemm.ops import gemm as gemm_ops
 from autogemm.torch.tensors import as_cupy, on_current_stream
 from kernels import linear_backward as lb_family
 from kernels import linear_xent as lx_family
-from kernels.gemm.call import MAX_HEAD
 
 ACTIVATIONS = ("none", "relu", "sigmoid")   # an op's activation: a string, as torch's schemas take
 
@@ -83,30 +81,16 @@ def few_outputs(n: int, activation: str) -> bool:
     return activation == "none" and n <= lx_family.MAX_CLASSES
 
 
-def _linear(x, w, b, activation: str, precision: str, head=None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """act(x w^T + b), on the current stream; with head = (w_h, b_h), the layer of few outputs above
-    it too, summed in the GEMM's epilogue where its kernel can: (y, y w_h^T + b_h)."""
+def _linear(x, w, b, activation: str, precision: str) -> torch.Tensor:
+    """act(x w^T + b), on the current stream."""
     y = x.new_empty((x.shape[0], w.shape[0]))                  # Y: (M, N)
     if few_outputs(w.shape[0], activation):
         elementwise_ops.linear_logits(as_cupy(x), as_cupy(w), as_cupy(_bias(b, w.shape[0], x)), as_cupy(y))
         return y
     epilogue = "bias" if activation == "none" else f"bias_{activation}"
-    above = None
-    if head is not None:
-        w_h, b_h = head
-        above = x.new_empty((x.shape[0], w_h.shape[0]))        # H: (M, N_h)
-        head = (as_cupy(w_h), None if b_h is None else as_cupy(b_h), as_cupy(above))
     gemm_ops.gemm(_matrix(x), as_cupy(w), as_cupy(y), trans_b=True, epilogue=epilogue,
-                  bias=as_cupy(_bias(b, w.shape[0], x)), precision=precision, head=head)
-    return y if above is None else (y, above)
-
-
-def summed_as_head(x: torch.Tensor, layer: torch.Tensor, above: torch.Tensor, activation: str,
-                   above_activation: str) -> bool:
-    """Whether the layer of weight `above` (a few outputs, no activation) is summed in the epilogue of
-    the GEMM of the layer below it (weight `layer`), from its float32 output."""
-    return (not few_outputs(layer.shape[0], activation) and few_outputs(above.shape[0], above_activation)
-            and above.shape[0] <= MAX_HEAD and x.dtype == layer.dtype == above.dtype == torch.float32)
+                  bias=as_cupy(_bias(b, w.shape[0], x)), precision=precision)
+    return y
 
 
 @linear.register_fake
@@ -195,18 +179,10 @@ def linear_chain(x: torch.Tensor, ws: list[torch.Tensor], bs: list[torch.Tensor]
     """bs: the biases of the layers that have one (has_bias), in order (autograd's wrapper reads no
     None in a list); activations: each layer's, comma-separated ("sigmoid,none"): torch's schemas
     take no list of strings."""
-    layers = list(zip(ws, _biases(bs, has_bias), activations.split(",")))
-    ys, i = [], 0
+    ys = []
     with on_current_stream(x.device):
-        while i < len(layers):
-            w, b, activation = layers[i]
-            below = ys[-1] if ys else x
-            if i + 1 < len(layers) and summed_as_head(below, w, layers[i + 1][0], activation, layers[i + 1][2]):
-                ys += _linear(below, w, b, activation, precision, head=layers[i + 1][:2])   # Y_i, Y_i+1
-                i += 2
-            else:
-                ys.append(_linear(below, w, b, activation, precision))                  # Y_i: (M, N_i)
-                i += 1
+        for w, b, activation in zip(ws, _biases(bs, has_bias), activations.split(",")):
+            ys.append(_linear(ys[-1] if ys else x, w, b, activation, precision))    # Y_i: (M, N_i)
     return ys
 
 

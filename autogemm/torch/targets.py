@@ -19,7 +19,7 @@ from kernels import linear_backward as lb_family
 from kernels import linear_xent as lx_family
 from kernels.conv2d import POOL
 from kernels.contract import NO_OP
-from kernels.gemm.call import MAX_HEAD, key_op
+from kernels.gemm.call import key_op
 
 
 def launches(model: torch.nn.Module, input_shape: tuple[int, ...], batch: int,
@@ -114,11 +114,10 @@ def _targets(c: Call, layer: str, precision: str) -> list[Target]:
     return out + _of("conv2d_wgrad", sizes, NO_OP, f"{layer}: dw, db from dz, x")
 
 
-def _forward(m: int, n: int, k: int, activation: str, role: str, where: str = "") -> list[Target]:
-    """A linear layer's forward launch: a GEMM with its epilogue, or the logits of few outputs
-    (`where` they run apart)."""
+def _forward(m: int, n: int, k: int, activation: str, role: str) -> list[Target]:
+    """A linear layer's forward launch: a GEMM with its epilogue, or the logits of few outputs."""
     if ops.few_outputs(n, activation):
-        return _of("linear_xent", (m, n, k), lx_family.LOGITS, f"{role} = x w^T + b (few outputs{where})")
+        return _of("linear_xent", (m, n, k), lx_family.LOGITS, f"{role} = x w^T + b (few outputs)")
     epilogue = "bias" if activation == "none" else f"bias_{activation}"
     return _of("gemm", (m, n, k), key_op(False, True, epilogue), f"{role} = {epilogue}(x w^T)")
 
@@ -131,10 +130,7 @@ def _chain_targets(c: Call, first: str, precision: str) -> list[Target]:
     layer = lambda i: f"{first}.{i + 1}"  # noqa: E731
     out = []
     for i, activation in enumerate(c.activation):
-        head = i and not ops.few_outputs(widths[i], c.activation[i - 1]) and ops.few_outputs(widths[i + 1], activation) \
-            and widths[i + 1] <= MAX_HEAD
-        out += _forward(m, widths[i + 1], widths[i], activation, f"{layer(i)}: y",
-                        ", where the GEMM below cannot sum it in its epilogue" if head else "")
+        out += _forward(m, widths[i + 1], widths[i], activation, f"{layer(i)}: y")
     if c.activation[-1] != "none":
         grad = "d" + c.activation[-1]
         out += _of("elementwise", (m, widths[-1]), grad, f"{layer(len(widths) - 2)}: dz = dy {grad}(y)")

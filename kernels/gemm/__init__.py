@@ -139,7 +139,6 @@ MMA_CONSTRAINTS = (
 CONSTRAINTS = (
     ("bfloat16 operands are read by gemm_wgmma alone", lambda c, p, d: not p.bf16_operands),
     ("a bfloat16 D is written by gemm_wgmma alone", lambda c, p, d: not p.bf16_out),
-    ("a head (D W_h^T + b_h) is summed in gemm_wgmma's epilogue alone", lambda c, p, d: not p.head),
     ("the thread tile TY*TM must divide BM", lambda c, p, d: c.bm % (c.ty * c.tm) == 0),
     ("the thread tile TX*TN must divide BN", lambda c, p, d: c.bn % (c.tx * c.tn) == 0),
     ("threads per block must be a multiple of 32 and at most 1024",

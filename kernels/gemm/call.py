@@ -1,9 +1,7 @@
 """The GEMM call that every GEMM family computes (gemm, gemm_wgmma, gemm_naive): its Problem, the
 keys of its tuned records, the precisions it may be computed at, and its float64 reference.
 
-D = epi(alpha * op(A) @ op(B) + beta * C), row-major, op in {N, T} on each side, any M, N, K >= 1;
-with a head of H outputs, also D @ W_h^T + b_h (M, H): the narrow layer above D (an MLP's logits),
-summed in FP32 from D's values in the epilogue (gemm_wgmma), so that D is not read again.
+D = epi(alpha * op(A) @ op(B) + beta * C), row-major, op in {N, T} on each side, any M, N, K >= 1.
 """
 from dataclasses import dataclass
 
@@ -19,7 +17,6 @@ KEY_SIZES = ("m", "n", "k")
 # it under the next tile's products), so the records of a layer's GEMM are tuned with it.
 LAYOUTS = ("nn", "nt", "tn", "tt")
 KEY_OPS = LAYOUTS + tuple(f"{layout}+{epilogue}" for layout in LAYOUTS for epilogue in EPILOGUES[1:])
-MAX_HEAD = 16   # a head's outputs: a thread sums them for each of its rows in registers
 
 
 def key_op(trans_a: bool, trans_b: bool, epilogue: str | None = None) -> str:
@@ -77,9 +74,8 @@ class Problem:
     """One GEMM call as the compiler sees it. vec_* are the widest vectors (elements) that the
     pointers and leading dimensions allow for A, B, and the outputs (C, D, aux). With bf16_operands,
     A and B hold bfloat16 bits (2 bytes; precision bf16); with bf16_out, D is written as bfloat16
-    bits (precision bf16); dtype is the arithmetic's and C's, the epilogue's and (else) D's. `head`:
-    the outputs of the head D @ W_h^T + b_h (0: none; float32 D). A key leaves bf16_out and head
-    out: a config tuned without them serves them."""
+    bits (precision bf16); dtype is the arithmetic's and C's, the epilogue's and (else) D's. A key
+    leaves bf16_out out: a config tuned writing float32 serves it."""
 
     m: int
     n: int
@@ -95,7 +91,6 @@ class Problem:
     precision: str = "fp32"
     bf16_operands: bool = False
     bf16_out: bool = False
-    head: int = 0
 
     @classmethod
     def contiguous(cls, m: int, n: int, k: int, dtype: str = "float32", trans_a: bool = False,
@@ -127,10 +122,6 @@ class Problem:
             raise ValueError(f"bfloat16 operands are multiplied at precision bf16, not {self.precision}")
         if self.bf16_out and self.precision != "bf16":
             raise ValueError(f"a bfloat16 D is written at precision bf16, not {self.precision}")
-        if type(self.head) is not int or not 0 <= self.head <= MAX_HEAD:
-            raise ValueError(f"head must be an int from 0 to {MAX_HEAD} (its outputs), got {self.head!r}")
-        if self.head and (self.dtype != "float32" or self.bf16_out):
-            raise ValueError("a head is summed from a float32 D")
 
     @property
     def op(self) -> str:
@@ -177,11 +168,9 @@ def problem_of(sizes: tuple[int, ...], op: str, dtype: str) -> Problem:
 ACTIVATION_SLOPE = {None: 1.0, "bias": 1.0, "bias_sigmoid": 0.25, "bias_relu": 1.0}   # max |epi'|
 
 
-def reference(p: Problem, a, b, alpha=1.0, beta=0.0, c=None, bias=None, aux=None, head_w=None, head_b=None) -> dict:
+def reference(p: Problem, a, b, alpha=1.0, beta=0.0, c=None, bias=None, aux=None) -> dict:
     """{"d": (value, magnitude, K)}: D in float64, and the bound's term |alpha| |op(A)| |op(B)| +
-    |beta C| + |bias| times the epilogue's slope; with a head, "head": D W_h^T + b_h, its bound's
-    term carrying D's (|D| + D's term) |W_h|^T + |b_h|, over K + N sums. bfloat16 operands arrive
-    as their bits (uint16)."""
+    |beta C| + |bias| times the epilogue's slope. bfloat16 operands arrive as their bits (uint16)."""
     a64, b64 = (bf16_values(x) if p.bf16_operands else np.asarray(x, np.float64) for x in (a, b))
     opa, opb = (a64.T if p.trans_a else a64), (b64.T if p.trans_b else b64)
     value = alpha * (opa @ opb)                                     # D: (M, N)
@@ -190,13 +179,7 @@ def reference(p: Problem, a, b, alpha=1.0, beta=0.0, c=None, bias=None, aux=None
         c64 = np.asarray(c, np.float64)
         value += beta * c64
         magnitude += abs(beta * c64)
-    value, magnitude = apply_epilogue(p.epilogue, value, magnitude, bias, aux)
-    out = {"d": (value, magnitude, p.k)}
-    if p.head:
-        w64, b64 = np.asarray(head_w, np.float64), np.zeros(p.head) if head_b is None else np.asarray(head_b, np.float64)
-        out["head"] = (value @ w64.T + b64,                            # H: (M, head)
-                       (np.abs(value) + magnitude) @ np.abs(w64).T + np.abs(b64), p.k + p.n)
-    return out
+    return {"d": apply_epilogue(p.epilogue, value, magnitude, bias, aux) + (p.k,)}
 
 
 def apply_epilogue(name: str | None, value, magnitude, bias, aux) -> tuple:

@@ -18,7 +18,6 @@ PARAMS = {
 CONSTRAINTS = (
     ("bfloat16 operands are read by gemm_wgmma alone", lambda c, p, d: not p.bf16_operands),
     ("a bfloat16 D is written by gemm_wgmma alone", lambda c, p, d: not p.bf16_out),
-    ("a head (D W_h^T + b_h) is summed in gemm_wgmma's epilogue alone", lambda c, p, d: not p.head),
     ("threads per block must be a multiple of 32 and at most 1024",
      lambda c, p, d: (c.by * c.bx) % 32 == 0 and c.by * c.bx <= min(1024, d.max_threads_per_block)),
     ("grid rows ceil(M/BY) must be at most 65535", lambda c, p, d: ceil_div(p.m, c.by) <= 65535),

@@ -17,9 +17,6 @@ Under TMA, blocks may run as clusters that share their A or B tiles: each block 
 multicast to the others, which halves what the cluster reads of the shared operand from L2. With a
 producer, blocks may be persistent: at most one an SM, each taking tiles in turn, its computing
 warpgroups alternating whole tiles so that one's epilogue runs under the other's wgmmas.
-A head (the narrow layer above D: D W_h^T + b_h, an MLP's logits) is summed in the epilogue: each
-block its tile's columns' share for its rows, into scratch, and the last block of a row of tiles
-to arrive adds the shares in column order (deterministic), so no launch reads D again.
 """
 import dataclasses
 from types import SimpleNamespace
@@ -146,8 +143,8 @@ def smem_bytes(c, p: Problem) -> int:
     2 + INFLIGHT) holding, of each operand, its transposed tile if it is M/N-major and its lo part
     under 3xTF32 (of A, nothing where it is read into registers), or under BF16 its bfloat16 tile
     where it is float32 (bfloat16 operands are read as they land); a producer's three 8-byte
-    mbarriers a stage, and a persistent block's one a computing warpgroup; a head's columns of W_h;
-    room to align them to 1024 bytes."""
+    mbarriers a stage, and a persistent block's one a computing warpgroup; room to align them to
+    1024 bytes."""
     a_mn, b_mn = mn_major(p)
     split = c.math == "3xtf32"
     if c.math == "bf16":
@@ -157,8 +154,7 @@ def smem_bytes(c, p: Problem) -> int:
         prepared = (a_prepared * c.bm + (b_mn + split) * c.bn) * k_step(p) * p.itemsize
     buffers = c.stages if c.producer else 2 + c.inflight
     barriers = 24 * c.stages + 8 * c.warpgroups * c.persistent if c.producer else 0
-    head = p.head * c.bn * p.itemsize
-    return c.stages * (c.bm + c.bn) * STAGE_ROW_BYTES + buffers * prepared + barriers + head + SWIZZLE_ALIGN
+    return c.stages * (c.bm + c.bn) * STAGE_ROW_BYTES + buffers * prepared + barriers + SWIZZLE_ALIGN
 
 
 def m_tiles(c) -> int:
@@ -220,8 +216,6 @@ CONSTRAINTS = (
     ("grid rows ceil(M/BM) (N's under swap) must be at most 65535",
      lambda c, p, d: ceil_div(operands_problem(c, p).m, c.bm) <= 65535),
     ("every split-K slice must have some of K", lambda c, p, d: (c.split_k - 1) * k_slice(c, p) < p.k),
-    ("a head is summed by a row of tiles' blocks: K unsplit, D not transposed (swap 0), not persistent",
-     lambda c, p, d: not p.head or (c.split_k == 1 and not c.swap and not c.persistent)),
 )
 
 
@@ -276,7 +270,7 @@ def template_args(c, p: Problem) -> dict:
     time (a thread's column pairs are D's rows)."""
     p = kernel_problem(c, p)
     return dict(dict(c), trans_a=p.trans_a, trans_b=p.trans_b, bf16_operands=p.bf16_operands, epilogue=p.epilogue,
-                use_c=p.use_c, out_vec=1 if c.swap else output_vector(p), bf16_out=p.bf16_out, head=p.head)
+                use_c=p.use_c, out_vec=1 if c.swap else output_vector(p), bf16_out=p.bf16_out)
 
 
 def instance_name(c, p: Problem) -> str:
@@ -296,8 +290,6 @@ def instance_name(c, p: Problem) -> str:
         name += f"_{p.epilogue}"
     if p.use_c:
         name += "_c"
-    if p.head:
-        name += f"_head{p.head}"
     return name + f"_o{1 if c.swap else output_vector(p)}" + ("_d16" if p.bf16_out else "")
 
 
@@ -312,12 +304,9 @@ def geometry(c, p: Problem):
         grid, cluster = (columns * rows, 1, 1), (clustered(c), 1, 1)
     else:
         grid, cluster = (columns, rows, c.split_k), (c.cluster_n, c.cluster_m, 1)
-    # Split-K: a slice's sums of D, a counter a tile; a head: a column of tiles' shares of it, a
-    # counter a row of tiles.
-    workspace = c.split_k * p.m * p.n if split else ceil_div(p.n, c.bn) * p.m * p.head
-    counters = columns * rows if split else rows if p.head else 0
     return Geometry(grid=grid, block=(threads(c), 1, 1), cluster=cluster, persistent=c.persistent,
-                    smem_bytes=smem_bytes(c, p), workspace_elems=workspace, counters=counters, tensor_maps=tile_maps(c, p),
+                    smem_bytes=smem_bytes(c, p), workspace_elems=c.split_k * p.m * p.n if split else 0,
+                    counters=columns * rows if split else 0, tensor_maps=tile_maps(c, p),
                     transposed=("a",) * a_mn + ("b",) * b_mn, swapped=bool(c.swap))
 
 

@@ -14,9 +14,6 @@
             if (s < k_tiles) load_stage(s, tid);
             cp_async_commit();
         }
-{% if head %}
-        load_head_weights();
-{% endif %}
         land_and_prepare(0);
         __syncthreads();
         for (int kt = 0; kt < k_tiles; ++kt) {

@@ -67,9 +67,6 @@
             if constexpr (CLUSTERED) cluster_sync();   // with the computing threads' below
             return;
         }
-{% if head %}
-        load_head_weights();
-{% endif %}
         // The warp is done with slot s: one arrival for its lanes at each block that copies into it.
         auto release = [&](int s) {
             __syncwarp();
