@@ -4,7 +4,9 @@
 # autogemm.torch, and the step's kernels (benchmarks/issue42_profile.py) on this tree and on
 # .device/base (`git archive <the commit before> autogemm kernels nn pyproject.toml tuned`).
 # Phase `bench`: the step's kernels on this tree, then nn.bench's converted MLP against PyTorch,
-# base and this tree alternated, each in its own process. From the repository root:
+# base and this tree alternated, each in its own process. It ran on the trees of a0d16f4 (checks)
+# and 94f5571 (bench); the head was reverted after (benchmarks/issue42-h200/README.md, head/).
+# From the repository root:
 #   source .device/env.sh && bash benchmarks/issue42-visit9.sh checks|bench
 set -uo pipefail
 source benchmarks/entry-points.sh
