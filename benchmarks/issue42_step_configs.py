@@ -4,7 +4,7 @@ a search times alone (L2 flushed), timed here in the step itself (L2 warm, besid
 launches). Each config's store is the shipped file with that record's config replaced, read through
 $AUTOGEMM_TUNED; each run is nn.bench in a process of its own, PyTorch's TF32 epoch beside it.
 
-    python benchmarks/issue42_step_configs.py --out DIR
+    python benchmarks/issue42_step_configs.py --out DIR [--runs "shipped 64x64,64x112,..."]
 """
 import argparse
 import json
@@ -19,7 +19,10 @@ BASE = dict(bm=64, bn=64, warpgroups=1, stages=5, math="tf32", inflight=0, split
             pretranspose=0, reg_a=0, swap=0, cluster_m=1, cluster_n=1, persistent=0)
 CONFIGS = {"shipped 64x64": {}, "64x64 in flight": dict(inflight=1), "64x112": dict(bn=112),
            "64x128": dict(bn=128), "128x64 2 warpgroups": dict(bm=128, warpgroups=2),
-           "128x128 2 warpgroups": dict(bm=128, bn=128, warpgroups=2, stages=4), "shipped 64x64 again": {}}
+           "128x128 2 warpgroups": dict(bm=128, bn=128, warpgroups=2, stages=4), "shipped 64x64 again": {},
+           "128x64 2 warpgroups in flight": dict(bm=128, warpgroups=2, inflight=1),
+           "128x64 2 warpgroups 4 stages": dict(bm=128, warpgroups=2, stages=4),
+           "128x64 1 warpgroup": dict(bm=128)}
 
 
 def store(folder: Path, change: dict) -> Path:
@@ -42,9 +45,13 @@ def store(folder: Path, change: dict) -> Path:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--runs", help="comma-separated names of CONFIGS, in the order to run them (repeats "
+                        "allowed); default: the first seven")
     args = parser.parse_args()
+    names = args.runs.split(",") if args.runs else list(CONFIGS)[:7]
     rows = []
-    for i, (name, change) in enumerate(CONFIGS.items()):
+    for i, name in enumerate(names):
+        change = CONFIGS[name]
         env = dict(os.environ, AUTOGEMM_TUNED=str(store(args.out / f"store{i}", change)))
         log = args.out / f"bench{i}.txt"
         with log.open("w") as f:
