@@ -111,11 +111,14 @@ def precision_of(backend_name: str) -> str:
 
 
 def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs: int, graph: bool,
-               precision: str = "fp32", convert: bool = False, compile: bool = False, fused: bool = False) -> Result:
+               precision: str = "fp32", convert: bool = False, compile: bool = False, fused: bool = False,
+               whole_epoch: bool = False) -> Result:
     """The same network in PyTorch (fp32: TF32 off; tf32: TF32 on; bf16: the forward pass and loss
     under BF16 autocast, float32 weights; cuDNN's algorithm search on), data on the GPU; with
     `graph`, each step replays a CUDA graph (PyTorch's whole-network capture: the gradients set to
-    None before the capture, written, not accumulated, by its backward pass); with `convert`, the
+    None before the capture, written, not accumulated, by its backward pass), its batch copied into
+    the graph's inputs; with `whole_epoch` too, the epoch is one CUDA graph whose steps read their
+    batches where they lie (the gradients set to None before each step); with `convert`, the
     model's layers swapped for autogemm's (autogemm.torch.convert), which follow the same precision
     settings; with `compile`, the model (converted or not) through torch.compile; with `fused`, the
     optimizer's fused implementation (one kernel a step) rather than its default (foreach)."""
@@ -162,15 +165,26 @@ def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs:
                     opt.zero_grad()
                     step(xd[:rows], yd[:rows])
         torch.cuda.current_stream().wait_stream(side)
-        for rows in sizes:
-            xs, ys = xd[:rows].clone(), yd[:rows].clone()
-            opt.zero_grad()
+        if whole_epoch:
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
-                step(xs, ys)
-            graphs[rows] = (g, xs, ys)
+                for s in starts:
+                    opt.zero_grad()
+                    step(xd[s:s + net.batch], yd[s:s + net.batch])
+            graphs["epoch"] = g
+        else:
+            for rows in sizes:
+                xs, ys = xd[:rows].clone(), yd[:rows].clone()
+                opt.zero_grad()
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    step(xs, ys)
+                graphs[rows] = (g, xs, ys)
 
     def run_epoch():
+        if whole_epoch:
+            graphs["epoch"].replay()
+            return
         for s in starts:
             xb, yb = xd[s:s + net.batch], yd[s:s + net.batch]
             if graph:
@@ -192,9 +206,23 @@ def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs:
             times.append((time.perf_counter() - start) * 1e3)
     with torch.no_grad():
         accuracy = float((model(xd).argmax(1) == yd).float().mean())
-    name = (("torch-graph" if graph else "torch-eager") + ("-compile" if compile else "") + ("-fused" if fused else "")
-            + ("-autogemm" if convert else "") + (f"-{precision}" if precision != "fp32" else ""))
+    name = torch_backend_name(graph, precision, convert, compile, fused, whole_epoch)
     return Result(net.name, name, statistics.median(times), epochs, accuracy, len(y), net.batch)
+
+
+def torch_options(backend_name: str) -> dict:
+    """time_torch's options of a torch-* benchmark name."""
+    return dict(graph=not backend_name.startswith("torch-eager"), precision=precision_of(backend_name),
+                convert="-autogemm" in backend_name, compile="-compile" in backend_name,
+                fused="-fused" in backend_name, whole_epoch=backend_name.startswith("torch-epoch-graph"))
+
+
+def torch_backend_name(graph: bool, precision: str, convert: bool, compile: bool, fused: bool,
+                       whole_epoch: bool) -> str:
+    """The benchmark name of time_torch's options (torch_options' inverse)."""
+    mode = "torch-epoch-graph" if whole_epoch else "torch-graph" if graph else "torch-eager"
+    return (mode + ("-compile" if compile else "") + ("-fused" if fused else "") + ("-autogemm" if convert else "")
+            + (f"-{precision}" if precision != "fp32" else ""))
 
 
 def run(nets: list[Network | ConvNetwork], backends: list[str], epochs: int, data_dir=None) -> list[Result]:
@@ -212,9 +240,7 @@ def run(nets: list[Network | ConvNetwork], backends: list[str], epochs: int, dat
                 print(f"{net.name:>14}  {name:>12}  skipped: minutes an epoch on the CPU", flush=True)
                 continue
             if name.startswith("torch"):
-                result = time_torch(net, x, y, epochs, graph=name.startswith("torch-graph"),
-                                    precision=precision_of(name), convert="-autogemm" in name,
-                                    compile="-compile" in name, fused="-fused" in name)
+                result = time_torch(net, x, y, epochs, **torch_options(name))
             elif name == "numpy" and cnn:         # a slice, of at least a batch
                 images = max(NUMPY_CNN_IMAGES, net.batch)
                 result = time_backend(net, name, x[:images], y[:images], 1)
@@ -233,7 +259,9 @@ def run(nets: list[Network | ConvNetwork], backends: list[str], epochs: int, dat
 TORCH_BACKENDS = ("torch-eager", "torch-graph", "torch-graph-tf32", "torch-graph-bf16", "torch-graph-autogemm",
                   "torch-graph-autogemm-tf32", "torch-graph-autogemm-bf16", "torch-graph-compile",
                   "torch-graph-compile-autogemm", "torch-graph-compile-autogemm-tf32", "torch-graph-fused",
-                  "torch-graph-fused-autogemm", "torch-graph-fused-tf32", "torch-graph-fused-autogemm-tf32")
+                  "torch-graph-fused-autogemm", "torch-graph-fused-tf32", "torch-graph-fused-autogemm-tf32",
+                  "torch-epoch-graph", "torch-epoch-graph-autogemm", "torch-epoch-graph-tf32",
+                  "torch-epoch-graph-autogemm-tf32", "torch-epoch-graph-bf16", "torch-epoch-graph-autogemm-bf16")
 BACKEND_NAMES = ("numpy", "cublas", "cupy-default", "cupy-tuned", "cupy-tuned-tf32", "cupy-tuned-bf16", *TORCH_BACKENDS)
 
 
@@ -310,7 +338,8 @@ def main(argv=None) -> int:
                                       "torch-graph-tf32, torch-graph-bf16, torch-graph-autogemm[-tf32|-bf16]: the "
                                       "PyTorch model converted by autogemm.torch; torch-graph-compile[-autogemm"
                                       "[-tf32]]: the model through torch.compile; torch-graph-fused[-autogemm][-tf32]: "
-                                      "the optimizer's fused implementation; -tf32, -bf16: the GEMMs at that "
+                                      "the optimizer's fused implementation; torch-epoch-graph[-autogemm][-tf32|-bf16]: the whole "
+                                      "epoch one CUDA graph; -tf32, -bf16: the GEMMs at that "
                                       "precision, PyTorch's bf16 under autocast)")
     p.add_argument("--epochs", type=int, default=5, help="timed epochs per run, after one warm-up (default: 5)")
     p.add_argument("--data-dir", help="Fashion-MNIST directory (default: the usual search)")

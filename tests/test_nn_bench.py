@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from nn.bench import BACKEND_NAMES, NUMPY_CNN_IMAGES, Result, available_backends, cnn_networks, main, networks, table
+from nn.bench import (BACKEND_NAMES, NUMPY_CNN_IMAGES, TORCH_BACKENDS, Result, available_backends, cnn_networks, main,
+                      networks, table, torch_backend_name, torch_options)
 from nn.layers import LENET
 from nn.data import SYSTEM_DIRS
 from nn.errors import NNError
@@ -38,6 +39,15 @@ def test_table_lines_up_backends_per_network():
     lines = table(rows).splitlines()
     assert lines[0].split() == ["network", "numpy", "cupy-tuned"]
     assert lines[1].split() == ["a", "1.50", "0.25"] and lines[2].split() == ["b", "-", "2.00"]
+
+
+def test_each_pytorch_row_is_named_as_its_options_ask():
+    """time_torch reports the name its options make: each torch-* name's options name it back."""
+    for name in TORCH_BACKENDS:
+        assert torch_backend_name(**torch_options(name)) == name
+    assert torch_options("torch-epoch-graph-autogemm-tf32") == dict(
+        graph=True, precision="tf32", convert=True, compile=False, fused=False, whole_epoch=True)
+    assert not torch_options("torch-eager")["graph"]
 
 
 def test_available_backends_without_a_gpu_is_numpy():
@@ -186,3 +196,5 @@ def test_pytorchs_graphed_cnn_row_warms_every_batch_size_before_capture():
     y = rng.integers(0, 10, 300)
     result = time_torch(cnn_networks()["lenet-b128"], x, y, epochs=1, graph=True)
     assert result.backend == "torch-graph" and result.ms_per_epoch > 0 and result.images == 300
+    result = time_torch(cnn_networks()["lenet-b128"], x, y, epochs=1, graph=True, whole_epoch=True)
+    assert result.backend == "torch-epoch-graph" and result.ms_per_epoch > 0
