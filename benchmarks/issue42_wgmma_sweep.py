@@ -3,9 +3,11 @@ GEMM with bias and sigmoid, 800x1000x784 nt, and its first layer's weight gradie
 tt) to the best of a wide part of gemm_wgmma's space (every block tile of 64 or 128 rows, every
 cluster shape, wgmma groups in flight or not, A from registers or not)? Every valid config is
 measured as the search measures a trial, the search runs on the same space, then both winners and
-the shipped record's config are re-timed together (autogemm.tuning.sweep, L2 flushed).
+the shipped record's config are re-timed together (autogemm.tuning.sweep, L2 flushed). With
+--split-k, the same with K in that many slices (reduced by the last block of each tile), over more
+stage counts (two blocks an SM need fewer).
 
-    python benchmarks/issue42_wgmma_sweep.py [--json PATH]
+    python benchmarks/issue42_wgmma_sweep.py [--json PATH] [--split-k 2,3,4]
 """
 import argparse
 import json
@@ -26,9 +28,13 @@ KEYS = [((800, 1000, 784), "nt+bias_sigmoid"), ((1000, 784, 800), "tt")]
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json")
+    parser.add_argument("--split-k", help="comma-separated slice counts of K (default: K unsplit)")
     args = parser.parse_args()
+    space = SPACE
+    if args.split_k:
+        space = dict(SPACE, split_k=tuple(int(s) for s in args.split_k.split(",")), stages=(3, 4, 5))
     device = this_device()
-    fam = family("gemm_wgmma").restricted(SPACE)
+    fam = family("gemm_wgmma").restricted(space)
     settings = Settings(trials=40, timeout=None)
     rows = []
     for sizes, op in KEYS:
@@ -49,11 +55,12 @@ def main():
             print(f"  {name:10s} {final.get(c, float('nan')):7.2f}  {dict(c)}")
         print("  quick top 10:")
         for c, t in ranked:
-            print(f"    {t:7.2f}  bm {c['bm']} bn {c['bn']} wg {c['warpgroups']} inflight {c['inflight']} "
-                  f"reg_a {c['reg_a']} cluster {c['cluster_m']}x{c['cluster_n']}")
+            print(f"    {t:7.2f}  bm {c['bm']} bn {c['bn']} wg {c['warpgroups']} stages {c['stages']} "
+                  f"split_k {c['split_k']} inflight {c['inflight']} reg_a {c['reg_a']} "
+                  f"cluster {c['cluster_m']}x{c['cluster_n']}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(gpu=device.name, space={k: list(v) for k, v in SPACE.items()}, results=rows), f, indent=1)
+            json.dump(dict(gpu=device.name, space={k: list(v) for k, v in space.items()}, results=rows), f, indent=1)
 
 
 if __name__ == "__main__":
