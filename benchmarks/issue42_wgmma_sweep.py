@@ -44,15 +44,18 @@ def main():
         report = sweep(fam, problem, device, measure, settings,
                        progress=lambda done, total: print(f"{key}: {done}/{total}", flush=True))
         shipped = lookup.choose("gemm_wgmma", problem, device).config
-        contenders = list(dict.fromkeys([report.best, report.search.config, Config(shipped)]))
+        names = {}                      # each contender once, named by every role it has
+        for name, c in (("sweep best", report.best), ("search", report.search.config), ("shipped", Config(shipped))):
+            names[c] = f"{names[c]}, {name}" if c in names else name
+        contenders = list(names)
         final = {c: t[0] for c, t in retime(contenders, measure, settings.rounds, settings.final_reps).items()}
         ranked = sorted(report.timings.items(), key=lambda kv: kv[1])[:10]
         rows.append(dict(key=str(key), valid=report.valid, failed=len(report.failures),
                          final=[dict(config=dict(c), median_us=final[c]) for c in contenders if c in final],
                          quick_top=[dict(config=dict(c), median_us=t) for c, t in ranked]))
         print(f"{key}: {report.valid} valid, {len(report.failures)} failed; re-timed together, µs:")
-        for name, c in zip(("sweep best", "search", "shipped"), contenders):
-            print(f"  {name:10s} {final.get(c, float('nan')):7.2f}  {dict(c)}")
+        for c in contenders:
+            print(f"  {names[c]:10s} {final.get(c, float('nan')):7.2f}  {dict(c)}")
         print("  quick top 10:")
         for c, t in ranked:
             print(f"    {t:7.2f}  bm {c['bm']} bn {c['bn']} wg {c['warpgroups']} stages {c['stages']} "

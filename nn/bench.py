@@ -112,19 +112,23 @@ def precision_of(backend_name: str) -> str:
 
 def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs: int, graph: bool,
                precision: str = "fp32", convert: bool = False, compile: bool = False, fused: bool = False,
-               whole_epoch: bool = False) -> Result:
+               whole_epoch: bool = False, seed: int | None = None) -> Result:
     """The same network in PyTorch (fp32: TF32 off; tf32: TF32 on; bf16: the forward pass and loss
     under BF16 autocast, float32 weights; cuDNN's algorithm search on), data on the GPU; with
     `graph`, each step replays a CUDA graph (PyTorch's whole-network capture: the gradients set to
     None before the capture, written, not accumulated, by its backward pass), its batch copied into
-    the graph's inputs; with `whole_epoch` too, the epoch is one CUDA graph whose steps read their
-    batches where they lie (the gradients set to None before each step); with `convert`, the
+    the graph's inputs; with `whole_epoch` (a graph either way), the epoch is one CUDA graph whose
+    steps read their batches where they lie (the gradients set to None before each step); `seed`:
+    torch's, before the model is made (the same initial weights run after run); with `convert`, the
     model's layers swapped for autogemm's (autogemm.torch.convert), which follow the same precision
     settings; with `compile`, the model (converted or not) through torch.compile; with `fused`, the
     optimizer's fused implementation (one kernel a step) rather than its default (foreach)."""
     import torch
 
     dev = torch.device("cuda")
+    graph = graph or whole_epoch
+    if seed is not None:
+        torch.manual_seed(seed)
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     torch.backends.cudnn.allow_tf32 = precision == "tf32"
     torch.backends.cudnn.benchmark = True
@@ -155,7 +159,7 @@ def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs:
         opt.step()
 
     graphs = {}
-    if graph:  # one graph per batch size (full, last partial), static inputs copied in each step
+    if graph:  # the epoch's graph, or one per batch size (full, last partial) with inputs copied in
         sizes = sorted({min(net.batch, len(y) - s) for s in starts})
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -338,9 +342,9 @@ def main(argv=None) -> int:
                                       "torch-graph-tf32, torch-graph-bf16, torch-graph-autogemm[-tf32|-bf16]: the "
                                       "PyTorch model converted by autogemm.torch; torch-graph-compile[-autogemm"
                                       "[-tf32]]: the model through torch.compile; torch-graph-fused[-autogemm][-tf32]: "
-                                      "the optimizer's fused implementation; torch-epoch-graph[-autogemm][-tf32|-bf16]: the whole "
-                                      "epoch one CUDA graph; -tf32, -bf16: the GEMMs at that "
-                                      "precision, PyTorch's bf16 under autocast)")
+                                      "the optimizer's fused implementation; torch-epoch-graph[-autogemm]"
+                                      "[-tf32|-bf16]: the whole epoch one CUDA graph; -tf32, -bf16: the GEMMs "
+                                      "at that precision, PyTorch's bf16 under autocast)")
     p.add_argument("--epochs", type=int, default=5, help="timed epochs per run, after one warm-up (default: 5)")
     p.add_argument("--data-dir", help="Fashion-MNIST directory (default: the usual search)")
     p.add_argument("--json", metavar="PATH", type=output_path, help="write the results as JSON")

@@ -42,7 +42,8 @@ def test_table_lines_up_backends_per_network():
 
 
 def test_each_pytorch_row_is_named_as_its_options_ask():
-    """time_torch reports the name its options make: each torch-* name's options name it back."""
+    """The options run() reads from each torch-* name make that name again (the name time_torch
+    reports for them)."""
     for name in TORCH_BACKENDS:
         assert torch_backend_name(**torch_options(name)) == name
     assert torch_options("torch-epoch-graph-autogemm-tf32") == dict(
@@ -198,3 +199,24 @@ def test_pytorchs_graphed_cnn_row_warms_every_batch_size_before_capture():
     assert result.backend == "torch-graph" and result.ms_per_epoch > 0 and result.images == 300
     result = time_torch(cnn_networks()["lenet-b128"], x, y, epochs=1, graph=True, whole_epoch=True)
     assert result.backend == "torch-epoch-graph" and result.ms_per_epoch > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("convert", [False, True])
+def test_the_epoch_as_one_graph_trains_as_a_graph_a_step_does(convert):
+    """The same initial weights and batches (800, 800, 400 rows) trained for four epochs with a graph
+    a step and with the epoch one graph end at the same weights, so the same training accuracy: the
+    epoch's graph sets the gradients to None before each step rather than adding to them."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs PyTorch with CUDA")
+    import numpy as np
+
+    from nn.bench import time_torch
+
+    rng = np.random.default_rng(1)
+    x = rng.random((2000, 784), dtype=np.float32)
+    y = rng.integers(0, 10, 2000)
+    runs = [time_torch(networks()["cme213"], x, y, epochs=3, graph=True, convert=convert, whole_epoch=whole, seed=0)
+            for whole in (False, True)]
+    assert runs[0].accuracy == runs[1].accuracy and runs[1].backend.startswith("torch-epoch-graph")
