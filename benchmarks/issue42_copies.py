@@ -6,21 +6,14 @@ an SM; each timed as the search times a trial (L2 flushed), then with L2 warm.
     python benchmarks/issue42_copies.py [--json PATH]
 """
 import argparse
-import functools
 import json
-from unittest import mock
 
-import autogemm.tuning.measure as measure_module
 from autogemm.runtime.device import this_device
 from autogemm.runtime.family import Config, family
 from autogemm.store import lookup
 from autogemm.store.keys import make_key, problem_of
 from autogemm.tuning.measures import measure_for
 from autogemm.tuning.search import retime
-from autogemm.tuning.timing import time_gpu
-
-# The measure's timer with L2 warm (each run reading what the run before left in L2), for a with-block.
-WARM_L2 = mock.patch.object(measure_module, "time_gpu", functools.partial(time_gpu, flush_l2=False))
 
 BASE = dict(warpgroups=1, math="tf32", inflight=0, split_k=1, pretranspose=0, reg_a=0, swap=0, cluster_m=1,
             cluster_n=1, persistent=0)
@@ -53,8 +46,8 @@ def main():
         configs = list(named)
         getattr(measure, "prepare", lambda batch: None)(configs)
         flushed = retime(configs, measure, 3, 40)
-        with WARM_L2:
-            warm = retime(configs, measure, 3, 40)
+        measure.flush_l2 = False
+        warm = retime(configs, measure, 3, 40)
         print(f"{key}: µs flushed / warm")
         for c in configs:
             if c in flushed and c in warm:

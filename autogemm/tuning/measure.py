@@ -72,6 +72,7 @@ class KernelMeasure:
         self.dtype = np.dtype(self.problem.dtype).type
         self.precision = getattr(self.problem, "precision", "fp32")
         self.reference = REGISTRY[key.family].reference
+        self.flush_l2 = True    # each timed run reads from device memory (False: what the run before left in L2)
         self._verified: dict[Config, float] = {}     # config -> max-norm relative error
         self._builds: dict[Config, Future] = {}      # compiles started by prepare, not yet measured
         self._broken: dict[Config, Exception] = {}   # configs that could not be rendered
@@ -132,7 +133,7 @@ class KernelMeasure:
         run = self.launcher(cfg)
         if cfg not in self._verified:
             self._verified[cfg] = self.admit(self.verify(run))
-        t = time_gpu(run, reps=reps, warmup=QUICK_WARMUP)
+        t = time_gpu(run, reps=reps, warmup=QUICK_WARMUP, flush_l2=self.flush_l2)
         return Measured(t.median_us, t.p10_us, t.p90_us, t.reps, self._verified[cfg])
 
     def baseline(self, reps: int) -> Timing | None:
