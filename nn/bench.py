@@ -158,7 +158,7 @@ def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs:
         loss.backward()
         opt.step()
 
-    graphs = {}
+    graphs, epoch_graph = {}, None      # {rows: (graph, its inputs)} a batch size, or the epoch's one
     if graph:  # the epoch's graph, or one per batch size (full, last partial) with inputs copied in
         sizes = sorted({min(net.batch, len(y) - s) for s in starts})
         side = torch.cuda.Stream()
@@ -170,12 +170,11 @@ def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs:
                     step(xd[:rows], yd[:rows])
         torch.cuda.current_stream().wait_stream(side)
         if whole_epoch:
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
+            epoch_graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(epoch_graph):
                 for s in starts:
                     opt.zero_grad()
                     step(xd[s:s + net.batch], yd[s:s + net.batch])
-            graphs["epoch"] = g
         else:
             for rows in sizes:
                 xs, ys = xd[:rows].clone(), yd[:rows].clone()
@@ -186,8 +185,8 @@ def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs:
                 graphs[rows] = (g, xs, ys)
 
     def run_epoch():
-        if whole_epoch:
-            graphs["epoch"].replay()
+        if epoch_graph is not None:
+            epoch_graph.replay()
             return
         for s in starts:
             xb, yb = xd[s:s + net.batch], yd[s:s + net.batch]

@@ -6,10 +6,11 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from nn.bench import (BACKEND_NAMES, NUMPY_CNN_IMAGES, TORCH_BACKENDS, Result, available_backends, cnn_networks, main,
-                      networks, table, torch_backend_name, torch_options)
+                      networks, table, time_torch, torch_backend_name, torch_options)
 from nn.layers import LENET
 from nn.data import SYSTEM_DIRS
 from nn.errors import NNError
@@ -180,18 +181,20 @@ def test_a_stop_signal_is_one_line_naming_it_and_leaves_the_earlier_json(tmp_pat
     assert (tmp_path / "old.json").read_text() == earlier
 
 
-@pytest.mark.gpu
-def test_pytorchs_graphed_cnn_row_warms_every_batch_size_before_capture():
-    """lenet-b128 on 300 images: batches of 128 and a last one of 44. cuDNN's algorithm search
-    cannot run inside a CUDA graph capture, so each size is warmed first (the last one once crashed
-    the row: FIND was unable to find an engine)."""
+@pytest.fixture
+def torch_on_a_gpu():
+    """PyTorch, where it has a CUDA device; else the test skips."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs PyTorch with CUDA")
-    import numpy as np
+    return torch
 
-    from nn.bench import time_torch
 
+@pytest.mark.gpu
+def test_pytorchs_graphed_cnn_row_warms_every_batch_size_before_capture(torch_on_a_gpu):
+    """lenet-b128 on 300 images: batches of 128 and a last one of 44. cuDNN's algorithm search
+    cannot run inside a CUDA graph capture, so each size is warmed first (the last one once crashed
+    the row: FIND was unable to find an engine)."""
     rng = np.random.default_rng(0)
     x = rng.random((300, 784), dtype=np.float32)
     y = rng.integers(0, 10, 300)
@@ -203,17 +206,10 @@ def test_pytorchs_graphed_cnn_row_warms_every_batch_size_before_capture():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("convert", [False, True])
-def test_the_epoch_as_one_graph_trains_as_a_graph_a_step_does(convert):
+def test_the_epoch_as_one_graph_trains_as_a_graph_a_step_does(torch_on_a_gpu, convert):
     """The same initial weights and batches (800, 800, 400 rows) trained for four epochs with a graph
     a step and with the epoch one graph end at the same weights, so the same training accuracy: the
     epoch's graph sets the gradients to None before each step rather than adding to them."""
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs PyTorch with CUDA")
-    import numpy as np
-
-    from nn.bench import time_torch
-
     rng = np.random.default_rng(1)
     x = rng.random((2000, 784), dtype=np.float32)
     y = rng.integers(0, 10, 2000)
