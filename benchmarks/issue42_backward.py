@@ -1,0 +1,97 @@
+"""Issue 42: the configs new to linear_backward's space (narrow column tiles of 4-16 columns, G's
+slice staged in shared memory, 8 rows a pass per thread) of 32 columns or fewer, for the converted
+MLP's output layer (800x10x1000, G_in transposed at tf32 and row-major at fp32). Each valid one
+timed as the search times it (L2 flushed, quick), then the five fastest and the shipped record
+re-timed together, flushed and warm. With --store DIR, the shipped file with both records running
+their fastest new config is written to DIR (read through $AUTOGEMM_TUNED), so that nn.bench can time
+the step with them.
+
+    python benchmarks/issue42_backward.py [--json PATH] [--store DIR]
+"""
+import argparse
+import json
+from pathlib import Path
+
+from autogemm.runtime.device import this_device
+from autogemm.runtime.family import Config, family
+from autogemm.store import lookup
+from autogemm.store.keys import make_key, problem_of
+from autogemm.tuning.measures import measure_for
+from autogemm.tuning.search import retime
+
+SHIPPED = Path(__file__).resolve().parents[1] / "autogemm" / "tuned" / "nvidia-h200.json"
+NAME, SIZES, OPS = "linear_backward", (800, 10, 1000), ("sigmoid_t", "sigmoid")
+WIDEST = 32          # the widest tile timed
+
+
+def is_new(c) -> bool:
+    return c.cols <= 16 or c.stage_g or c.unroll == 8
+BATCH = 64
+
+
+def sweep(op: str, device) -> tuple[list[dict], Config | None]:
+    """The finalists' rows ({"op", "config", "flushed_us", "warm_us", "max_rel_error", "shipped"}) and the
+    fastest new config, flushed."""
+    key = make_key(NAME, SIZES, op, "float32")
+    problem = problem_of(key)
+    fam = family(NAME)
+    measure = measure_for(key, device)
+    new = [c for c in fam.all_configs() if is_new(c) and c.cols <= WIDEST and fam.fits(c, problem, device)]
+    shipped = Config(lookup.choose(NAME, problem, device).config)
+    quick = {}
+    for i in range(0, len(new), BATCH):
+        batch = new[i:i + BATCH]
+        measure.prepare(batch)
+        for c in batch:
+            try:
+                quick[c] = measure(c, 20).median_us
+            except Exception as exc:  # noqa: BLE001 - a config that fails is left out, and counted
+                print(f"  failed: {dict(c)}: {str(exc)[:80]}")
+    finalists = list(dict.fromkeys([shipped, *sorted(quick, key=quick.get)[:5]]))
+    flushed = retime(finalists, measure, 3, 60)
+    measure.flush_l2 = False
+    warm = retime(finalists, measure, 3, 60)
+    print(f"{key}: {len(new)} new configs valid, {len(quick)} ran; µs flushed / warm, max rel. error")
+    rows = []
+    for c in (c for c in finalists if c in flushed and c in warm):
+        error = flushed[c][3]
+        print(f"  {flushed[c][0]:6.2f} / {warm[c][0]:6.2f}  {error:.1e}  {dict(c)}{'  shipped' if c == shipped else ''}")
+        rows.append(dict(op=op, config=dict(c), flushed_us=flushed[c][0], warm_us=warm[c][0], max_rel_error=error,
+                         shipped=c == shipped))
+    best = min((c for c in finalists if c != shipped and c in flushed), key=lambda c: flushed[c][0], default=None)
+    return rows, best
+
+
+def write_store(folder: Path, best: dict[str, Config]):
+    """The shipped file with each op's record running `best[op]` (its code hash that config's)."""
+    data = json.loads(SHIPPED.read_text())
+    fam = family(NAME)
+    for r in data["records"]:
+        if (r["family"], r["shape"], r["dtype"]) == (NAME, "x".join(map(str, SIZES)), "float32") and r["op"] in best:
+            cfg = best[r["op"]]
+            r["config"] = dict(cfg)
+            r["template_hash"] = fam.code_hash(cfg, problem_of(make_key(NAME, SIZES, r["op"], "float32")))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / SHIPPED.name).write_text(json.dumps(data))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--store", type=Path)
+    args = parser.parse_args()
+    device = this_device()
+    rows, best = [], {}
+    for op in OPS:
+        found, fastest = sweep(op, device)
+        rows += found
+        if fastest is not None:
+            best[op] = fastest
+    if args.json:
+        args.json.write_text(json.dumps(dict(gpu=device.name, results=rows), indent=1))
+    if args.store:
+        write_store(args.store, best)
+
+
+if __name__ == "__main__":
+    main()
