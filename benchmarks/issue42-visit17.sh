@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Issue 42: linear_backward's new configs (narrow tiles, G staged) for the converted MLP's output
+# Issue 42: linear_backward's narrow column tiles for the converted MLP's output
 # layer (benchmarks/issue42_backward.py), then nn.bench's MLP epochs with the shipped records and with
-# the fastest new ones ($AUTOGEMM_TUNED), alternated, each in a process of its own. From the
+# the fastest narrow ones ($AUTOGEMM_TUNED), alternated, each in a process of its own. From the
 # repository root:
 #   source .device/env.sh && bash benchmarks/issue42-visit17.sh [sweep|bench]
 set -uo pipefail

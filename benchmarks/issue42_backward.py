@@ -1,10 +1,9 @@
-"""Issue 42: the configs new to linear_backward's space (narrow column tiles of 4-16 columns, G's
-slice staged in shared memory, 8 rows a pass per thread) of 32 columns or fewer, for the converted
+"""Issue 42: linear_backward's narrow column tiles (4-16 columns, new to its space) for the converted
 MLP's output layer (800x10x1000, G_in transposed at tf32 and row-major at fp32). Each valid one
 timed as the search times it (L2 flushed, quick), then the five fastest and the shipped record
 re-timed together, flushed and warm. With --store DIR, the shipped file with both records running
-their fastest new config is written to DIR (read through $AUTOGEMM_TUNED), so that nn.bench can time
-the step with them.
+their fastest narrow config is written to DIR (read through $AUTOGEMM_TUNED), so that nn.bench can
+time the step with them.
 
     python benchmarks/issue42_backward.py [--json PATH] [--store DIR]
 """
@@ -21,26 +20,22 @@ from autogemm.tuning.search import retime
 
 SHIPPED = Path(__file__).resolve().parents[1] / "autogemm" / "tuned" / "nvidia-h200.json"
 NAME, SIZES, OPS = "linear_backward", (800, 10, 1000), ("sigmoid_t", "sigmoid")
-WIDEST = 32          # the widest tile timed
-
-
-def is_new(c) -> bool:
-    return c.cols <= 16 or c.stage_g or c.unroll == 8
+NARROW = 16          # the widest of the new tiles
 BATCH = 64
 
 
 def sweep(op: str, device) -> tuple[list[dict], Config | None]:
     """The finalists' rows ({"op", "config", "flushed_us", "warm_us", "max_rel_error", "shipped"}) and the
-    fastest new config, flushed."""
+    fastest narrow config, flushed."""
     key = make_key(NAME, SIZES, op, "float32")
     problem = problem_of(key)
     fam = family(NAME)
     measure = measure_for(key, device)
-    new = [c for c in fam.all_configs() if is_new(c) and c.cols <= WIDEST and fam.fits(c, problem, device)]
+    narrow = [c for c in fam.all_configs() if c.cols <= NARROW and fam.fits(c, problem, device)]
     shipped = Config(lookup.choose(NAME, problem, device).config)
     quick = {}
-    for i in range(0, len(new), BATCH):
-        batch = new[i:i + BATCH]
+    for i in range(0, len(narrow), BATCH):
+        batch = narrow[i:i + BATCH]
         measure.prepare(batch)
         for c in batch:
             try:
@@ -51,7 +46,7 @@ def sweep(op: str, device) -> tuple[list[dict], Config | None]:
     flushed = retime(finalists, measure, 3, 60)
     measure.flush_l2 = False
     warm = retime(finalists, measure, 3, 60)
-    print(f"{key}: {len(new)} new configs valid, {len(quick)} ran; µs flushed / warm, max rel. error")
+    print(f"{key}: {len(narrow)} narrow configs valid, {len(quick)} ran; µs flushed / warm, max rel. error")
     rows = []
     for c in (c for c in finalists if c in flushed and c in warm):
         error = flushed[c][3]

@@ -383,7 +383,7 @@ RESPELLED = {("gemm", "pad"): {0: False, 4: True}}
 ADDED = {("gemm_wgmma", "split_k"): 1, ("gemm_wgmma", "producer"): 0, ("gemm_wgmma", "tma"): 0,
          ("gemm_wgmma", "pretranspose"): 0, ("gemm_wgmma", "cluster_m"): 1, ("gemm_wgmma", "cluster_n"): 1,
          ("gemm_wgmma", "persistent"): 0, ("gemm_wgmma", "reg_a"): 0, ("gemm_wgmma", "swap"): 0,
-         ("linear_backward", "prefetch"): 0, ("linear_backward", "stage_g"): 0,
+         ("linear_backward", "prefetch"): 0,
          **{(name, "math"): "fma" for name in ("conv2d", "conv2d_dgrad", "conv2d_wgrad")},
          **{(name, "stages"): 1 for name in ("conv2d", "conv2d_dgrad", "conv2d_wgrad")}}
 

@@ -27,9 +27,8 @@ PARAMS = {
     "vec": (1, 2, 4),                    # columns per thread (one load)
     "threads": (64, 128, 256, 512),      # threads per block: COLS / VEC a row group
     "split": (1, 2, 4, 8, 16, 32, 64),   # slices of the rows (blocks per column tile)
-    "unroll": (1, 2, 4, 8),              # rows a pass per thread
+    "unroll": (1, 2, 4),                 # rows a pass per thread
     "prefetch": (0, 1),                  # 1: the next pass's rows loaded during this one
-    "stage_g": (0, 1),                   # 1: the slice's rows of G copied to shared memory first
 }
 
 
@@ -87,27 +86,19 @@ def rows_per_pass(c) -> int:
     return row_groups(c) * c.unroll
 
 
-def slice_rows(c, p: Problem) -> int:
-    return ceil_div(p.rows, c.split)
-
-
 def register_words(c, p: Problem) -> int:
     """A thread's arrays: W's columns and the dW sums (classes x VEC each), the db sums, and per row of
-    this pass (and the next, prefetched) its G row and A vector; with G staged, the next pass's rows
-    of A alone."""
+    this pass (and the next, prefetched) its G row and A vector."""
     passes = 1 + c.prefetch
-    rows = passes * c.unroll * c.vec + c.unroll * p.classes if c.stage_g else passes * c.unroll * (p.classes + c.vec)
-    return (2 * p.classes * c.vec + c.vec + rows) * ITEMSIZE[p.dtype] // 4
+    return (2 * p.classes * c.vec + c.vec + passes * c.unroll * (p.classes + c.vec)) * ITEMSIZE[p.dtype] // 4
 
 
 def smem_bytes(c, p: Problem) -> int:
     """Each row group's dW and db sums of the tile; a transposed input gradient's two turning buffers
-    (a pass's rows of the tile each); the layer's own bias gradient's partial sums (one a warp); the
-    slice's rows of G, staged."""
+    (a pass's rows of the tile each); the layer's own bias gradient's partial sums (one a warp)."""
     turning = 2 * rows_per_pass(c) * c.cols if p.grad_in_transposed else 0
     warp_sums = c.threads // 32 if p.bias_grad else 0
-    staged = slice_rows(c, p) * p.classes if c.stage_g else 0
-    return (row_groups(c) * (p.classes + 1) * c.cols + turning + warp_sums + staged) * ITEMSIZE[p.dtype]
+    return (row_groups(c) * (p.classes + 1) * c.cols + turning + warp_sums) * ITEMSIZE[p.dtype]
 
 
 CONSTRAINTS = (
@@ -123,8 +114,7 @@ CONSTRAINTS = (
     ("W's columns, the sums and the rows in flight must fit a thread's registers (at most 200 words, and "
      "32 fewer than a block of THREADS may have each)",
      lambda c, p, d: register_words(c, p) <= min(200, d.regs_per_block // c.threads - 32)),
-    ("the row groups' sums (and a transposed input gradient's turning buffers, and the slice's rows of G "
-     "staged) must fit shared memory",
+    ("the row groups' sums (and a transposed input gradient's turning buffers) must fit shared memory",
      lambda c, p, d: smem_bytes(c, p) + 16 <= d.smem_per_block),
     ("a tile wider than twice the inputs is pointless (but for 32 columns or fewer)",
      lambda c, p, d: c.cols <= 32 or c.cols < 2 * p.inputs),
@@ -142,7 +132,7 @@ def template_args(c, p: Problem) -> dict:
 def instance_name(c, p: Problem) -> str:
     stored = {(True, False): "", (True, True): "_bf16in", (False, True): "_bf16only"}[p.grad_in_f32, p.grad_in_bf16]
     return (f"linear_backward_{SHORT[p.dtype]}_c{p.classes}_k{p.inputs}_{p.activation}_n{c.cols}_v{c.vec}"
-            f"_t{c.threads}_s{c.split}_u{c.unroll}{'_p' if c.prefetch else ''}{'_g' if c.stage_g else ''}{stored}"
+            f"_t{c.threads}_s{c.split}_u{c.unroll}{'_p' if c.prefetch else ''}{stored}"
             f"{'_transposed' if p.grad_in_transposed else ''}{'_a16' if p.a_bf16 else ''}{'_db' if p.bias_grad else ''}")
 
 
@@ -180,8 +170,8 @@ def default_candidates(p: Problem, d):
                                      (32 * vec, 256, min(64, 2 * split), 1)):
         if cols >= 32:
             for prefetch in (1, 0) if p.grad_in_transposed else (0, 1):
-                yield dict(cols=cols, vec=vec, threads=threads, split=s, unroll=unroll, prefetch=prefetch, stage_g=0)
-    yield dict(cols=32, vec=1, threads=128, split=1, unroll=1, prefetch=0, stage_g=0)
+                yield dict(cols=cols, vec=vec, threads=threads, split=s, unroll=unroll, prefetch=prefetch)
+    yield dict(cols=32, vec=1, threads=128, split=1, unroll=1, prefetch=0)
 
 
 def reference(p: Problem, g, w, a, dw, db, alpha, beta, db_beta, db_out=None) -> dict:
