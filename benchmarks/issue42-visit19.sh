@@ -3,15 +3,15 @@
 # nn.bench's epoch-graph rows with programmatic dependent launch and without
 # ($AUTOGEMM_DEPENDENT_LAUNCH=0), then an Nsight Systems trace of each model's epochs (graph nodes
 # traced) summed per kernel by benchmarks/issue42_gaps.py. From the repository root:
-#   source .device/env.sh && bash benchmarks/issue42-visit19.sh
+#   source .device/env.sh && [NETWORKS=...] [ROWS=backends] [ORDER="1 0 ..."] bash benchmarks/issue42-visit19.sh
 set -uo pipefail
 out=${OUT:-/tmp/issue42s}
 work=$out/issue42s
 mkdir -p "$work"
 nvidia-smi -L > "$work/machine.txt" 2>&1
-rows=torch-epoch-graph-tf32,torch-epoch-graph-autogemm-tf32
-for dl in 1 0 1 0; do
-    AUTOGEMM_DEPENDENT_LAUNCH=$dl timeout 100 python -m nn.bench --networks cme213 --epochs 5 --backends $rows \
+rows=${ROWS:-torch-epoch-graph-tf32,torch-epoch-graph-autogemm-tf32}
+for dl in ${ORDER:-1 0 1 0}; do
+    AUTOGEMM_DEPENDENT_LAUNCH=$dl timeout 100 python -m nn.bench --networks ${NETWORKS:-cme213} --epochs 5 --backends $rows \
         >> "$work/bench-dl$dl.txt" 2>&1
     echo "== dependent launch $dl"; grep "ms/epoch" "$work/bench-dl$dl.txt" | tail -2
 done
