@@ -1,46 +1,71 @@
-"""Issue 42: the kernels of a CUDA-graphed epoch and the gaps between them, from an Nsight Systems
-trace (`nsys stats --report cuda_gpu_trace --format csv` of a run with --cuda-graph-trace=node): per
-kernel name, how often it ran, its median duration and the median idle time before it (from the
-previous kernel's end), and the totals per step (the steps: the fewest runs of any kernel, each
-running at least once a step).
+"""Issue 42: the kernels of nn.bench's CUDA-graphed CME 213 epoch and the idle time between them, by
+torch.profiler (CUPTI records each kernel of a graph's replay): per kernel name, how often it ran in
+the replays, its median duration and the median idle time before it (from the previous kernel's
+end), and the totals a step (the steps: the fewest runs of any kernel, each running at least once a
+step).
 
-    python benchmarks/issue42_gaps.py TRACE.csv
+    python benchmarks/issue42_gaps.py [--backends torch-epoch-graph-tf32,torch-epoch-graph-autogemm-tf32]
 """
 import argparse
-import csv
 import statistics
 from collections import defaultdict
 
+import torch
+from torch.profiler import ProfilerActivity, profile
 
-def column(row: dict, word: str) -> str:
-    return next(k for k in row if k.startswith(word))
+from nn.bench import run
+from nn.networks import networks
+
+IDLE = 50_000       # ns: longer idle ends a replay (the host between epochs)
+
+
+def replays(kernels: list[tuple[int, int, str]]) -> list[list[tuple[int, int, str]]]:
+    """`kernels` (start ns, duration ns, name) cut where the GPU idles longer than IDLE; the two
+    longest runs: the epochs' replays (the warm-up steps before them run eager, a few at a time)."""
+    runs, current, end = [], [], None
+    for k in sorted(kernels):
+        if end is not None and k[0] - end > IDLE:
+            runs.append(current)
+            current = []
+        current.append(k)
+        end = max(end or 0, k[0] + k[1])
+    runs.append(current)
+    return sorted(runs, key=len)[-2:]
+
+
+def summary(segments: list[list[tuple[int, int, str]]]) -> str:
+    durations, gaps = defaultdict(list), defaultdict(list)
+    for segment in segments:
+        end = None
+        for t0, dt, name in segment:
+            durations[name].append(dt)
+            if end is not None:
+                gaps[name].append(max(0, t0 - end))
+            end = max(end or 0, t0 + dt)
+    lines = [f"{'runs':>6} {'median µs':>10} {'idle before µs':>15}  kernel"]
+    for name in sorted(durations, key=lambda k: -sum(durations[k])):
+        d, g = durations[name], gaps[name]
+        lines.append(f"{len(d):6d} {statistics.median(d) / 1e3:10.2f} {statistics.median(g) / 1e3 if g else 0:15.2f}"
+                     f"  {name[:90]}")
+    steps = min(len(d) for d in durations.values())
+    busy = sum(sum(d) for d in durations.values()) / 1e3 / steps
+    idle = sum(sum(g) for g in gaps.values()) / 1e3 / steps
+    lines.append(f"a step: {busy:.1f} µs of kernels, {idle:.1f} µs idle between them ({steps} steps)")
+    return "\n".join(lines)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("trace")
+    parser.add_argument("--backends", default="torch-epoch-graph-tf32,torch-epoch-graph-autogemm-tf32")
     args = parser.parse_args()
-    with open(args.trace, newline="") as f:
-        rows = [r for r in csv.DictReader(f) if not r[column(r, "Name")].startswith("[CUDA mem")]
-    start, duration, name = (column(rows[0], w) for w in ("Start", "Duration", "Name"))
-    rows.sort(key=lambda r: int(r[start]))
-    durations, gaps = defaultdict(list), defaultdict(list)
-    previous_end = None
-    for r in rows:
-        t0, dt, label = int(r[start]), int(r[duration]), r[name][:90]
-        durations[label].append(dt)
-        if previous_end is not None and t0 - previous_end < 50_000:      # within a graph (< 50 µs idle)
-            gaps[label].append(max(0, t0 - previous_end))
-        previous_end = max(previous_end or 0, t0 + dt)
-    print(f"{'runs':>6} {'median µs':>10} {'gap before µs':>14}  kernel")
-    busy = idle = 0.0
-    for label in sorted(durations, key=lambda k: -sum(durations[k])):
-        d, g = durations[label], gaps[label]
-        busy += sum(d) / 1000
-        idle += sum(g) / 1000
-        print(f"{len(d):6d} {statistics.median(d) / 1000:10.2f} {statistics.median(g) / 1000 if g else 0:14.2f}  {label}")
-    steps = min(len(d) for d in durations.values())
-    print(f"a step: {busy / steps:.1f} µs of kernels, {idle / steps:.1f} µs between them ({steps:.0f} steps)")
+    for backend in args.backends.split(","):
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            result = run([networks()["cme213"]], [backend], epochs=1)[0]
+            torch.cuda.synchronize()
+        kernels = [(e.start_ns(), e.duration_ns(), e.name()) for e in prof.profiler.kineto_results.events()
+                   if e.device_type() == torch.autograd.DeviceType.CUDA and not e.name().startswith("Memcpy")]
+        print(f"== {backend}: {result.ms_per_epoch:.2f} ms/epoch (profiled)")
+        print(summary(replays(kernels)))
 
 
 if __name__ == "__main__":
