@@ -9,7 +9,7 @@ The networks: MLPs (784-hidden-10, SGD) and the LeNet-like CNN (nn.layers.LENET,
 Each backend runs one untimed epoch (compiles, captures), then `--epochs` timed ones; the median is
 reported. The NumPy trainer runs a CNN on a slice of the images, its time scaled to the epoch.
 Backends run in turn in one process, and the first CUDA-graphed one runs 5-6% faster than those
-after it (benchmarks/issue42-h200, order/): time graphed rows to compare each in a process of its own.
+after it (benchmarks/issue42-h200, order/); with --isolate each runs in a process of its own.
 """
 if __name__ == "__main__":  # first: a stop signal while the modules below load ends in one line, no traceback
     from autogemm import signals
@@ -17,8 +17,12 @@ if __name__ == "__main__":  # first: a stop signal while the modules below load 
     signals.starting()
 
 import io
+import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 
@@ -230,7 +234,10 @@ def torch_backend_name(graph: bool, precision: str, convert: bool, compile: bool
             + (f"-{precision}" if precision != "fp32" else ""))
 
 
-def run(nets: list[Network | ConvNetwork], backends: list[str], epochs: int, data_dir=None) -> list[Result]:
+def run(nets: list[Network | ConvNetwork], backends: list[str], epochs: int, data_dir=None,
+        isolate: bool = False) -> list[Result]:
+    """Each network on each backend in turn; with `isolate`, each timed by `python -m nn.bench` in a
+    process of its own."""
     ds = load_dataset("fashion-mnist", data_dir=data_dir, scale="unit", dtype=np.float32)
     short = [net for net in nets if net.images > len(ds.train.y)]
     if short:
@@ -244,7 +251,9 @@ def run(nets: list[Network | ConvNetwork], backends: list[str], epochs: int, dat
             if name == "numpy" and not cnn and net.hidden * net.images > 256 * 54000:
                 print(f"{net.name:>14}  {name:>12}  skipped: minutes an epoch on the CPU", flush=True)
                 continue
-            if name.startswith("torch"):
+            if isolate:
+                result = time_in_own_process(net, name, epochs, data_dir)
+            elif name.startswith("torch"):
                 result = time_torch(net, x, y, epochs, **torch_options(name))
             elif name == "numpy" and cnn:         # a slice, of at least a batch
                 images = max(NUMPY_CNN_IMAGES, net.batch)
@@ -259,6 +268,32 @@ def run(nets: list[Network | ConvNetwork], backends: list[str], epochs: int, dat
         raise NNError("nothing ran: the numpy backend skips networks this large (minutes an epoch); "
                       "choose smaller --networks or GPU --backends")
     return results
+
+
+def time_in_own_process(net: Network | ConvNetwork, backend_name: str, epochs: int, data_dir=None) -> Result:
+    """`net` on `backend_name` timed by `python -m nn.bench` in a new process (a session of its own:
+    a stop signal reaches this process alone, which ends the child as it unwinds)."""
+    spec = (["--networks", "", "--layers", net.layers, "--batch", str(net.batch)]
+            if isinstance(net, ConvNetwork) and net.name not in cnn_networks() else ["--networks", net.name])
+    with tempfile.TemporaryDirectory(prefix="nn-bench-") as tmp:
+        out = os.path.join(tmp, "result.json")
+        command = [sys.executable, "-m", "nn.bench", *spec, "--backends", backend_name, "--epochs", str(epochs),
+                   "--json", out, *(["--data-dir", str(data_dir)] if data_dir else [])]
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, start_new_session=True)
+        try:
+            _, err = child.communicate()
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        if child.returncode != 0:
+            lines = err.strip().splitlines() or [f"exit status {child.returncode}"]
+            raise NNError(f"{backend_name} on {net.name}, timed in a process of its own: "
+                          f"{lines[-1].removeprefix('error: ')}")
+        with open(out) as f:
+            (result,) = json.load(f)["results"]
+    return Result(**result)
 
 
 TORCH_BACKENDS = ("torch-eager", "torch-graph", "torch-graph-tf32", "torch-graph-bf16", "torch-graph-autogemm",
@@ -347,6 +382,8 @@ def main(argv=None) -> int:
                                       "[-tf32|-bf16]: the whole epoch one CUDA graph; -tf32, -bf16: the GEMMs "
                                       "at that precision, PyTorch's bf16 under autocast)")
     p.add_argument("--epochs", type=int, default=5, help="timed epochs per run, after one warm-up (default: 5)")
+    p.add_argument("--isolate", action="store_true", help="time each backend in a process of its own, one after "
+                   "another (a process's first CUDA-graphed backend runs faster than those after it)")
     p.add_argument("--data-dir", help="Fashion-MNIST directory (default: the usual search)")
     p.add_argument("--json", metavar="PATH", type=output_path, help="write the results as JSON")
     p.add_argument("--png", metavar="PATH", type=output_path, help="draw a bar chart (needs matplotlib)")
@@ -381,7 +418,7 @@ def main(argv=None) -> int:
                 raise NNError(f"--png {args.png}: the chart's file name must end in .png")
             _matplotlib()
             claim("--png", args.png, lambda path: path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n")
-        results = run(nets, backends, args.epochs, args.data_dir)
+        results = run(nets, backends, args.epochs, args.data_dir, args.isolate)
         print(table(results))
         if args.json:
             write_json("--json", args.json, {"command": line, "results": [asdict(r) for r in results]})

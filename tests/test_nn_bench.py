@@ -73,6 +73,30 @@ def test_the_numpy_cnn_row_times_a_slice_and_scales_it_to_the_epoch(tmp_path):
     assert result["ms_per_epoch"] > 0 and 0 < result["accuracy"] <= 1
 
 
+@needs_data
+def test_isolate_times_each_backend_in_a_process_of_its_own(tmp_path, monkeypatch):
+    """--isolate: each row from a child nn.bench (this process's timers would fail), in order."""
+    import nn.bench
+
+    def here(*args, **kwargs):
+        raise AssertionError("timed in the parent process")
+    monkeypatch.setattr(nn.bench, "time_backend", here)
+    out = tmp_path / "bench.json"
+    assert main(["--networks", "relu-h32-b128", "--backends", "numpy,numpy", "--epochs", "1", "--isolate",
+                 "--json", str(out)]) == 0
+    results = json.loads(out.read_text())["results"]
+    assert [(r["network"], r["backend"]) for r in results] == [("relu-h32-b128", "numpy")] * 2
+    assert all(r["ms_per_epoch"] > 0 and r["accuracy"] > 0.5 for r in results)
+
+
+def test_a_row_that_fails_in_its_own_process_is_one_line_naming_it():
+    from nn.bench import time_in_own_process
+    from nn.networks import Network
+
+    with pytest.raises(NNError, match=r"^numpy on nope, timed in a process of its own: --networks: unknown 'nope'"):
+        time_in_own_process(Network("nope", 32, 128, 1000), "numpy", 1)
+
+
 def test_memory_that_cannot_be_had_is_one_line(capsys):
     """A network too large for the host (NumPy) or the GPU (CuPy): one line naming what to shrink."""
     from nn.errors import exit_status
