@@ -2,7 +2,8 @@
 torch.profiler (CUPTI records each kernel of a graph's replay): per kernel name, how often it ran in
 the replays, its median duration and the median idle time before it (from the previous kernel's
 end), and the totals a step (the steps: the commonest count of a kernel's runs, most kernels
-running once a step).
+running once a step). Each backend runs one warm-up and one timed epoch: with the epoch one graph,
+two replays.
 
     python benchmarks/issue42_gaps.py [--backends torch-epoch-graph-tf32,torch-epoch-graph-autogemm-tf32]
 """
@@ -34,6 +35,8 @@ def replays(kernels: list[tuple[int, int, str]]) -> list[list[tuple[int, int, st
 
 
 def summary(segments: list[list[tuple[int, int, str]]]) -> str:
+    """The table: per kernel name its runs, median duration and median idle before it; then a step's
+    totals."""
     durations, gaps = defaultdict(list), defaultdict(list)
     for segment in segments:
         end = None
@@ -56,12 +59,14 @@ def summary(segments: list[list[tuple[int, int, str]]]) -> str:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backends", default="torch-epoch-graph-tf32,torch-epoch-graph-autogemm-tf32")
+    parser.add_argument("--backends", default="torch-epoch-graph-tf32,torch-epoch-graph-autogemm-tf32",
+                        help="comma list of nn.bench's torch-* backends, each profiled in turn")
     args = parser.parse_args()
     for backend in args.backends.split(","):
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             result = run([networks()["cme213"]], [backend], epochs=1)[0]
             torch.cuda.synchronize()
+        # The raw kernel records (start, duration): the profiler's public tables aggregate them.
         kernels = [(e.start_ns(), e.duration_ns(), e.name()) for e in prof.profiler.kineto_results.events()
                    if e.device_type() == torch.autograd.DeviceType.CUDA and not e.name().startswith("Memcpy")]
         print(f"== {backend}: {result.ms_per_epoch:.2f} ms/epoch (profiled)")

@@ -1,6 +1,7 @@
-"""Issue 42: whether an nn.bench row runs slower for a row timed before it in the same process: each
-row of --backends timed in turn (as nn.bench does), with --collect the garbage collected and
-PyTorch's cached memory freed between rows.
+"""Issue 42: whether an nn.bench row runs slower for a row timed before it in the same process: the
+CME 213 MLP on each backend of --backends in turn, each by its own call of nn.bench's run() (the
+data loaded again for each; 5 timed epochs), with --collect the garbage collected and PyTorch's
+cached memory freed between rows.
 
     python benchmarks/issue42_order.py --backends A,B,... [--collect]
 """
@@ -15,8 +16,8 @@ from nn.networks import networks
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backends", required=True)
-    parser.add_argument("--collect", action="store_true")
+    parser.add_argument("--backends", required=True, help="comma list of nn.bench backends, repeats allowed")
+    parser.add_argument("--collect", action="store_true", help="collect garbage and empty PyTorch's cache between rows")
     args = parser.parse_args()
     for backend in args.backends.split(","):
         result = run([networks()["cme213"]], [backend], epochs=5)[0]

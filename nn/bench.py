@@ -8,7 +8,7 @@ The networks: MLPs (784-hidden-10, SGD) and the LeNet-like CNN (nn.layers.LENET,
 1000 and 128, or with --layers any CNN nn.train --layers trains (Adam, batch 1000 or --batch). Data: the first N Fashion-MNIST training images (unit-scaled), resident on the GPU.
 Each backend runs one untimed epoch (compiles, captures), then `--epochs` timed ones; the median is
 reported. The NumPy trainer runs a CNN on a slice of the images, its time scaled to the epoch.
-Backends run in turn in one process, and the first CUDA-graphed one runs 5-6% faster than those
+Backends run in turn in one process, and the first CUDA-graphed one runs 5-7% faster than those
 after it (benchmarks/issue42-h200, order/); with --isolate each runs in a process of its own.
 """
 if __name__ == "__main__":  # first: a stop signal while the modules below load ends in one line, no traceback

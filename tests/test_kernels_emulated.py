@@ -179,7 +179,8 @@ def backward_launches(rows, classes, inputs, activation, dtype, sgd, seed):
     modes = ("bf16in", "bf16only", "transposed", "a16") if dtype == "float32" else ("plain", "transposed")
     out = []
     narrow = family("linear_backward").restricted({**BACKWARD_SPACE, "cols": (4, 8, 16)})
-    configs = fam.candidates(plain, H100)[:1] + fam.sample(plain, H100, 7, seed=seed) + narrow.sample(plain, H100, 2, seed)
+    configs = list(dict.fromkeys(fam.candidates(plain, H100)[:1] + fam.sample(plain, H100, 7, seed=seed)
+                                 + narrow.sample(plain, H100, 2, seed)))
     for i, cfg in enumerate(configs):
         mode = modes[i % len(modes)]
         bf16, f32, transposed = mode.startswith("bf16") or mode == "a16", mode not in ("bf16only", "a16"), mode == "transposed"
