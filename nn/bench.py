@@ -288,7 +288,8 @@ def time_in_own_process(net: Network | ConvNetwork, backend_name: str, epochs: i
                 child.kill()
                 child.wait()
         if child.returncode != 0:
-            lines = err.strip().splitlines() or [f"exit status {child.returncode}"]
+            ended = f"killed by signal {-child.returncode}" if child.returncode < 0 else f"exit status {child.returncode}"
+            lines = err.strip().splitlines() or [ended]
             raise NNError(f"{backend_name} on {net.name}, timed in a process of its own: "
                           f"{lines[-1].removeprefix('error: ')}")
         with open(out) as f:
