@@ -288,10 +288,10 @@ def time_in_own_process(net: Network | ConvNetwork, backend_name: str, epochs: i
                 child.kill()
                 child.wait()
         if child.returncode != 0:
-            ended = f"killed by signal {-child.returncode}" if child.returncode < 0 else f"exit status {child.returncode}"
-            lines = err.strip().splitlines() or [ended]
-            raise NNError(f"{backend_name} on {net.name}, timed in a process of its own: "
-                          f"{lines[-1].removeprefix('error: ')}")
+            lines = err.strip().splitlines()
+            why = (f"killed by signal {-child.returncode}" if child.returncode < 0
+                   else lines[-1].removeprefix("error: ") if lines else f"exit status {child.returncode}")
+            raise NNError(f"{backend_name} on {net.name}, timed in a process of its own: {why}")
         with open(out) as f:
             (result,) = json.load(f)["results"]
     return Result(**result)
