@@ -17,11 +17,11 @@ from autogemm.store import lookup
 from autogemm.store.keys import make_key, problem_of
 from autogemm.tuning.measures import measure_for
 from autogemm.tuning.search import retime
+from autogemm.tuning.sweep import quick_timings
 
 SHIPPED = Path(__file__).resolve().parents[1] / "autogemm" / "tuned" / "nvidia-h200.json"
 NAME, SIZES, OPS = "linear_backward", (800, 10, 1000), ("sigmoid_t", "sigmoid")
 NARROW = 16          # the widest of the new tiles
-BATCH = 64
 
 
 def sweep(op: str, device) -> tuple[list[dict], Config | None]:
@@ -33,15 +33,9 @@ def sweep(op: str, device) -> tuple[list[dict], Config | None]:
     measure = measure_for(key, device)
     narrow = [c for c in fam.all_configs() if c.cols <= NARROW and fam.fits(c, problem, device)]
     shipped = Config(lookup.choose(NAME, problem, device).config)
-    quick = {}
-    for i in range(0, len(narrow), BATCH):
-        batch = narrow[i:i + BATCH]
-        measure.prepare(batch)
-        for c in batch:
-            try:
-                quick[c] = measure(c, 20).median_us
-            except Exception as exc:  # noqa: BLE001 - a config that fails is left out, and named
-                print(f"  failed: {dict(c)}: {str(exc)[:80]}")
+    quick, failures = quick_timings(narrow, measure, 20)
+    for c, why in failures.items():
+        print(f"  failed: {dict(c)}: {why[:80]}")
     finalists = list(dict.fromkeys([shipped, *sorted(quick, key=quick.get)[:5]]))
     flushed = retime(finalists, measure, 3, 60)
     measure.flush_l2 = False

@@ -15,9 +15,9 @@ from autogemm.store import lookup
 from autogemm.store.keys import make_key, problem_of
 from autogemm.tuning.measures import measure_for
 from autogemm.tuning.search import retime
+from autogemm.tuning.sweep import quick_timings
 
 KEYS = [("linear_backward", (800, 10, 1000), "sigmoid_t"), ("linear_xent", (800, 10, 1000), "logits")]
-BATCH = 64
 
 
 def main():
@@ -33,16 +33,10 @@ def main():
         measure = measure_for(key, device)
         valid = [c for c in fam.all_configs() if fam.fits(c, problem, device)]
         shipped = Config(lookup.choose(name, problem, device).config)
-        quick = {}
         measure.flush_l2 = False
-        for i in range(0, len(valid), BATCH):
-            batch = valid[i:i + BATCH]
-            measure.prepare(batch)
-            for c in batch:
-                try:
-                    quick[c] = measure(c, 20).median_us
-                except Exception as exc:  # noqa: BLE001 - a config that fails is left out
-                    print(f"  failed: {dict(c)}: {str(exc)[:80]}")
+        quick, failures = quick_timings(valid, measure, 20)
+        for c, why in failures.items():
+            print(f"  failed: {dict(c)}: {why[:80]}")
         finalists = list(dict.fromkeys([shipped, *sorted(quick, key=quick.get)[:5]]))
         warm = retime(finalists, measure, 3, 60)
         measure.flush_l2 = True

@@ -41,6 +41,25 @@ class SweepReport:
         return self.final[self.search.config] / self.final[self.best]
 
 
+def quick_timings(configs: list, measure, reps: int,
+                  progress: Callable[[int, int], None] = lambda done, total: None) -> tuple[dict, dict]:
+    """({config: quick median µs}, {config: why it failed}) of each of `configs`, compiled BATCH at a
+    time where the measure prepares builds."""
+    timings, failures = {}, {}
+    for i in range(0, len(configs), BATCH):
+        batch = configs[i:i + BATCH]
+        prepare = getattr(measure, "prepare", None)
+        if prepare is not None:
+            prepare(batch)
+        for cfg in batch:
+            try:
+                timings[cfg] = measure(cfg, reps).median_us
+            except Exception as exc:  # noqa: BLE001 - compile, launch, mismatch: recorded, not fatal
+                failures[cfg] = f"{type(exc).__name__}: {exc}"
+        progress(len(timings) + len(failures), len(configs))
+    return timings, failures
+
+
 def sweep(fam: Family, problem, device: DeviceInfo, measure, settings: Settings = Settings(),
           progress: Callable[[int, int], None] = lambda done, total: None) -> SweepReport:
     """Measure every valid config of `fam`'s space, run the search on it, re-time both winners."""
@@ -48,18 +67,7 @@ def sweep(fam: Family, problem, device: DeviceInfo, measure, settings: Settings 
     if not valid:
         raise SearchError(f"{fam.name} {problem}: the space holds no valid config")
     started = time.monotonic()
-    timings, failures = {}, {}
-    for i in range(0, len(valid), BATCH):
-        batch = valid[i:i + BATCH]
-        prepare = getattr(measure, "prepare", None)
-        if prepare is not None:
-            prepare(batch)
-        for cfg in batch:
-            try:
-                timings[cfg] = measure(cfg, settings.quick_reps).median_us
-            except Exception as exc:  # noqa: BLE001 - compile, launch, mismatch: recorded, not fatal
-                failures[cfg] = f"{type(exc).__name__}: {exc}"
-        progress(len(timings) + len(failures), len(valid))
+    timings, failures = quick_timings(valid, measure, settings.quick_reps, progress)
     if not timings:
         raise SearchError(f"{fam.name} {problem}: none of the {len(valid)} configs ran")
     swept = time.monotonic() - started
