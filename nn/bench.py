@@ -8,14 +8,15 @@ The networks: MLPs (784-hidden-10, SGD) and the LeNet-like CNN (nn.layers.LENET,
 1000 and 128, or with --layers any CNN nn.train --layers trains (Adam, batch 1000 or --batch). Data: the first N Fashion-MNIST training images (unit-scaled), resident on the GPU.
 Each backend runs one untimed epoch (compiles, captures), then `--epochs` timed ones; the median is
 reported. The NumPy trainer runs a CNN on a slice of the images, its time scaled to the epoch.
-Backends run in turn in one process, and the first CUDA-graphed one runs 5-7% faster than those
-after it (benchmarks/issue42-h200, order/); with --isolate each runs in a process of its own.
+Backends run in turn in one process, PyTorch's all on one stream (see `one_stream`); with --isolate
+each runs in a process of its own.
 """
 if __name__ == "__main__":  # first: a stop signal while the modules below load ends in one line, no traceback
     from autogemm import signals
 
     signals.starting()
 
+import functools
 import io
 import json
 import os
@@ -116,6 +117,17 @@ def precision_of(backend_name: str) -> str:
     return suffix if suffix in ("tf32", "bf16") else "fp32"
 
 
+@functools.cache
+def one_stream():
+    """The stream all of PyTorch's work in this process runs on: a CUDA graph of PyTorch's kernels
+    replays about 0.3 µs a kernel slower once they have run on a second stream (measured:
+    benchmarks/issue42-h200, streams/), so rows that each warmed up on a stream of their own ran
+    slower than the process's first."""
+    import torch
+
+    return torch.cuda.Stream()
+
+
 def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs: int, graph: bool,
                precision: str = "fp32", convert: bool = False, compile: bool = False, fused: bool = False,
                whole_epoch: bool = False, seed: int | None = None) -> Result:
@@ -131,90 +143,88 @@ def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs:
     optimizer's fused implementation (one kernel a step) rather than its default (foreach)."""
     import torch
 
-    dev = torch.device("cuda")
-    graph = graph or whole_epoch
-    if seed is not None:
-        torch.manual_seed(seed)
-    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
-    torch.backends.cudnn.allow_tf32 = precision == "tf32"
-    torch.backends.cudnn.benchmark = True
-    xd = torch.from_numpy(x).to(dev)                              # X: (N, 784) float32
-    yd = torch.from_numpy(y.astype(np.int64)).to(dev)             # (N,) int64
-    if isinstance(net, ConvNetwork):
-        model = torch_cnn(net, torch).to(dev)
-        opt = torch.optim.Adam(model.parameters(), lr=ADAM["lr"], betas=(ADAM["beta1"], ADAM["beta2"]),
-                               eps=ADAM["eps"], capturable=graph, fused=fused or None)
-    else:
-        model = torch.nn.Sequential(torch.nn.Linear(x.shape[1], net.hidden),
-                                    torch.nn.Sigmoid() if net.activation == "sigmoid" else torch.nn.ReLU(),
-                                    torch.nn.Linear(net.hidden, 10)).to(dev)
-        opt = torch.optim.SGD(model.parameters(), lr=net.lr, weight_decay=1e-4, fused=fused or None)
-    if convert:
-        import autogemm.torch
+    stream = one_stream()
+    with torch.cuda.stream(stream):
+        dev = torch.device("cuda")
+        graph = graph or whole_epoch
+        if seed is not None:
+            torch.manual_seed(seed)
+        torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+        torch.backends.cudnn.allow_tf32 = precision == "tf32"
+        torch.backends.cudnn.benchmark = True
+        xd = torch.from_numpy(x).to(dev)                              # X: (N, 784) float32
+        yd = torch.from_numpy(y.astype(np.int64)).to(dev)             # (N,) int64
+        if isinstance(net, ConvNetwork):
+            model = torch_cnn(net, torch).to(dev)
+            opt = torch.optim.Adam(model.parameters(), lr=ADAM["lr"], betas=(ADAM["beta1"], ADAM["beta2"]),
+                                   eps=ADAM["eps"], capturable=graph, fused=fused or None)
+        else:
+            model = torch.nn.Sequential(torch.nn.Linear(x.shape[1], net.hidden),
+                                        torch.nn.Sigmoid() if net.activation == "sigmoid" else torch.nn.ReLU(),
+                                        torch.nn.Linear(net.hidden, 10)).to(dev)
+            opt = torch.optim.SGD(model.parameters(), lr=net.lr, weight_decay=1e-4, fused=fused or None)
+        if convert:
+            import autogemm.torch
 
-        autogemm.torch.convert(model)
-    forward = torch.compile(model) if compile else model
-    loss_fn = torch.nn.CrossEntropyLoss()
-    starts = range(0, len(y), net.batch)
+            autogemm.torch.convert(model)
+        forward = torch.compile(model) if compile else model
+        loss_fn = torch.nn.CrossEntropyLoss()
+        starts = range(0, len(y), net.batch)
 
-    def step(xb, yb):
-        # No autocast cache: a captured graph must recast the weights each step.
-        with torch.autocast("cuda", torch.bfloat16, enabled=precision == "bf16", cache_enabled=False):
-            loss = loss_fn(forward(xb), yb)
-        loss.backward()
-        opt.step()
+        def step(xb, yb):
+            # No autocast cache: a captured graph must recast the weights each step.
+            with torch.autocast("cuda", torch.bfloat16, enabled=precision == "bf16", cache_enabled=False):
+                loss = loss_fn(forward(xb), yb)
+            loss.backward()
+            opt.step()
 
-    graphs, epoch_graph = {}, None      # {rows: (graph, its inputs)} a batch size, or the epoch's one
-    if graph:  # the epoch's graph, or one per batch size (full, last partial) with inputs copied in
-        sizes = sorted({min(net.batch, len(y) - s) for s in starts})
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for rows in sizes:        # each size warmed: cuDNN's algorithm search cannot run inside a capture
+        graphs, epoch_graph = {}, None      # {rows: (graph, its inputs)} a batch size, or the epoch's one
+        if graph:  # the epoch's graph, or one per batch size (full, last partial) with inputs copied in
+            sizes = sorted({min(net.batch, len(y) - s) for s in starts})
+            for rows in sizes:            # each size warmed: cuDNN's algorithm search cannot run inside a capture
                 for _ in range(3):
                     opt.zero_grad()
                     step(xd[:rows], yd[:rows])
-        torch.cuda.current_stream().wait_stream(side)
-        if whole_epoch:
-            epoch_graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(epoch_graph):
-                for s in starts:
-                    opt.zero_grad()
-                    step(xd[s:s + net.batch], yd[s:s + net.batch])
-        else:
-            for rows in sizes:
-                xs, ys = xd[:rows].clone(), yd[:rows].clone()
-                opt.zero_grad()
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g):
-                    step(xs, ys)
-                graphs[rows] = (g, xs, ys)
-
-    def run_epoch():
-        if epoch_graph is not None:
-            epoch_graph.replay()
-            return
-        for s in starts:
-            xb, yb = xd[s:s + net.batch], yd[s:s + net.batch]
-            if graph:
-                g, xs, ys = graphs[len(yb)]
-                xs.copy_(xb)
-                ys.copy_(yb)
-                g.replay()
+            if whole_epoch:
+                epoch_graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(epoch_graph, stream=stream):
+                    for s in starts:
+                        opt.zero_grad()
+                        step(xd[s:s + net.batch], yd[s:s + net.batch])
             else:
-                opt.zero_grad()
-                step(xb, yb)
+                for rows in sizes:
+                    xs, ys = xd[:rows].clone(), yd[:rows].clone()
+                    opt.zero_grad()
+                    g = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(g, stream=stream):
+                        step(xs, ys)
+                    graphs[rows] = (g, xs, ys)
 
-    times = []
-    for i in range(epochs + 1):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        run_epoch()
-        torch.cuda.synchronize()
-        if i:
-            times.append((time.perf_counter() - start) * 1e3)
-    with torch.no_grad():
-        accuracy = float((model(xd).argmax(1) == yd).float().mean())
+        def run_epoch():
+            if epoch_graph is not None:
+                epoch_graph.replay()
+                return
+            for s in starts:
+                xb, yb = xd[s:s + net.batch], yd[s:s + net.batch]
+                if graph:
+                    g, xs, ys = graphs[len(yb)]
+                    xs.copy_(xb)
+                    ys.copy_(yb)
+                    g.replay()
+                else:
+                    opt.zero_grad()
+                    step(xb, yb)
+
+        times = []
+        for i in range(epochs + 1):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            run_epoch()
+            torch.cuda.synchronize()
+            if i:
+                times.append((time.perf_counter() - start) * 1e3)
+        with torch.no_grad():
+            accuracy = float((model(xd).argmax(1) == yd).float().mean())
     name = torch_backend_name(graph, precision, convert, compile, fused, whole_epoch)
     return Result(net.name, name, statistics.median(times), epochs, accuracy, len(y), net.batch)
 
