@@ -394,7 +394,7 @@ def main(argv=None) -> int:
                                       "at that precision, PyTorch's bf16 under autocast)")
     p.add_argument("--epochs", type=int, default=5, help="timed epochs per run, after one warm-up (default: 5)")
     p.add_argument("--isolate", action="store_true", help="time each backend in a process of its own, one after "
-                   "another (a process's first CUDA-graphed backend runs faster than those after it)")
+                   "another")
     p.add_argument("--data-dir", help="Fashion-MNIST directory (default: the usual search)")
     p.add_argument("--json", metavar="PATH", type=output_path, help="write the results as JSON")
     p.add_argument("--png", metavar="PATH", type=output_path, help="draw a bar chart (needs matplotlib)")
