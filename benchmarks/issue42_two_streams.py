@@ -4,7 +4,7 @@ replay about 0.3 µs a kernel slower once their kernels have run eagerly on a se
 module) and B (another), all warmed up and captured on one stream, are timed; then A runs once on a
 second stream, and the three are timed again; then B does, and again.
 
-    python benchmarks/issue42_two_streams.py [--launches 2000] [--replays 20]
+    python benchmarks/issue42_two_streams.py [--launches 2000] [--blocks 1] [--replays 20]
 """
 import argparse
 import statistics
@@ -12,17 +12,17 @@ import statistics
 import cupy
 
 SOURCE = r"""
-extern "C" __global__ void NAME_a(float* y) { y[threadIdx.x] = y[threadIdx.x] * 0.999f + 1.0f; }
-extern "C" __global__ void NAME_c(float* y) { y[threadIdx.x] = y[threadIdx.x] * 0.998f + 2.0f; }
+extern "C" __global__ void NAME_a(float* y) { int i = blockIdx.x * 256 + threadIdx.x; y[i] = y[i] * 0.999f + 1.0f; }
+extern "C" __global__ void NAME_c(float* y) { int i = blockIdx.x * 256 + threadIdx.x; y[i] = y[i] * 0.998f + 2.0f; }
 """
 
 
 def graph_of(kernel, y, launches: int, stream):
-    """A CUDA graph of `launches` launches of `kernel` on `y` (one block of 256 threads)."""
+    """A CUDA graph of `launches` launches of `kernel` on `y` (a thread an element, 256 a block)."""
     with stream:
         stream.begin_capture()
         for _ in range(launches):
-            kernel((1,), (256,), (y,))
+            kernel((y.size // 256,), (256,), (y,))
         return stream.end_capture()
 
 
@@ -43,6 +43,7 @@ def replay_us(graph, stream, launches: int, replays: int) -> float:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--launches", type=int, default=2000, help="launches in each graph (default: 2000)")
+    parser.add_argument("--blocks", type=int, default=1, help="blocks of 256 threads a launch (default: 1)")
     parser.add_argument("--replays", type=int, default=20, help="timed replays of each graph (default: 20)")
     args = parser.parse_args()
     first, second = cupy.RawModule(code=SOURCE.replace("NAME", "first")), \
@@ -50,10 +51,10 @@ def main():
     kernels = {"A": first.get_function("first_a"), "C": first.get_function("first_c"),
                "B": second.get_function("second_a")}
     main_stream, other = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
-    y = cupy.random.rand(256, dtype=cupy.float32)                  # y: (256,), never zeros
+    y = cupy.random.rand(256 * args.blocks, dtype=cupy.float32)    # y: (256 blocks,), never zeros
     with main_stream:
         for kernel in kernels.values():
-            kernel((1,), (256,), (y,))
+            kernel((args.blocks,), (256,), (y,))
     graphs = {name: graph_of(kernel, y, args.launches, main_stream) for name, kernel in kernels.items()}
 
     def row(label):
@@ -63,11 +64,11 @@ def main():
 
     row("all on one stream")
     with other:
-        kernels["A"]((1,), (256,), (y,))
+        kernels["A"]((args.blocks,), (256,), (y,))
     other.synchronize()
     row("after A on a second stream")
     with other:
-        kernels["B"]((1,), (256,), (y,))
+        kernels["B"]((args.blocks,), (256,), (y,))
     other.synchronize()
     row("after B on a second stream")
 

@@ -56,44 +56,45 @@ def main() -> int:
         torch.nn.functional.cross_entropy(model(xb), yb).backward()
         opt.step()
 
-    # A graph for each batch size (the full one, the last partial one), warmed up first on a side
-    # stream: kernels compiled and tuned configs looked up outside the capture. The gradients are
-    # None when a graph is captured, so its backward pass writes them rather than adds to them.
+    # A graph for each batch size (the full one, the last partial one), warmed up first: kernels
+    # compiled and tuned configs looked up outside the capture. The gradients are None when a graph
+    # is captured, so its backward pass writes them rather than adds to them. Everything runs on one
+    # stream (not the default one, which cannot capture): a PyTorch graph replays 3.5-6% slower once
+    # its kernels have run on a second stream (benchmarks/issue42-h200, streams/).
     batch = recipe["batch"]
     starts = range(0, len(y), batch)
     sizes = sorted({min(batch, len(y) - s) for s in starts})
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
         for rows in sizes:
             for _ in range(3):
                 opt.zero_grad()
                 step(x[:rows], y[:rows])
-    torch.cuda.current_stream().wait_stream(side)
-    graphs = {}
-    for rows in sizes:
-        xs, ys = x[:rows].clone(), y[:rows].clone()                # the graph's static inputs
-        opt.zero_grad()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step(xs, ys)
-        graphs[rows] = (graph, xs, ys)
+        graphs = {}
+        for rows in sizes:
+            xs, ys = x[:rows].clone(), y[:rows].clone()            # the graph's static inputs
+            opt.zero_grad()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=stream):
+                step(xs, ys)
+            graphs[rows] = (graph, xs, ys)
 
-    times = []
-    for epoch in range(args.epochs + 1):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for s in starts:
-            graph, xs, ys = graphs[min(batch, len(y) - s)]
-            xs.copy_(x[s:s + batch])
-            ys.copy_(y[s:s + batch])
-            graph.replay()
-        torch.cuda.synchronize()
-        if epoch:                                                   # the first is a warm-up
-            times.append((time.perf_counter() - start) * 1e3)
-    with torch.no_grad():
-        test_x = torch.from_numpy(data.test.x).cuda().reshape(-1, *recipe["shape"])
-        accuracy = (model(test_x).argmax(1).cpu().numpy() == data.test.y).mean()
+        times = []
+        for epoch in range(args.epochs + 1):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for s in starts:
+                graph, xs, ys = graphs[min(batch, len(y) - s)]
+                xs.copy_(x[s:s + batch])
+                ys.copy_(y[s:s + batch])
+                graph.replay()
+            torch.cuda.synchronize()
+            if epoch:                                               # the first is a warm-up
+                times.append((time.perf_counter() - start) * 1e3)
+        with torch.no_grad():
+            test_x = torch.from_numpy(data.test.x).cuda().reshape(-1, *recipe["shape"])
+            accuracy = (model(test_x).argmax(1).cpu().numpy() == data.test.y).mean()
     layers = "PyTorch's layers" if args.torch_only else "autogemm's layers"
     print(f"{args.model} ({layers}, {args.precision}): {statistics.median(times):.2f} ms an epoch, "
           f"test accuracy {100 * accuracy:.2f}% after {args.epochs + 1} epochs")
