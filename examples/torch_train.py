@@ -8,36 +8,40 @@
 Fashion-MNIST is found (or downloaded) by nn.data, as `python -m nn.train` finds it. Prints ms an
 epoch (the median of --epochs, after one warm-up epoch) and the test accuracy.
 """
-import argparse
 import statistics
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import torch_models  # noqa: E402
-
-import autogemm.torch as agt  # noqa: E402
-from nn.data import load_dataset  # noqa: E402
+from nn.data import load_dataset
+from nn.errors import ArgumentParser, NNError, exit_status
 
 RECIPES = {"mlp": dict(batch=800, optimizer="sgd", shape=(784,)),
            "lenet": dict(batch=1000, optimizer="adam", shape=(1, 28, 28))}
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main():
+    """Train, time and test the model the arguments name; bad input raises NNError."""
+    p = ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", choices=RECIPES, default="lenet")
-    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--epochs", type=int, default=5, help="timed epochs, after one warm-up (default: 5)")
     p.add_argument("--precision", choices=("fp32", "tf32"), default="fp32",
                    help="tf32: torch.backends.cuda.matmul.allow_tf32 (and cuDNN's), which autogemm follows too")
     p.add_argument("--torch-only", action="store_true", help="keep PyTorch's own layers")
     p.add_argument("--seed", type=int, default=0, help="torch's seed: the initial weights")
     args = p.parse_args()
+    if args.epochs < 1:
+        raise NNError(f"--epochs must be at least 1 (timed after one warm-up epoch), not {args.epochs}")
+    import autogemm.torch as agt      # first: without PyTorch, its one-line error
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import torch_models
+
     if not torch.cuda.is_available():
-        sys.exit("error: this example trains on a CUDA GPU; PyTorch sees none")
+        raise NNError("this example trains on a CUDA GPU; PyTorch sees none")
     recipe = RECIPES[args.model]
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.precision == "tf32"
     torch.manual_seed(args.seed)
@@ -98,8 +102,7 @@ def main() -> int:
     layers = "PyTorch's layers" if args.torch_only else "autogemm's layers"
     print(f"{args.model} ({layers}, {args.precision}): {statistics.median(times):.2f} ms an epoch, "
           f"test accuracy {100 * accuracy:.2f}% after {args.epochs + 1} epochs")
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_status(main))

@@ -198,6 +198,31 @@ def test_a_model_that_cannot_be_had_is_one_line(spec, message):
 
 
 @pytest.mark.parametrize("argv, message", [
+    (["--epochs", "0"], "error: --epochs must be at least 1 (timed after one warm-up epoch), not 0"),
+    (["--model", "resnet"], "error: argument --model: invalid choice: 'resnet'"),
+    (["--precision", "fp16"], "error: argument --precision: invalid choice: 'fp16'"),
+])
+def test_the_training_examples_bad_flags_are_one_line(argv, message):
+    done = subprocess.run([sys.executable, "examples/torch_train.py", *argv], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith(message) and done.stderr.count("\n") == 1
+
+
+def test_the_training_example_says_what_it_lacks_in_one_line():
+    """Without PyTorch (as in CI): what to install; with it but no GPU: that it needs one."""
+    if importlib.util.find_spec("torch") is None:
+        lacking = "error: autogemm.torch needs PyTorch, which is not installed: pip install 'autogemm[torch]'"
+    elif torch.cuda.is_available():
+        pytest.skip("PyTorch sees a GPU here: the example would train")
+    else:
+        lacking = "error: this example trains on a CUDA GPU; PyTorch sees none"
+    done = subprocess.run([sys.executable, "examples/torch_train.py"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+    assert (done.returncode, done.stderr.strip()) == (2, lacking)
+
+
+@pytest.mark.parametrize("argv, message", [
     (["--torch", "examples/torch_models.py:lenet", "--batch", "8"], "--torch and --input go together"),
     (["--torch", "examples/torch_models.py:lenet", "--input", "1x28x28"], "--torch needs --batch"),
     (["--torch", "m:f", "--input", "4", "--shapes", "nn"], "it takes no --shapes"),
