@@ -8,7 +8,6 @@ out=${OUT:-/tmp/issue42z}
 work=$out/issue42z
 mkdir -p "$work"
 nvidia-smi -L > "$work/machine.txt" 2>&1
-git rev-parse HEAD >> "$work/machine.txt" 2>&1
 rows=torch-epoch-graph-tf32,torch-epoch-graph-autogemm-tf32
 swapped=torch-epoch-graph-autogemm-tf32,torch-epoch-graph-tf32
 four=torch-epoch-graph,torch-epoch-graph-autogemm,$rows

@@ -1,15 +1,16 @@
-"""Issue 42: whether a process's later CUDA graphs replay slower than its first, in PyTorch alone (no
-autogemm): CME 213's MLP step (784-1000-10 sigmoid, batch 800, SGD) over 68 batches captured as one
-graph, timed by replays (CUDA events, median of --replays); then a second model's graph captured
-and timed the same way, then the first graph timed again. With --drop, the first graph (and its
-memory) is freed before the second is captured, and not timed again. With --rounds N, the first graph is timed N
-times (--pause seconds apart) before the second is captured: a slowdown that follows the clock, not
-the capture, shows there. With --between, something else happens where the second graph would be
-captured, and the first graph is timed again: a graph of one small kernel (kept or freed), a fresh
-model's epoch run eagerly (or one step of it, or its forward passes alone), the first model's epoch
-run eagerly, one matrix product, or 2 GiB allocated and written (on the current stream, a new one, or the first graph's
-warm-up stream: --stream). With --warm-twice, each graph's warm-up runs on the current stream as well
-as its side stream.
+"""Issue 42: whether a process's later CUDA graphs replay slower than its first, in PyTorch alone
+(no autogemm): CME 213's MLP step (784-1000-10 sigmoid, batch 800, SGD) over 68 batches captured
+as one graph, timed by replays (CUDA events, median of --replays); then a second model's graph
+captured and timed the same way, then the first graph timed again. With --drop, the first graph
+(and its memory) is freed before the second is captured, and not timed again. With --rounds N,
+the first graph is timed N times (--pause seconds apart) before the second is captured: a slowdown
+that follows the clock, not the capture, shows there. With --between, something else happens
+where the second graph would be captured, and the first graph is timed again: a graph of one
+small kernel (kept or freed), a fresh model's epoch run eagerly (or one step of it, or its forward
+passes alone), the first model's epoch run eagerly, one matrix product, or 2 GiB allocated and
+written, on the stream --stream names (the current one, a new one, or the first graph's warm-up
+stream). With --warm-twice, each graph's warm-up runs on the current stream as well as its side
+stream.
 
     python benchmarks/issue42_first_graph.py [--tf32] [--drop] [--replays 20] [--rounds 1] [--pause 0]
         [--between {graph,tiny-graph,tiny-graph-freed,eager,eager-step,eager-forward,eager-same,mm,alloc}]
@@ -117,6 +118,10 @@ def main():
     parser.add_argument("--warm-twice", action="store_true",
                         help="warm each graph up on the current stream as well as its side stream")
     args = parser.parse_args()
+    if args.between == "graph" and args.stream != "current":
+        parser.error("--stream places --between's work; the second graph warms up on a side stream of its own")
+    if args.drop and args.between != "graph":
+        parser.error("--drop frees the first graph before a second is captured: it goes with --between graph")
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
     torch.manual_seed(0)
     x = torch.rand(STEPS * BATCH, 784, device="cuda")                  # X: (54400, 784), never zeros
@@ -130,7 +135,7 @@ def main():
         stream = {"current": torch.cuda.current_stream(), "new": torch.cuda.Stream(),
                   "warmup": first[3]}[args.stream]
         stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
+        with torch.cuda.stream(stream):   # `kept`: what the work made lives while the first graph is timed
             kept = {"tiny-graph": tiny_graph, "tiny-graph-freed": lambda: tiny_graph() and None,
                     "eager": lambda: eager_steps(x, y), "eager-step": lambda: eager_steps(x, y, steps=1),
                     "eager-forward": lambda: eager_steps(x, y, backward=False),

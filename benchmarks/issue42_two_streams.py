@@ -51,7 +51,8 @@ def main():
     kernels = {"A": first.get_function("first_a"), "C": first.get_function("first_c"),
                "B": second.get_function("second_a")}
     main_stream, other = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
-    y = cupy.random.rand(256 * args.blocks, dtype=cupy.float32)    # y: (256 blocks,), never zeros
+    y = cupy.random.rand(256 * args.blocks, dtype=cupy.float32)    # y: (256 * blocks,), never zeros
+    cupy.cuda.Device().synchronize()                               # filled on the null stream
     with main_stream:
         for kernel in kernels.values():
             kernel((args.blocks,), (256,), (y,))

@@ -11,7 +11,6 @@ epoch (the median of --epochs, after one warm-up epoch) and the test accuracy.
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -36,41 +35,39 @@ def main():
         raise NNError(f"--epochs must be at least 1 (timed after one warm-up epoch), not {args.epochs}")
     import autogemm.torch as agt      # first: without PyTorch, its one-line error
     import torch
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import torch_models
+    import torch_models               # beside this file
 
     if not torch.cuda.is_available():
         raise NNError("this example trains on a CUDA GPU; PyTorch sees none")
     recipe = RECIPES[args.model]
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.precision == "tf32"
     torch.manual_seed(args.seed)
-
     data = load_dataset("fashion-mnist", scale="unit", dtype=np.float32)
-    x = torch.from_numpy(data.train.x).cuda().reshape(-1, *recipe["shape"])      # X: (54000, *shape)
-    y = torch.from_numpy(data.train.y).cuda()                                     # (54000,) int64
-    model = getattr(torch_models, args.model)().cuda()
-    if not args.torch_only:
-        agt.convert(model)
-    params = list(model.parameters())
-    opt = (torch.optim.Adam(params, lr=1e-3, eps=1e-7, capturable=True) if recipe["optimizer"] == "adam"
-           else torch.optim.SGD(params, lr=0.1, weight_decay=1e-4))
 
-    def step(xb, yb):
-        torch.nn.functional.cross_entropy(model(xb), yb).backward()
-        opt.step()
-
-    # A graph for each batch size (the full one, the last partial one), warmed up first: kernels
-    # compiled and tuned configs looked up outside the capture. The gradients are None when a graph
-    # is captured, so its backward pass writes them rather than adds to them. Everything runs on one
-    # stream (not the default one, which cannot capture): a PyTorch graph replays 3.5-6% slower once
-    # its kernels have run on a second stream (benchmarks/issue42-h200, streams/).
-    batch = recipe["batch"]
-    starts = range(0, len(y), batch)
-    sizes = sorted({min(batch, len(y) - s) for s in starts})
+    # All the GPU work runs on one stream (not the default one, which cannot capture): a PyTorch
+    # graph replays slower once its kernels have run on a second stream (benchmarks/issue42-h200,
+    # streams/).
     stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
+        x = torch.from_numpy(data.train.x).cuda().reshape(-1, *recipe["shape"])  # X: (54000, *shape)
+        y = torch.from_numpy(data.train.y).cuda()                                 # (54000,) int64
+        model = getattr(torch_models, args.model)().cuda()
+        if not args.torch_only:
+            agt.convert(model)
+        params = list(model.parameters())
+        opt = (torch.optim.Adam(params, lr=1e-3, eps=1e-7, capturable=True) if recipe["optimizer"] == "adam"
+               else torch.optim.SGD(params, lr=0.1, weight_decay=1e-4))
+
+        def step(xb, yb):
+            torch.nn.functional.cross_entropy(model(xb), yb).backward()
+            opt.step()
+
+        # A graph for each batch size (the full one, the last partial one), warmed up first: kernels
+        # compiled and tuned configs looked up outside the capture. The gradients are None when a
+        # graph is captured, so its backward pass writes them rather than adds to them.
+        batch = recipe["batch"]
+        starts = range(0, len(y), batch)
+        sizes = sorted({min(batch, len(y) - s) for s in starts})
         for rows in sizes:
             for _ in range(3):
                 opt.zero_grad()

@@ -118,14 +118,13 @@ def precision_of(backend_name: str) -> str:
 
 
 @functools.cache
-def one_stream():
-    """The stream all of PyTorch's work in this process runs on: a CUDA graph of PyTorch's kernels
-    replays about 0.3 µs a kernel slower once they have run on a second stream (measured:
-    benchmarks/issue42-h200, streams/), so rows that each warmed up on a stream of their own ran
-    slower than the process's first."""
+def one_stream(device: int):
+    """The stream all of PyTorch's work on `device` runs on in this process: a CUDA graph of
+    PyTorch's kernels replays about 0.3 µs a kernel slower once they have run on a second stream
+    (benchmarks/issue42-h200, streams/)."""
     import torch
 
-    return torch.cuda.Stream()
+    return torch.cuda.Stream(device)
 
 
 def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs: int, graph: bool,
@@ -143,7 +142,7 @@ def time_torch(net: Network | ConvNetwork, x: np.ndarray, y: np.ndarray, epochs:
     optimizer's fused implementation (one kernel a step) rather than its default (foreach)."""
     import torch
 
-    stream = one_stream()
+    stream = one_stream(torch.cuda.current_device())
     with torch.cuda.stream(stream):
         dev = torch.device("cuda")
         graph = graph or whole_epoch
@@ -393,8 +392,8 @@ def main(argv=None) -> int:
                                       "[-tf32|-bf16]: the whole epoch one CUDA graph; -tf32, -bf16: the GEMMs "
                                       "at that precision, PyTorch's bf16 under autocast)")
     p.add_argument("--epochs", type=int, default=5, help="timed epochs per run, after one warm-up (default: 5)")
-    p.add_argument("--isolate", action="store_true", help="time each backend in a process of its own, one after "
-                   "another")
+    p.add_argument("--isolate", action="store_true", help="time each backend in a fresh process of its own, one "
+                   "after another: nothing an earlier row left behind in the process can touch it")
     p.add_argument("--data-dir", help="Fashion-MNIST directory (default: the usual search)")
     p.add_argument("--json", metavar="PATH", type=output_path, help="write the results as JSON")
     p.add_argument("--png", metavar="PATH", type=output_path, help="draw a bar chart (needs matplotlib)")
