@@ -2,9 +2,10 @@
 # Issue 42, the closing figures: with `checks`, examples/torch_train.py as a user runs it (its
 # defaults, then LeNet), the kernels and idle time of the converted MLP a graph a step, eager
 # against torch.compile (issue42_gaps.py), and the PyTorch GPU tests; with `rows`, every target's
-# nn.bench row twice, then the compile cells against the converted model eager in both orders and
-# each in a fresh process, three times. From the repository root:
-#   source .device/env.sh && bash benchmarks/issue42-visit29.sh checks|rows
+# nn.bench row twice, then the fp32 kernels and idle time again with the memory copies counted;
+# with `compile`, the compile cells against the converted model eager in both orders and each in a
+# fresh process, three times. From the repository root:
+#   source .device/env.sh && bash benchmarks/issue42-visit29.sh checks|rows|compile
 set -uo pipefail
 out=${OUT:-/tmp/issue42-close}
 mkdir -p "$out"
@@ -32,6 +33,11 @@ rows)
         timeout 200 python -m nn.bench --networks cme213,lenet --epochs 5 --backends $all >> "$out/rows.txt" 2>&1
     done
     grep -A3 "^network" "$out/rows.txt"
+    timeout 150 python benchmarks/issue42_gaps.py --copies \
+        --backends torch-graph-autogemm,torch-graph-compile-autogemm > "$out/gaps-copies.txt" 2>&1
+    grep -E "^==|^a step|Memcpy" "$out/gaps-copies.txt"
+    ;;
+compile)
     for i in 1 2 3; do
         for p in "" "-tf32"; do
             for run in "torch-graph-autogemm$p,torch-graph-compile-autogemm$p" \
@@ -45,7 +51,7 @@ rows)
     grep -E "^==|ms/epoch" "$out/compile.txt" | paste - - - | sed -E 's/ +/ /g'
     ;;
 *)
-    echo "usage: bash benchmarks/issue42-visit29.sh checks|rows" >&2
+    echo "usage: bash benchmarks/issue42-visit29.sh checks|rows|compile" >&2
     exit 2
     ;;
 esac

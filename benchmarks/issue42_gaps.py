@@ -3,9 +3,10 @@ torch.profiler (CUPTI records each kernel of a graph's replay): per kernel name,
 the replays, its median duration and the median idle time before it (from the previous kernel's
 end), and the totals a step (the steps: the commonest count of a kernel's runs, most kernels
 running once a step). Each backend runs one warm-up and one timed epoch: with the epoch one graph,
-two replays.
+two replays. With --copies, the memory copies (a graph a step: the batch copied into the graph's
+inputs) count as kernels.
 
-    python benchmarks/issue42_gaps.py [--backends torch-epoch-graph-tf32,torch-epoch-graph-autogemm-tf32]
+    python benchmarks/issue42_gaps.py [--backends torch-epoch-graph-tf32,torch-epoch-graph-autogemm-tf32] [--copies]
 """
 import argparse
 import statistics
@@ -61,6 +62,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backends", default="torch-epoch-graph-tf32,torch-epoch-graph-autogemm-tf32",
                         help="comma list of nn.bench's torch-* backends, each profiled in turn")
+    parser.add_argument("--copies", action="store_true", help="count the memory copies as kernels")
     args = parser.parse_args()
     for backend in args.backends.split(","):
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -68,7 +70,8 @@ def main():
             torch.cuda.synchronize()
         # The raw kernel records (start, duration): the profiler's public tables aggregate them.
         kernels = [(e.start_ns(), e.duration_ns(), e.name()) for e in prof.profiler.kineto_results.events()
-                   if e.device_type() == torch.autograd.DeviceType.CUDA and not e.name().startswith("Memcpy")]
+                   if e.device_type() == torch.autograd.DeviceType.CUDA
+                   and (args.copies or not e.name().startswith("Memcpy"))]
         print(f"== {backend}: {result.ms_per_epoch:.2f} ms/epoch (profiled)")
         print(summary(replays(kernels)))
 
