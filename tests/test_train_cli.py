@@ -255,6 +255,7 @@ def test_any_non_negative_seed_is_a_seed():
     assert config("--seed", "99999999999999999999999").seed == 99999999999999999999999
 
 
+@pytest.mark.usefixtures("default_handlers")
 def test_ctrl_c_is_one_line_exit_130_and_the_resume_it_names_works(tmp_path, fake_dir):
     """SIGINT as a terminal sends it, mid-run: the finished epochs are in the checkpoint, and the
     command the message gives continues to the weights of an uninterrupted run."""

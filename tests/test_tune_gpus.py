@@ -175,6 +175,7 @@ sys.exit(cli.main(sys.argv[1:]))
 
 @pytest.mark.parametrize("sig, to_group", [(signal.SIGTERM, False), (signal.SIGINT, True)],
                          ids=["SIGTERM to autogemm", "Ctrl-C to the terminal's process group"])
+@pytest.mark.usefixtures("default_handlers")
 def test_a_stop_signal_stops_every_worker_and_keeps_what_they_finished(tmp_path, sig, to_group):
     out = tmp_path / "tuned"
     shapes = ",".join(f"{m}x1000x784:nt" for m in range(100, 2100, 100))
