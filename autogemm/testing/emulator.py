@@ -205,7 +205,9 @@ def _build_and_run(launches: list[Launch], workdir: Path, defines: tuple[str, ..
                 a[...] = np.frombuffer(out, dtype=a.dtype).reshape(a.shape)
 
 
-PER_PROGRAM = 8   # launches built into one program: g++ spends about 1 s on cuda_emu.h's headers each
+# Launches built into one program: g++ spends about 1 s a program on cuda_emu.h's headers, and
+# compiles each instance once a program (8 took a sixth more CPU over the emulated tests).
+PER_PROGRAM = 32
 
 
 def run(launches: list[Launch], workdir: Path, jobs: int = 2, defines: tuple[str, ...] = ()):
