@@ -33,7 +33,7 @@ OPS = list(itertools.product((False, True), repeat=2))           # (trans_a, tra
 # Shapes the tiles divide (the unguarded fast path), and shapes they do not.
 EVEN_SHAPES = ((1024, 1024, 1024), (256, 512, 768))
 UNEVEN_SHAPES = ((800, 1000, 784), (17, 33, 65), (800, 10, 1000), (1, 1, 1), (131, 67, 257))
-FILES = 2   # a test's batch files, compiled at once (8 took a third more CPU)
+FILES = 2   # a test's batch files, compiled at once: nvcc's start-up is paid a file
 
 
 class Usage(NamedTuple):

@@ -206,7 +206,7 @@ def _build_and_run(launches: list[Launch], workdir: Path, defines: tuple[str, ..
 
 
 # Launches built into one program: g++ spends about 1 s a program on cuda_emu.h's headers, and
-# compiles each instance once a program (8 took a sixth more CPU over the emulated tests).
+# compiles each instance once a program, however many of its launches the program holds.
 PER_PROGRAM = 32
 
 
